@@ -1,0 +1,74 @@
+// core/thread_pool.cc
+#include "core/thread_pool.h"
+
+#include <chrono>
+
+namespace unmask {
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run(int num_tasks, const std::function<void(int)>& task) {
+  if (num_tasks <= 1 || num_threads_ == 1) {
+    for (int i = 0; i < num_tasks; ++i) task(i);
+    return;
+  }
+  if (num_tasks > num_threads_) num_tasks = num_threads_;
+  error_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    task_ = &task;
+    num_tasks_ = num_tasks;
+    remaining_.store(num_tasks - 1);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  try {
+    task(0);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
+  while (remaining_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  task_ = nullptr;
+  if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin briefly for the next region before sleeping.
+    auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_ &&
+           std::chrono::steady_clock::now() < spin_until) {
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load() != seen || stop_; });
+      if (stop_) return;
+      seen = generation_.load();
+    }
+    if (index < num_tasks_) {
+      try {
+        (*task_)(index);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      remaining_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+}
+
+}  // namespace unmask

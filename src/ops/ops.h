@@ -1,0 +1,78 @@
+// ops/ops.h: the op front-ends every layer and model calls.
+//
+// Each op validates its tensors at this boundary (dtype, shape, device, strides; messages
+// carry the actual and expected values), derives the sizes, and dispatches on the device:
+// the CPU backend (src/cpu, fp32, ISA chosen at run time) or the CUDA backend (src/cuda,
+// later). Kernels behind these functions see raw pointers and trust their inputs. Every op
+// has a float64 reference in src/ref used by the tests.
+//
+// Dimension vocabulary: B batch, T sequence, C channels (hidden), NH heads, HS head size,
+// V vocabulary, N rows (tokens over a batch), M/N/K GEMM sizes.
+#pragma once
+#include <cstdint>
+
+#include "unmask/context.h"
+#include "unmask/tensor.h"
+
+namespace unmask::ops {
+
+/// Elementwise activations (also GEMM epilogues).
+enum class Activation : uint8_t {
+  none,
+  gelu,       // exact: 0.5 x (1 + erf(x / sqrt 2))  (HF "gelu")
+  gelu_tanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (HF "gelu_new", AIT "fast_gelu")
+  tanh,       // pooler
+};
+const char* activation_name(Activation a);
+
+enum class Trans : uint8_t { no, yes };
+
+struct GemmArgs {
+  float alpha = 1.0f;
+  float beta = 0.0f;               // c = ... + beta * c (accumulate)
+  const Tensor* bias = nullptr;    // f32 [N], added before the activation
+  Activation act = Activation::none;
+};
+
+/// c = act(alpha * op(a) @ op(b) + bias + beta * c).
+/// 2-D: a [M,K] ([K,M] if ta), b [K,N] ([N,K] if tb), c [M,N].
+/// 3-D: the same with a leading batch dim on a, b and c (b may have batch 1 = shared).
+/// Innermost stride must be 1; row strides may be larger (slices of wider buffers).
+void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
+          const GemmArgs& args = {});
+
+/// y = LayerNorm(x + residual) * gamma + beta over the last dim C (statistics in fp32 or
+/// wider). x, residual, y: [N, C] (row stride allowed); gamma, beta: [C]. y may alias x.
+void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
+               const Tensor& beta, float eps, Tensor& y);
+
+/// y = act(x) elementwise, same shape; y may alias x.
+void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act);
+
+/// Row-wise softmax over the last dim; y may alias x.
+void softmax(Context& ctx, const Tensor& x, Tensor& y);
+
+/// out[i, :] = table[ids[i], :] (+ out[i, :] when accumulate). ids: i32 or i64 [N];
+/// table [V, C]; out [N, C]. An id outside [0, V) throws naming the position and the id.
+void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out,
+               bool accumulate = false);
+
+/// Multi-head scaled-dot-product attention without projections, never materialising
+/// B x NH x T x T (blocked, online softmax).
+///   q, k, v: [N, NH*HS] row views (row stride allowed: slices of a fused [N, 3C] buffer)
+///   out:     [N, NH*HS]
+/// Sequences are given either packed, by cu_seqlens (i32 [B+1], sequence b is rows
+/// cu[b]..cu[b+1]-1), or padded, by padded_seq_len T (N = B*T) with an optional
+/// key_padding_mask [B, T] (nonzero = real token). Padded query rows still get an output
+/// (attending over the real keys), as in HF.
+struct AttentionArgs {
+  int num_heads = 0;
+  float scale = 0.0f;                       // usually 1/sqrt(HS)
+  const Tensor* cu_seqlens = nullptr;       // packed mode
+  int64_t padded_seq_len = 0;               // padded mode
+  const Tensor* key_padding_mask = nullptr; // padded mode, optional
+};
+void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+               const AttentionArgs& args);
+
+}  // namespace unmask::ops
