@@ -1,0 +1,64 @@
+// io/safetensors.h: read (memory-mapped, fully validated) and write safetensors files.
+//
+// Format: u64 little-endian header length N, N bytes of UTF-8 JSON
+// {name: {"dtype": "F32"|"F16"|"BF16"|"I64"|..., "shape": [...], "data_offsets": [b, e]}, ...,
+//  "__metadata__": {str: str}}, then the data; offsets are relative to the byte after the
+// header. Every inconsistency (header past the end, not JSON, unknown dtype, offsets out of
+// range or overlapping, byte count disagreeing with the shape) throws an Error naming the
+// file and the tensor, with a hint.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "unmask/tensor.h"
+
+namespace unmask::io {
+
+struct SafeTensorInfo {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin = 0, end = 0;  // byte offsets relative to the data section
+};
+
+class SafeTensorsFile {
+ public:
+  /// Memory-maps `path` read-only and validates the whole header.
+  static SafeTensorsFile open(const std::string& path);
+  /// Parses an in-memory image (used by the fuzzer and tests); `origin` names it in errors.
+  static SafeTensorsFile parse(std::shared_ptr<const uint8_t> bytes, size_t size,
+                               const std::string& origin);
+
+  const std::string& path() const { return origin_; }
+  const std::vector<SafeTensorInfo>& tensors() const { return tensors_; }
+  const SafeTensorInfo* find(std::string_view name) const;  // null if absent
+  /// A read-only CPU view of the stored bytes with the stored dtype (keeps the mapping alive).
+  /// Data is little-endian; unaligned data is copied into an aligned owned tensor.
+  Tensor tensor(std::string_view name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::string origin_;
+  std::shared_ptr<const uint8_t> bytes_;  // whole file
+  size_t size_ = 0;
+  size_t data_start_ = 0;
+  std::vector<SafeTensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+/// Writes tensors (any CPU tensors; non-contiguous ones are copied) atomically: a temporary
+/// file in the same directory, fsync, rename. Names are written sorted, data 8-byte aligned.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+/// Opens a model's weights from a directory: model.safetensors, or the shards listed in
+/// model.safetensors.index.json ("weight_map"). Errors name the directory and what is missing.
+std::vector<SafeTensorsFile> open_model_weights(const std::string& dir);
+
+}  // namespace unmask::io
