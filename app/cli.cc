@@ -1,0 +1,126 @@
+// app/cli.cc
+#include "cli.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "unmask/error.h"
+
+namespace unmask::cli {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string usage(const std::string& command, const std::string& summary, const std::vector<OptionSpec>& specs) {
+  std::ostringstream os;
+  os << "usage: unmask " << command << " [options]\n\n" << summary << "\n\noptions:\n";
+  for (const auto& s : specs) {
+    std::string left = "  --" + s.name + (s.value.empty() ? "" : " " + s.value);
+    os << left;
+    if (left.size() < 30) os << std::string(30 - left.size(), ' ');
+    else os << "\n" << std::string(30, ' ');
+    os << s.help;
+    if (!s.fallback.empty()) os << " (default: " << s.fallback << ")";
+    os << "\n";
+  }
+  os << "  --help                      show this help\n";
+  return os.str();
+}
+
+std::optional<Args> Args::parse(const std::string& command, const std::string& summary,
+                                const std::vector<OptionSpec>& specs, int argc, char** argv, int first) {
+  Args a;
+  a.command_ = command;
+  for (const auto& s : specs)
+    if (!s.fallback.empty()) a.defaults_[s.name] = s.fallback;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(usage(command, summary, specs).c_str(), stdout);
+      return std::nullopt;
+    }
+    if (arg.rfind("--", 0) != 0)
+      throw Error("unmask ", command, ": unexpected argument '", arg, "'", Hint("options start with --; see unmask " + command + " --help"));
+    std::string name = arg.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    auto it = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
+    if (it == specs.end()) {
+      std::string best;
+      size_t best_d = SIZE_MAX;
+      for (const auto& s : specs)
+        if (size_t d = edit_distance(name, s.name); d < best_d) best_d = d, best = s.name;
+      throw Error("unmask ", command, ": unknown option --", name,
+                  Hint(best_d <= 3 ? "did you mean --" + best + "?" : "see unmask " + command + " --help"));
+    }
+    if (it->value.empty()) {
+      if (inline_value) throw Error("unmask ", command, ": --", name, " is a flag and takes no value");
+      a.values_[name] = "1";
+    } else {
+      if (!inline_value) {
+        if (i + 1 >= argc) throw Error("unmask ", command, ": --", name, " needs a value (", it->value, ")");
+        value = argv[++i];
+      }
+      a.values_[name] = value;
+    }
+  }
+  return a;
+}
+
+std::string Args::get(const std::string& name) const {
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  if (auto it = defaults_.find(name); it != defaults_.end()) return it->second;
+  return "";
+}
+
+std::string Args::require(const std::string& name) const {
+  if (!has(name)) throw Error("unmask ", command_, ": --", name, " is required", Hint("see unmask " + command_ + " --help"));
+  return get(name);
+}
+
+int64_t Args::get_int(const std::string& name) const {
+  std::string v = get(name);
+  try {
+    size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw Error("unmask ", command_, ": --", name, " must be an integer, got '", v, "'");
+  }
+}
+
+std::vector<int64_t> Args::get_int_list(const std::string& name) const {
+  std::vector<int64_t> out;
+  std::string v = get(name);
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long long x = std::stoll(item, &used);
+      if (used != item.size() || x <= 0) throw std::invalid_argument(item);
+      out.push_back(x);
+    } catch (const std::exception&) {
+      throw Error("unmask ", command_, ": --", name, " must be a comma-separated list of positive integers, got '", v, "'");
+    }
+  }
+  if (out.empty()) throw Error("unmask ", command_, ": --", name, " is empty");
+  return out;
+}
+
+}  // namespace unmask::cli

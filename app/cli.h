@@ -1,0 +1,44 @@
+// app/cli.h: a small command-line parser shared by the subcommands.
+//
+// Every command declares its options (name, value or flag, help); `--help` prints them; an
+// unknown option is an error that names the nearest valid one.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace unmask::cli {
+
+struct OptionSpec {
+  std::string name;      // without the leading "--"
+  std::string value;     // placeholder for the value ("DIR"); empty = a flag
+  std::string help;
+  std::string fallback;  // default shown in --help (and returned by get)
+};
+
+class Args {
+ public:
+  /// Parses argv[first..]; returns nullopt after printing help when --help was given.
+  static std::optional<Args> parse(const std::string& command, const std::string& summary,
+                                   const std::vector<OptionSpec>& specs, int argc, char** argv, int first);
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  std::string get(const std::string& name) const;  // the value or the spec's default
+  std::string require(const std::string& name) const;  // error if absent
+  int64_t get_int(const std::string& name) const;
+  std::vector<int64_t> get_int_list(const std::string& name) const;  // "1,2,4"
+
+ private:
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> defaults_;
+};
+
+std::string usage(const std::string& command, const std::string& summary, const std::vector<OptionSpec>& specs);
+size_t edit_distance(const std::string& a, const std::string& b);
+
+int cmd_infer(int argc, char** argv);
+int cmd_forward(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+}  // namespace unmask::cli

@@ -1,0 +1,222 @@
+// app/cmd_bench.cc: `unmask bench infer`, the AITemplate BERT table (batch, seq, latency, QPS)
+// plus achieved GFLOP/s and % of the CPU's measured fp32 peak.
+//
+// FLOPs are counted analytically (matrix products only; element-wise work is < 1%):
+//   per layer, per token:  2 C (3C + C + 2I)          QKV, output projection, FFN in/out
+//   per layer, per seq:    4 C len^2                   Q K^T and P V over all heads
+//   pooler:                2 C^2 per sequence          (not with --encoders-only)
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "cli.h"
+#include "core/thread_pool.h"
+#include "unmask/bert.h"
+#include "unmask/context.h"
+#include "unmask/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace unmask::cli {
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+#if defined(__x86_64__)
+// Ten independent FMA chains on 8-wide vectors: the core's FMA throughput bound.
+__attribute__((target("avx2,fma"))) double fma_loop(int64_t iters) {
+  __m256 acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(float(i) * 1e-3f);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t n = 0; n < iters; ++n)
+    for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  float out[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, acc[i]);
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+#endif
+
+// Measures the fp32 FMA peak of `threads` cores in GFLOP/s (all threads at once, ~0.3 s).
+double measure_peak_gflops(int threads) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avx2")) return 0.0;
+  const int64_t iters = 20'000'000;
+  volatile double sink = 0;
+  ThreadPool pool(threads);
+  pool.run(threads, [&](int) { sink = sink + fma_loop(iters / 10); });  // warm up clocks
+  double t0 = now_s();
+  pool.run(threads, [&](int) { sink = sink + fma_loop(iters); });
+  double dt = now_s() - t0;
+  return double(threads) * double(iters) * 10 * 8 * 2 / dt / 1e9;
+#else
+  return 0.0;
+#endif
+}
+
+double peak_rss_mb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;
+}
+
+struct Row {
+  int64_t batch, seq, tokens;
+  double latency_ms, qps, gflops, pct_peak, rss_mb;
+};
+
+double forward_flops(const BertConfig& c, const std::vector<int32_t>& lengths, bool encoders_only) {
+  const double C = double(c.hidden_size), I = double(c.intermediate_size), L = double(c.num_hidden_layers);
+  double tokens = 0, sq = 0;
+  for (int32_t len : lengths) tokens += len, sq += double(len) * len;
+  double f = L * (tokens * 2 * C * (4 * C + 2 * I) + 4 * C * sq);
+  if (!encoders_only) f += double(lengths.size()) * 2 * C * C;
+  return f;
+}
+
+int bench_infer(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"model", "DIR|bert-base|bert-large", "a HF model directory, or random weights of that size", "bert-base"},
+      {"batch", "LIST", "batch sizes, e.g. 1,2,4,8", "1"},
+      {"seq", "LIST", "sequence lengths (with --lengths: the maximum)", "128"},
+      {"activation", "gelu|fast_gelu", "feed-forward activation (fast_gelu = tanh approximation)", "gelu"},
+      {"encoders-only", "", "time the encoder layers only (input = hidden states), as AITemplate's table", ""},
+      {"lengths", "uniform:MIN:MAX", "mixed-length batches run packed (no compute on padding); seq column = MAX", ""},
+      {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      {"iters", "N", "minimum timed iterations per row", "10"},
+      {"min-time", "SEC", "keep iterating until this much time has passed per row", "2"},
+      {"warmup", "N", "untimed iterations per row", "2"},
+      {"seed", "N", "seed for weights, token ids and lengths", "1234"},
+      {"peak-gflops", "X", "fp32 peak for %-of-peak (default: measured with an FMA loop)", ""},
+      {"format", "table|json|csv", "output format (json: one object per row)", "table"},
+  };
+  auto args = Args::parse("bench infer", "BERT inference benchmark: batch, seq, median latency, QPS, GFLOP/s, % of peak.",
+                          specs, argc, argv, 3);
+  if (!args) return 0;
+  const std::string format = args->get("format");
+  if (format != "table" && format != "json" && format != "csv") throw Error("--format must be table, json or csv, got '", format, "'");
+  const std::string act = args->get("activation");
+  if (act != "gelu" && act != "fast_gelu") throw Error("--activation must be gelu or fast_gelu, got '", act, "'");
+  const auto batches = args->get_int_list("batch");
+  const auto seqs = args->get_int_list("seq");
+  const int64_t min_iters = std::max<int64_t>(1, args->get_int("iters"));
+  const int64_t warmup = std::max<int64_t>(0, args->get_int("warmup"));
+  const double min_time = std::stod(args->get("min-time"));
+  const uint64_t seed = uint64_t(args->get_int("seed"));
+  const bool encoders_only = args->has("encoders-only");
+  int64_t len_min = 0, len_max = 0;
+  if (args->has("lengths")) {
+    std::string spec = args->get("lengths");
+    if (std::sscanf(spec.c_str(), "uniform:%ld:%ld", &len_min, &len_max) != 2 || len_min < 1 || len_max < len_min)
+      throw Error("--lengths must be uniform:MIN:MAX with 1 <= MIN <= MAX, got '", spec, "'");
+  }
+
+  Context ctx({.num_threads = int(args->get_int("threads"))});
+  const std::string model_arg = args->get("model");
+  BertModel model = model_arg == "bert-base"    ? BertModel::random(BertConfig::base(), BertHeads{.pooler = true}, seed)
+                    : model_arg == "bert-large" ? BertModel::random(BertConfig::large(), BertHeads{.pooler = true}, seed)
+                                                : BertModel::load(model_arg);
+  model.set_hidden_act(act == "gelu" ? HiddenAct::gelu : HiddenAct::gelu_tanh);
+  const BertConfig& cfg = model.config();
+  const double peak = args->has("peak-gflops") ? std::stod(args->get("peak-gflops")) : measure_peak_gflops(ctx.num_threads());
+
+  if (format == "table") {
+    std::printf("# unmask bench infer: %s, %lld layers, hidden %lld, %s, %d threads (%s kernels), peak %.0f GFLOP/s%s%s\n",
+                model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, act.c_str(), ctx.num_threads(),
+                ctx.cpu_isa(), peak, encoders_only ? ", encoders only" : "",
+                len_max ? (", lengths uniform " + std::to_string(len_min) + ".." + std::to_string(len_max)).c_str() : "");
+    std::printf("| Batch size | Seq len | Latency (ms) | QPS (seq/s) | GFLOP/s | %% of peak |\n");
+    std::printf("|-----------:|--------:|-------------:|------------:|--------:|----------:|\n");
+  } else if (format == "csv") {
+    std::printf("batch,seq,latency_ms,qps,gflop_per_s,pct_of_peak,tokens,threads\n");
+  }
+  std::fflush(stdout);
+
+  std::mt19937_64 rng(seed);
+  for (int64_t seq : seqs) {
+    if (seq > cfg.max_position_embeddings)
+      throw Error("--seq ", seq, " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
+    for (int64_t batch : batches) {
+      std::vector<int32_t> lengths(batch, int32_t(seq));
+      if (len_max) {
+        if (len_max > cfg.max_position_embeddings) throw Error("--lengths MAX exceeds max_position_embeddings");
+        std::uniform_int_distribution<int64_t> ld(len_min, len_max);
+        for (auto& l : lengths) l = int32_t(ld(rng));
+      }
+      int64_t N = 0;
+      for (int32_t l : lengths) N += l;
+      BertInput in;
+      in.input_ids = Tensor::empty({N}, DType::i32);
+      std::uniform_int_distribution<int32_t> tok(1000, int32_t(cfg.vocab_size - 1));
+      for (int64_t i = 0; i < N; ++i) in.input_ids.data<int32_t>()[i] = tok(rng);
+      in.cu_seqlens = Tensor::empty({batch + 1}, DType::i32);
+      in.cu_seqlens.data<int32_t>()[0] = 0;
+      for (int64_t b = 0; b < batch; ++b) in.cu_seqlens.data<int32_t>()[b + 1] = in.cu_seqlens.data<int32_t>()[b] + lengths[b];
+      ForwardOptions fo;
+      fo.mlm = fo.nsp = fo.qa = fo.classifier = false;
+      fo.pooler = !encoders_only;
+      Tensor hidden;
+      if (encoders_only) {
+        hidden = Tensor::empty({N, cfg.hidden_size}, DType::f32);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        for (int64_t i = 0; i < hidden.numel(); ++i) hidden.data<float>()[i] = nd(rng);
+        fo.embeddings = false;
+        fo.hidden_in = &hidden;
+      }
+      for (int64_t i = 0; i < warmup; ++i) model.forward(ctx, in, fo);
+      std::vector<double> times;
+      const double start = now_s();
+      while (int64_t(times.size()) < min_iters || now_s() - start < min_time) {
+        double t0 = now_s();
+        BertOutputs out = model.forward(ctx, in, fo);
+        times.push_back(now_s() - t0);
+        if (times.size() > 100000) break;
+      }
+      std::sort(times.begin(), times.end());
+      const double med = times[times.size() / 2];
+      Row r{batch, seq, N, med * 1e3, double(batch) / med, forward_flops(cfg, lengths, encoders_only) / med / 1e9, 0, peak_rss_mb()};
+      r.pct_peak = peak > 0 ? 100.0 * r.gflops / peak : 0;
+      if (format == "table")
+        std::printf("| %10lld | %7lld | %12.2f | %11.2f | %7.1f | %8.1f%% |\n", (long long)r.batch, (long long)r.seq, r.latency_ms,
+                    r.qps, r.gflops, r.pct_peak);
+      else if (format == "csv")
+        std::printf("%lld,%lld,%.4f,%.3f,%.2f,%.2f,%lld,%d\n", (long long)r.batch, (long long)r.seq, r.latency_ms, r.qps, r.gflops,
+                    r.pct_peak, (long long)r.tokens, ctx.num_threads());
+      else
+        std::printf("{\"engine\": \"unmask\", \"batch\": %lld, \"seq\": %lld, \"latency_ms\": %.4f, \"qps\": %.3f, "
+                    "\"gflop_per_s\": %.2f, \"pct_of_peak\": %.2f, \"tokens\": %lld, \"threads\": %d, \"iters\": %zu, "
+                    "\"peak_rss_mb\": %.1f, \"lengths\": \"%s\"}\n",
+                    (long long)r.batch, (long long)r.seq, r.latency_ms, r.qps, r.gflops, r.pct_peak, (long long)r.tokens,
+                    ctx.num_threads(), times.size(), r.rss_mb, len_max ? args->get("lengths").c_str() : "fixed");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  const char* kBenchUsage =
+      "usage: unmask bench <what> [options]\n\n"
+      "  infer     BERT inference: batch, seq, latency, QPS, GFLOP/s, % of peak (AITemplate's table)\n\n"
+      "Run `unmask bench <what> --help` for its options.\n";
+  if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
+    std::fputs(kBenchUsage, argc < 3 ? stderr : stdout);
+    return argc < 3 ? 2 : 0;
+  }
+  std::string what = argv[2];
+  if (what == "infer") return bench_infer(argc, argv);
+  throw Error("unknown benchmark '", what, "'", Hint("available: infer"));
+}
+
+}  // namespace unmask::cli

@@ -1,0 +1,130 @@
+// unmask/bert.h: BERT encoders from Hugging Face model directories, on CPU (CUDA next).
+//
+// Usage:
+//   unmask::Context ctx({.num_threads = 2});
+//   auto model = unmask::BertModel::load("bert-base-uncased/");   // config.json + model.safetensors
+//   unmask::BertInput in;                                        // packed: no compute on padding
+//   in.input_ids = ...;        // i32 [N]: all sequences back to back
+//   in.cu_seqlens = ...;       // i32 [B+1]: sequence b is rows cu[b]..cu[b+1]-1
+//   unmask::BertOutputs out = model.forward(ctx, in);
+//   out.last_hidden_state;     // f32 [N, C]
+//
+// Weights stored as F32 are used in place from the memory-mapped file; F16/BF16 are widened
+// to f32 once at load. Parameter names are HF's (`bert.encoder.layer.0...`), also accepted:
+// a bare BertModel saved without the `bert.` prefix and legacy `LayerNorm.gamma/beta`.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unmask/context.h"
+#include "unmask/tensor.h"
+
+namespace unmask {
+
+/// Activation of the feed-forward block (config "hidden_act").
+enum class HiddenAct : uint8_t { gelu, gelu_tanh };
+
+/// Hugging Face BertConfig fields unmask uses. Dimension names: C hidden, L layers, NH heads,
+/// I intermediate, V vocabulary, P positions.
+struct BertConfig {
+  int64_t vocab_size = 30522;          // V
+  int64_t hidden_size = 768;           // C
+  int64_t num_hidden_layers = 12;      // L
+  int64_t num_attention_heads = 12;    // NH
+  int64_t intermediate_size = 3072;    // I
+  int64_t max_position_embeddings = 512;  // P
+  int64_t type_vocab_size = 2;
+  int64_t pad_token_id = 0;
+  int64_t num_labels = 2;              // classification heads
+  double layer_norm_eps = 1e-12;
+  HiddenAct hidden_act = HiddenAct::gelu;
+  std::vector<std::string> architectures;
+  std::vector<std::string> id2label;
+
+  /// Reads config.json; missing required keys or absurd values throw an Error naming the
+  /// file and key.
+  static BertConfig from_json_file(const std::string& path);
+  static BertConfig from_json_string(const std::string& json, const std::string& origin);
+  /// Throws if sizes are non-positive, too large, or heads do not divide the hidden size.
+  void validate(const std::string& origin) const;
+  std::string to_json() const;
+
+  static BertConfig base();   // bert-base-uncased
+  static BertConfig large();  // bert-large-uncased
+};
+
+/// Which heads the checkpoint has (all may be absent: a bare BertModel without pooler).
+struct BertHeads {
+  bool pooler = false;
+  bool mlm = false;     // cls.predictions.* (decoder tied to word embeddings, separate bias)
+  bool nsp = false;     // cls.seq_relationship.*
+  bool qa = false;      // qa_outputs.*      [2, C]
+  bool seqcls = false;  // classifier.* on the pooled output  [num_labels, C]
+  bool tokcls = false;  // classifier.* on every token        [num_labels, C]
+};
+
+/// One batch. Either packed (cu_seqlens given; input_ids [N]) or padded (input_ids [B, T],
+/// optional attention_mask [B, T], 1 = real token). ids may be i32 or i64.
+struct BertInput {
+  Tensor input_ids;
+  Tensor token_type_ids;   // same shape as input_ids; undefined = all zeros
+  Tensor cu_seqlens;       // i32 [B+1]: packed mode
+  Tensor attention_mask;   // [B, T]: padded mode, optional
+};
+
+/// What to compute beyond the encoder.
+struct ForwardOptions {
+  bool pooler = true;
+  bool mlm = true;
+  bool nsp = true;
+  bool qa = true;
+  bool classifier = true;
+  bool embeddings = true;  // false: input_ids ignored, `hidden_in` [N, C] is the encoder input
+  const Tensor* hidden_in = nullptr;
+};
+
+/// Outputs in the input's layout: packed rows [N, ...] or padded [B, T, ...]. Tensors for
+/// heads the model lacks (or that were not requested) are undefined.
+struct BertOutputs {
+  Tensor last_hidden_state;  // [N, C] | [B, T, C]
+  Tensor pooler_output;      // [B, C]
+  Tensor mlm_logits;         // [N, V] | [B, T, V]
+  Tensor nsp_logits;         // [B, 2]
+  Tensor qa_start_logits;    // [N] | [B, T]
+  Tensor qa_end_logits;      // [N] | [B, T]
+  Tensor seqcls_logits;      // [B, num_labels]
+  Tensor tokcls_logits;      // [N, num_labels] | [B, T, num_labels]
+};
+
+struct BertWeights;  // src/models/bert_weights.h
+
+class BertModel {
+ public:
+  /// Loads config.json and model.safetensors (or a sharded index) from `dir`. Missing,
+  /// unexpected or mis-shaped tensors give one Error listing all of them.
+  static BertModel load(const std::string& dir);
+  /// Random weights (normal(0, 0.02); LayerNorm 1/0) for benchmarks, with the given heads.
+  static BertModel random(const BertConfig& config, const BertHeads& heads, uint64_t seed);
+
+  BertModel(BertModel&&) noexcept;
+  BertModel& operator=(BertModel&&) noexcept;
+  ~BertModel();
+
+  const BertConfig& config() const;
+  const BertHeads& heads() const;
+  /// Overrides the feed-forward activation (bench --activation fast_gelu).
+  void set_hidden_act(HiddenAct act);
+  /// Bytes of parameters (as f32 in memory).
+  int64_t parameter_bytes() const;
+  int64_t num_parameters() const;
+
+  BertOutputs forward(Context& ctx, const BertInput& input, const ForwardOptions& options = {}) const;
+
+ private:
+  explicit BertModel(std::unique_ptr<BertWeights> w);
+  std::unique_ptr<BertWeights> w_;
+};
+
+}  // namespace unmask

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what unmask needs to build and test, from Debian's packages only (see README
+# "Dependencies" for why each one). Safe to run again; skips apt when everything is present.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-dev        # BLAS for the CPU GEMMs (OpenBLAS, pthread build)
+  nlohmann-json3-dev     # JSON for config.json and safetensors headers
+  libgtest-dev           # unit tests
+  unicode-data           # UnicodeData.txt etc.: source of the generated tokenizer tables
+  python3-torch python3-numpy  # PyTorch (CPU) reference for parity tests and peer benchmarks
+  clang libclang-rt-14-dev  # libFuzzer targets
+)
+
+missing=()
+# Node.js + npm run tokenizers.js and onnxruntime-node (reference tokenizer, peer benchmark);
+# use the machine's own if it has one, else Debian's.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: all Debian packages present"
