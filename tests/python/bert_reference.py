@@ -20,17 +20,18 @@ Two encoder implementations, identical in exact arithmetic:
     (additive mask (1 - mask) * finfo(dtype).min, scores / sqrt(head_dim)).  Used to cross-check
     the TEL mapping, and by the ONNX export / PyTorch benchmark in bench/peers (it exports cleanly).
 
-TransformerEncoderLayer "fast path" (torch 1.13): in eval mode, with a src_key_padding_mask, when
-no parameter requires grad (or grad is disabled) it calls torch._transformer_encoder_layer_fwd,
-which converts to nested tensors and returns 0 at padded positions and uses a different kernel
-order.  We disable it by (1) keeping every TEL parameter requires_grad=True and running the
-encoder under torch.enable_grad() — the documented fast-path condition "grad is enabled and at
-least one of ... requires_grad" then fails — and (2) as a guard, temporarily replacing
-torch._transformer_encoder_layer_fwd and torch._native_multi_head_attention with functions that
-raise, so a future torch that took the fast path anyway would fail loudly instead of silently
-computing something else.  (torch 1.13 has no torch.backends.mha.set_fastpath_enabled; if a newer
-torch has it, we call it too.)  We also call the layers one by one instead of using
-nn.TransformerEncoder, which has its own nested-tensor conversion.
+TransformerEncoderLayer "fast path" (torch 1.13): in eval mode, with even nhead and gelu/relu, when
+no parameter requires grad (or grad is disabled) the layer calls the fused
+torch._transformer_encoder_layer_fwd kernel instead of the Python code (different op order), and
+nn.TransformerEncoder additionally converts the batch to nested tensors and returns exactly 0 at
+padded positions (checked here: a padded row came back all zeros).  We disable it by (1) keeping
+every TEL parameter requires_grad=True and running the encoder under torch.enable_grad() — the
+fast-path condition "grad is enabled and at least one of ... requires_grad" then fails — (2)
+calling the layers one by one instead of through nn.TransformerEncoder, and (3) as a guard,
+temporarily replacing torch._transformer_encoder_layer_fwd and torch._native_multi_head_attention
+with functions that raise, so a torch that took the fast path anyway fails loudly instead of
+silently computing something else (parity.py checks the guard fires when grad is off).  torch 1.13
+has no torch.backends.mha.set_fastpath_enabled; when a newer torch has it we switch it off too.
 
 The checkpoint is read with our own safetensors reader (st_io.py): F32/F16/BF16 weights (upcast
 exactly), "bert." prefix or bare BertModel names, legacy LayerNorm.gamma/beta names.
