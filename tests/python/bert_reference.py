@@ -181,7 +181,8 @@ class HFBertLayer(nn.Module):
             getattr(self, attr).data.copy_(get(prefix + name))
 
     def forward(self, x, ext_mask):
-        B, T, H = x.shape
+        B, T = x.shape[0], x.shape[1]
+        H = self.H  # a Python int (not a traced size): F.layer_norm needs it for ONNX export
 
         def heads(t):
             return t.view(B, T, self.NH, self.D).transpose(1, 2)
