@@ -90,6 +90,11 @@ TEST(WordPieceVocab, MissingFileNamesThePath) {
   EXPECT_NE(msg.find("hint"), std::string::npos) << msg;
 }
 
+TEST(WordPieceVocab, DirectoryIsAnError) {
+  std::string msg = error_message([] { Vocab::load(testing::TempDir()); });
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+}
+
 TEST(WordPieceVocab, EmptyFileIsAnError) {
   const std::string path = testing::TempDir() + "/unmask_empty_vocab.txt";
   std::ofstream(path).close();

@@ -2,6 +2,7 @@
 #include "text/wordpiece.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -57,6 +58,11 @@ bool is_whitespace(char32_t cp) {
 // ---- Vocab ---------------------------------------------------------------------------
 
 Vocab Vocab::load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error("vocab: ", path, " is a directory, not a vocab file",
+                Hint("pass the vocab.txt inside it, e.g. " + path + "/vocab.txt"));
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     throw Error("vocab: cannot open ", path,
