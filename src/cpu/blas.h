@@ -1,10 +1,48 @@
-// cpu/blas.h: the BLAS the CPU backend calls (Debian's OpenBLAS, pthread build).
+// cpu/blas.h: the CPU GEMM (BLAS call + fused epilogue) and the BLAS thread settings.
+//
+// Two BLAS libraries can sit behind gemm(): OpenBLAS (Debian's pthread build, always linked)
+// and oneDNN (dnnl_sgemm; compiled in when CMake finds libdnnl, UNMASK_WITH_DNNL). The default
+// is the faster one on BERT shapes as measured in bench/GEMM_CHOICE.md; UNMASK_BLAS=openblas|onednn
+// overrides it.
+//
+// Threading (bench/GEMM_CHOICE.md has the measurement): the output is cut into tiles that
+// Context::parallel_for hands to the pool threads; each tile is one single-threaded BLAS call
+// followed by the bias/activation epilogue while the tile is still in L2. The BLAS libraries'
+// own thread pools are therefore kept at one thread, so the library never competes with the
+// Context pool for the cores (no oversubscription).
 #pragma once
 #include <cstdint>
+#include <string_view>
+
+#include "ops/op_params.h"
+#include "unmask/context.h"
 
 namespace unmask::cpu {
 
-/// Sets the BLAS library's own thread count (called by Context).
+enum class GemmBackend : uint8_t { openblas, onednn };
+const char* gemm_backend_name(GemmBackend b);
+
+/// How a GEMM uses the cores (kept selectable for bench/gemm_cpu.cc).
+enum class GemmThreading : uint8_t {
+  tiles,         // pool threads, one single-threaded BLAS call + epilogue per tile (default)
+  blas_threads,  // one BLAS call on ctx.num_threads() library threads, then a parallel epilogue
+};
+
+/// The backend in use: the test override if set, else UNMASK_BLAS, else the measured default.
+GemmBackend gemm_backend();
+/// Backends compiled into this build (openblas always; onednn with UNMASK_WITH_DNNL).
+bool gemm_backend_available(GemmBackend b);
+/// Test/bench hook: force a backend (nullptr-like reset with `reset = true`).
+void gemm_backend_override_for_testing(GemmBackend b, bool reset = false);
+/// Bench hook: threading strategy and row-block size (0 = default) for later gemm() calls.
+void gemm_tuning_override_for_bench(GemmThreading threading, int64_t row_block);
+
+/// Runs one validated GEMM (see ops::GemmParams) on ctx's threads.
+void gemm(Context& ctx, const ops::GemmParams& p);
+
+/// Sets the BLAS library's own thread count (called by Context). With the tiles strategy the
+/// libraries are kept single-threaded whatever n is (see above); n is remembered for
+/// blas_threads.
 void blas_set_num_threads(int n);
 
 }  // namespace unmask::cpu

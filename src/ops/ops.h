@@ -10,11 +10,17 @@
 // V vocabulary, N rows (tokens over a batch), M/N/K GEMM sizes.
 #pragma once
 #include <cstdint>
+#include <string_view>
 
 #include "unmask/context.h"
 #include "unmask/tensor.h"
 
 namespace unmask::ops {
+
+/// Whether a backend implements `op` ("gemm", "layernorm", "activation", "softmax",
+/// "embedding", "attention") for tensors on `device` with element type `dtype`. Tests loop
+/// over the supported cases; an unsupported call throws Unsupported naming all three.
+bool supports(std::string_view op, Device device, DType dtype);
 
 /// Elementwise activations (also GEMM epilogues).
 enum class Activation : uint8_t {

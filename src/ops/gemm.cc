@@ -1,0 +1,104 @@
+// ops/gemm.cc: c = act(alpha * op(a) @ op(b) + bias + beta * c), 2-D or batched 3-D.
+#include "cpu/blas.h"
+#include "ops/op_common.h"
+#include "ops/op_params.h"
+#include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
+
+namespace unmask::ops {
+namespace {
+
+// The matrix dims of a 2-D or 3-D operand: rows, cols, row stride, batch, batch stride.
+struct Mat {
+  int64_t rows = 0, cols = 0, ld = 0, batch = 1, batch_stride = 0;
+};
+
+Mat as_mat(const char* name, const Tensor& t) {
+  UNMASK_CHECK(t.ndim() == 2 || t.ndim() == 3, "gemm: ", name, " must be 2-D or 3-D, got ",
+               t.describe());
+  Mat m;
+  m.rows = t.size(-2);
+  m.cols = t.size(-1);
+  UNMASK_CHECK(t.stride(-1) == 1 || m.cols <= 1, "gemm: ", name,
+               " must have innermost stride 1, got ", t.describe());
+  m.ld = m.rows <= 1 ? (m.cols > 1 ? m.cols : 1) : t.stride(-2);
+  UNMASK_CHECK(m.ld >= m.cols || m.rows <= 1, "gemm: ", name, " rows overlap (row stride ", m.ld,
+               " < ", m.cols, " columns), got ", t.describe());
+  if (m.ld < 1) m.ld = 1;
+  if (t.ndim() == 3) {
+    m.batch = t.size(0);
+    m.batch_stride = m.batch <= 1 ? 0 : t.stride(0);
+  }
+  return m;
+}
+
+}  // namespace
+
+void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
+          const GemmArgs& args) {
+  constexpr const char* op = "gemm";
+  detail::check_f32(op, "a", a);
+  detail::check_f32(op, "b", b);
+  detail::check_f32(op, "c", c);
+  const Device dev = c.device();
+  detail::check_device(op, "a", a, dev);
+  detail::check_device(op, "b", b, dev);
+  const Mat ma = as_mat("a", a), mb = as_mat("b", b), mc = as_mat("c", c);
+  UNMASK_CHECK(a.ndim() == c.ndim(), "gemm: a and c must both be 2-D or both 3-D, got a ",
+               a.describe(), " and c ", c.describe());
+  UNMASK_CHECK(b.ndim() <= a.ndim(), "gemm: b is 3-D but a is 2-D, got b ", b.describe());
+  const int64_t M = ta == Trans::yes ? ma.cols : ma.rows;
+  const int64_t K = ta == Trans::yes ? ma.rows : ma.cols;
+  const int64_t Kb = tb == Trans::yes ? mb.cols : mb.rows;
+  const int64_t N = tb == Trans::yes ? mb.rows : mb.cols;
+  UNMASK_CHECK(K == Kb, "gemm: inner dims differ: op(a) is [", M, ", ", K, "] but op(b) is [", Kb,
+               ", ", N, "] (a ", a.describe(), ", b ", b.describe(), ")");
+  UNMASK_CHECK(mc.rows == M && mc.cols == N, "gemm: c must be [", M, ", ", N, "], got ",
+               c.describe());
+  UNMASK_CHECK(ma.batch == mc.batch, "gemm: a has batch ", ma.batch, " but c has batch ", mc.batch);
+  UNMASK_CHECK(mb.batch == ma.batch || mb.batch == 1, "gemm: b must have batch ", ma.batch,
+               " or 1 (shared), got ", b.describe());
+  if (args.bias) {
+    const Tensor& bias = *args.bias;
+    detail::check_f32(op, "bias", bias);
+    detail::check_device(op, "bias", bias, dev);
+    UNMASK_CHECK(bias.ndim() == 1 && bias.size(0) == N && (bias.stride(0) == 1 || N <= 1),
+                 "gemm: bias must be contiguous [", N, "], got ", bias.describe());
+  }
+
+  GemmParams p;
+  p.a = a.data<float>();
+  p.lda = ma.ld;
+  p.batch_stride_a = ma.batch_stride;
+  p.ta = ta;
+  p.b = b.data<float>();
+  p.ldb = mb.ld;
+  p.batch_stride_b = mb.batch == 1 ? 0 : mb.batch_stride;
+  p.tb = tb;
+  p.c = c.data<float>();
+  p.ldc = mc.ld;
+  p.batch_stride_c = mc.batch_stride;
+  p.batch = mc.batch;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.alpha = args.alpha;
+  p.beta = args.beta;
+  p.bias = args.bias ? args.bias->data<float>() : nullptr;
+  p.act = args.act;
+  switch (dev) {
+    case Device::cpu:
+      detail::dispatch_float(op, Device::cpu, c.dtype(), [&](auto) { cpu::gemm(ctx, p); });
+      return;
+    case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::gemm(ctx, p);
+#else
+      detail::throw_unsupported(op, Device::cuda, c.dtype());
+#endif
+  }
+}
+
+}  // namespace unmask::ops

@@ -1,0 +1,77 @@
+// ops/op_common.cc: validation helpers for the op front-ends, and the supports() table.
+#include "ops/op_common.h"
+
+#include <string>
+
+#include "ops/ops.h"
+
+namespace unmask::ops {
+namespace detail {
+
+Rows as_rows(std::string_view op, std::string_view name, const Tensor& t) {
+  UNMASK_CHECK(t.ndim() >= 1, op, ": ", name, " must have at least 1 dim, got ", t.describe());
+  const int nd = t.ndim();
+  Rows r;
+  r.C = t.size(-1);
+  UNMASK_CHECK(t.stride(-1) == 1 || r.C <= 1, op, ": ", name,
+               " must have innermost stride 1, got ", t.describe());
+  r.N = 1;
+  for (int i = 0; i + 1 < nd; ++i) r.N *= t.size(i);
+  r.ld = r.C;
+  // The row stride is the stride of the innermost leading dim with size > 1; every outer dim
+  // with size > 1 must step by exactly (its inner size) rows, so the rows form one sequence.
+  int64_t expect = -1;
+  for (int i = nd - 2; i >= 0; --i) {
+    if (t.size(i) == 1) continue;
+    if (expect < 0) {
+      r.ld = t.stride(i);
+    } else {
+      UNMASK_CHECK(t.stride(i) == expect, op, ": ", name,
+                   " leading dims cannot be merged into rows (stride ", t.stride(i), " of dim ", i,
+                   ", expected ", expect, "), got ", t.describe());
+    }
+    expect = t.stride(i) * t.size(i);
+  }
+  UNMASK_CHECK(r.N <= 1 || r.ld >= r.C, op, ": ", name, " rows overlap (row stride ", r.ld,
+               " < ", r.C, " columns), got ", t.describe());
+  return r;
+}
+
+void check_f32(std::string_view op, std::string_view name, const Tensor& t) {
+  if (t.dtype() != DType::f32)
+    throw Unsupported(op, ": ", name, " must be f32 (the one dtype the kernels implement), got ",
+                      t.describe());
+}
+
+void check_device(std::string_view op, std::string_view name, const Tensor& t, Device device) {
+  UNMASK_CHECK(t.device() == device, op, ": ", name, " is on ", device_name(t.device()),
+               " but the op runs on ", device_name(device), ", got ", t.describe());
+}
+
+void check_same_shape(std::string_view op, std::string_view a_name, const Tensor& a,
+                      std::string_view b_name, const Tensor& b) {
+  UNMASK_CHECK(a.shape() == b.shape(), op, ": ", b_name, " must have the shape of ", a_name, " ",
+               a.shape().str(), ", got ", b.describe());
+}
+
+void throw_unsupported(std::string_view op, Device device, DType dtype) {
+  throw Unsupported(op, ": no kernel for device ", device_name(device), " and dtype ",
+                    dtype_name(dtype),
+                    device == Device::cuda ? Hint("this build has no CUDA backend for it")
+                                           : Hint("the CPU kernels implement f32"));
+}
+
+}  // namespace detail
+
+bool supports(std::string_view op, Device device, DType dtype) {
+  const bool known = op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" ||
+                     op == "embedding" || op == "attention";
+  if (!known) return false;
+  switch (device) {
+    case Device::cpu: return dtype == DType::f32;
+    case Device::cuda: return false;  // no CUDA kernels yet (src/cuda/ops_cuda.h)
+  }
+  return false;
+}
+
+}  // namespace unmask::ops

@@ -1,0 +1,46 @@
+// ops/op_common.h: validation helpers shared by the op front-ends (src/ops/*.cc).
+//
+// Every check throws unmask::Error with the op name, the tensor's role and its description
+// (dtype, shape, strides, device), so a failure says what was passed and what was expected.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "unmask/error.h"
+#include "unmask/tensor.h"
+
+namespace unmask::ops::detail {
+
+/// A tensor seen as N rows of C contiguous elements, rows `ld` elements apart.
+struct Rows {
+  int64_t N = 0, C = 0, ld = 0;
+};
+
+/// Views t as rows over its last dim: innermost stride 1 and leading dims that collapse into
+/// one row dimension with a single stride (e.g. [B, T, C] contiguous, or a column slice of a
+/// wider [N, 3C] buffer). Throws naming `op`, `name` and t.describe() otherwise.
+Rows as_rows(std::string_view op, std::string_view name, const Tensor& t);
+
+/// Throws Unsupported (an Error) unless t is f32.
+void check_f32(std::string_view op, std::string_view name, const Tensor& t);
+
+/// Throws unless t is on `device`.
+void check_device(std::string_view op, std::string_view name, const Tensor& t, Device device);
+
+/// Throws unless a and b have the same shape.
+void check_same_shape(std::string_view op, std::string_view a_name, const Tensor& a,
+                      std::string_view b_name, const Tensor& b);
+
+/// Throws Unsupported for an (op, device, dtype) no backend implements.
+[[noreturn]] void throw_unsupported(std::string_view op, Device device, DType dtype);
+
+/// Calls fn(float{}) for f32 (the one floating type the kernels implement so far) and throws
+/// Unsupported for any other dtype. New dtypes become new cases here, not new macros.
+template <typename Fn> void dispatch_float(std::string_view op, Device device, DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: return fn(float{});
+    default: throw_unsupported(op, device, dtype);
+  }
+}
+
+}  // namespace unmask::ops::detail

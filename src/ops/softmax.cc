@@ -1,0 +1,39 @@
+// ops/softmax.cc: row-wise softmax over the last dim.
+#include "cpu/kernels.h"
+#include "ops/op_common.h"
+#include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
+
+namespace unmask::ops {
+
+void softmax(Context& ctx, const Tensor& x, Tensor& y) {
+  constexpr const char* op = "softmax";
+  detail::check_f32(op, "x", x);
+  detail::check_f32(op, "y", y);
+  detail::check_same_shape(op, "x", x, "y", y);
+  detail::check_device(op, "y", y, x.device());
+  if (x.numel() == 0) return;
+  const detail::Rows rx = detail::as_rows(op, "x", x), ry = detail::as_rows(op, "y", y);
+  switch (x.device()) {
+    case Device::cpu:
+      detail::dispatch_float(op, Device::cpu, x.dtype(), [&](auto) {
+        const cpu::CpuKernels& k = cpu::kernels();
+        const float* xp = x.data<float>();
+        float* yp = y.data<float>();
+        ctx.parallel_for(rx.N, [&](int64_t b, int64_t e) {
+          k.softmax_rows(xp + b * rx.ld, rx.ld, yp + b * ry.ld, ry.ld, e - b, rx.C);
+        }, 1 + 8192 / rx.C);
+      });
+      return;
+    case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::softmax(ctx, x.data<float>(), rx.ld, y.data<float>(), ry.ld, rx.N, rx.C);
+#else
+      detail::throw_unsupported(op, Device::cuda, x.dtype());
+#endif
+  }
+}
+
+}  // namespace unmask::ops
