@@ -7,6 +7,7 @@
 //   Context ctx({.num_threads = 2});
 //   ctx.parallel_for(rows, [&](int64_t begin, int64_t end) { ... });
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,12 +17,17 @@
 namespace unmask {
 
 class ThreadPool;
+namespace cuda { class CudaState; }  // src/cuda/cuda_state.h (only in UNMASK_CUDA builds)
 
 struct ContextOptions {
   /// CPU threads for ops and BLAS; 0 = all cores (std::thread::hardware_concurrency()).
   int num_threads = 0;
   Device device = Device::cpu;
   int device_index = 0;
+  /// CUDA only: run on this cudaStream_t (not owned) instead of creating a stream.
+  void* cuda_stream = nullptr;
+  /// CUDA only: bytes of cuBLASLt workspace (32 MiB suits Hopper).
+  size_t cuda_workspace_bytes = size_t(32) << 20;
 };
 
 class Context {
@@ -42,10 +48,21 @@ class Context {
   /// startup and overridable with UNMASK_CPU_ISA=generic|avx2|avx512.
   const char* cpu_isa() const;
 
+  /// The cudaStream_t every op of this context runs on; nullptr for a CPU context.
+  void* cuda_stream() const;
+  /// Blocks until the work queued on this context's stream is done (no-op for CPU).
+  void synchronize() const;
+  /// Makes this context's stream the one Tensor::empty(..., Device::cuda) tags new memory
+  /// with on the calling thread (done once by the constructor for the constructing thread).
+  void make_current() const;
+  /// The CUDA backend state (stream, cuBLASLt handle, workspace); null for a CPU context.
+  cuda::CudaState* cuda_state() const { return cuda_.get(); }
+
  private:
   ContextOptions options_;
   int num_threads_ = 1;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<cuda::CudaState> cuda_;
 };
 
 }  // namespace unmask

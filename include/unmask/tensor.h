@@ -48,7 +48,8 @@ class Tensor {
  public:
   Tensor() = default;
 
-  /// Allocates owned, uninitialised, 64-byte-aligned memory on `device` (CPU only for now).
+  /// Allocates owned, uninitialised, 64-byte-aligned memory on `device` (Device::cuda: from the
+  /// caching allocator, src/cuda/allocator.h, in CUDA builds).
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu);
   /// Allocates and fills with zeros.
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu);
@@ -85,8 +86,11 @@ class Tensor {
   Tensor select(int dim, int64_t index) const;
   /// A contiguous owned copy (same dtype and device).
   Tensor contiguous() const;
-  /// Copies `src` (same shape and dtype) into this tensor's memory.
+  /// Copies `src` (same shape and dtype) into this tensor's memory; host <-> device copies
+  /// (CUDA builds) are synchronous and need innermost stride 1 unless both are contiguous.
   void copy_from(const Tensor& src);
+  /// A contiguous owned copy on `device` (a host <-> device copy in CUDA builds).
+  Tensor to(Device device) const;
 
   /// "f32[2,3] cpu" (plus strides when not contiguous); used in every shape error.
   std::string describe() const;

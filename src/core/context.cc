@@ -8,6 +8,15 @@
 #include "core/thread_pool.h"
 #include "cpu/blas.h"
 #include "cpu/kernels.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/allocator.h"
+#include "cuda/check.h"
+#include "cuda/cuda_state.h"
+#else
+namespace unmask::cuda {
+class CudaState {};  // never created without the CUDA backend
+}  // namespace unmask::cuda
+#endif
 
 namespace unmask {
 
@@ -17,7 +26,10 @@ Context::Context(const ContextOptions& options) : options_(options) {
   pool_ = std::make_unique<ThreadPool>(num_threads_);
   cpu::blas_set_num_threads(num_threads_);
   if (options.device == Device::cuda) {
-#ifndef UNMASK_WITH_CUDA
+#ifdef UNMASK_WITH_CUDA
+    cuda_ = std::make_unique<cuda::CudaState>(options.device_index, options.cuda_stream,
+                                              options.cuda_workspace_bytes);
+#else
     throw Unsupported("device cuda requested but this build has no CUDA backend",
                       Hint("rebuild with -DUNMASK_CUDA=ON on a machine with the CUDA toolkit"));
 #endif
@@ -41,5 +53,25 @@ void Context::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)
 }
 
 const char* Context::cpu_isa() const { return cpu::kernels().name; }
+
+void* Context::cuda_stream() const {
+#ifdef UNMASK_WITH_CUDA
+  return cuda_ ? static_cast<void*>(cuda_->stream) : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+void Context::synchronize() const {
+#ifdef UNMASK_WITH_CUDA
+  if (cuda_) CUDA_CHECK(cudaStreamSynchronize(cuda_->stream));
+#endif
+}
+
+void Context::make_current() const {
+#ifdef UNMASK_WITH_CUDA
+  if (cuda_) cuda::set_current_stream(cuda_->stream);
+#endif
+}
 
 }  // namespace unmask

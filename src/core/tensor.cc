@@ -2,8 +2,14 @@
 #include "unmask/tensor.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <sstream>
+
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/allocator.h"
+#include "cuda/copy.h"
+#endif
 
 namespace unmask {
 
@@ -49,10 +55,26 @@ Shape contiguous_strides(const Shape& shape) {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  if (device != Device::cpu) throw Unsupported("Tensor::empty on ", device_name(device), " needs the CUDA backend");
   for (int i = 0; i < shape.ndim(); ++i)
     if (shape[i] < 0) throw Error("Tensor::empty: negative size in shape ", shape.str());
   size_t bytes = size_t(shape.numel()) * dtype_size(dtype);
+  if (device == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    // The caching allocator (src/cuda/allocator.h), tagged with the thread's current stream.
+    void* d = cuda::device_malloc(bytes, cuda::current_stream());
+    Tensor t;
+    t.data_ = d;
+    t.dtype_ = dtype;
+    t.device_ = device;
+    t.shape_ = shape;
+    t.strides_ = contiguous_strides(shape);
+    t.storage_ = std::shared_ptr<void>(d, [](void* q) { cuda::device_free(q); });
+    return t;
+#else
+    throw Unsupported("Tensor::empty on ", device_name(device), " needs the CUDA backend",
+                      Hint("rebuild with -DUNMASK_CUDA=ON"));
+#endif
+  }
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   if (!p) throw Error("out of memory allocating ", bytes, " bytes for ", dtype_name(dtype), shape.str());
@@ -68,6 +90,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
+#ifdef UNMASK_WITH_CUDA
+  if (device == Device::cuda) {
+    cuda::memset_zero(t.data_, t.nbytes());
+    return t;
+  }
+#endif
   std::memset(t.data_, 0, t.nbytes());
   return t;
 }
@@ -147,18 +175,62 @@ static void copy_strided(const Tensor& src, Tensor& dst) {
   }
 }
 
+#ifdef UNMASK_WITH_CUDA
+// Copies to or from (or within) device memory: one cudaMemcpy2D per 2-D slab of the last two
+// dims, so the innermost stride must be 1 on both sides unless both are contiguous.
+static void copy_strided_cuda(const Tensor& src, Tensor& dst) {
+  const size_t es = dtype_size(src.dtype());
+  if (src.is_contiguous() && dst.is_contiguous()) {
+    cuda::copy_2d(dst.raw(), 0, src.raw(), 0, src.nbytes(), 1);
+    return;
+  }
+  const int nd = src.ndim();
+  if (src.stride(nd - 1) != 1 || dst.stride(nd - 1) != 1)
+    throw Unsupported("copy_from to/from cuda needs innermost stride 1, got ", src.describe(), " -> ", dst.describe());
+  const int64_t rows = nd >= 2 ? src.size(nd - 2) : 1;
+  const size_t width = size_t(src.size(nd - 1)) * es;
+  const size_t spitch = nd >= 2 ? size_t(src.stride(nd - 2)) * es : width;
+  const size_t dpitch = nd >= 2 ? size_t(dst.stride(nd - 2)) * es : width;
+  std::vector<int64_t> idx(size_t(std::max(nd - 2, 0)), 0);
+  const int64_t slabs = nd > 2 ? src.numel() / (rows * src.size(nd - 1)) : 1;
+  for (int64_t s = 0; s < slabs; ++s) {
+    int64_t so = 0, dof = 0;
+    for (int i = 0; i < nd - 2; ++i) so += idx[size_t(i)] * src.stride(i), dof += idx[size_t(i)] * dst.stride(i);
+    cuda::copy_2d(static_cast<char*>(dst.raw()) + dof * int64_t(es), dpitch,
+                  static_cast<const char*>(src.raw()) + so * int64_t(es), spitch, width, size_t(rows));
+    for (int i = nd - 3; i >= 0; --i) {
+      if (++idx[size_t(i)] < src.size(i)) break;
+      idx[size_t(i)] = 0;
+    }
+  }
+}
+#endif
+
 Tensor Tensor::contiguous() const {
   Tensor t = empty(shape_, dtype_, device_);
-  copy_strided(*this, t);
+  t.copy_from(*this);
   return t;
 }
 
 void Tensor::copy_from(const Tensor& src) {
   if (src.shape() != shape_ || src.dtype() != dtype_)
     throw Error("copy_from: source ", src.describe(), " does not match destination ", describe());
-  if (src.device() != Device::cpu || device_ != Device::cpu) throw Unsupported("copy_from across devices needs the CUDA backend");
   if (numel() == 0) return;
+  if (src.device() != Device::cpu || device_ != Device::cpu) {
+#ifdef UNMASK_WITH_CUDA
+    copy_strided_cuda(src, *this);
+    return;
+#else
+    throw Unsupported("copy_from across devices needs the CUDA backend");
+#endif
+  }
   copy_strided(src, *this);
+}
+
+Tensor Tensor::to(Device device) const {
+  Tensor t = empty(shape_, dtype_, device);
+  t.copy_from(*this);
+  return t;
 }
 
 std::string Tensor::describe() const {

@@ -1,35 +1,65 @@
-// cuda/ops_cuda.h: the CUDA backend entry points the op front-ends (src/ops) call when a
-// tensor lives on the GPU. Only declared for now: the front-ends call these under
-// #ifdef UNMASK_WITH_CUDA and throw Unsupported otherwise. Arguments mirror the CPU kernels
-// (src/cpu/kernels.h): validated raw device pointers, sizes and row strides in elements; the
-// stream, cuBLASLt handle and workspace come from the Context.
+// cuda/ops_cuda.h: the CUDA backend's op entry points, called by the op front-ends
+// (src/ops/*.cc) under #ifdef UNMASK_WITH_CUDA once they have validated the tensors.
+//
+// Same semantics as the ops of ops/ops.h, for tensors on Device::cuda, run on the context's
+// stream (asynchronously: errors of the kernels themselves surface at the next synchronising
+// call). Element types: f32, bf16 and f16 for every op, with fp32 arithmetic inside; GEMMs
+// take bf16/f16 (fp32 accumulation) or f32 (TF32 only when CudaState::allow_tf32). Parameter
+// vectors (bias, gamma, beta) may be f32 or the activations' dtype.
+//
+// Each function re-checks what the kernels rely on (devices, dtypes agreeing, innermost
+// stride 1) and throws Error / Unsupported with the actual values; the shape validation
+// itself belongs to the front-ends.
+//
+//   Context ctx({.device = Device::cuda});
+//   Tensor x = Tensor::empty({N, C}, DType::bf16, Device::cuda);
+//   cuda::layernorm(ctx, x, &res, gamma, beta, 1e-12f, x);
 #pragma once
 #include <cstdint>
+#include <string_view>
 
-#include "ops/op_params.h"
+#include "ops/ops.h"
 #include "unmask/context.h"
-#include "unmask/dtype.h"
+#include "unmask/tensor.h"
 
 namespace unmask::cuda {
 
-/// c = act(alpha * op(a) @ op(b) + bias + beta * c), batched (cuBLASLt with epilogue).
-void gemm(Context& ctx, const ops::GemmParams& p);
+/// Whether the CUDA backend implements `op` for `dtype` (ops::supports answers for cuda
+/// with this). Ops: gemm, layernorm, activation, softmax, embedding, attention,
+/// embedding_layernorm.
+bool supports(std::string_view op, DType dtype);
 
-/// y = LayerNorm(x + residual) * gamma + beta.  x, residual (may be null), y: [N, C] (ld*).
-void layernorm(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr,
-               const float* gamma, const float* beta, float eps, float* y, int64_t ldy, int64_t N,
-               int64_t C);
+/// c = act(alpha * op(a) @ op(b) + bias + beta * c); 2-D or 3-D (batched, b may have batch 1).
+/// cuBLASLt (gemm_cublaslt.h), epilogues fused where cuBLASLt can.
+void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Trans tb, Tensor& c,
+          const ops::GemmArgs& args);
 
-/// y = act(x + bias).  x, y: [N, C] (ld*); bias: [C] or null.
-void bias_act(Context& ctx, const float* x, int64_t ldx, const float* bias, float* y, int64_t ldy,
-              int64_t N, int64_t C, ops::Activation act);
+/// y = LayerNorm(x + residual) * gamma + beta over the last dim. y may alias x or residual.
+void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor& beta,
+               float eps, Tensor& y);
 
-/// y = softmax(x) per row.  x, y: [N, C] (ld*).
-void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C);
+/// y = act(x); y may alias x.
+void activation(Context& ctx, const Tensor& x, Tensor& y, ops::Activation act);
 
-/// out[n, :] = table[ids[n], :] (+ out).  table: [V, C] (ldt); ids: [N] i32 or i64; out: [N, C].
-/// Ids are checked on the device (an out-of-range id must be reported, not read).
-void embedding(Context& ctx, const float* table, int64_t ldt, int64_t V, const void* ids,
-               DType ids_dtype, float* out, int64_t ldo, int64_t N, int64_t C, bool accumulate);
+/// Row softmax over the last dim; y may alias x.
+void softmax(Context& ctx, const Tensor& x, Tensor& y);
+
+/// out[i, :] = table[ids[i], :] (+ out when accumulate). ids on the device are trusted; ids on
+/// the host are range-checked and uploaded.
+void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out, bool accumulate);
+
+/// out = LayerNorm(word[ids] + pos[pos_ids] + type[type_ids]) * gamma + beta, one kernel
+/// (BERT's embedding block). ids, pos_ids, type_ids: i32 [N] on the device (type_ids may be
+/// null: all type 0); tables [*, C] contiguous of out's dtype; out [N, C].
+void embedding_layernorm(Context& ctx, const Tensor& ids, const Tensor& pos_ids, const Tensor* type_ids,
+                         const Tensor& word, const Tensor& pos, const Tensor& type, const Tensor& gamma,
+                         const Tensor& beta, float eps, Tensor& out);
+
+/// Multi-head attention (ops::attention semantics): flash kernel for bf16/f16 with HS in
+/// {64, 80, 88, 128}, naive kernel otherwise. cu_seqlens / key_padding_mask may live on the
+/// host (uploaded) or the device. Packed mode needs the longest sequence to size the grid:
+/// pass max_seqlen when cu_seqlens is on the device, else it is read back (a stream sync).
+void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+               const ops::AttentionArgs& args, int64_t max_seqlen = 0);
 
 }  // namespace unmask::cuda

@@ -1,0 +1,193 @@
+// cuda/allocator.cc: the caching device allocator (see allocator.h for the contract).
+#include "cuda/allocator.h"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/check.h"
+
+namespace unmask::cuda {
+
+namespace {
+
+/// A cudaMalloc'ed block. `event` is created lazily and recorded on `stream` at free time.
+struct Block {
+  void* ptr = nullptr;
+  size_t size = 0;           // class size (what cudaMalloc got)
+  size_t requested = 0;      // what the live owner asked for
+  cudaStream_t stream = nullptr;
+  cudaEvent_t event = nullptr;
+};
+
+/// One device's cache. Free lists are keyed by class size.
+struct DeviceCache {
+  std::unordered_map<size_t, std::vector<Block>> free_lists;
+  std::unordered_map<void*, Block> live;
+  AllocatorStats stats;
+};
+
+std::mutex g_mutex;
+std::map<int, DeviceCache> g_caches;  // by device ordinal
+thread_local cudaStream_t t_current_stream = nullptr;
+
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+/// cudaFree's every free block of `cache` (the caller synchronised the device).
+void release_free_blocks(DeviceCache& cache) {
+  for (auto& [cls, list] : cache.free_lists) {
+    for (Block& b : list) {
+      if (b.event) cudaEventDestroy(b.event);
+      cudaFree(b.ptr);
+      cache.stats.reserved_bytes -= b.size;
+      ++cache.stats.num_cuda_frees;
+    }
+    list.clear();
+  }
+}
+
+}  // namespace
+
+size_t allocator_size_class(size_t bytes) {
+  if (bytes == 0) return 512;
+  if (bytes <= 4096) return (bytes + 511) / 512 * 512;
+  // Four classes per octave: 2^k * {1, 1.25, 1.5, 1.75}.
+  int k = 63 - __builtin_clzll(uint64_t(bytes));  // 2^k <= bytes < 2^(k+1)
+  const size_t base = size_t(1) << k, step = base / 4;
+  return base + (bytes - base + step - 1) / step * step;
+}
+
+void* device_malloc(size_t bytes, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const size_t cls = allocator_size_class(bytes);
+  const int dev = current_device();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceCache& cache = g_caches[dev];
+  ++cache.stats.num_allocs;
+
+  Block block;
+  bool found = false;
+  auto it = cache.free_lists.find(cls);
+  if (it != cache.free_lists.end()) {
+    std::vector<Block>& list = it->second;
+    // First choice: a block last used on the same stream (stream order makes it safe).
+    for (size_t i = list.size(); i-- > 0;) {
+      if (list[i].stream == stream) {
+        block = list[i];
+        list.erase(list.begin() + ptrdiff_t(i));
+        found = true;
+        break;
+      }
+    }
+    // Else: a block whose last use on its own stream has finished.
+    if (!found) {
+      for (size_t i = list.size(); i-- > 0;) {
+        if (list[i].event && cudaEventQuery(list[i].event) == cudaSuccess) {
+          block = list[i];
+          list.erase(list.begin() + ptrdiff_t(i));
+          found = true;
+          break;
+        }
+      }
+      (void)cudaGetLastError();  // cudaEventQuery's cudaErrorNotReady is not sticky; clear it
+    }
+  }
+  if (found) {
+    ++cache.stats.num_cache_hits;
+  } else {
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, cls);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      CUDA_CHECK(cudaDeviceSynchronize());
+      release_free_blocks(cache);
+      e = cudaMalloc(&p, cls);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        throw Error("CUDA out of memory: cudaMalloc of ", cls, " bytes (request ", bytes, ") on device ", dev,
+                    " failed with ", cudaGetErrorName(e), "; device has ", free_b, " of ", total_b,
+                    " bytes free, this allocator holds ", cache.stats.reserved_bytes,
+                    Hint("use a smaller batch or sequence length"));
+      }
+    }
+    block.ptr = p;
+    block.size = cls;
+    ++cache.stats.num_cuda_mallocs;
+    cache.stats.reserved_bytes += cls;
+    if (cache.stats.reserved_bytes > cache.stats.peak_reserved_bytes)
+      cache.stats.peak_reserved_bytes = cache.stats.reserved_bytes;
+  }
+  block.stream = stream;
+  block.requested = bytes;
+  cache.stats.allocated_bytes += block.size;
+  cache.stats.requested_bytes += bytes;
+  if (cache.stats.allocated_bytes > cache.stats.peak_allocated_bytes)
+    cache.stats.peak_allocated_bytes = cache.stats.allocated_bytes;
+  cache.live.emplace(block.ptr, block);
+  return block.ptr;
+}
+
+void device_free(void* p) noexcept {
+  if (!p) return;
+  try {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (auto& [dev, cache] : g_caches) {
+      auto it = cache.live.find(p);
+      if (it == cache.live.end()) continue;
+      Block b = it->second;
+      cache.live.erase(it);
+      cache.stats.allocated_bytes -= b.size;
+      cache.stats.requested_bytes -= b.requested;
+      // Record where the stream is now, so that another stream can tell when it is safe.
+      int prev = 0;
+      cudaGetDevice(&prev);
+      if (prev != dev) cudaSetDevice(dev);
+      if (!b.event && cudaEventCreateWithFlags(&b.event, cudaEventDisableTiming) != cudaSuccess) b.event = nullptr;
+      if (b.event && cudaEventRecord(b.event, b.stream) != cudaSuccess) {
+        // Recording fails during stream capture; fall back to "same stream only" by leaving
+        // an event that never completes until the next record. Clear the error.
+        (void)cudaGetLastError();
+      }
+      if (prev != dev) cudaSetDevice(prev);
+      cache.free_lists[b.size].push_back(b);
+      return;
+    }
+    std::fprintf(stderr, "unmask: device_free of unknown pointer %p ignored\n", p);
+  } catch (...) {
+    std::fprintf(stderr, "unmask: device_free(%p) failed; block leaked\n", p);
+  }
+}
+
+void allocator_release_cached() {
+  const int dev = current_device();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  release_free_blocks(g_caches[dev]);
+}
+
+AllocatorStats allocator_stats() {
+  const int dev = current_device();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_caches[dev].stats;
+}
+
+void allocator_reset_peak() {
+  const int dev = current_device();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  AllocatorStats& s = g_caches[dev].stats;
+  s.peak_allocated_bytes = s.allocated_bytes;
+  s.peak_reserved_bytes = s.reserved_bytes;
+}
+
+void* current_stream() noexcept { return t_current_stream; }
+void set_current_stream(void* stream) noexcept { t_current_stream = static_cast<cudaStream_t>(stream); }
+
+}  // namespace unmask::cuda

@@ -1,0 +1,121 @@
+// cuda/common.cuh: what every CUDA kernel file of the backend shares.
+//
+//   - CUDA_CHECK / CUBLAS_CHECK / CUDA_CHECK_LAUNCH (cuda/check.h): throw unmask::Error with the
+//     statement text and file:line.
+//   - ceil_div, is_aligned: grid and precondition helpers for launchers.
+//   - Storage types (float, __nv_bfloat16, __half) with to_float / from_float conversions.
+//   - Packed128<T>: 16 bytes of T, loaded and stored with one 128-bit instruction
+//     (llm.c `x128`): 4 floats or 8 bf16/fp16.
+//   - warp_sum / warp_max (butterfly shuffles, every lane gets the result) and block_sum /
+//     block_max (through 32 floats of shared memory).
+//
+// Kernels trust their inputs; launchers check the preconditions these helpers assume (16-byte
+// alignment for Packed128, blockDim a multiple of 32 for the block reductions).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/check.h"
+#include "unmask/dtype.h"
+
+namespace unmask::cuda {
+
+constexpr int kWarpSize = 32;
+
+/// ceil(a / b) for positive b; the grid-size helper of every launcher.
+template <typename A, typename B>
+__host__ __device__ constexpr A ceil_div(A a, B b) {
+  return (a + A(b) - 1) / A(b);
+}
+
+/// True when p is aligned to `bytes` (a power of two).
+inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
+
+// ---- storage types -----------------------------------------------------------------------
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+/// The DType of a storage type (host side, for messages and dispatch).
+template <typename T> struct storage_dtype;
+template <> struct storage_dtype<float> { static constexpr DType value = DType::f32; };
+template <> struct storage_dtype<__nv_bfloat16> { static constexpr DType value = DType::bf16; };
+template <> struct storage_dtype<__half> { static constexpr DType value = DType::f16; };
+
+// ---- 128-bit packed loads and stores ---------------------------------------------------------
+
+/// 16 bytes of T (4 floats or 8 halves), moved with a single 128-bit load or store.
+template <typename T>
+struct alignas(16) Packed128 {
+  static constexpr int size = int(16 / sizeof(T));
+  T v[size];
+
+  __device__ __forceinline__ static Packed128 load(const T* p) {  // p: 16-byte aligned
+    Packed128 r;
+    *reinterpret_cast<int4*>(r.v) = *reinterpret_cast<const int4*>(p);
+    return r;
+  }
+  /// Read-only, evict-first streaming load (ld.global.cs): for data read once.
+  __device__ __forceinline__ static Packed128 load_cs(const T* p) {
+    Packed128 r;
+    *reinterpret_cast<int4*>(r.v) = __ldcs(reinterpret_cast<const int4*>(p));
+    return r;
+  }
+  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(v); }
+  __device__ __forceinline__ float f(int i) const { return to_float(v[i]); }
+  __device__ __forceinline__ void set(int i, float x) { v[i] = from_float<T>(x); }
+};
+
+// ---- reductions ---------------------------------------------------------------------------
+
+/// Sum over the 32 lanes of a warp; every lane gets the result.
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/// Max over the 32 lanes of a warp; every lane gets the result.
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+/// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+/// result. Uses 32 floats of shared memory; safe to call repeatedly (it syncs before reuse).
+__device__ __forceinline__ float block_sum(float x) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int nwarps = blockDim.x / kWarpSize;
+  x = warp_sum(x);
+  __syncthreads();  // a previous call may still be reading `partial`
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  x = lane < nwarps ? partial[lane] : 0.0f;
+  return warp_sum(x);
+}
+
+/// Max over the whole block; same contract as block_sum.
+__device__ __forceinline__ float block_max(float x) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int nwarps = blockDim.x / kWarpSize;
+  x = warp_max(x);
+  __syncthreads();
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  x = lane < nwarps ? partial[lane] : -INFINITY;
+  return warp_max(x);
+}
+
+}  // namespace unmask::cuda

@@ -1,0 +1,64 @@
+// cuda/cuda_state.cc: creation and teardown of a Context's CUDA state.
+#include "cuda/cuda_state.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/allocator.h"
+#include "cuda/check.h"
+
+namespace unmask::cuda {
+
+CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : device(dev) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    throw Error("no CUDA device available (cudaGetDeviceCount: ", cudaGetErrorString(e), ", ", count,
+                " devices)", Hint("run on a machine with an NVIDIA GPU and driver, or use device cpu"));
+  }
+  UNMASK_CHECK(dev >= 0 && dev < count, "CUDA device index ", dev, " out of range: this machine has ", count,
+               " devices");
+  CUDA_CHECK(cudaSetDevice(dev));
+  CUDA_CHECK(cudaGetDeviceProperties(&props, dev));
+  if (external_stream) {
+    stream = static_cast<cudaStream_t>(external_stream);
+  } else {
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    owns_stream = true;
+  }
+  try {
+    CUBLAS_CHECK(cublasLtCreate(&lt));
+    workspace_bytes = ws_bytes;
+    if (workspace_bytes) CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+  } catch (...) {
+    if (lt) cublasLtDestroy(lt);
+    if (owns_stream) cudaStreamDestroy(stream);
+    throw;
+  }
+  const char* tf32 = std::getenv("UNMASK_CUDA_TF32");
+  allow_tf32 = tf32 && std::strcmp(tf32, "1") == 0;
+  set_current_stream(stream);
+}
+
+CudaState::~CudaState() {
+  cudaSetDevice(device);
+  if (cudaStreamSynchronize(stream) != cudaSuccess) {
+    std::fprintf(stderr, "unmask: CUDA error at context teardown: %s\n", cudaGetErrorString(cudaGetLastError()));
+  }
+  gemm_plans.reset();
+  if (workspace) cudaFree(workspace);
+  if (lt) cublasLtDestroy(lt);
+  if (current_stream() == stream) set_current_stream(nullptr);
+  if (owns_stream) cudaStreamDestroy(stream);
+}
+
+CudaState& cuda_state(Context& ctx) {
+  CudaState* s = ctx.cuda_state();
+  UNMASK_CHECK(s != nullptr, "this op runs on CUDA but the context was created for device ",
+               device_name(ctx.device()), Hint("create the Context with .device = Device::cuda"));
+  return *s;
+}
+
+}  // namespace unmask::cuda

@@ -1,0 +1,52 @@
+// cuda/cuda_state.h: the CUDA part of a Context (owned by Context, opaque in the public API).
+//
+// One CudaState per CUDA Context: the device, the stream every op of the context runs on, the
+// cuBLASLt handle, its workspace, and the cache of GEMM plans (descriptors + chosen algorithm,
+// keyed by shape, see gemm_cublaslt.cc). Nothing here is global; ops reach it through
+// `cuda_state(ctx)`.
+//
+// The stream is created with cudaStreamCreate's default (blocking) flag, so plain cudaMemcpy on
+// the legacy default stream (Tensor::copy_from) waits for the context's queued work and the
+// context's later work waits for the copy: host <-> device copies need no extra sync.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "unmask/context.h"
+
+namespace unmask::cuda {
+
+struct GemmPlanCache;  // gemm_cublaslt.cc
+struct GemmPlanCacheDeleter {
+  void operator()(GemmPlanCache* c) const noexcept;
+};
+
+class CudaState {
+ public:
+  /// Selects `device`, creates (or adopts, when `external_stream` is not null) the stream, the
+  /// cuBLASLt handle and a workspace of `workspace_bytes`. Throws Error on any CUDA failure.
+  CudaState(int device, void* external_stream, size_t workspace_bytes);
+  ~CudaState();  // synchronises the stream; never throws
+  CudaState(const CudaState&) = delete;
+  CudaState& operator=(const CudaState&) = delete;
+
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  bool owns_stream = false;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;  // cuBLASLt workspace (cudaMalloc'ed)
+  size_t workspace_bytes = 0;
+  cudaDeviceProp props{};
+  /// fp32 GEMMs use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) when true. Default from
+  /// UNMASK_CUDA_TF32=1; off otherwise so that fp32 matches the CPU to ~1e-6.
+  bool allow_tf32 = false;
+  std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;
+};
+
+/// The context's CUDA state; throws Error if the context does not run on CUDA.
+CudaState& cuda_state(Context& ctx);
+
+}  // namespace unmask::cuda

@@ -1,0 +1,32 @@
+// cuda/flash/flash_api.h: the attention forward launchers (kernel layer; see params.h).
+//
+//   FlashFwdParams p;  ...pointers, strides, heads, sequences...
+//   cuda::attention_forward(p, stream);        // flash kernel when it applies, else naive
+//
+// attention_forward picks the tensor-core flash kernel (fwd_kernel.cuh) for bf16/fp16 with
+// head size 64, 80, 88 or 128 and 16-byte aligned rows, and the naive kernel otherwise
+// (f32, other head sizes, odd strides). Both follow the semantics of params.h.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/flash/params.h"
+
+namespace unmask::cuda {
+
+enum class AttentionKernel : uint8_t { flash, naive };
+
+/// Which kernel attention_forward would use for p.
+AttentionKernel attention_kernel_for(const FlashFwdParams& p);
+
+/// Checks p (throws Error naming the bad value) and runs the kernel attention_kernel_for(p)
+/// names, or the one forced by `force` (naive is always possible; flash throws when p does
+/// not fit it).
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream);
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force);
+
+/// The dumb reference beside the flash kernel (attention_naive.cu): one warp per (query row,
+/// head), fp32 online softmax over the keys one at a time, any dtype (f32/bf16/f16), any head
+/// size up to 256, any row strides. Slow; for f32, unusual shapes and tests.
+void attention_naive_forward(const FlashFwdParams& p, cudaStream_t stream);
+
+}  // namespace unmask::cuda

@@ -1,0 +1,244 @@
+// cuda/flash/fwd_kernel.cuh: flash attention forward on tensor cores (mma.sync m16n8k16).
+//
+// Grid: (ceil(max_seqlen / kBlockM), NH, B). CTA (m, h, b) computes output rows
+// m*kBlockM .. +kBlockM-1 of head h of sequence b; warp w owns 16 of those rows.
+//
+//   load Q tile -> smem (cp.async), K/V tile 0 -> smem buffer 0
+//   for each key block j (kBlockN keys):
+//     prefetch K/V tile j+1 into the other buffer (cp.async), write its key mask to smem
+//     wait for tile j; Q fragments -> registers (first step only)
+//     S = Q K^T                 [16 x kBlockN] per warp, fp32 in registers
+//     s = S * scale * log2(e) + mask (0 or -inf)
+//     m_new = max(m, rowmax(s)); P = exp2(s - m_new); l = l * exp2(m - m_new) + rowsum(P)
+//     O = O * exp2(m - m_new) + P V   (P rounded to bf16/fp16 as the MMA's A operand)
+//   O /= l; store rows < seqlen, columns < HS
+//
+// Nothing of size T x T exists anywhere: S and P live in registers, kBlockN columns at a time.
+// The S accumulator layout equals the A-operand layout of the P V MMA pairwise (two n8 tiles
+// of S form one k16 slice of P), so P never leaves registers.
+//
+// Rows past the sequence end (and keys past it) are zero-filled in smem, so no garbage (NaN)
+// can reach the MMAs; masked keys get probability exactly 0. A row with no real key keeps
+// m = -inf; we then subtract 0 instead of m (exp2(-inf) = 0) and divide by l only when l > 0.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/flash/mma.cuh"
+#include "cuda/flash/params.h"
+#include "cuda/flash/traits.h"
+
+namespace unmask::cuda::flash {
+
+/// Copies rows [0, rows_valid) x columns [0, HS) of a global tile (row stride ld) into a
+/// [ROWS][kSmemStride] smem tile with cp.async; zero-fills the other rows and the pad columns.
+template <typename Kt, int ROWS>
+__device__ __forceinline__ void load_tile(typename Kt::Element* s, const typename Kt::Element* g, int64_t ld,
+                                          int rows_valid, int tid) {
+  constexpr int kChunks = ROWS * Kt::kChunksPerRow;
+#pragma unroll
+  for (int i0 = 0; i0 < kChunks; i0 += Kt::kThreads) {
+    const int i = i0 + tid;
+    if (kChunks % Kt::kThreads != 0 && i >= kChunks) break;
+    const int r = i / Kt::kChunksPerRow, c = (i % Kt::kChunksPerRow) * 8;
+    typename Kt::Element* dst = s + r * Kt::kSmemStride + c;
+    if (r < rows_valid && c < Kt::kHeadDim)
+      cp_async_16(dst, g + int64_t(r) * ld + c);
+    else
+      *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+  }
+}
+
+/// 0 for a real key, -inf for a masked one or one past the sequence end; bias: [kBlockN].
+template <typename Kt>
+__device__ __forceinline__ void load_key_bias(float* bias, const FlashFwdParams& p, int b, int kv0, int seqlen,
+                                              int tid) {
+  for (int i = tid; i < Kt::kBlockN; i += Kt::kThreads) {
+    const int key = kv0 + i;
+    bool real = key < seqlen;
+    if (real && p.key_mask) {
+      const int64_t off = int64_t(b) * p.mask_batch_stride + key;
+      const char* m = static_cast<const char*>(p.key_mask);
+      if (p.mask_elem_bytes == 1)
+        real = reinterpret_cast<const uint8_t*>(m)[off] != 0;
+      else if (p.mask_elem_bytes == 4)
+        real = reinterpret_cast<const int32_t*>(m)[off] != 0;
+      else
+        real = reinterpret_cast<const int64_t*>(m)[off] != 0;
+    }
+    bias[i] = real ? 0.0f : -INFINITY;
+  }
+}
+
+template <typename Kt>
+__global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_constant__ FlashFwdParams p) {
+  using T = typename Kt::Element;
+  constexpr int BM = Kt::kBlockM, BN = Kt::kBlockN, D = Kt::kHeadDim, LDS = Kt::kSmemStride;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);               // [BM][LDS]
+  T* sK = sQ + BM * LDS;                                // [2][BN][LDS]
+  T* sV = sK + 2 * BN * LDS;                            // [2][BN][LDS]
+  float* sBias = reinterpret_cast<float*>(sV + 2 * BN * LDS);  // [2][BN]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int m_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+
+  int64_t seq_start;
+  int seqlen;
+  if (p.cu_seqlens) {
+    seq_start = p.cu_seqlens[b];
+    seqlen = p.cu_seqlens[b + 1] - p.cu_seqlens[b];
+  } else {
+    seq_start = int64_t(b) * p.max_seqlen;
+    seqlen = p.max_seqlen;
+  }
+  const int q0 = m_block * BM;
+  if (q0 >= seqlen) return;
+
+  const T* gQ = static_cast<const T*>(p.q) + (seq_start + q0) * p.q_row_stride + head * D;
+  const T* gK = static_cast<const T*>(p.k) + seq_start * p.k_row_stride + head * D;
+  const T* gV = static_cast<const T*>(p.v) + seq_start * p.v_row_stride + head * D;
+  T* gO = static_cast<T*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;
+  const int n_blocks = (seqlen + BN - 1) / BN;
+
+  // ---- prologue: Q and the first K/V tile ----
+  load_tile<Kt, BM>(sQ, gQ, p.q_row_stride, min(BM, seqlen - q0), tid);
+  load_tile<Kt, BN>(sK, gK, p.k_row_stride, min(BN, seqlen), tid);
+  load_tile<Kt, BN>(sV, gV, p.v_row_stride, min(BN, seqlen), tid);
+  cp_async_commit();
+  load_key_bias<Kt>(sBias, p, b, 0, seqlen, tid);
+
+  uint32_t q_frag[Kt::kKSteps][4];
+  float acc_o[Kt::kNTilesO][4];
+#pragma unroll
+  for (int i = 0; i < Kt::kNTilesO; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g+8 of this warp, log2 domain
+  float row_sum[2] = {0.0f, 0.0f};            // this thread's partial sums (quad-reduced at the end)
+
+  for (int j = 0; j < n_blocks; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_blocks) {  // prefetch tile j+1 into the other buffer
+      const int kv1 = (j + 1) * BN;
+      load_tile<Kt, BN>(sK + (buf ^ 1) * BN * LDS, gK + int64_t(kv1) * p.k_row_stride, p.k_row_stride,
+                        min(BN, seqlen - kv1), tid);
+      load_tile<Kt, BN>(sV + (buf ^ 1) * BN * LDS, gV + int64_t(kv1) * p.v_row_stride, p.v_row_stride,
+                        min(BN, seqlen - kv1), tid);
+      cp_async_commit();
+      load_key_bias<Kt>(sBias + (buf ^ 1) * BN, p, b, kv1, seqlen, tid);
+      cp_async_wait<1>();  // tile j (and Q) landed; tile j+1 may still be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    if (j == 0) {  // Q fragments: rows warp*16 .. +15, all k-steps
+#pragma unroll
+      for (int ks = 0; ks < Kt::kKSteps; ++ks) {
+        const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = ks * 16 + (lane / 16) * 8;
+        ldmatrix_x4(q_frag[ks], sQ + r * LDS + c);
+      }
+    }
+
+    // ---- S = Q K^T for this warp's 16 rows and BN keys ----
+    const T* sKb = sK + buf * BN * LDS;
+    float acc_s[Kt::kNTilesS][4];
+#pragma unroll
+    for (int i = 0; i < Kt::kNTilesS; ++i) acc_s[i][0] = acc_s[i][1] = acc_s[i][2] = acc_s[i][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < Kt::kKSteps; ++ks) {
+#pragma unroll
+      for (int np = 0; np < Kt::kNTilesS / 2; ++np) {  // two n8 key tiles per ldmatrix.x4
+        uint32_t kf[4];
+        const int key = np * 16 + (lane % 8) + (lane / 16) * 8, c = ks * 16 + ((lane / 8) % 2) * 8;
+        ldmatrix_x4(kf, sKb + key * LDS + c);
+        mma_16816<T>(acc_s[2 * np], q_frag[ks], kf[0], kf[1]);
+        mma_16816<T>(acc_s[2 * np + 1], q_frag[ks], kf[2], kf[3]);
+      }
+    }
+
+    // ---- online softmax (log2 domain) ----
+    const float* bias = sBias + buf * BN;
+    float blk_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int t = 0; t < Kt::kNTilesS; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float s = acc_s[t][e] * p.scale_log2 + bias[t * 8 + (lane % 4) * 2 + (e & 1)];
+        acc_s[t][e] = s;
+        blk_max[e >> 1] = fmaxf(blk_max[e >> 1], s);
+      }
+    }
+    float corr[2], sub[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the 4 threads of a quad share a row
+      blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 1));
+      blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 2));
+      const float m_new = fmaxf(row_max[r], blk_max[r]);
+      sub[r] = m_new == -INFINITY ? 0.0f : m_new;  // all keys masked so far: keep P = 0
+      corr[r] = exp2f(row_max[r] - sub[r]);
+      row_max[r] = m_new;
+      row_sum[r] *= corr[r];
+    }
+#pragma unroll
+    for (int t = 0; t < Kt::kNTilesS; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = exp2f(acc_s[t][e] - sub[e >> 1]);
+        acc_s[t][e] = pe;
+        row_sum[e >> 1] += pe;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < Kt::kNTilesO; ++i) {
+      acc_o[i][0] *= corr[0];
+      acc_o[i][1] *= corr[0];
+      acc_o[i][2] *= corr[1];
+      acc_o[i][3] *= corr[1];
+    }
+
+    // ---- O += P V: P from registers (A operand), V via ldmatrix.trans (B operand) ----
+    const T* sVb = sV + buf * BN * LDS;
+#pragma unroll
+    for (int kt = 0; kt < BN / 16; ++kt) {
+      uint32_t pf[4];
+      pf[0] = pack2<T>(acc_s[2 * kt][0], acc_s[2 * kt][1]);
+      pf[1] = pack2<T>(acc_s[2 * kt][2], acc_s[2 * kt][3]);
+      pf[2] = pack2<T>(acc_s[2 * kt + 1][0], acc_s[2 * kt + 1][1]);
+      pf[3] = pack2<T>(acc_s[2 * kt + 1][2], acc_s[2 * kt + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
+        uint32_t vf[4];
+        const int key = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
+        ldmatrix_x4_trans(vf, sVb + key * LDS + c);
+        mma_16816<T>(acc_o[2 * dp], pf, vf[0], vf[1]);
+        mma_16816<T>(acc_o[2 * dp + 1], pf, vf[2], vf[3]);
+      }
+    }
+    __syncthreads();  // buffer `buf` is refilled by the prefetch of step j+2... issued at step j+1
+  }
+
+  // ---- epilogue: normalise and store ----
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
+  const int row0 = warp * 16 + lane / 4, row1 = row0 + 8;
+  const bool ok0 = q0 + row0 < seqlen, ok1 = q0 + row1 < seqlen;
+#pragma unroll
+  for (int i = 0; i < Kt::kNTilesO; ++i) {
+    if (i * 8 >= D) break;  // pad columns (HS not a multiple of 16)
+    const int c = i * 8 + (lane % 4) * 2;
+    if (ok0)
+      *reinterpret_cast<uint32_t*>(gO + int64_t(row0) * p.o_row_stride + c) =
+          pack2<T>(acc_o[i][0] * inv[0], acc_o[i][1] * inv[0]);
+    if (ok1)
+      *reinterpret_cast<uint32_t*>(gO + int64_t(row1) * p.o_row_stride + c) =
+          pack2<T>(acc_o[i][2] * inv[1], acc_o[i][3] * inv[1]);
+  }
+}
+
+}  // namespace unmask::cuda::flash
