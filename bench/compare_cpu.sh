@@ -8,8 +8,8 @@
 #   UNMASK_BENCH_DIR   cache dir for the checkpoint, ONNX and results (default /tmp/unmask-bench)
 #   UNMASK_BIN         unmask binary (default build/unmask)
 #   THREADS            intra-op threads for every engine (default 2)
-#   PEER_ITERS         timed iterations per setting for ORT/PyTorch (default 10; each setting also
-#                      stops after PEER_MAX_SECONDS=20 once 3 runs are done)
+#   PEER_ITERS         timed iterations per setting for ORT/PyTorch (default 10, after PEER_WARMUP=1
+#                      warm-up runs; each setting stops after PEER_MAX_SECONDS=15 once 3 runs are done)
 #   UNMASK_EXTRA       extra arguments appended to every `unmask bench infer` call
 #
 # Settings (all seq 128): batch 1 and batch 8 full batches; batch 32 with lengths uniform in
@@ -26,12 +26,13 @@ DIR="${UNMASK_BENCH_DIR:-/tmp/unmask-bench}"
 UNMASK="${UNMASK_BIN:-$ROOT/build/unmask}"
 THREADS="${THREADS:-2}"
 PEER_ITERS="${PEER_ITERS:-10}"
-PEER_MAX_SECONDS="${PEER_MAX_SECONDS:-20}"
+PEER_MAX_SECONDS="${PEER_MAX_SECONDS:-15}"
+PEER_WARMUP="${PEER_WARMUP:-1}"
 PEERS_ONLY=0
 for arg in "$@"; do
   case "$arg" in
     --peers-only) PEERS_ONLY=1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +64,7 @@ fi
 STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 OUT="$DIR/results-$STAMP.jsonl"
 : > "$OUT"
+LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 echo "# results -> $OUT" >&2
 
 # tag each JSON row of a command's stdout with the engine and setting
@@ -102,17 +104,18 @@ for s in "${SETTINGS[@]}"; do
       run_engine unmask "$name" "$UNMASK" bench infer --model "$CKPT" $args --threads "$THREADS" --format json ${UNMASK_EXTRA:-}
     fi
     run_engine onnxruntime "$name" node "$ROOT/bench/peers/ort_bench.mjs" --model "$ONNX" $args \
-      --threads "$THREADS" --iters "$PEER_ITERS" --max-seconds "$PEER_MAX_SECONDS"
+      --threads "$THREADS" --iters "$PEER_ITERS" --warmup "$PEER_WARMUP" --max-seconds "$PEER_MAX_SECONDS"
     run_engine pytorch "$name" "$PY" "$ROOT/bench/peers/torch_bench.py" --model "$CKPT" $args \
-      --threads "$THREADS" --iters "$PEER_ITERS" --max-seconds "$PEER_MAX_SECONDS"
+      --threads "$THREADS" --iters "$PEER_ITERS" --warmup "$PEER_WARMUP" --max-seconds "$PEER_MAX_SECONDS"
   }
 done
 
 # 3. markdown table
-"$PY" - "$OUT" "$THREADS" <<'EOF'
+LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+"$PY" - "$OUT" "$THREADS" "$LOAD_START" "$LOAD_END" "$(nproc)" <<'EOF'
 import json, sys, platform, datetime
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-threads = sys.argv[2]
+threads, load_start, load_end, ncpu = sys.argv[2:6]
 settings = ["b1-s128", "b8-s128", "b32-mixed"]
 labels = {"b1-s128": "batch 1, seq 128", "b8-s128": "batch 8, seq 128",
           "b32-mixed": "batch 32, seq uniform 16..128"}
@@ -146,4 +149,6 @@ for s in settings:
           f"{fmt(p,'latency_ms')} | {fmt(p,'qps')} | {ratio(u,o)} | {ratio(u,p)} |")
 print()
 print("ms = median latency per batch; seq/s = batch / latency; vs X = X latency / unmask latency (>1: unmask faster).")
+print(f"Load average (1/5/15 min) at start {load_start}, at end {load_end}, on {ncpu} CPUs: "
+      "figures are only comparable when the machine was otherwise idle.")
 EOF
