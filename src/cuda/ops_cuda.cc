@@ -307,4 +307,74 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
   attention_forward(p, st.stream);
 }
 
+// ---- f32 raw-pointer forms ---------------------------------------------------------------
+
+void gemm(Context& ctx, const ops::GemmParams& p) {
+  CudaState& st = cuda_state(ctx);
+  GemmLtParams g;
+  g.a = p.a;
+  g.lda = p.lda;
+  g.batch_stride_a = p.batch_stride_a;
+  g.ta = p.ta;
+  g.b = p.b;
+  g.ldb = p.ldb;
+  g.batch_stride_b = p.batch_stride_b;
+  g.tb = p.tb;
+  g.c = p.c;
+  g.ldc = p.ldc;
+  g.batch_stride_c = p.batch_stride_c;
+  g.batch = p.batch;
+  g.M = p.M;
+  g.N = p.N;
+  g.K = p.K;
+  g.ab_dtype = g.c_dtype = DType::f32;
+  g.alpha = p.alpha;
+  g.beta = p.beta;
+  g.bias = p.bias;
+  g.bias_dtype = DType::f32;
+  g.act = p.act;
+  gemm_lt(st, g, st.stream);
+}
+
+void bias_act(Context& ctx, const float* x, int64_t ldx, const float* bias, float* y, int64_t ldy, int64_t N,
+              int64_t C, ops::Activation act) {
+  CudaState& st = cuda_state(ctx);
+  bias_act_forward(y, ldy, x, ldx, bias, DType::f32, N, C, act, DType::f32, st.stream);
+}
+
+void layernorm(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr, const float* gamma,
+               const float* beta, float eps, float* y, int64_t ldy, int64_t N, int64_t C) {
+  CudaState& st = cuda_state(ctx);
+  layernorm_forward(y, ldy, x, ldx, residual, ldr, gamma, beta, DType::f32, eps, N, C, DType::f32, st.stream);
+}
+
+void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C) {
+  CudaState& st = cuda_state(ctx);
+  if (C == 0) return;
+  softmax_forward(y, ldy, x, ldx, N, C, DType::f32, st.stream);
+}
+
+void embedding(Context& ctx, const float* table, int64_t ldt, int64_t V, const void* ids, DType id_dtype, float* out,
+               int64_t ldo, int64_t N, int64_t C, bool accumulate) {
+  CudaState& st = cuda_state(ctx);
+  UNMASK_CHECK(id_dtype == DType::i32 || id_dtype == DType::i64, "embedding (cuda): ids must be i32 or i64, got ",
+               dtype_name(id_dtype));
+  if (N == 0) return;
+  cudaPointerAttributes attr{};
+  CUDA_CHECK(cudaPointerGetAttributes(&attr, ids));
+  const void* dev_ids = ids;
+  std::unique_ptr<DeviceBuffer> upload;
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t id = id_dtype == DType::i64 ? static_cast<const int64_t*>(ids)[i] : static_cast<const int32_t*>(ids)[i];
+      if (id < 0 || id >= V) throw Error("embedding: ids[", i, "] = ", id, " is outside the table's [0, ", V, ")");
+    }
+    const size_t bytes = size_t(N) * dtype_size(id_dtype);
+    upload = std::make_unique<DeviceBuffer>(bytes, st.stream);
+    CUDA_CHECK(cudaMemcpyAsync(upload->ptr, ids, bytes, cudaMemcpyHostToDevice, st.stream));
+    dev_ids = upload->ptr;
+  }
+  embedding_forward(out, ldo, table, ldt, dev_ids, id_dtype, N, C, accumulate, DType::f32, st.stream);
+}
+
 }  // namespace unmask::cuda

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ops/op_params.h"
 #include "ops/ops.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
@@ -61,5 +62,23 @@ void embedding_layernorm(Context& ctx, const Tensor& ids, const Tensor& pos_ids,
 /// pass max_seqlen when cu_seqlens is on the device, else it is read back (a stream sync).
 void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                const ops::AttentionArgs& args, int64_t max_seqlen = 0);
+
+// ---- f32 raw-pointer forms, called by the current op front-ends (src/ops/*.cc) ----------
+// Device pointers of f32 rows (ld = row stride in elements), sizes already validated.
+
+/// ops::GemmParams (f32 a, b, c, bias) through cuBLASLt.
+void gemm(Context& ctx, const ops::GemmParams& p);
+/// y = act(x + bias), x/y [N, C]; bias [C] or null.
+void bias_act(Context& ctx, const float* x, int64_t ldx, const float* bias, float* y, int64_t ldy, int64_t N,
+              int64_t C, ops::Activation act);
+/// y = LayerNorm(x + residual) * gamma + beta; residual may be null.
+void layernorm(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr, const float* gamma,
+               const float* beta, float eps, float* y, int64_t ldy, int64_t N, int64_t C);
+/// Row softmax of x [N, C] into y.
+void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C);
+/// out[n] = table[ids[n]] (+ out[n]); table [V, C]; ids i32/i64 [N] in host memory
+/// (range-checked, uploaded) or device memory (trusted).
+void embedding(Context& ctx, const float* table, int64_t ldt, int64_t V, const void* ids, DType id_dtype, float* out,
+               int64_t ldo, int64_t N, int64_t C, bool accumulate);
 
 }  // namespace unmask::cuda
