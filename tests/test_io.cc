@@ -387,6 +387,13 @@ TEST(SafeTensors, AcceptsEdgeCasesThatAreValid) {
   EXPECT_EQ(f.tensor("e2").numel(), 0);
 }
 
+TEST(SafeTensors, BoolBytesMustBeZeroOrOne) {
+  std::string img = st_image(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", 0);
+  img += std::string("\x01\x00\x02", 3);
+  SafeTensorsFile f = parse_bytes(img);  // the header is fine; the data are checked on access
+  EXPECT_ERROR_CONTAINS(f.tensor("m"), "tensor 'm' in /x/model.safetensors is BOOL but element 2 is byte 2");
+}
+
 TEST(SafeTensors, HeaderLengthErrors) {
   EXPECT_ERROR_CONTAINS(parse_bytes(std::string("\x01\x02\x03", 3)), "has only 3 bytes");
   // Claims 1000 header bytes in a 20-byte file: both numbers must be in the message.
@@ -551,6 +558,8 @@ TEST(Npy, EveryMalformedFileIsAnError) {
       {"overflow", npy_image("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 0), "overflows"},
       {"header past end", std::string("\x93NUMPY\x01\x00\xff\x00{", 11), "runs past the end"},
       {"not a dict", npy_image("['descr']", 0), "cannot parse the header"},
+      {"bool not 0/1", npy_image("{'descr': '|b1', 'fortran_order': False, 'shape': (2,), }", 0) + std::string("\x00\x05", 2),
+       "bool element 1 is byte 5"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.label);

@@ -228,8 +228,14 @@ Tensor read_npy(const std::string& path) {
   if (have != need)
     throw Error(where, ": ", descr, " shape ", Shape(dims).str(), " needs ", need, " data bytes but the file has ", have,
                 Hint(have < need ? "the file is truncated; save it again" : "the file has trailing bytes; save it again with numpy.save"));
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data() + hstart + hlen);
+  if (dtype == DType::boolean)  // a C++ bool must hold 0 or 1 (NumPy's always do)
+    for (size_t i = 0; i < need; ++i)
+      if (data[i] > 1)
+        throw Error(where, ": bool element ", i, " is byte ", int(data[i]), ", not 0 or 1",
+                    Hint("the file is corrupt; save it again"));
   Tensor t = Tensor::empty(Shape(dims), dtype);
-  if (need) std::memcpy(t.raw(), bytes.data() + hstart + hlen, need);
+  if (need) std::memcpy(t.raw(), data, need);
   return t;
 }
 

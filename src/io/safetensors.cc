@@ -293,6 +293,14 @@ Tensor SafeTensorsFile::tensor(std::string_view name) const {
   }
   const uint8_t* p = bytes_.get() + data_start_ + info->begin;
   const size_t es = dtype_size(info->dtype);
+  if (info->dtype == DType::boolean) {
+    // A C++ bool holding anything but 0 or 1 is undefined behaviour for whoever reads it, so
+    // check here, once, at the boundary (BOOL tensors are small masks; the scan is cheap).
+    for (uint64_t i = 0; i < info->end - info->begin; ++i)
+      if (p[i] > 1)
+        throw Error("safetensors: tensor '", name, "' in ", origin_, " is BOOL but element ", i, " is byte ",
+                    int(p[i]), ", not 0 or 1", Hint("the file is corrupt or the tensor is not boolean; save it again"));
+  }
   if (reinterpret_cast<uintptr_t>(p) % es == 0) {
     // Zero-copy view; the aliasing shared_ptr keeps the whole mapping alive.
     std::shared_ptr<void> keep(bytes_, const_cast<uint8_t*>(bytes_.get()));
