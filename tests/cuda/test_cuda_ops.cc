@@ -634,6 +634,8 @@ TEST(CudaAttention, FlashFollowsTheTwiceNaiveRule) {
       {{100, 37, 0}, 100},        // padded with key mask; the last sequence has no real key
       {{300}, 0},                 // one long sequence (several key blocks)
   };
+  for (const char* block_m : {"64", "128"}) {  // both flash CTA shapes (the heuristic picks 64 here)
+    setenv("UNMASK_FLASH_BLOCK_M", block_m, 1);
   for (DType dt : {DType::bf16, DType::f16})
     for (int HS : {64, 80, 88, 128, 32})  // 32: no flash instance, the naive kernel runs
       for (const AttnLayout& L : layouts) {
@@ -647,8 +649,11 @@ TEST(CudaAttention, FlashFollowsTheTwiceNaiveRule) {
         const std::vector<double> naive = attention_ref(QKV, L, NH, HS, scale, true, dt);
         const double err = max_abs_diff(got, ref), err_naive = max_abs_diff(naive, ref);
         EXPECT_LE(err, 2 * err_naive + 1e-4) << dtype_name(dt) << " HS=" << HS << " B=" << L.lens.size() << " T=" << L.T
-                                             << " (flash err " << err << ", naive same-precision err " << err_naive << ")";
+                                             << " block_m=" << block_m << " (flash err " << err
+                                             << ", naive same-precision err " << err_naive << ")";
       }
+  }
+  unsetenv("UNMASK_FLASH_BLOCK_M");
 }
 
 TEST(CudaAttention, Float32NaiveKernelMatchesFloat64) {
@@ -728,14 +733,18 @@ TEST(CudaAttention, FlashAgreesWithNaiveKernel) {
   p.dtype = dt;
   cudaStream_t s = static_cast<cudaStream_t>(ctx.cuda_stream());
   ASSERT_TRUE(cuda::attention_kernel_for(p) == cuda::AttentionKernel::flash);
-  p.o = o1.raw();
-  cuda::attention_forward(p, s, cuda::AttentionKernel::flash);
   p.o = o2.raw();
   cuda::attention_forward(p, s, cuda::AttentionKernel::naive);
-  const std::vector<double> a = to_host(o1), b = to_host(o2);
+  const std::vector<double> b = to_host(o2);
   const double u = unit_roundoff(dt);
-  CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * std::fabs(b[i]) + 4e-3; });
-  EXPECT_EQ(r.bad, 0) << r.first;
+  for (int block_m : {64, 128}) {  // both CTA shapes, whatever the heuristic would pick
+    poison(ctx, o1);
+    p.o = o1.raw();
+    cuda::attention_forward(p, s, cuda::AttentionKernel::flash, block_m);
+    const std::vector<double> a = to_host(o1);
+    CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * std::fabs(b[i]) + 4e-3; });
+    EXPECT_EQ(r.bad, 0) << "block_m=" << block_m << "\n" << r.first;
+  }
 }
 
 int main(int argc, char** argv) {

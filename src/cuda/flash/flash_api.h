@@ -20,9 +20,11 @@ AttentionKernel attention_kernel_for(const FlashFwdParams& p);
 
 /// Checks p (throws Error naming the bad value) and runs the kernel attention_kernel_for(p)
 /// names, or the one forced by `force` (naive is always possible; flash throws when p does
-/// not fit it).
+/// not fit it). block_m: the flash kernel's query rows per CTA, 64 or 128; 0 = the environment's
+/// UNMASK_FLASH_BLOCK_M if set (a tuning/test hook), else chosen from the grid size and the
+/// device's SM count (flash/switch.h).
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream);
-void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force);
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m = 0);
 
 /// The dumb reference beside the flash kernel (attention_naive.cu): one warp per (query row,
 /// head), fp32 online softmax over the keys one at a time, any dtype (f32/bf16/f16), any head

@@ -1,5 +1,6 @@
 // cuda/flash/flash_fwd.cu: attention_forward, the checked entry of the attention kernels.
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda/common.cuh"
 #include "cuda/flash/flash_api.h"
@@ -47,14 +48,26 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream) {
   attention_forward(p, stream, attention_kernel_for(p));
 }
 
-void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force) {
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m) {
   check_params(p);
   if (p.batch == 0 || p.max_seqlen == 0) return;
   if (force == AttentionKernel::naive) return attention_naive_forward(p, stream);
   UNMASK_CHECK(attention_kernel_for(p) == AttentionKernel::flash, "attention (cuda): the flash kernel needs bf16/f16, ",
                "head size 64, 80, 88 or 128 and 16-byte aligned rows; got ", dtype_name(p.dtype), " HS=", p.head_dim,
                " strides q/k/v/o=", p.q_row_stride, "/", p.k_row_stride, "/", p.v_row_stride, "/", p.o_row_stride);
-  const bool ran = flash::flash_fwd_switch(p, stream);
+  UNMASK_CHECK(block_m == 0 || block_m == 64 || block_m == 128, "attention (cuda): block_m must be 0, 64 or 128, got ",
+               block_m);
+  if (block_m == 0) {
+    // Tuning and test hook: UNMASK_FLASH_BLOCK_M=64|128 overrides the heuristic.
+    if (const char* env = std::getenv("UNMASK_FLASH_BLOCK_M")) block_m = std::atoi(env) == 128 ? 128 : 64;
+  }
+  if (block_m == 0) {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    block_m = flash::flash_fwd_block_m(p, sms);
+  }
+  const bool ran = flash::flash_fwd_switch(p, block_m, stream);
   UNMASK_CHECK(ran, "attention (cuda): no flash instance for HS=", p.head_dim, " ", dtype_name(p.dtype));
 }
 
