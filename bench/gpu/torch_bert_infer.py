@@ -41,8 +41,8 @@ def main():
     ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     ap.add_argument("--seqs", default="64,128,384,1024,4096")
     ap.add_argument("--modes", default="eager,compile")
-    ap.add_argument("--compile-shapes", default="1x128,32x128,128x128,8x384,64x384")
-    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
+    ap.add_argument("--compile-shapes", default="1x128,32x128,8x384,64x384")
+    ap.add_argument("--compile-mode", default="reduce-overhead")  # CUDA graphs, like unmask_gpu_bench
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=262144)
