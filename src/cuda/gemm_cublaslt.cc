@@ -190,6 +190,19 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
       fused = false;  // no algorithm with this epilogue: plain GEMM + kernel
       plan = make_plan(st, p, CUBLASLT_EPILOGUE_DEFAULT, false, align);
     }
+    if (!plan && p.batch > 1) {
+      // No batched algorithm (e.g. a zero batch stride it will not broadcast): one call per batch.
+      for (int64_t i = 0; i < p.batch; ++i) {
+        GemmLtParams q = p;
+        q.batch = 1;
+        q.a = static_cast<const char*>(p.a) + i * p.batch_stride_a * int64_t(es_ab);
+        q.b = static_cast<const char*>(p.b) + i * p.batch_stride_b * int64_t(es_ab);
+        q.c = static_cast<char*>(p.c) + i * p.batch_stride_c * int64_t(es_c);
+        q.batch_stride_a = q.batch_stride_b = q.batch_stride_c = 0;
+        gemm_lt(st, q, stream);
+      }
+      return;
+    }
     UNMASK_CHECK(plan != nullptr, "gemm (cuda): cuBLASLt found no algorithm for batch=", p.batch, " M=", p.M,
                  " N=", p.N, " K=", p.K, " lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, " ", dtype_name(p.ab_dtype),
                  "->", dtype_name(p.c_dtype));
