@@ -32,9 +32,10 @@
 namespace unmask::cpu {
 namespace {
 
-// Rows per tile when M is large: 128 x 3072 fp32 output tiles are 1.5 MiB; with 64 the tile
-// (768 KiB) stays in a Zen L2 (1 MiB) for the epilogue. Measured in bench/GEMM_CHOICE.md.
-constexpr int64_t kRowBlock = 128;
+// Rows per tile when M is large. Measured (bench/GEMM_CHOICE.md, bench/gemm_cpu.cc): 256 is
+// as fast as or faster than 64 and 128 at M = 1024 and 4096 on both machines tried; a smaller
+// tile re-packs the weight matrix more often than the hotter epilogue saves.
+constexpr int64_t kRowBlock = 256;
 // Column splits are rounded to this many columns (a cache line, a 16-float vector).
 constexpr int64_t kColAlign = 16;
 
