@@ -1,7 +1,5 @@
 // cpu/kernels_generic.cc: the row kernels compiled for the generic instruction set.
 // The code is cpu/kernels_impl.inc; the ISA comes from this file's compile flags (CMakeLists.txt).
-#include <immintrin.h>  // unused by the portable path; kept so the three files match
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
