@@ -5,7 +5,8 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake ninja-build pkg-config
-  libopenblas-dev        # BLAS for the CPU GEMMs (OpenBLAS, pthread build)
+  libdnnl-dev            # oneDNN sgemm: the default CPU GEMM (bench/GEMM_CHOICE.md)
+  libopenblas-dev        # OpenBLAS: the alternative GEMM (UNMASK_BLAS=openblas)
   nlohmann-json3-dev     # JSON for config.json and safetensors headers
   libgtest-dev           # unit tests
   unicode-data           # UnicodeData.txt etc.: source of the generated tokenizer tables
