@@ -173,6 +173,22 @@ void allocator_release_cached() {
   release_free_blocks(g_caches[dev]);
 }
 
+void allocator_forget_stream(void* stream_ptr) noexcept {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (!stream) return;
+  try {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (auto& [dev, cache] : g_caches) {
+      for (auto& [ptr, b] : cache.live)
+        if (b.stream == stream) b.stream = nullptr;
+      for (auto& [cls, list] : cache.free_lists)
+        for (Block& b : list)
+          if (b.stream == stream) b.stream = nullptr;
+    }
+  } catch (...) {
+  }
+}
+
 AllocatorStats allocator_stats() {
   const int dev = current_device();
   std::lock_guard<std::mutex> lock(g_mutex);

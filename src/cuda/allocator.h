@@ -55,6 +55,11 @@ void device_free(void* p) noexcept;
 /// Synchronises the device and cudaFree's every cached (free) block.
 void allocator_release_cached();
 
+/// Called when `stream` is about to be destroyed (after it was synchronised): blocks tagged
+/// with it are re-tagged with the legacy default stream, so that freeing them later never
+/// touches the dead stream. Never throws.
+void allocator_forget_stream(void* stream) noexcept;
+
 /// Stats for the current device.
 AllocatorStats allocator_stats();
 /// Resets the peaks of the current device to the current values.

@@ -51,7 +51,10 @@ CudaState::~CudaState() {
   if (workspace) cudaFree(workspace);
   if (lt) cublasLtDestroy(lt);
   if (current_stream() == stream) set_current_stream(nullptr);
-  if (owns_stream) cudaStreamDestroy(stream);
+  if (owns_stream) {
+    allocator_forget_stream(stream);  // tensors may outlive the context
+    cudaStreamDestroy(stream);
+  }
 }
 
 CudaState& cuda_state(Context& ctx) {
