@@ -425,8 +425,10 @@ TEST(Attention, ErrorsNameActualAndExpected) {
   const ops::AttentionArgs ok{.num_heads = 3, .scale = 0.5f, .padded_seq_len = 3};
   ops::attention(ctx, q, k, v, out, ok);  // valid: no throw
 
-  Tensor qi = Tensor::zeros({N, C}, DType::i32);
-  expect_error([&] { ops::attention(ctx, qi, k, v, out, ok); }, {"q must be f32", "i32[6,12]"});
+  Tensor qi = Tensor::zeros({N, C}, DType::i32), ki = Tensor::zeros({N, C}, DType::i32);
+  Tensor vi = Tensor::zeros({N, C}, DType::i32), oi = Tensor::zeros({N, C}, DType::i32);
+  expect_error([&] { ops::attention(ctx, qi, ki, vi, oi, ok); }, {"q must be f32 on cpu", "i32[6,12]"});
+  expect_error([&] { ops::attention(ctx, q, k, vi, out, ok); }, {"v is i32[6,12]", "q is f32[6,12]"});
   Tensor k3 = Tensor::zeros({N, 1, C}, DType::f32);
   expect_error([&] { ops::attention(ctx, q, k3, v, out, ok); }, {"k must be 2-D", "[6,1,12]"});
   Tensor vshort = Tensor::zeros({N - 1, C}, DType::f32);

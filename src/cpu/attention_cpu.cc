@@ -3,8 +3,8 @@
 // Algorithm (one work item = sequence b, head h, a block of nq <= BQ queries):
 //
 //   qt[HS][BQ]  = (scale * log2 e) * Q_h^T            packed once per work item
-//   ot[HS][BQ]  = 0, m[BQ] = -inf, l[BQ] = 0
-//   for each block of up to kBlockK real keys of sequence b:
+//   m[BQ] = -inf, l[BQ] = 0, ot[HS][BQ] = 0 (set by the first block)
+//   for each block of up to BK real keys of sequence b:
 //     st[BK][BQ] = K_blk qt                           (S^T: keys x queries)
 //     mnew = max(m, max_j st[j]); alpha = 2^(m - mnew); st = 2^(st - mnew)  (now P^T)
 //     l = alpha l + sum_j st[j];  m = mnew
@@ -16,10 +16,10 @@
 // HS, no repacking of K or V), the running max and sum are plain vertical vector ops, and
 // the alpha rescale is one multiply per accumulator. Working in base 2 (log2 e folded into
 // the packed queries) saves one multiply per exponential. Keys that the padding mask
-// excludes are never visited: a cursor gathers the next kBlockK real key rows into a table
+// excludes are never visited: a cursor gathers the next BK real key rows into a table
 // of row pointers, which also pads the block to a multiple of the register tile.
 //
-// Per-thread scratch is O(HS*BQ + kBlockK*BQ) floats, independent of T; work items are
+// Per-thread scratch is O(HS*BQ + BK*BQ) floats, independent of T; work items are
 // handed out dynamically (atomic counter) from a list sorted by cost, longest first.
 //
 // The kernels are written once over GCC vector extensions (W floats per vector; W = 1 is
@@ -29,11 +29,16 @@
 // and a*b+c contracts to vfmadd where fma is enabled. The plain reference is
 // ref::attention_forward (src/ref/attention_ref.cc), in float64.
 //
-// Tuning (AMD EPYC Zen4, 2 threads; see bench/attention_bench.cc): register tiles of
-// MR keys (or head dims) x NV vectors of queries, MR*NV accumulators:
-//   avx512: MR 6 x NV 4 (24 of 32 zmm), BQ = 64 queries per work item
+// Tuning (AMD EPYC Zen5 "family 26", 1 thread, B=1..4, T=128..4096, NH=12, HS=64; see
+// bench/attention_bench.cc). Register tiles are MR keys (or head dims) x NV vectors of
+// queries, MR*NV accumulators:
+//   avx512: MR 6 x NV 4 (24 of 32 zmm), BQ = 64 queries per work item, 128 keys per block
 //   avx2:   MR 6 x NV 2 (12 of 16 ymm), BQ = 16
 //   generic: MR 3 x NV 4 scalars,       BQ = 4
+// Measured alternatives for avx512 (GFLOP/s at B=1 T=512): MR_qk 4: 165, 6: 163, 8: 150;
+// MR_pv 4: 162, 8: 151; keys per block 64: 161, 256: 156 -- within noise except 8, so the
+// smaller tiles stay. Q^T packing and the O^T write-back use W x W register transposes
+// (scalar strided copies cost ~20% at T=128).
 #include "cpu/attention_cpu.h"
 
 #include <algorithm>
@@ -45,6 +50,7 @@
 #include <memory>
 #include <new>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "unmask/error.h"
@@ -55,9 +61,6 @@
 
 namespace unmask::cpu {
 namespace {
-
-/// Keys per block (the online softmax step); also bounds the scratch.
-constexpr int64_t kBlockK = 128;
 
 // ---- vectors of W floats -------------------------------------------------------------
 
@@ -79,7 +82,16 @@ template <int W> [[gnu::always_inline]] inline Vec<W> vload(const float* p) {
 template <int W> [[gnu::always_inline]] inline void vstore(float* p, const Vec<W>& v) {
   std::memcpy(p, &v, sizeof v);
 }
-template <int W> [[gnu::always_inline]] inline Vec<W> vbcast(float x) { return Vec<W>{} + x; }
+template <int W> [[gnu::always_inline]] inline Vec<W> vbcast(float x) {
+  if constexpr (W == 1) {
+    return x;
+  } else {
+    // `V{} + x` compiles to vaddss + vbroadcastss (the add keeps -0.0 exact). The forms
+    // that should give one broadcast (`x - V{}`, a lane-wise init, a splat shuffle) make
+    // GCC 12 emit merge-masked or stack-assembled broadcasts that run 1.2-5x slower.
+    return Vec<W>{} + x;
+  }
+}
 template <int W> [[gnu::always_inline]] inline Vec<W> vmax(const Vec<W>& a, const Vec<W>& b) {
   return a > b ? a : b;
 }
@@ -116,18 +128,45 @@ template <int W> [[gnu::always_inline]] inline Vec<W> vexp2(const Vec<W>& x_in) 
   }
 }
 
+/// One butterfly stage of a W x W transpose: for each row pair (i, i + B), swap the
+/// off-diagonal B-wide blocks. Stages B = W/2, W/4, ..., 1 transpose the whole block.
+template <int W, int B, size_t... L>
+[[gnu::always_inline]] inline Vec<W> shuffle_lo(const Vec<W>& a, const Vec<W>& b,
+                                                std::index_sequence<L...>) {
+  return __builtin_shufflevector(a, b, ((L & B) ? int(W + L - B) : int(L))...);
+}
+template <int W, int B, size_t... L>
+[[gnu::always_inline]] inline Vec<W> shuffle_hi(const Vec<W>& a, const Vec<W>& b,
+                                                std::index_sequence<L...>) {
+  return __builtin_shufflevector(a, b, ((L & B) ? int(W + L) : int(L + B))...);
+}
+/// r[i][j] <- r[j][i] for a block of W vectors of W floats (W = 1: nothing to do).
+template <int W, int B = W / 2> [[gnu::always_inline]] inline void transpose(Vec<W>* r) {
+  if constexpr (B >= 1) {
+    for (int i = 0; i < W; ++i) {
+      if (i & B) continue;
+      const Vec<W> a = r[i], b = r[i + B];
+      r[i] = shuffle_lo<W, B>(a, b, std::make_index_sequence<W>{});
+      r[i + B] = shuffle_hi<W, B>(a, b, std::make_index_sequence<W>{});
+    }
+    transpose<W, B / 2>(r);
+  }
+}
+
 // ---- ISA configurations --------------------------------------------------------------
 
-/// W floats per vector; register tiles of MR keys (or head dims) x NV vectors of queries.
-template <int W_, int NV_, int MR_> struct Config {
-  static constexpr int W = W_, NV = NV_, MR = MR_;
-  static constexpr int BQ = W * NV;  // queries per work item
-  static constexpr int64_t BKP = (kBlockK + MR - 1) / MR * MR;  // key block, padded
-  static_assert(W >= 1 && NV >= 1 && MR >= 1, "empty register tile");
+/// W floats per vector; register tiles of MRQ keys (S = K Q^T) or MRV head dims
+/// (O^T += V^T P^T) by NV vectors of queries; BK keys per online-softmax step.
+template <int W_, int NV_, int MRQ_, int MRV_, int BK_> struct Config {
+  static constexpr int W = W_, NV = NV_, MRQ = MRQ_, MRV = MRV_;
+  static constexpr int BQ = W * NV;                             // queries per work item
+  static constexpr int64_t BK = BK_;                            // keys per block
+  static constexpr int64_t BKP = (BK + MRQ - 1) / MRQ * MRQ;    // ... padded to MRQ
+  static_assert(W >= 1 && NV >= 1 && MRQ >= 1 && MRV >= 1 && BK >= 1, "empty tile");
 };
-using ConfigGeneric = Config<1, 4, 3>;
-using ConfigAvx2 = Config<8, 2, 6>;
-using ConfigAvx512 = Config<16, 4, 6>;
+using ConfigGeneric = Config<1, 4, 3, 3, 128>;
+using ConfigAvx2 = Config<8, 2, 6, 6, 128>;
+using ConfigAvx512 = Config<16, 4, 6, 6, 128>;
 
 // ---- work description ----------------------------------------------------------------
 
@@ -192,17 +231,17 @@ template <int W, int MR, int NV>
     for (int n = 0; n < NV; ++n) vstore<W>(st + r * ldst + n * W, acc[r][n]);
 }
 
-/// ot[r][q] = alpha[q] * ot[r][q] + sum_j vrow[j][d0 + r] * pt[j][q], for r < MR head dims,
+/// ot[r][q] = alpha[q] * ot[r][q] (0 on the first block) + sum_j vrow[j][d0 + r] * pt[j][q], for r < MR head dims,
 /// q < NV*W queries, j < nk keys. pt: [nk][ldp]; ot: [MR][ldo].
 template <int W, int MR, int NV>
-[[gnu::always_inline]] inline void pv_tile(const float* const* vrow, int64_t nk, int64_t d0,
-                                           const float* pt, int64_t ldp, const float* alpha,
-                                           float* ot, int64_t ldo) {
+[[gnu::always_inline]] inline void pv_tile(bool first, const float* const* vrow, int64_t nk,
+                                           int64_t d0, const float* pt, int64_t ldp,
+                                           const float* alpha, float* ot, int64_t ldo) {
   using V = Vec<W>;
   V acc[MR][NV];
   for (int n = 0; n < NV; ++n) {
     V a = vload<W>(alpha + n * W);
-    for (int r = 0; r < MR; ++r) acc[r][n] = vload<W>(ot + r * ldo + n * W) * a;
+    for (int r = 0; r < MR; ++r) acc[r][n] = first ? V{} : vload<W>(ot + r * ldo + n * W) * a;
   }
   for (int64_t j = 0; j < nk; ++j) {
     V p[NV];
@@ -219,14 +258,15 @@ template <int W, int MR, int NV>
 
 /// pv_tile for a tail of mr < MR head dims (compile-time MR picked by recursion).
 template <int W, int MR, int NV>
-[[gnu::always_inline]] inline void pv_tile_tail(int mr, const float* const* vrow, int64_t nk,
-                                                int64_t d0, const float* pt, int64_t ldp,
-                                                const float* alpha, float* ot, int64_t ldo) {
+[[gnu::always_inline]] inline void pv_tile_tail(int mr, bool first, const float* const* vrow,
+                                                int64_t nk, int64_t d0, const float* pt,
+                                                int64_t ldp, const float* alpha, float* ot,
+                                                int64_t ldo) {
   if constexpr (MR >= 1) {
     if (mr == MR)
-      pv_tile<W, MR, NV>(vrow, nk, d0, pt, ldp, alpha, ot, ldo);
+      pv_tile<W, MR, NV>(first, vrow, nk, d0, pt, ldp, alpha, ot, ldo);
     else
-      pv_tile_tail<W, MR - 1, NV>(mr, vrow, nk, d0, pt, ldp, alpha, ot, ldo);
+      pv_tile_tail<W, MR - 1, NV>(mr, first, vrow, nk, d0, pt, ldp, alpha, ot, ldo);
   }
 }
 
@@ -271,8 +311,8 @@ template <int W, int NV>
 /// Runs one work item with NV vectors of queries (NV*W >= it.nq).
 template <class Cfg, int NV>
 [[gnu::always_inline]] inline void run_item_nv(const Job& job, const Item& it, Scratch& s) {
-  constexpr int W = Cfg::W, MR = Cfg::MR, BQ = Cfg::BQ;
-  constexpr int64_t BKP = Cfg::BKP;
+  constexpr int W = Cfg::W, MRQ = Cfg::MRQ, MRV = Cfg::MRV, BQ = Cfg::BQ;
+  constexpr int64_t BK = Cfg::BK, BKP = Cfg::BKP;
   const int64_t hs = job.hs;
   float* qt = s.f;               // [HS][BQ]  scaled Q^T
   float* ot = qt + hs * BQ;      // [HS][BQ]  unnormalised O^T
@@ -282,54 +322,83 @@ template <class Cfg, int NV>
   float* alpha = l + BQ;         // [BQ] rescale of this step
   const int64_t col = int64_t(it.head) * hs;
 
-  // Pack Q^T (zeros beyond nq: harmless columns that are never written out).
-  for (int q = 0; q < NV * W; ++q) {
-    if (q < it.nq) {
-      const float* qr = job.q + (it.q_row0 + q) * job.ldq + col;
-      for (int64_t d = 0; d < hs; ++d) qt[d * BQ + q] = qr[d] * job.qscale;
-    } else {
-      for (int64_t d = 0; d < hs; ++d) qt[d * BQ + q] = 0.0f;
+  // Pack Q^T in W x W blocks (rows beyond nq are zeros: harmless lanes never written out).
+  const int64_t hs_full = hs / W * W;
+  for (int g = 0; g < NV; ++g) {
+    const float* qr[W];
+    for (int i = 0; i < W; ++i)
+      qr[i] = g * W + i < it.nq ? job.q + (it.q_row0 + g * W + i) * job.ldq + col : nullptr;
+    for (int64_t c = 0; c < hs_full; c += W) {
+      Vec<W> r[W];
+      for (int i = 0; i < W; ++i)
+        r[i] = qr[i] ? vload<W>(qr[i] + c) * job.qscale : Vec<W>{};
+      transpose<W>(r);
+      for (int i = 0; i < W; ++i) vstore<W>(qt + (c + i) * BQ + g * W, r[i]);
     }
+    for (int64_t d = hs_full; d < hs; ++d)
+      for (int i = 0; i < W; ++i) qt[d * BQ + g * W + i] = qr[i] ? qr[i][d] * job.qscale : 0.0f;
   }
-  for (int64_t d = 0; d < hs; ++d)
-    for (int q = 0; q < NV * W; ++q) ot[d * BQ + q] = 0.0f;
   for (int q = 0; q < BQ; ++q) {
     m[q] = -INFINITY;
     l[q] = 0.0f;
   }
 
-  int64_t t = 0;  // key cursor (position within the sequence)
+  int64_t t = 0;         // key cursor (position within the sequence)
+  bool t_first = true;   // no key block seen yet (ot is uninitialised until the first)
   for (;;) {
     // Gather the next block of real keys.
     int64_t nk = 0;
-    for (; t < it.k_len && nk < kBlockK; ++t) {
+    for (; t < it.k_len && nk < BK; ++t) {
       if (it.k_mask && !it.k_mask[t]) continue;
       s.krow[nk] = job.k + (it.k_row0 + t) * job.ldk + col;
       s.vrow[nk] = job.v + (it.k_row0 + t) * job.ldv + col;
       ++nk;
     }
     if (nk == 0) break;
-    const int64_t nkp = (nk + MR - 1) / MR * MR;
+    const bool first = t_first;
+    t_first = false;
+    const int64_t nkp = (nk + MRQ - 1) / MRQ * MRQ;
     for (int64_t j = nk; j < nkp; ++j) {  // padding rows: any valid row; p = 0 there
       s.krow[j] = s.krow[0];
       s.vrow[j] = s.vrow[0];
     }
 
-    for (int64_t j0 = 0; j0 < nkp; j0 += MR)
-      qk_tile<W, MR, NV>(s.krow + j0, hs, qt, BQ, st + j0 * BQ, BQ);
+    for (int64_t j0 = 0; j0 < nkp; j0 += MRQ)
+      qk_tile<W, MRQ, NV>(s.krow + j0, hs, qt, BQ, st + j0 * BQ, BQ);
     softmax_step<W, NV>(st, nk, nkp, BQ, m, l, alpha);
     int64_t d0 = 0;
-    for (; d0 + MR <= hs; d0 += MR)
-      pv_tile<W, MR, NV>(s.vrow, nkp, d0, st, BQ, alpha, ot + d0 * BQ, BQ);
+    for (; d0 + MRV <= hs; d0 += MRV)
+      pv_tile<W, MRV, NV>(first, s.vrow, nkp, d0, st, BQ, alpha, ot + d0 * BQ, BQ);
     if (d0 < hs)
-      pv_tile_tail<W, MR - 1, NV>(int(hs - d0), s.vrow, nkp, d0, st, BQ, alpha, ot + d0 * BQ, BQ);
+      pv_tile_tail<W, MRV - 1, NV>(int(hs - d0), first, s.vrow, nkp, d0, st, BQ, alpha,
+                                   ot + d0 * BQ, BQ);
   }
 
-  // out = O / l (l = 0 only when the sequence has no real key: zeros, ot is 0 too).
-  for (int q = 0; q < it.nq; ++q) {
-    const float inv = l[q] > 0.0f ? 1.0f / l[q] : 0.0f;
-    float* o = job.out + (it.q_row0 + q) * job.ldo + col;
-    for (int64_t d = 0; d < hs; ++d) o[d] = ot[d * BQ + q] * inv;
+  // out = O / l, transposed back in W x W blocks. A sequence without a real key gets
+  // zeros (ot was never written).
+  if (t_first) {
+    for (int q = 0; q < it.nq; ++q)
+      std::memset(job.out + (it.q_row0 + q) * job.ldo + col, 0, sizeof(float) * size_t(hs));
+    return;
+  }
+  for (int g = 0; g < NV; ++g) {
+    float* orow[W];
+    float inv[W];
+    for (int i = 0; i < W; ++i) {
+      const int q = g * W + i;
+      orow[i] = q < it.nq ? job.out + (it.q_row0 + q) * job.ldo + col : nullptr;
+      inv[i] = 1.0f / l[q];  // l >= 1: the running max contributes 2^0
+    }
+    for (int64_t c = 0; c < hs_full; c += W) {
+      Vec<W> r[W];
+      for (int i = 0; i < W; ++i) r[i] = vload<W>(ot + (c + i) * BQ + g * W);
+      transpose<W>(r);
+      for (int i = 0; i < W; ++i)
+        if (orow[i]) vstore<W>(orow[i] + c, r[i] * inv[i]);
+    }
+    for (int64_t d = hs_full; d < hs; ++d)
+      for (int i = 0; i < W; ++i)
+        if (orow[i]) orow[i][d] = ot[d * BQ + g * W + i] * inv[i];
   }
 }
 
@@ -472,7 +541,7 @@ AttentionStats attention_forward(Context& ctx, const AttentionParams& p, Attenti
   std::atomic<int64_t> next{0};
   const ScratchLayout lay = entry.layout(hs);
   ctx.parallel_for(stats.threads, [&](int64_t, int64_t) {
-    // One scratch allocation per thread per call: O(HS*BQ + kBlockK*BQ), never O(T).
+    // One scratch allocation per thread per call: O(HS*BQ + BK*BQ), never O(T).
     std::unique_ptr<float[]> fbuf(new float[lay.floats + 16]);
     std::unique_ptr<const float*[]> pbuf(new const float*[lay.pointers]);
     Scratch s;

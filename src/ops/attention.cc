@@ -20,7 +20,6 @@ namespace {
 /// q, k, v, out: 2-D f32 with unit innermost stride and rows that do not overlap.
 void check_rows(const char* name, const Tensor& t) {
   UNMASK_CHECK(t.ndim() == 2, "attention: ", name, " must be 2-D [N, NH*HS], got ", t.describe());
-  UNMASK_CHECK(t.dtype() == DType::f32, "attention: ", name, " must be f32, got ", t.describe());
   UNMASK_CHECK(t.size(1) <= 1 || t.stride(1) == 1, "attention: ", name,
                " must have innermost stride 1, got stride ", t.stride(1), " in ", t.describe());
   UNMASK_CHECK(t.size(0) <= 1 || t.stride(0) >= t.size(1), "attention: ", name,
@@ -81,6 +80,15 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   UNMASK_CHECK(!overlaps(out, q), "attention: out ", out.describe(), " overlaps q ", q.describe(),
                "; attention cannot run in place");
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}, {"out", &out}})
+    UNMASK_CHECK(t->dtype() == q.dtype(), "attention: ", name, " is ", t->describe(), " but q is ",
+                 q.describe(), "; q, k, v and out must share one dtype");
+  if (q.device() == Device::cpu)
+    UNMASK_CHECK(q.dtype() == DType::f32, "attention: q must be f32 on cpu, got ", q.describe());
+#ifdef UNMASK_WITH_CUDA
+  if (q.device() == Device::cuda && !cuda::supports("attention", q.dtype()))
+    throw Unsupported("attention: device cuda, dtype ", dtype_name(q.dtype()), " is not implemented");
+#endif
 
   // ---- heads and scale ----
   const int64_t N = q.size(0), C = q.size(1), NH = args.num_heads;
@@ -129,8 +137,9 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
       UNMASK_CHECK(m->ndim() == 2 && m->size(0) == B && m->size(1) == T,
                    "attention: key_padding_mask must be [B, T] = [", B, ",", T, "], got ",
                    m->describe());
-      UNMASK_CHECK(m->device() == q.device(), "attention: key_padding_mask is on ",
-                   device_name(m->device()), " but q is on ", device_name(q.device()));
+      UNMASK_CHECK(m->device() == q.device() || m->device() == Device::cpu,
+                   "attention: key_padding_mask is on ", device_name(m->device()), " but q is on ",
+                   device_name(q.device()));
     }
   }
   if (N == 0) return;
