@@ -39,6 +39,9 @@
 // MR_pv 4: 162, 8: 151; keys per block 64: 161, 256: 156 -- within noise except 8, so the
 // smaller tiles stay. Q^T packing and the O^T write-back use W x W register transposes
 // (scalar strided copies cost ~20% at T=128).
+// Result, 2 threads, wall clock, quiet machine (measured zmm FMA peak ~442 GFLOP/s for 2
+// cores): avx512 275 GFLOP/s at B=1 T=128, 288 at B=8 T=128, 326 at B=1 T=512, 301 at
+// B=1 T=4096 (62-74% of peak); avx2 137-148; generic ~15 (1 thread).
 #include "cpu/attention_cpu.h"
 
 #include <algorithm>
