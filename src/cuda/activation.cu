@@ -80,6 +80,34 @@ void bias_act_dispatch_bias(void* y, int64_t ldy, const void* x, int64_t ldx, co
     bias_act_launch<T, T>(y, ldy, x, ldx, bias, N, C, act, stream);
 }
 
+/// y[n, c] = act(x[n, c] + bias[c]) with x in f32 and y in T: the epilogue of a low-precision
+/// GEMM whose fp32 result went through a workspace, so the pre-activation is rounded once.
+template <typename T, typename TB>
+__global__ void bias_act_from_f32_kernel(T* y, int64_t ldy, const float* x, int64_t ldx, const TB* bias, int64_t N,
+                                         int64_t C, ops::Activation act) {
+  const int64_t total = N * C;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / C, c = i - n * C;
+    float v = x[n * ldx + c];
+    if (bias) v += to_float(bias[c]);
+    y[n * ldy + c] = from_float<T>(apply_act(v, act));
+  }
+}
+
+template <typename T>
+void bias_act_from_f32_launch(void* y, int64_t ldy, const float* x, int64_t ldx, const void* bias, DType bias_dtype,
+                              int64_t N, int64_t C, ops::Activation act, cudaStream_t stream) {
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>(ceil_div(N * C, threads), int64_t(1) << 20));
+  if (!bias || bias_dtype == DType::f32)
+    bias_act_from_f32_kernel<T, float><<<blocks, threads, 0, stream>>>(static_cast<T*>(y), ldy, x, ldx,
+                                                                       static_cast<const float*>(bias), N, C, act);
+  else
+    bias_act_from_f32_kernel<T, T><<<blocks, threads, 0, stream>>>(static_cast<T*>(y), ldy, x, ldx,
+                                                                   static_cast<const T*>(bias), N, C, act);
+  CUDA_CHECK_LAUNCH();
+}
+
 /// p[i] = NaN for i in [0, n); W is the element's bit width type.
 template <typename W>
 __global__ void fill_bits_kernel(W* p, int64_t n, W bits) {
@@ -99,6 +127,19 @@ void bias_act_forward(void* y, int64_t ldy, const void* x, int64_t ldx, const vo
     case DType::f32: return bias_act_launch<float, float>(y, ldy, x, ldx, bias, N, C, act, stream);
     case DType::bf16: return bias_act_dispatch_bias<__nv_bfloat16>(y, ldy, x, ldx, bias, bias_dtype, N, C, act, stream);
     case DType::f16: return bias_act_dispatch_bias<__half>(y, ldy, x, ldx, bias, bias_dtype, N, C, act, stream);
+    default: throw Unsupported("bias_act (cuda): dtype ", dtype_name(dtype), " (f32, bf16, f16 only)");
+  }
+}
+
+void bias_act_forward_from_f32(void* y, int64_t ldy, const float* x, int64_t ldx, const void* bias, DType bias_dtype,
+                               int64_t N, int64_t C, ops::Activation act, DType dtype, cudaStream_t stream) {
+  UNMASK_CHECK(N >= 0 && C >= 0 && (N <= 1 || (ldx >= C && ldy >= C)), "bias_act (cuda): bad sizes N=", N, " C=", C,
+               " ldx=", ldx, " ldy=", ldy);
+  if (N == 0 || C == 0) return;
+  switch (dtype) {
+    case DType::f32: return bias_act_launch<float, float>(y, ldy, x, ldx, bias, N, C, act, stream);
+    case DType::bf16: return bias_act_from_f32_launch<__nv_bfloat16>(y, ldy, x, ldx, bias, bias_dtype, N, C, act, stream);
+    case DType::f16: return bias_act_from_f32_launch<__half>(y, ldy, x, ldx, bias, bias_dtype, N, C, act, stream);
     default: throw Unsupported("bias_act (cuda): dtype ", dtype_name(dtype), " (f32, bf16, f16 only)");
   }
 }

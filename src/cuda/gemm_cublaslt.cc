@@ -1,5 +1,6 @@
 // cuda/gemm_cublaslt.cc: see gemm_cublaslt.h for the contract and the row/column-major mapping.
 #include "cuda/gemm_cublaslt.h"
+#include "cuda/allocator.h"
 
 #include <algorithm>
 #include <array>
@@ -169,6 +170,33 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   }
   if (!bias_fusable) fused = false;
   if (!fused) epi = CUBLASLT_EPILOGUE_DEFAULT;
+
+  // An epilogue cuBLASLt cannot fuse on a low-precision output (exact GELU, tanh, an f32 bias):
+  // run the GEMM into an fp32 workspace and apply bias + activation while converting, so the
+  // pre-activation is rounded once, as a naive fp32-accumulating implementation would.
+  if (!fused && (p.bias || p.act != ops::Activation::none) && p.c_dtype != DType::f32 && p.beta == 0.0f) {
+    const size_t bytes = size_t(p.batch) * size_t(p.M) * size_t(p.N) * sizeof(float);
+    float* tmp = static_cast<float*>(device_malloc(bytes, stream));
+    try {
+      GemmLtParams q = p;
+      q.c = tmp;
+      q.c_dtype = DType::f32;
+      q.ldc = p.N;
+      q.batch_stride_c = p.M * p.N;
+      q.bias = nullptr;
+      q.act = ops::Activation::none;
+      gemm_lt(st, q, stream);
+      for (int64_t i = 0; i < p.batch; ++i)
+        bias_act_forward_from_f32(static_cast<char*>(p.c) + i * p.batch_stride_c * int64_t(dtype_size(p.c_dtype)), p.ldc,
+                                  tmp + i * p.M * p.N, p.N, p.bias, p.bias_dtype, p.M, p.N, p.act, p.c_dtype, stream);
+    } catch (...) {
+      device_free(tmp);
+      throw;
+    }
+    device_free(tmp);
+    st.gemm_plans->last_fused = false;
+    return;
+  }
 
   const size_t es_ab = dtype_size(p.ab_dtype), es_c = dtype_size(p.c_dtype);
   const int64_t align[4] = {

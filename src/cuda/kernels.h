@@ -23,6 +23,9 @@ namespace unmask::cuda {
 /// y[n, :] = act(x[n, :] + bias) (activation.cu). The activation op and the GEMM epilogue
 /// fallback (exact GELU, tanh).
 ///   x: [N, C] (ldx); bias: [C] or null; y: [N, C] (ldy), may alias x.
+/// y = act(x + bias) with x in f32 and y in `dtype` (one rounding of the pre-activation).
+void bias_act_forward_from_f32(void* y, int64_t ldy, const float* x, int64_t ldx, const void* bias, DType bias_dtype,
+                               int64_t N, int64_t C, ops::Activation act, DType dtype, cudaStream_t stream);
 void bias_act_forward(void* y, int64_t ldy, const void* x, int64_t ldx, const void* bias, DType bias_dtype,
                       int64_t N, int64_t C, ops::Activation act, DType dtype, cudaStream_t stream);
 

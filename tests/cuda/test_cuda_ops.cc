@@ -742,7 +742,13 @@ TEST(CudaAttention, FlashAgreesWithNaiveKernel) {
     p.o = o1.raw();
     cuda::attention_forward(p, s, cuda::AttentionKernel::flash, block_m);
     const std::vector<double> a = to_host(o1);
-    CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * std::fabs(b[i]) + 4e-3; });
+    // Two low-precision kernels differ by their roundings of P (bf16 before P V): up to about
+    // u * sum_j p_j |v_j| <= u * max|v| per output when one key dominates, on top of the output
+    // rounding. (The fp64 comparison with the 2x-naive rule is FlashFollowsTheTwiceNaiveRule.)
+    double vmax = 0;
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) vmax = std::max(vmax, std::fabs(QKV[size_t(r * 3 * C + 2 * C + c)]));
+    CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * (std::fabs(b[i]) + vmax) + 4e-3; });
     EXPECT_EQ(r.bad, 0) << "block_m=" << block_m << "\n" << r.first;
   }
 }
