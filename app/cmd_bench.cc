@@ -116,7 +116,8 @@ int bench_infer(int argc, char** argv) {
       {"iters", "N", "minimum timed iterations per row", "10"},
       {"min-time", "SEC", "keep iterating until this much time has passed per row", "2"},
       {"warmup", "N", "untimed iterations per row", "2"},
-      {"seed", "N", "seed for weights, token ids and lengths", "1234"},
+      {"seed", "N", "seed for weights and token ids", "1234"},
+      {"lengths-seed", "N", "seed of the --lengths draw (the peers' LCG: same lengths as ORT/PyTorch runs with --seed N)", "0"},
       {"peak-gflops", "X", "fp32 peak for %-of-peak (default: measured with an FMA loop)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
   };
@@ -170,8 +171,14 @@ int bench_infer(int argc, char** argv) {
       std::vector<int32_t> lengths(batch, int32_t(seq));
       if (len_max) {
         if (len_max > cfg.max_position_embeddings) throw Error("--lengths MAX exceeds max_position_embeddings");
-        std::uniform_int_distribution<int64_t> ld(len_min, len_max);
-        for (auto& l : lengths) l = int32_t(ld(rng));
+        // The peers' generator (bench/peers/README.md): a 32-bit LCG seeded with
+        // --lengths-seed, len = MIN + floor(s * (MAX-MIN+1) / 2^32), so every engine runs the
+        // same lengths.
+        uint32_t s = uint32_t(args->get_int("lengths-seed"));
+        for (auto& l : lengths) {
+          s = 1664525u * s + 1013904223u;
+          l = int32_t(len_min + int64_t((uint64_t(s) * uint64_t(len_max - len_min + 1)) >> 32));
+        }
       }
       int64_t N = 0;
       for (int32_t l : lengths) N += l;
