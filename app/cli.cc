@@ -50,7 +50,7 @@ std::optional<Args> Args::parse(const std::string& command, const std::string& s
       return std::nullopt;
     }
     if (arg.rfind("--", 0) != 0)
-      throw Error("unmask ", command, ": unexpected argument '", arg, "'", Hint("options start with --; see unmask " + command + " --help"));
+      throw Error("unexpected argument '", arg, "'", Hint("options start with --; see unmask " + command + " --help"));
     std::string name = arg.substr(2), value;
     bool inline_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -64,15 +64,15 @@ std::optional<Args> Args::parse(const std::string& command, const std::string& s
       size_t best_d = SIZE_MAX;
       for (const auto& s : specs)
         if (size_t d = edit_distance(name, s.name); d < best_d) best_d = d, best = s.name;
-      throw Error("unmask ", command, ": unknown option --", name,
+      throw Error("unknown option --", name,
                   Hint(best_d <= 3 ? "did you mean --" + best + "?" : "see unmask " + command + " --help"));
     }
     if (it->value.empty()) {
-      if (inline_value) throw Error("unmask ", command, ": --", name, " is a flag and takes no value");
+      if (inline_value) throw Error("--", name, " is a flag and takes no value");
       a.values_[name] = "1";
     } else {
       if (!inline_value) {
-        if (i + 1 >= argc) throw Error("unmask ", command, ": --", name, " needs a value (", it->value, ")");
+        if (i + 1 >= argc) throw Error("--", name, " needs a value (", it->value, ")");
         value = argv[++i];
       }
       a.values_[name] = value;
@@ -88,7 +88,7 @@ std::string Args::get(const std::string& name) const {
 }
 
 std::string Args::require(const std::string& name) const {
-  if (!has(name)) throw Error("unmask ", command_, ": --", name, " is required", Hint("see unmask " + command_ + " --help"));
+  if (!has(name)) throw Error("--", name, " is required", Hint("see unmask " + command_ + " --help"));
   return get(name);
 }
 
@@ -100,7 +100,7 @@ int64_t Args::get_int(const std::string& name) const {
     if (used != v.size()) throw std::invalid_argument(v);
     return x;
   } catch (const std::exception&) {
-    throw Error("unmask ", command_, ": --", name, " must be an integer, got '", v, "'");
+    throw Error("--", name, " must be an integer, got '", v, "'");
   }
 }
 
@@ -116,10 +116,10 @@ std::vector<int64_t> Args::get_int_list(const std::string& name) const {
       if (used != item.size() || x <= 0) throw std::invalid_argument(item);
       out.push_back(x);
     } catch (const std::exception&) {
-      throw Error("unmask ", command_, ": --", name, " must be a comma-separated list of positive integers, got '", v, "'");
+      throw Error("--", name, " must be a comma-separated list of positive integers, got '", v, "'");
     }
   }
-  if (out.empty()) throw Error("unmask ", command_, ": --", name, " is empty");
+  if (out.empty()) throw Error("--", name, " is empty");
   return out;
 }
 

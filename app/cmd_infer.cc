@@ -60,8 +60,17 @@ int cmd_infer(int argc, char** argv) {
   const int64_t max_len = model.config().max_position_embeddings;
   std::optional<std::string> pair;
   if (args->has("pair")) pair = args->get("pair");
-  text::Encoding enc = tok.encode(text, pair, int(max_len),
-                                  args->has("no-truncate") ? text::Truncation::do_not_truncate : text::Truncation::longest_first);
+  text::Encoding enc;
+  if (args->has("no-truncate")) {
+    try {
+      enc = tok.encode(text, pair, int(max_len), text::Truncation::do_not_truncate);
+    } catch (const Error& e) {
+      throw Error("the input is longer than the model's ", max_len, " positions: ", e.what(),
+                  Hint("shorten the text, or drop --no-truncate to truncate it with a warning"));
+    }
+  } else {
+    enc = tok.encode(text, pair, int(max_len), text::Truncation::longest_first);
+  }
   if (enc.num_truncated > 0)
     std::fprintf(stderr, "unmask infer: warning: input truncated by %zu tokens to the model's %lld positions (--no-truncate makes this an error)\n",
                  enc.num_truncated, (long long)max_len);

@@ -21,6 +21,8 @@ ctest --test-dir build --output-on-failure -j"$JOBS"
 
 echo "== [2/5] parity with PyTorch (python3-torch)"
 /usr/bin/python3 tests/python/parity.py --unmask build/unmask --base
+echo "== [2b/5] command line: good and bad input"
+bash tests/cli/test_cli.sh build/unmask
 
 if [ "${UNMASK_SKIP_JS:-0}" != 1 ]; then
   echo "== [3/5] WordPiece parity with tokenizers.js"

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# CLI behaviour on good and bad input: exit codes and the words of each error message.
+#   bash tests/cli/test_cli.sh [build/unmask]
+# Makes a tiny random HF checkpoint with PyTorch (tests/python/make_bert_checkpoint.py), then
+# damages copies of it. Every case must exit as expected and print the expected text; no case
+# may crash (exit >= 128) or hang (each runs under a 60 s timeout).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+U=$(readlink -f "${1:-build/unmask}")
+W=$(mktemp -d /tmp/unmask-cli-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+/usr/bin/python3 tests/python/make_bert_checkpoint.py --out "$W/m" --size tiny --heads pretraining --seed 3 >/dev/null
+pass=0; fail=0
+
+# expect CODE SUBSTRING -- command...   (CODE: exact exit code; SUBSTRING: in stdout+stderr)
+expect() {
+  local code=$1 want=$2; shift 3
+  local out rc
+  out=$(timeout 60 "$@" 2>&1); rc=$?
+  if [[ $rc == "$code" && "$out" == *"$want"* ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $* -> exit $rc (want $code), output:"; echo "$out" | head -5; echo "(wanted: $want)"
+  fi
+}
+damaged() {  # copy of the model dir for damage
+  rm -rf "$W/d"; cp -r "$W/m" "$W/d"
+}
+
+expect 0 "[MASK] at position" -- "$U" infer --model "$W/m" --text "paris is the [MASK] of france ."
+expect 0 "usage: unmask infer" -- "$U" infer --help
+expect 0 "usage: unmask bench infer" -- "$U" bench infer --help
+expect 0 "usage: unmask forward" -- "$U" forward --help
+expect 2 "unknown command" -- "$U" frobnicate
+expect 1 "did you mean --text" -- "$U" infer --model "$W/m" --txt hi
+expect 1 "--model is required" -- "$U" infer --text hi
+expect 1 "config.json not found" -- "$U" infer --model "$W/nope" --text hi
+expect 1 "--text is empty" -- "$U" infer --model "$W/m" --text "   "
+expect 1 "invalid UTF-8 at byte offset 3" -- "$U" infer --model "$W/m" --text $'abc\xff def'
+long=$(printf 'word %.0s' $(seq 1 600))
+expect 0 "warning: input truncated" -- "$U" infer --model "$W/m" --text "$long"
+expect 1 "longer than the model's 512 positions" -- "$U" infer --model "$W/m" --text "$long" --no-truncate
+expect 1 "--top-k must be at least 1" -- "$U" infer --model "$W/m" --text hi --top-k 0
+
+damaged; rm "$W/d/model.safetensors"
+expect 1 "model.safetensors" -- "$U" infer --model "$W/d" --text hi
+damaged; head -c 1000 "$W/m/model.safetensors" > "$W/d/model.safetensors"
+expect 1 "runs past the end of the file" -- "$U" infer --model "$W/d" --text hi
+damaged; printf '\x10\x00\x00\x00\x00\x00\x00\x00not json at all!' > "$W/d/model.safetensors"
+expect 1 "not valid JSON" -- "$U" infer --model "$W/d" --text hi
+damaged; : > "$W/d/model.safetensors"
+expect 1 "empty" -- "$U" infer --model "$W/d" --text hi
+damaged; sed -i 's/"num_attention_heads": [0-9]*/"num_attention_heads": 5/' "$W/d/config.json"
+expect 1 "does not divide hidden_size" -- "$U" infer --model "$W/d" --text hi
+damaged; sed -i 's/"hidden_size": [0-9]*/"hidden_size": -64/' "$W/d/config.json"
+expect 1 "hidden_size = -64" -- "$U" infer --model "$W/d" --text hi
+damaged; sed -i 's/"num_hidden_layers": [0-9]*,//' "$W/d/config.json"
+expect 1 "missing required key \"num_hidden_layers\"" -- "$U" infer --model "$W/d" --text hi
+damaged; sed -i 's/"num_hidden_layers": [0-9]*/"num_hidden_layers": 3/' "$W/d/config.json"
+expect 1 "missing:" -- "$U" infer --model "$W/d" --text hi
+damaged; grep -v '^\[SEP\]$' "$W/m/vocab.txt" > "$W/d/vocab.txt"
+expect 1 "has no [SEP] line" -- "$U" infer --model "$W/d" --text hi
+damaged; rm "$W/d/vocab.txt"
+expect 1 "no vocab.txt" -- "$U" infer --model "$W/d" --text hi
+expect 1 "--batch must be a comma-separated list" -- "$U" bench infer --batch 0
+expect 1 "--format must be" -- "$U" bench infer --format xml
+expect 1 "exceeds the model's max_position_embeddings" -- "$U" bench infer --model "$W/m" --seq 1024 --iters 1 --min-time 0
+expect 1 "--mode must be padded or packed" -- "$U" forward --model "$W/m" --input-ids x.npy --dump "$W/o" --mode diagonal
+
+echo "$pass passed, $fail failed"
+[[ $fail == 0 ]]
