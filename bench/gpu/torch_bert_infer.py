@@ -49,6 +49,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--budget-s", type=float, default=200.0)
     ap.add_argument("--json", default="")
+    ap.add_argument("--act", default="gelu", choices=["gelu", "gelu_new"],
+                    help="hidden_act: gelu (exact erf, HF default) or gelu_new (tanh approximation, AIT's fast_gelu)")
     a = ap.parse_args()
     t_start = time.time()
 
@@ -62,7 +64,7 @@ def main():
     batches = [int(x) for x in a.batches.split(",") if x]
     seqs = [int(x) for x in a.seqs.split(",") if x]
     max_t = max(t for t in seqs for b in batches if b * t <= a.max_tokens)
-    cfg = BertConfig(max_position_embeddings=max(512, max_t))  # BERT-base; hidden_act "gelu" (erf)
+    cfg = BertConfig(max_position_embeddings=max(512, max_t), hidden_act=a.act)  # BERT-base
     torch.manual_seed(0)
     try:
         model = BertModel(cfg, add_pooling_layer=False, attn_implementation="sdpa")
@@ -87,7 +89,7 @@ def main():
         return statistics.median(ts), min(ts)
 
     def emit(impl, b, t, med=None, mn=None, err=None):
-        row = {"impl": impl, "device": name, "dtype": "bf16", "act": "gelu", "batch": b, "seq": t}
+        row = {"impl": impl, "device": name, "dtype": "bf16", "act": a.act, "batch": b, "seq": t}
         if err is None:
             tf = flops(b, t) / (med * 1e-3) / 1e12
             row.update(latency_ms=round(med, 4), latency_min_ms=round(mn, 4), qps=round(b / (med * 1e-3), 2),
