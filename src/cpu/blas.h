@@ -16,6 +16,7 @@
 
 #include "ops/op_params.h"
 #include "unmask/context.h"
+#include "unmask/tensor.h"
 
 namespace unmask::cpu {
 
@@ -39,6 +40,19 @@ void gemm_tuning_override_for_bench(GemmThreading threading, int64_t row_block);
 
 /// Runs one validated GEMM (see ops::GemmParams) on ctx's threads.
 void gemm(Context& ctx, const ops::GemmParams& p);
+
+/// Packs w (f32 [N, K], contiguous, validated) for gemm_packed (src/cpu/gemm_packed_cpu.cc):
+/// oneDNN's blocked layout per column slice when the oneDNN backend is in use, else a reference
+/// to w itself (gemm_packed then runs cpu::gemm).
+ops::PackedWeight pack_weight(Context& ctx, const Tensor& w);
+/// Runs c = act(alpha * a @ W^T + bias + beta * c) with p.b unused (the weights come from w;
+/// p.ta must be no). p.N == w.n_out(), p.K == w.k().
+void gemm_packed(Context& ctx, const ops::GemmParams& p, const ops::PackedWeight& w);
+/// Bench hook: rows per primitive call (0 = all of M, < 0 = default) and the widest column
+/// slice for later pack_weight calls (<= 0 = default).
+void packed_gemm_tuning_override_for_bench(int64_t row_block, int64_t max_slice);
+/// How many calls had to reorder packed weights because the primitive wanted another layout.
+int64_t packed_gemm_slow_reorders();
 
 /// Sets the BLAS library's own thread count (called by Context). With the tiles strategy the
 /// libraries are kept single-threaded whatever n is (see above); n is remembered for

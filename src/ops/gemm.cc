@@ -101,4 +101,62 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
   }
 }
 
+
+PackedWeight pack_weight(Context& ctx, const Tensor& w) {
+  constexpr const char* op = "pack_weight";
+  detail::check_f32(op, "w", w);
+  UNMASK_CHECK(w.ndim() == 2 && w.is_contiguous(), "pack_weight: w must be a contiguous [N_out, K] matrix, got ",
+               w.describe());
+  switch (w.device()) {
+    case Device::cpu: return cpu::pack_weight(ctx, w);
+    case Device::cuda: break;
+  }
+  throw Unsupported("pack_weight: no packed GEMM for device ", device_name(w.device()),
+                    Hint("use ops::gemm with the unpacked weight on this device"));
+}
+
+void gemm_packed(Context& ctx, const Tensor& a, const PackedWeight& w, Tensor& c, const GemmArgs& args) {
+  constexpr const char* op = "gemm_packed";
+  UNMASK_CHECK(w.defined(), "gemm_packed: the packed weight is empty (pack it with ops::pack_weight)");
+  detail::check_f32(op, "a", a);
+  detail::check_f32(op, "c", c);
+  const Device dev = c.device();
+  detail::check_device(op, "a", a, dev);
+  UNMASK_CHECK(w.device() == dev, "gemm_packed: weight packed for ", device_name(w.device()), " but c is on ",
+               device_name(dev));
+  UNMASK_CHECK(a.ndim() == 2 && c.ndim() == 2, "gemm_packed: a and c must be 2-D, got a ", a.describe(), " and c ",
+               c.describe());
+  const Mat ma = as_mat("a", a), mc = as_mat("c", c);
+  const int64_t M = ma.rows, K = ma.cols, N = w.n_out();
+  UNMASK_CHECK(K == w.k(), "gemm_packed: a is [", M, ", ", K, "] but the packed weight is [", N, ", ", w.k(),
+               "] (W [N_out, K]), a ", a.describe());
+  UNMASK_CHECK(mc.rows == M && mc.cols == N, "gemm_packed: c must be [", M, ", ", N, "], got ", c.describe());
+  if (args.bias) {
+    const Tensor& bias = *args.bias;
+    detail::check_f32(op, "bias", bias);
+    detail::check_device(op, "bias", bias, dev);
+    UNMASK_CHECK(bias.ndim() == 1 && bias.size(0) == N && (bias.stride(0) == 1 || N <= 1),
+                 "gemm_packed: bias must be contiguous [", N, "], got ", bias.describe());
+  }
+  GemmParams p;
+  p.a = a.data<float>();
+  p.lda = ma.ld;
+  p.c = c.data<float>();
+  p.ldc = mc.ld;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.alpha = args.alpha;
+  p.beta = args.beta;
+  p.bias = args.bias ? args.bias->data<float>() : nullptr;
+  p.act = args.act;
+  switch (dev) {
+    case Device::cpu:
+      detail::dispatch_float(op, Device::cpu, c.dtype(), [&](auto) { cpu::gemm_packed(ctx, p, w); });
+      return;
+    case Device::cuda:
+      detail::throw_unsupported(op, Device::cuda, c.dtype());
+  }
+}
+
 }  // namespace unmask::ops

@@ -10,6 +10,7 @@
 // V vocabulary, N rows (tokens over a batch), M/N/K GEMM sizes.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "unmask/context.h"
@@ -46,6 +47,45 @@ struct GemmArgs {
 /// Innermost stride must be 1; row strides may be larger (slices of wider buffers).
 void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
           const GemmArgs& args = {});
+
+/// A weight matrix W [N_out, K] (HF Linear layout; the GEMM uses op(b) = W^T) pre-packed once
+/// into the CPU backend's GEMM layout, so a call does not re-pack the weights (at M = 128
+/// tokens the BLAS re-pack of a [3072, 768] matrix is a large share of the call). Opaque and
+/// cheap to copy (shared, immutable); the packed buffers live as long as any copy. Holds no
+/// reference to the source tensor, so the caller may free it (or release its pages).
+class PackedWeight {
+ public:
+  /// Backend-specific contents (src/cpu/gemm_packed_cpu.cc).
+  struct Impl {
+    virtual ~Impl() = default;
+  };
+  PackedWeight() = default;
+  PackedWeight(std::shared_ptr<const Impl> impl, int64_t n_out, int64_t k, Device device,
+               int64_t nbytes)
+      : impl_(std::move(impl)), n_out_(n_out), k_(k), device_(device), nbytes_(nbytes) {}
+  bool defined() const { return impl_ != nullptr; }
+  int64_t n_out() const { return n_out_; }   // N_out: rows of W, columns of the GEMM output
+  int64_t k() const { return k_; }           // K: columns of W, the reduction length
+  Device device() const { return device_; }
+  int64_t nbytes() const { return nbytes_; } // bytes held by the packed buffers
+  const Impl* impl() const { return impl_.get(); }
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+  int64_t n_out_ = 0, k_ = 0;
+  Device device_ = Device::cpu;
+  int64_t nbytes_ = 0;
+};
+
+/// Packs w (f32 [N_out, K], contiguous) for gemm_packed on ctx's device; the split of N_out
+/// across threads is chosen for ctx.num_threads() (other thread counts still work).
+PackedWeight pack_weight(Context& ctx, const Tensor& w);
+
+/// c = act(alpha * a @ W^T + bias + beta * c) with W packed by pack_weight: the same result as
+/// gemm(ctx, a, Trans::no, W, Trans::yes, c, args) within fp32 rounding.
+///   a [M, K], c [M, N_out] (row strides allowed, innermost stride 1), bias f32 [N_out].
+void gemm_packed(Context& ctx, const Tensor& a, const PackedWeight& w, Tensor& c,
+                 const GemmArgs& args = {});
 
 /// y = LayerNorm(x + residual) * gamma + beta over the last dim C (statistics in fp32 or
 /// wider). x, residual, y: [N, C] (row stride allowed); gamma, beta: [C]. y may alias x.

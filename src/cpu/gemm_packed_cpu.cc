@@ -1,0 +1,250 @@
+// cpu/gemm_packed_cpu.cc: GEMM against a weight matrix packed once (ops::pack_weight /
+// ops::gemm_packed), for the Linear layers whose weights never change.
+//
+//   c [M, N] = act(alpha * a [M, K] @ W^T + bias + beta * c),  W [N, K] (HF layout)
+//
+// Why: dnnl_sgemm re-packs op(b) = W^T (K x N, up to 9.4 MB for BERT's FFN) into its blocked
+// layout on every call; at M = 128 tokens that re-pack is a visible share of the call. Here the
+// weights are reordered once into the layout oneDNN's matmul primitive asks for
+// (memory::format_tag::any), and each call runs the primitive on the packed buffer.
+//
+// Threading (same rules as gemm_cpu.cc): N is cut into column slices at pack time, a multiple
+// of the thread count and at most g_max_slice columns wide (kSliceAlign-aligned); each slice is
+// packed separately. A call cuts M into row blocks (g_row_block; 0 = all of M at once) and
+// hands the (slice, row block) tasks, slice-major, to Context::parallel_for; each task is one
+// single-threaded primitive execution (the calling pool thread's OpenMP thread count is held at
+// 1, so no OpenMP team ever starts and competes with the pool for the cores), followed by the
+// fused bias/activation epilogue (cpu::kernels().bias_act_rows) on that tile.
+//
+// Primitives depend on (M, K, slice width, lda, ldc), not on the weights, so one global cache
+// serves every layer with the same shape; oneDNN's own primitive cache also shares the JIT code.
+// A primitive whose weight layout differs from the packed one (only possible at odd M) gets
+// the packed weights reordered into a thread-local buffer for that call (correct, slower; counted
+// by packed_gemm_slow_reorders() for the bench).
+//
+// Without oneDNN (OpenBLAS builds, or UNMASK_BLAS=openblas at pack time) the "packed" weight is
+// a reference to the source tensor and a call is an ordinary cpu::gemm.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "cpu/blas.h"
+#include "cpu/kernels.h"
+#include "unmask/error.h"
+
+#if defined(UNMASK_WITH_DNNL)
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace unmask::cpu {
+namespace {
+
+// Column slices are multiples of this many columns (oneDNN's brgemm N block is 64 floats).
+constexpr int64_t kSliceAlign = 64;
+// Widest column slice (a multiple of kSliceAlign); bench/GEMM_CHOICE.md "Pre-packed weights".
+constexpr int64_t kMaxSlice = 1024;
+// Rows per primitive call; 0 = all M rows in one call per slice (bench/GEMM_CHOICE.md).
+constexpr int64_t kRowBlock = 0;
+// The M used to ask oneDNN for its weight layout at pack time.
+constexpr int64_t kPackM = 256;
+
+std::atomic<int64_t> g_row_block{kRowBlock};
+std::atomic<int64_t> g_max_slice{kMaxSlice};
+std::atomic<int64_t> g_slow_reorders{0};
+
+// The reference-only form: the source tensor itself, run through cpu::gemm.
+struct BlasWeight final : ops::PackedWeight::Impl {
+  Tensor w;  // [N, K]
+};
+
+// Column slice widths for N columns on `threads` threads (see the file comment).
+std::vector<std::pair<int64_t, int64_t>> plan_slices(int64_t N, int threads) {
+  const int64_t max_slice = std::max<int64_t>(kSliceAlign, g_max_slice.load());
+  const int64_t per_thread = (N + threads - 1) / threads;
+  const int64_t per_thread_slices = (per_thread + max_slice - 1) / max_slice;
+  const int64_t want = std::max<int64_t>(1, threads * per_thread_slices);
+  int64_t width = ((N + want - 1) / want + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
+  std::vector<std::pair<int64_t, int64_t>> out;  // (n0, n)
+  for (int64_t n0 = 0; n0 < N; n0 += width) out.push_back({n0, std::min(width, N - n0)});
+  return out;
+}
+
+// c [M, N] (ldc) = alpha * s [M, N] (lds) + beta * c; beta == 0 never reads c.
+void scale_accumulate(const float* s, int64_t lds, float* c, int64_t ldc, int64_t M, int64_t N,
+                      float alpha, float beta) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n)
+      c[m * ldc + n] = alpha * s[m * lds + n] + (beta == 0.0f ? 0.0f : beta * c[m * ldc + n]);
+}
+
+#if defined(UNMASK_WITH_DNNL)
+using dnnl::memory;
+using Dims = memory::dims;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One column slice W[n0 : n0 + n, :]^T ([K, n]) in oneDNN's packed layout.
+struct DnnlSlice {
+  int64_t n0 = 0, n = 0;
+  memory::desc wdesc;  // the packed layout
+  memory packed;       // owns the buffer
+};
+
+struct DnnlWeight final : ops::PackedWeight::Impl {
+  int64_t N = 0, K = 0;
+  std::vector<DnnlSlice> slices;
+};
+
+// A matmul primitive for src [M, K] (lda) x weights [K, n] (any layout) -> dst [M, n] (ldc).
+struct Prim {
+  dnnl::matmul prim;
+  memory::desc src, wdesc, dst;
+};
+
+memory::desc strided(int64_t rows, int64_t cols, int64_t ld) {
+  return memory::desc(Dims{rows, cols}, memory::data_type::f32, Dims{ld, 1});
+}
+
+dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc) {
+  memory::desc w_any(Dims{K, n}, memory::data_type::f32, memory::format_tag::any);
+  dnnl::matmul::desc d(strided(M, K, lda), w_any, strided(M, n, ldc));
+  return dnnl::matmul::primitive_desc(d, engine());
+}
+
+// The global primitive cache (see the file comment). Bounded: cleared when it grows past
+// kMaxPrims entries (many distinct M values, e.g. a long run of variable-length batches).
+constexpr size_t kMaxPrims = 512;
+std::mutex g_prim_mutex;
+std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, std::shared_ptr<const Prim>> g_prims;
+
+std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc) {
+  const auto key = std::make_tuple(M, K, n, lda, ldc);
+  std::lock_guard<std::mutex> lock(g_prim_mutex);
+  auto it = g_prims.find(key);
+  if (it != g_prims.end()) return it->second;
+  if (g_prims.size() >= kMaxPrims) g_prims.clear();
+  auto pd = make_pd(M, K, n, lda, ldc);
+  auto p = std::make_shared<Prim>(Prim{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc()});
+  g_prims.emplace(key, p);
+  return p;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// Thread-local scratch of at least `n` floats (alpha/beta staging, slow-path weights).
+float* scratch(std::vector<float>& buf, int64_t n) {
+  if (int64_t(buf.size()) < n) buf.resize(size_t(n));
+  return buf.data();
+}
+
+ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w) {
+  const int64_t N = w.size(0), K = w.size(1);
+  auto impl = std::make_shared<DnnlWeight>();
+  impl->N = N;
+  impl->K = K;
+  omp_set_num_threads(1);  // the reorders run on this thread; no OpenMP team
+  dnnl::stream& s = thread_stream();
+  int64_t bytes = 0;
+  for (auto [n0, n] : plan_slices(N, ctx.num_threads())) {
+    DnnlSlice sl;
+    sl.n0 = n0;
+    sl.n = n;
+    sl.wdesc = make_pd(kPackM, K, n, K, N).weights_desc();
+    sl.packed = memory(sl.wdesc, engine());
+    // W[n0:n0+n, :] is W^T[:, n0:n0+n]: [K, n] with strides (1, K).
+    memory::desc src_desc(Dims{K, n}, memory::data_type::f32, Dims{1, K});
+    memory src(src_desc, engine(), const_cast<float*>(w.data<float>() + n0 * K));
+    dnnl::reorder(src, sl.packed).execute(s, src, sl.packed);
+    bytes += int64_t(sl.wdesc.get_size());
+    impl->slices.push_back(std::move(sl));
+  }
+  s.wait();
+  return ops::PackedWeight(std::move(impl), N, K, Device::cpu, bytes);
+}
+
+// One task: rows [m0, m0 + mlen) of slice `sl` (see the file comment).
+void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmParams& p, int64_t m0,
+                   int64_t mlen, const CpuKernels& k) {
+  thread_local std::vector<float> out_buf, w_buf;
+  omp_set_num_threads(1);
+  const float* a = p.a + m0 * p.lda;
+  float* c = p.c + m0 * p.ldc + sl.n0;
+  const bool direct = p.alpha == 1.0f && p.beta == 0.0f;  // write c in place
+  float* dst = direct ? c : scratch(out_buf, mlen * sl.n);
+  const int64_t ldd = direct ? p.ldc : sl.n;
+  auto prim = get_prim(mlen, W.K, sl.n, p.lda, ldd);
+  memory weights = sl.packed;
+  dnnl::stream& s = thread_stream();
+  if (prim->wdesc != sl.wdesc) {  // this M wants another layout: reorder for this call
+    g_slow_reorders.fetch_add(1, std::memory_order_relaxed);
+    weights = memory(prim->wdesc, engine(), scratch(w_buf, int64_t(prim->wdesc.get_size() / 4) + 16));
+    memory packed = sl.packed;  // a handle copy (execute takes non-const memory)
+    dnnl::reorder(packed, weights).execute(s, packed, weights);
+  }
+  memory src(prim->src, engine(), const_cast<float*>(a));
+  memory out(prim->dst, engine(), dst);
+  prim->prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, out}});
+  s.wait();
+  if (!direct) scale_accumulate(dst, ldd, c, p.ldc, mlen, sl.n, p.alpha, p.beta);
+  if (p.bias || p.act != ops::Activation::none)
+    k.bias_act_rows(c, p.ldc, p.bias ? p.bias + sl.n0 : nullptr, c, p.ldc, mlen, sl.n, p.act);
+}
+#endif  // UNMASK_WITH_DNNL
+
+}  // namespace
+
+ops::PackedWeight pack_weight(Context& ctx, const Tensor& w) {
+#if defined(UNMASK_WITH_DNNL)
+  if (gemm_backend() == GemmBackend::onednn && w.size(0) > 0 && w.size(1) > 0) return pack_dnnl(ctx, w);
+#endif
+  auto impl = std::make_shared<BlasWeight>();
+  impl->w = w;
+  return ops::PackedWeight(std::move(impl), w.size(0), w.size(1), Device::cpu, 0);
+}
+
+void gemm_packed(Context& ctx, const ops::GemmParams& p, const ops::PackedWeight& w) {
+  if (p.M == 0 || p.N == 0) return;
+  if (auto* blas = dynamic_cast<const BlasWeight*>(w.impl())) {
+    ops::GemmParams q = p;
+    q.b = blas->w.data<float>();
+    q.ldb = p.K;
+    q.tb = ops::Trans::yes;
+    return gemm(ctx, q);
+  }
+#if defined(UNMASK_WITH_DNNL)
+  const auto& W = dynamic_cast<const DnnlWeight&>(*w.impl());
+  const CpuKernels& k = kernels();
+  const int64_t rb = g_row_block.load() > 0 ? std::min(g_row_block.load(), p.M) : p.M;
+  const int64_t row_tiles = (p.M + rb - 1) / rb, slices = int64_t(W.slices.size());
+  ctx.parallel_for(slices * row_tiles, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const DnnlSlice& sl = W.slices[size_t(t / row_tiles)];
+      const int64_t m0 = t % row_tiles * rb;
+      run_dnnl_tile(W, sl, p, m0, std::min(rb, p.M - m0), k);
+    }
+  });
+#else
+  throw Error("gemm_packed: weight was packed for a backend this build lacks");
+#endif
+}
+
+void packed_gemm_tuning_override_for_bench(int64_t row_block, int64_t max_slice) {
+  g_row_block.store(row_block >= 0 ? row_block : kRowBlock);
+  g_max_slice.store(max_slice > 0 ? max_slice : kMaxSlice);
+}
+
+int64_t packed_gemm_slow_reorders() { return g_slow_reorders.load(); }
+
+}  // namespace unmask::cpu
