@@ -107,6 +107,9 @@ TEST(OpsGemmPacked, MatchesReferenceAndGemm) {
   cases.push_back({128, 33, 768, false, Activation::none, 0.5f, 2.0f, 5});  // alpha and beta
   cases.push_back({300, 1100, 96, true, Activation::gelu_tanh, 1.0f, 0.0f, 1});  // several slices
   cases.push_back({5, 17, 0, true, Activation::gelu, 1.0f, 2.0f, 0});  // K = 0
+  // Many row blocks of one slice: threads run the same primitive at once (BERT tiny, T = 512).
+  cases.push_back({1024, 64, 64, true, Activation::none, 1.0f, 0.0f, 0});
+  cases.push_back({1024, 192, 128, true, Activation::gelu, 1.0f, 0.0f, 0});
   for (int threads : {1, 2, 3}) {
     Context ctx({.num_threads = threads});
     for (auto backend : gemm_backends()) {

@@ -50,7 +50,7 @@ constexpr int64_t kSliceAlign = 64;
 // Widest column slice (a multiple of kSliceAlign); bench/GEMM_CHOICE.md "Pre-packed weights".
 constexpr int64_t kMaxSlice = 1024;
 // Rows per primitive call; 0 = all M rows in one call per slice (bench/GEMM_CHOICE.md).
-constexpr int64_t kRowBlock = 0;
+constexpr int64_t kRowBlock = 128;
 // The M used to ask oneDNN for its weight layout at pack time.
 constexpr int64_t kPackM = 256;
 
@@ -107,7 +107,7 @@ struct DnnlWeight final : ops::PackedWeight::Impl {
 // A matmul primitive for src [M, K] (lda) x weights [K, n] (any layout) -> dst [M, n] (ldc).
 struct Prim {
   dnnl::matmul prim;
-  memory::desc src, wdesc, dst;
+  memory::desc src, wdesc, dst, scratch;
 };
 
 memory::desc strided(int64_t rows, int64_t cols, int64_t ld) {
@@ -117,7 +117,12 @@ memory::desc strided(int64_t rows, int64_t cols, int64_t ld) {
 dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc) {
   memory::desc w_any(Dims{K, n}, memory::data_type::f32, memory::format_tag::any);
   dnnl::matmul::desc d(strided(M, K, lda), w_any, strided(M, n, ldc));
-  return dnnl::matmul::primitive_desc(d, engine());
+  // User scratchpad: the library's default scratchpad is shared between primitives (this
+  // Debian build lacks DNNL_ENABLE_CONCURRENT_EXEC), so two pool threads running primitives at
+  // once would overwrite each other's A-copy buffers; each thread passes its own instead.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return dnnl::matmul::primitive_desc(d, attr, engine());
 }
 
 // The global primitive cache (see the file comment). Bounded: cleared when it grows past
@@ -133,7 +138,7 @@ std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t ld
   if (it != g_prims.end()) return it->second;
   if (g_prims.size() >= kMaxPrims) g_prims.clear();
   auto pd = make_pd(M, K, n, lda, ldc);
-  auto p = std::make_shared<Prim>(Prim{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc()});
+  auto p = std::make_shared<Prim>(Prim{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(), pd.scratchpad_desc()});
   g_prims.emplace(key, p);
   return p;
 }
@@ -141,6 +146,19 @@ std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t ld
 dnnl::stream& thread_stream() {
   thread_local dnnl::stream s(engine());
   return s;
+}
+
+// Reorders `from` into `to` on the calling thread, with a thread-local scratchpad (see make_pd).
+void reorder(memory from, memory to) {
+  thread_local std::vector<float> pad_buf;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(from, to, attr);
+  const size_t bytes = pd.scratchpad_desc().get_size();
+  if (pad_buf.size() * 4 < bytes + 64) pad_buf.resize(bytes / 4 + 16);
+  memory pad(pd.scratchpad_desc(), engine(), pad_buf.data());
+  dnnl::reorder(pd).execute(thread_stream(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, pad}});
+  thread_stream().wait();
 }
 
 // Thread-local scratch of at least `n` floats (alpha/beta staging, slow-path weights).
@@ -155,7 +173,6 @@ ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w) {
   impl->N = N;
   impl->K = K;
   omp_set_num_threads(1);  // the reorders run on this thread; no OpenMP team
-  dnnl::stream& s = thread_stream();
   int64_t bytes = 0;
   for (auto [n0, n] : plan_slices(N, ctx.num_threads())) {
     DnnlSlice sl;
@@ -166,18 +183,17 @@ ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w) {
     // W[n0:n0+n, :] is W^T[:, n0:n0+n]: [K, n] with strides (1, K).
     memory::desc src_desc(Dims{K, n}, memory::data_type::f32, Dims{1, K});
     memory src(src_desc, engine(), const_cast<float*>(w.data<float>() + n0 * K));
-    dnnl::reorder(src, sl.packed).execute(s, src, sl.packed);
+    reorder(src, sl.packed);
     bytes += int64_t(sl.wdesc.get_size());
     impl->slices.push_back(std::move(sl));
   }
-  s.wait();
   return ops::PackedWeight(std::move(impl), N, K, Device::cpu, bytes);
 }
 
 // One task: rows [m0, m0 + mlen) of slice `sl` (see the file comment).
 void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmParams& p, int64_t m0,
                    int64_t mlen, const CpuKernels& k) {
-  thread_local std::vector<float> out_buf, w_buf;
+  thread_local std::vector<float> out_buf, w_buf, pad_buf;
   omp_set_num_threads(1);
   const float* a = p.a + m0 * p.lda;
   float* c = p.c + m0 * p.ldc + sl.n0;
@@ -190,12 +206,13 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
   if (prim->wdesc != sl.wdesc) {  // this M wants another layout: reorder for this call
     g_slow_reorders.fetch_add(1, std::memory_order_relaxed);
     weights = memory(prim->wdesc, engine(), scratch(w_buf, int64_t(prim->wdesc.get_size() / 4) + 16));
-    memory packed = sl.packed;  // a handle copy (execute takes non-const memory)
-    dnnl::reorder(packed, weights).execute(s, packed, weights);
+    reorder(sl.packed, weights);
   }
   memory src(prim->src, engine(), const_cast<float*>(a));
   memory out(prim->dst, engine(), dst);
-  prim->prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, out}});
+  memory pad(prim->scratch, engine(), scratch(pad_buf, int64_t(prim->scratch.get_size() / 4) + 16));
+  prim->prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, out},
+                         {DNNL_ARG_SCRATCHPAD, pad}});
   s.wait();
   if (!direct) scale_accumulate(dst, ldd, c, p.ldc, mlen, sl.n, p.alpha, p.beta);
   if (p.bias || p.act != ops::Activation::none)

@@ -41,6 +41,11 @@ class SafeTensorsFile {
   /// Data is little-endian; unaligned data is copied into an aligned owned tensor.
   Tensor tensor(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// Whether p points into this file's bytes (a zero-copy view from tensor(), not a copy).
+  bool contains(const void* p) const {
+    auto* b = reinterpret_cast<uintptr_t>(p) >= reinterpret_cast<uintptr_t>(bytes_.get()) ? static_cast<const uint8_t*>(p) : nullptr;
+    return b && b < bytes_.get() + size_;
+  }
 
  private:
   std::string origin_;

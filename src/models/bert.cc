@@ -12,7 +12,9 @@
 //   h2[N,C]   = f @ W2^T + b2
 //   x         = LayerNorm(h2 + x1)
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "io/safetensors.h"
 #include "models/bert_weights.h"
@@ -27,6 +29,16 @@ using ops::Activation;
 using ops::Trans;
 
 Activation hidden_activation(HiddenAct a) { return a == HiddenAct::gelu ? Activation::gelu : Activation::gelu_tanh; }
+
+// Whether the forward packs its Linear weights (ops::pack_weight); UNMASK_PACKED_GEMM=0 keeps
+// the unpacked ops::gemm path (for A/B measurements and as a fallback).
+bool packed_gemm_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("UNMASK_PACKED_GEMM");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
 
 // Reads an i32/i64 tensor's elements as int64 (for validation and position ids).
 int64_t read_index(const Tensor& t, int64_t i) {
@@ -129,13 +141,28 @@ Tensor to_layout(const Tensor& t, const BatchLayout& L) {
   return t.view({L.B, L.T, t.size(1)});
 }
 
-Tensor linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Activation act = Activation::none) {
-  Tensor y = Tensor::empty({x.size(0), w.size(0)}, DType::f32, x.device());
+// y = act(x @ W^T + b) with W packed (wp, when defined) or unpacked (w).
+void linear_into(Context& ctx, const Tensor& x, const Tensor& w, const ops::PackedWeight& wp, const Tensor& b,
+                 Tensor& y, Activation act = Activation::none) {
   ops::GemmArgs args;
   args.bias = b.defined() ? &b : nullptr;
   args.act = act;
-  ops::gemm(ctx, x, Trans::no, w, Trans::yes, y, args);
+  if (wp.defined())
+    ops::gemm_packed(ctx, x, wp, y, args);
+  else
+    ops::gemm(ctx, x, Trans::no, w, Trans::yes, y, args);
+}
+
+Tensor linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Activation act = Activation::none,
+              const ops::PackedWeight& wp = {}) {
+  Tensor y = Tensor::empty({x.size(0), wp.defined() ? wp.n_out() : w.size(0)}, DType::f32, x.device());
+  linear_into(ctx, x, w, wp, b, y, act);
   return y;
+}
+
+// Elements of a weight that may have been dropped after packing (bert_pack_weights).
+int64_t numel_of(const Tensor& t, const ops::PackedWeight& p) {
+  return t.defined() ? t.numel() : p.n_out() * p.k();
 }
 
 }  // namespace
@@ -162,11 +189,14 @@ void BertModel::set_hidden_act(HiddenAct act) { w_->config.hidden_act = act; }
 
 int64_t BertModel::num_parameters() const {
   int64_t n = w_->word_emb.numel() + w_->pos_emb.numel() + w_->type_emb.numel() + 2 * w_->emb_ln_g.numel();
-  for (const auto& l : w_->layers)
-    for (const Tensor* t : {&l.qkv_w, &l.qkv_b, &l.attn_out_w, &l.attn_out_b, &l.ln1_g, &l.ln1_b, &l.ffn_in_w,
-                            &l.ffn_in_b, &l.ffn_out_w, &l.ffn_out_b, &l.ln2_g, &l.ln2_b})
+  for (const auto& l : w_->layers) {
+    n += numel_of(l.qkv_w, l.qkv_p) + numel_of(l.attn_out_w, l.attn_out_p) + numel_of(l.ffn_in_w, l.ffn_in_p) +
+         numel_of(l.ffn_out_w, l.ffn_out_p);
+    for (const Tensor* t : {&l.qkv_b, &l.attn_out_b, &l.ln1_g, &l.ln1_b, &l.ffn_in_b, &l.ffn_out_b, &l.ln2_g, &l.ln2_b})
       n += t->numel();
-  for (const Tensor* t : {&w_->pooler_w, &w_->pooler_b, &w_->mlm_dense_w, &w_->mlm_dense_b, &w_->mlm_ln_g,
+  }
+  n += numel_of(w_->pooler_w, w_->pooler_p) + numel_of(w_->mlm_dense_w, w_->mlm_dense_p);
+  for (const Tensor* t : {&w_->pooler_b, &w_->mlm_dense_b, &w_->mlm_ln_g,
                           &w_->mlm_ln_b, &w_->mlm_bias, &w_->nsp_w, &w_->nsp_b, &w_->qa_w, &w_->qa_b, &w_->cls_w, &w_->cls_b})
     if (t->defined()) n += t->numel();
   return n;
@@ -175,6 +205,8 @@ int64_t BertModel::num_parameters() const {
 int64_t BertModel::parameter_bytes() const { return num_parameters() * 4; }
 
 BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const ForwardOptions& opt) const {
+  // Packs the Linear weights on the first CPU forward (ctx's thread count sets the slices).
+  if (ctx.device() == Device::cpu && packed_gemm_enabled()) bert_pack_weights(ctx, *w_);
   const BertWeights& W = *w_;
   const BertConfig& cfg = W.config;
   const int64_t C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
@@ -221,21 +253,12 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
   }
   const Activation ffn_act = hidden_activation(cfg.hidden_act);
   for (const BertLayerWeights& lw : W.layers) {
-    ops::GemmArgs qkv_args;
-    qkv_args.bias = &lw.qkv_b;
-    ops::gemm(ctx, x, Trans::no, lw.qkv_w, Trans::yes, qkv, qkv_args);
+    linear_into(ctx, x, lw.qkv_w, lw.qkv_p, lw.qkv_b, qkv);
     ops::attention(ctx, qkv.slice(1, 0, C), qkv.slice(1, C, 2 * C), qkv.slice(1, 2 * C, 3 * C), attn, aa);
-    ops::GemmArgs out_args;
-    out_args.bias = &lw.attn_out_b;
-    ops::gemm(ctx, attn, Trans::no, lw.attn_out_w, Trans::yes, h, out_args);
+    linear_into(ctx, attn, lw.attn_out_w, lw.attn_out_p, lw.attn_out_b, h);
     ops::layernorm(ctx, h, &x, lw.ln1_g, lw.ln1_b, eps, x);  // x = LN(h + x)
-    ops::GemmArgs in_args;
-    in_args.bias = &lw.ffn_in_b;
-    in_args.act = ffn_act;
-    ops::gemm(ctx, x, Trans::no, lw.ffn_in_w, Trans::yes, f, in_args);
-    ops::GemmArgs ffn_out_args;
-    ffn_out_args.bias = &lw.ffn_out_b;
-    ops::gemm(ctx, f, Trans::no, lw.ffn_out_w, Trans::yes, h, ffn_out_args);
+    linear_into(ctx, x, lw.ffn_in_w, lw.ffn_in_p, lw.ffn_in_b, f, ffn_act);
+    linear_into(ctx, f, lw.ffn_out_w, lw.ffn_out_p, lw.ffn_out_b, h);
     ops::layernorm(ctx, h, &x, lw.ln2_g, lw.ln2_b, eps, x);  // x = LN(h2 + x1)
   }
 
@@ -244,11 +267,11 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
   const bool want_pooled = W.heads.pooler && (opt.pooler || (opt.nsp && W.heads.nsp) || (opt.classifier && W.heads.seqcls));
   Tensor pooled;
   if (want_pooled) {
-    pooled = linear(ctx, gather_first_tokens(x, L), W.pooler_w, W.pooler_b, Activation::tanh);  // [B, C]
+    pooled = linear(ctx, gather_first_tokens(x, L), W.pooler_w, W.pooler_b, Activation::tanh, W.pooler_p);  // [B, C]
     if (opt.pooler) out.pooler_output = pooled;
   }
   if (opt.mlm && W.heads.mlm) {
-    Tensor t = linear(ctx, x, W.mlm_dense_w, W.mlm_dense_b, ffn_act);  // [N, C]
+    Tensor t = linear(ctx, x, W.mlm_dense_w, W.mlm_dense_b, ffn_act, W.mlm_dense_p);  // [N, C]
     ops::layernorm(ctx, t, nullptr, W.mlm_ln_g, W.mlm_ln_b, eps, t);
     out.mlm_logits = to_layout(linear(ctx, t, W.mlm_decoder_w, W.mlm_bias), L);  // [N, V]
   }

@@ -288,4 +288,29 @@ std::unique_ptr<BertWeights> bert_weights_random(const BertConfig& cfg, const Be
   return w;
 }
 
+
+void bert_pack_weights(Context& ctx, BertWeights& w) {
+  std::call_once(w.packed_once, [&] {
+    // Packs t into p, then releases t's pages (file-mapped) or drops t (owned copy).
+    auto pack = [&](Tensor& t, ops::PackedWeight& p) {
+      if (!t.defined() || t.device() != Device::cpu) return;
+      p = ops::pack_weight(ctx, t);
+      const bool mapped = std::any_of(w.files.begin(), w.files.end(),
+                                      [&](const io::SafeTensorsFile& f) { return f.contains(t.raw()); });
+      if (mapped)
+        release_pages(t);
+      else
+        t = Tensor();
+    };
+    for (BertLayerWeights& lw : w.layers) {
+      pack(lw.qkv_w, lw.qkv_p);
+      pack(lw.attn_out_w, lw.attn_out_p);
+      pack(lw.ffn_in_w, lw.ffn_in_p);
+      pack(lw.ffn_out_w, lw.ffn_out_p);
+    }
+    pack(w.pooler_w, w.pooler_p);
+    pack(w.mlm_dense_w, w.mlm_dense_p);
+  });
+}
+
 }  // namespace unmask

@@ -2,11 +2,22 @@
 //
 // Linear weights keep HF's [out, in] layout (y = x W^T + b). q, k and v are fused into one
 // [3C, C] matrix so each layer runs one QKV GEMM (N = 3C) instead of three.
+//
+// Packed weights (ops::pack_weight): on the first CPU forward, bert_pack_weights packs every
+// encoder Linear weight plus the pooler and MLM transform weights once (the *_p fields), and the
+// forward then uses ops::gemm_packed for them. The unpacked copies are let go to keep resident
+// memory near the checkpoint size: file-mapped tensors keep their Tensor (shape, and a way back
+// to the bytes) but their pages are released (re-read from the file only if touched again, which
+// the forward no longer does); owned copies (the fused QKV matrix, converted f16/bf16 tensors,
+// random weights) are dropped (undefined Tensor). The MLM decoder stays unpacked: it is tied to
+// the word embeddings, which the embedding lookup keeps reading.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "io/safetensors.h"
+#include "ops/ops.h"
 #include "unmask/bert.h"
 
 namespace unmask {
@@ -18,6 +29,8 @@ struct BertLayerWeights {
   Tensor ffn_in_w, ffn_in_b;      // [I, C], [I]     intermediate.dense
   Tensor ffn_out_w, ffn_out_b;    // [C, I], [C]     output.dense
   Tensor ln2_g, ln2_b;            // [C]             output.LayerNorm
+  // Packed by bert_pack_weights (undefined before, or on a device without a packed GEMM).
+  ops::PackedWeight qkv_p, attn_out_p, ffn_in_p, ffn_out_p;
 };
 
 struct BertWeights {
@@ -37,7 +50,13 @@ struct BertWeights {
   Tensor qa_w, qa_b;                      // [2, C], [2]
   Tensor cls_w, cls_b;                    // [num_labels, C], [num_labels]
   std::vector<io::SafeTensorsFile> files; // keeps the mappings alive
+  ops::PackedWeight pooler_p, mlm_dense_p; // packed by bert_pack_weights
+  std::once_flag packed_once;              // bert_pack_weights runs once
 };
+
+/// Packs the Linear weights for ctx's CPU GEMM (once per BertWeights; later calls return at
+/// once) and lets go of the unpacked copies (see the file comment). Thread-safe.
+void bert_pack_weights(Context& ctx, BertWeights& w);
 
 /// Builds weights from opened safetensors files; validates names and shapes (one Error
 /// listing every missing, unexpected and mis-shaped tensor).
