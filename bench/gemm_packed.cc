@@ -93,18 +93,30 @@ int main(int argc, char** argv) {
   for (int64_t M : {int64_t(128), int64_t(DNNL_RUNTIME_DIM_VAL)}) probe(M, 768, 1536);
   probe(128, 768, 1152);
   probe(7, 768, 384);
+  {  // one-time cost of packing a [3072, 768] weight
+    Tensor w = Tensor::zeros({3072, 768}, DType::f32);
+    for (int rep = 0; rep < 3; ++rep) {
+      double t0 = now_s();
+      ops::PackedWeight pw = ops::pack_weight(ctx, w);
+      std::printf("# pack_weight [3072, 768]: %.2f ms (%ld bytes)\n", (now_s() - t0) * 1e3, long(pw.nbytes()));
+    }
+  }
 
   struct Config {
     const char* name;
     bool packed;
     int64_t row_block, max_slice;
+    bool huge, fuse = false, row_major = false;
   };
+  // The first sweep (GEMM_CHOICE.md) also had rb=all with slice = N/threads; rb=256/128 won.
   const Config configs[] = {
-      {"gemm (dnnl_sgemm tiles)", false, 0, 0},
-      {"packed rb=all slice<=1024", true, 0, 1024},
-      {"packed rb=all slice=N/threads", true, 0, 1 << 20},
-      {"packed rb=256 slice<=1024", true, 256, 1024},
-      {"packed rb=128 slice<=1024", true, 128, 1024},
+      {"gemm (dnnl_sgemm tiles)", false, 0, 0, false},
+      {"packed rb=256 4K pages", true, 256, 1024, false},
+      {"packed rb=128 4K pages", true, 128, 1024, false},
+      {"packed rb=128 THP", true, 128, 1024, true},
+      {"packed rb=128 THP post-ops", true, 128, 1024, true, true},
+      {"packed rb=128 THP row-major", true, 128, 1024, true, false, true},
+      {"packed rb=256 THP row-major", true, 256, 1024, true, false, true},
   };
   std::printf("# %d threads; c = a [M,K] @ w[N,K]^T + bias (FFN-up also +gelu); ms median (best), GFLOP/s of median\n",
               threads);
@@ -147,7 +159,7 @@ int main(int argc, char** argv) {
           r.med_ms = ts[ts.size() / 2] * 1e3;
           r.best_ms = ts[0] * 1e3;
         } else {
-          cpu::packed_gemm_tuning_override_for_bench(cfg.row_block, cfg.max_slice);
+          cpu::packed_gemm_tuning_override_for_bench(cfg.row_block, cfg.max_slice, cfg.huge, cfg.fuse, cfg.row_major);
           ops::PackedWeight pw = ops::pack_weight(ctx, w);
           auto fn = [&] { ops::gemm_packed(ctx, a, pw, c, {.bias = &bias}); };
           r = time_it(fn, 0.0, a, w, bias, c, M, N, K);

@@ -49,8 +49,11 @@ ops::PackedWeight pack_weight(Context& ctx, const Tensor& w);
 /// p.ta must be no). p.N == w.n_out(), p.K == w.k().
 void gemm_packed(Context& ctx, const ops::GemmParams& p, const ops::PackedWeight& w);
 /// Bench hook: rows per primitive call (0 = all of M, < 0 = default) and the widest column
-/// slice for later pack_weight calls (<= 0 = default).
-void packed_gemm_tuning_override_for_bench(int64_t row_block, int64_t max_slice);
+/// slice for later pack_weight calls (<= 0 = default), whether those ask for huge pages, and
+/// whether bias and activation run as oneDNN post-ops instead of our epilogue, and whether
+/// tasks go row-major (see gemm_packed_cpu.cc).
+void packed_gemm_tuning_override_for_bench(int64_t row_block, int64_t max_slice, bool huge_pages = true,
+                                           bool fuse_post_ops = false, bool row_major = true);
 /// How many calls had to reorder packed weights because the primitive wanted another layout.
 int64_t packed_gemm_slow_reorders();
 

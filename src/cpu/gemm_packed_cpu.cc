@@ -24,12 +24,18 @@
 //
 // Without oneDNN (OpenBLAS builds, or UNMASK_BLAS=openblas at pack time) the "packed" weight is
 // a reference to the source tensor and a call is an ordinary cpu::gemm.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "cpu/blas.h"
@@ -50,13 +56,16 @@ constexpr int64_t kSliceAlign = 64;
 // Widest column slice (a multiple of kSliceAlign); bench/GEMM_CHOICE.md "Pre-packed weights".
 constexpr int64_t kMaxSlice = 1024;
 // Rows per primitive call; 0 = all M rows in one call per slice (bench/GEMM_CHOICE.md).
-constexpr int64_t kRowBlock = 128;
+constexpr int64_t kRowBlock = 256;
 // The M used to ask oneDNN for its weight layout at pack time.
 constexpr int64_t kPackM = 256;
 
 std::atomic<int64_t> g_row_block{kRowBlock};
 std::atomic<int64_t> g_max_slice{kMaxSlice};
 std::atomic<int64_t> g_slow_reorders{0};
+std::atomic<bool> g_huge_pages{true};
+std::atomic<bool> g_fuse_post_ops{false};
+std::atomic<bool> g_row_major{true};
 
 // The reference-only form: the source tensor itself, run through cpu::gemm.
 struct BlasWeight final : ops::PackedWeight::Impl {
@@ -96,13 +105,30 @@ dnnl::engine& engine() {
 struct DnnlSlice {
   int64_t n0 = 0, n = 0;
   memory::desc wdesc;  // the packed layout
-  memory packed;       // owns the buffer
+  memory packed;       // a view into DnnlWeight::buffer
+};
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
 };
 
 struct DnnlWeight final : ops::PackedWeight::Impl {
   int64_t N = 0, K = 0;
   std::vector<DnnlSlice> slices;
+  std::unique_ptr<void, FreeDeleter> buffer;  // all slices, back to back (64-byte aligned)
 };
+
+// One buffer for all slices of a weight, 2 MiB-aligned with transparent huge pages requested
+// (madvise mode on the target): fewer page faults when packing (each 4 KiB fault costs ~10 us
+// in the VM) and fewer TLB misses while the GEMM streams the weights. Only whole 2 MiB pages
+// inside the buffer become huge pages, so the tail costs no extra resident memory.
+void* alloc_packed(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  void* p = nullptr;
+  if (posix_memalign(&p, kHuge, std::max<size_t>(bytes, 64)) != 0) throw std::bad_alloc();
+  if (g_huge_pages.load() && bytes >= kHuge) madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
+  return p;
+}
 
 // A matmul primitive for src [M, K] (lda) x weights [K, n] (any layout) -> dst [M, n] (ldc).
 struct Prim {
@@ -114,14 +140,31 @@ memory::desc strided(int64_t rows, int64_t cols, int64_t ld) {
   return memory::desc(Dims{rows, cols}, memory::data_type::f32, Dims{ld, 1});
 }
 
-dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc) {
+// Fused epilogue inside the primitive (bench option, off by default: see GEMM_CHOICE.md).
+struct Fused {
+  bool bias = false;
+  ops::Activation act = ops::Activation::none;
+};
+
+dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f = {}) {
   memory::desc w_any(Dims{K, n}, memory::data_type::f32, memory::format_tag::any);
-  dnnl::matmul::desc d(strided(M, K, lda), w_any, strided(M, n, ldc));
+  memory::desc bias_desc(Dims{1, n}, memory::data_type::f32, memory::format_tag::ab);
+  dnnl::matmul::desc d = f.bias ? dnnl::matmul::desc(strided(M, K, lda), w_any, bias_desc, strided(M, n, ldc))
+                                : dnnl::matmul::desc(strided(M, K, lda), w_any, strided(M, n, ldc));
   // User scratchpad: the library's default scratchpad is shared between primitives (this
   // Debian build lacks DNNL_ENABLE_CONCURRENT_EXEC), so two pool threads running primitives at
   // once would overwrite each other's A-copy buffers; each thread passes its own instead.
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (f.act != ops::Activation::none) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.0f,
+                      f.act == ops::Activation::gelu        ? dnnl::algorithm::eltwise_gelu_erf
+                      : f.act == ops::Activation::gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh
+                                                            : dnnl::algorithm::eltwise_tanh,
+                      0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
   return dnnl::matmul::primitive_desc(d, attr, engine());
 }
 
@@ -129,15 +172,15 @@ dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t ld
 // kMaxPrims entries (many distinct M values, e.g. a long run of variable-length batches).
 constexpr size_t kMaxPrims = 512;
 std::mutex g_prim_mutex;
-std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, std::shared_ptr<const Prim>> g_prims;
+std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>, std::shared_ptr<const Prim>> g_prims;
 
-std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc) {
-  const auto key = std::make_tuple(M, K, n, lda, ldc);
+std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f) {
+  const auto key = std::make_tuple(M, K, n, lda, ldc, int(f.bias) * 16 + int(f.act));
   std::lock_guard<std::mutex> lock(g_prim_mutex);
   auto it = g_prims.find(key);
   if (it != g_prims.end()) return it->second;
   if (g_prims.size() >= kMaxPrims) g_prims.clear();
-  auto pd = make_pd(M, K, n, lda, ldc);
+  auto pd = make_pd(M, K, n, lda, ldc, f);
   auto p = std::make_shared<Prim>(Prim{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(), pd.scratchpad_desc()});
   g_prims.emplace(key, p);
   return p;
@@ -179,13 +222,18 @@ ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w) {
     sl.n0 = n0;
     sl.n = n;
     sl.wdesc = make_pd(kPackM, K, n, K, N).weights_desc();
-    sl.packed = memory(sl.wdesc, engine());
-    // W[n0:n0+n, :] is W^T[:, n0:n0+n]: [K, n] with strides (1, K).
-    memory::desc src_desc(Dims{K, n}, memory::data_type::f32, Dims{1, K});
-    memory src(src_desc, engine(), const_cast<float*>(w.data<float>() + n0 * K));
-    reorder(src, sl.packed);
-    bytes += int64_t(sl.wdesc.get_size());
+    bytes += (int64_t(sl.wdesc.get_size()) + 63) / 64 * 64;
     impl->slices.push_back(std::move(sl));
+  }
+  impl->buffer.reset(alloc_packed(size_t(bytes)));
+  char* at = static_cast<char*>(impl->buffer.get());
+  for (DnnlSlice& sl : impl->slices) {
+    sl.packed = memory(sl.wdesc, engine(), at);
+    at += (sl.wdesc.get_size() + 63) / 64 * 64;
+    // W[n0:n0+n, :] is W^T[:, n0:n0+n]: [K, n] with strides (1, K).
+    memory::desc src_desc(Dims{K, sl.n}, memory::data_type::f32, Dims{1, K});
+    memory src(src_desc, engine(), const_cast<float*>(w.data<float>() + sl.n0 * K));
+    reorder(src, sl.packed);
   }
   return ops::PackedWeight(std::move(impl), N, K, Device::cpu, bytes);
 }
@@ -200,7 +248,9 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
   const bool direct = p.alpha == 1.0f && p.beta == 0.0f;  // write c in place
   float* dst = direct ? c : scratch(out_buf, mlen * sl.n);
   const int64_t ldd = direct ? p.ldc : sl.n;
-  auto prim = get_prim(mlen, W.K, sl.n, p.lda, ldd);
+  Fused fused;
+  if (direct && g_fuse_post_ops.load()) fused = {p.bias != nullptr, p.act};
+  auto prim = get_prim(mlen, W.K, sl.n, p.lda, ldd, fused);
   memory weights = sl.packed;
   dnnl::stream& s = thread_stream();
   if (prim->wdesc != sl.wdesc) {  // this M wants another layout: reorder for this call
@@ -211,11 +261,15 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
   memory src(prim->src, engine(), const_cast<float*>(a));
   memory out(prim->dst, engine(), dst);
   memory pad(prim->scratch, engine(), scratch(pad_buf, int64_t(prim->scratch.get_size() / 4) + 16));
-  prim->prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, out},
-                         {DNNL_ARG_SCRATCHPAD, pad}});
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights},
+                                          {DNNL_ARG_DST, out}, {DNNL_ARG_SCRATCHPAD, pad}};
+  if (fused.bias)
+    args[DNNL_ARG_BIAS] = memory(memory::desc(Dims{1, sl.n}, memory::data_type::f32, memory::format_tag::ab),
+                                 engine(), const_cast<float*>(p.bias + sl.n0));
+  prim->prim.execute(s, args);
   s.wait();
   if (!direct) scale_accumulate(dst, ldd, c, p.ldc, mlen, sl.n, p.alpha, p.beta);
-  if (p.bias || p.act != ops::Activation::none)
+  if ((p.bias && !fused.bias) || (p.act != ops::Activation::none && fused.act == ops::Activation::none))
     k.bias_act_rows(c, p.ldc, p.bias ? p.bias + sl.n0 : nullptr, c, p.ldc, mlen, sl.n, p.act);
 }
 #endif  // UNMASK_WITH_DNNL
@@ -245,10 +299,14 @@ void gemm_packed(Context& ctx, const ops::GemmParams& p, const ops::PackedWeight
   const CpuKernels& k = kernels();
   const int64_t rb = g_row_block.load() > 0 ? std::min(g_row_block.load(), p.M) : p.M;
   const int64_t row_tiles = (p.M + rb - 1) / rb, slices = int64_t(W.slices.size());
+  // Task order: slice-major (each thread keeps to its own columns of W), or row-major when
+  // g_row_major and there are at least as many row blocks as threads (each thread keeps to its
+  // own rows of a and c and streams all of W).
+  const bool row_major = g_row_major.load() && row_tiles >= ctx.num_threads();
   ctx.parallel_for(slices * row_tiles, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const DnnlSlice& sl = W.slices[size_t(t / row_tiles)];
-      const int64_t m0 = t % row_tiles * rb;
+      const DnnlSlice& sl = W.slices[size_t(row_major ? t % slices : t / row_tiles)];
+      const int64_t m0 = (row_major ? t / slices : t % row_tiles) * rb;
       run_dnnl_tile(W, sl, p, m0, std::min(rb, p.M - m0), k);
     }
   });
@@ -257,7 +315,11 @@ void gemm_packed(Context& ctx, const ops::GemmParams& p, const ops::PackedWeight
 #endif
 }
 
-void packed_gemm_tuning_override_for_bench(int64_t row_block, int64_t max_slice) {
+void packed_gemm_tuning_override_for_bench(int64_t row_block, int64_t max_slice, bool huge_pages,
+                                           bool fuse_post_ops, bool row_major) {
+  g_huge_pages.store(huge_pages);
+  g_fuse_post_ops.store(fuse_post_ops);
+  g_row_major.store(row_major);
   g_row_block.store(row_block >= 0 ? row_block : kRowBlock);
   g_max_slice.store(max_slice > 0 ? max_slice : kMaxSlice);
 }
