@@ -10,11 +10,17 @@
 //
 // Threading (same rules as gemm_cpu.cc): N is cut into column slices at pack time, a multiple
 // of the thread count and at most g_max_slice columns wide (kSliceAlign-aligned); each slice is
-// packed separately. A call cuts M into row blocks (g_row_block; 0 = all of M at once) and
-// hands the (slice, row block) tasks, slice-major, to Context::parallel_for; each task is one
-// single-threaded primitive execution (the calling pool thread's OpenMP thread count is held at
-// 1, so no OpenMP team ever starts and competes with the pool for the cores), followed by the
-// fused bias/activation epilogue (cpu::kernels().bias_act_rows) on that tile.
+// packed into one buffer (2 MiB-aligned, transparent huge pages requested). A call cuts M into
+// row blocks (256 rows) and hands the (slice, row block) tasks to Context::parallel_for:
+// slice-major when there are fewer row blocks than threads (M = 128: each thread streams only
+// its share of W), else row-major (each thread keeps its own rows of a and c, so the next
+// row-parallel op finds them in its cache). Each task is one single-threaded primitive execution
+// (the pool thread's OpenMP thread count is held at 1, so no OpenMP team ever starts and spins
+// against the pool for the cores), then our fused bias/activation epilogue
+// (cpu::kernels().bias_act_rows) on that tile while it is in L2. oneDNN post-ops for the
+// epilogue were measured and gained nothing (bench/GEMM_CHOICE.md section 3); they remain a
+// bench option. Primitives use a user (thread-local) scratchpad: this libdnnl shares one library
+// scratchpad between primitives, which two pool threads would corrupt.
 //
 // Primitives depend on (M, K, slice width, lda, ldc), not on the weights, so one global cache
 // serves every layer with the same shape; oneDNN's own primitive cache also shares the JIT code.
@@ -30,10 +36,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -55,7 +61,7 @@ namespace {
 constexpr int64_t kSliceAlign = 64;
 // Widest column slice (a multiple of kSliceAlign); bench/GEMM_CHOICE.md "Pre-packed weights".
 constexpr int64_t kMaxSlice = 1024;
-// Rows per primitive call; 0 = all M rows in one call per slice (bench/GEMM_CHOICE.md).
+// Rows per primitive call (0 = all of M per call; measured in bench/GEMM_CHOICE.md section 3).
 constexpr int64_t kRowBlock = 256;
 // The M used to ask oneDNN for its weight layout at pack time.
 constexpr int64_t kPackM = 256;
