@@ -14,6 +14,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 
 bash scripts/install-deps.sh
 
+bash tools/line_budget.sh
 echo "== [1/5] build (Release) and unit tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$JOBS"
