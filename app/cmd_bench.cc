@@ -115,7 +115,7 @@ int bench_infer(int argc, char** argv) {
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       {"iters", "N", "minimum timed iterations per row", "10"},
       {"min-time", "SEC", "keep iterating until this much time has passed per row", "2"},
-      {"warmup", "N", "untimed iterations per row", "2"},
+      {"warmup", "N", "untimed iterations per row (at least 1)", "2"},
       {"seed", "N", "seed for weights and token ids", "1234"},
       {"lengths-seed", "N", "seed of the --lengths draw (the peers' LCG: same lengths as ORT/PyTorch runs with --seed N)", "0"},
       {"peak-gflops", "X", "fp32 peak for %-of-peak (default: measured with an FMA loop)", ""},
@@ -131,7 +131,9 @@ int bench_infer(int argc, char** argv) {
   const auto batches = args->get_int_list("batch");
   const auto seqs = args->get_int_list("seq");
   const int64_t min_iters = std::max<int64_t>(1, args->get_int("iters"));
-  const int64_t warmup = std::max<int64_t>(0, args->get_int("warmup"));
+  // At least one untimed forward: the first one packs the weights for the GEMM and builds the
+  // GEMM primitives for the shape, which would otherwise be timed.
+  const int64_t warmup = std::max<int64_t>(1, args->get_int("warmup"));
   const double min_time = std::stod(args->get("min-time"));
   const uint64_t seed = uint64_t(args->get_int("seed"));
   const bool encoders_only = args->has("encoders-only");
