@@ -86,7 +86,9 @@ int cmd_infer(int argc, char** argv) {
   in.cu_seqlens = Tensor::empty({2}, DType::i32);
   in.cu_seqlens.data<int32_t>()[0] = 0;
   in.cu_seqlens.data<int32_t>()[1] = int32_t(T);
-  BertOutputs out = model.forward(ctx, in);
+  ForwardOptions one_shot;
+  one_shot.pack_weights = false;  // a single forward: packing the weights would cost more than it saves
+  BertOutputs out = model.forward(ctx, in, one_shot);
 
   if (args->has("dump")) {
     const std::string od = args->get("dump");

@@ -83,6 +83,9 @@ struct ForwardOptions {
   bool classifier = true;
   bool embeddings = true;  // false: input_ids ignored, `hidden_in` [N, C] is the encoder input
   const Tensor* hidden_in = nullptr;
+  /// Pack the Linear weights for the CPU GEMM on this call if not done yet (a one-time cost of
+  /// a few forwards' worth; worth it for repeated calls, not for a single one-shot forward).
+  bool pack_weights = true;
 };
 
 /// Outputs in the input's layout: packed rows [N, ...] or padded [B, T, ...]. Tensors for

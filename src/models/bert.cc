@@ -206,7 +206,7 @@ int64_t BertModel::parameter_bytes() const { return num_parameters() * 4; }
 
 BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const ForwardOptions& opt) const {
   // Packs the Linear weights on the first CPU forward (ctx's thread count sets the slices).
-  if (ctx.device() == Device::cpu && packed_gemm_enabled()) bert_pack_weights(ctx, *w_);
+  if (ctx.device() == Device::cpu && opt.pack_weights && packed_gemm_enabled()) bert_pack_weights(ctx, *w_);
   const BertWeights& W = *w_;
   const BertConfig& cfg = W.config;
   const int64_t C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
