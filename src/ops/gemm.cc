@@ -60,13 +60,7 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
   UNMASK_CHECK(ma.batch == mc.batch, "gemm: a has batch ", ma.batch, " but c has batch ", mc.batch);
   UNMASK_CHECK(mb.batch == ma.batch || mb.batch == 1, "gemm: b must have batch ", ma.batch,
                " or 1 (shared), got ", b.describe());
-  if (args.bias) {
-    const Tensor& bias = *args.bias;
-    detail::check_f32(op, "bias", bias);
-    detail::check_device(op, "bias", bias, dev);
-    UNMASK_CHECK(bias.ndim() == 1 && bias.size(0) == N && (bias.stride(0) == 1 || N <= 1),
-                 "gemm: bias must be contiguous [", N, "], got ", bias.describe());
-  }
+  if (args.bias) detail::check_bias(op, *args.bias, N, dev);
 
   GemmParams p;
   p.a = a.data<float>();
@@ -131,13 +125,7 @@ void gemm_packed(Context& ctx, const Tensor& a, const PackedWeight& w, Tensor& c
   UNMASK_CHECK(K == w.k(), "gemm_packed: a is [", M, ", ", K, "] but the packed weight is [", N, ", ", w.k(),
                "] (W [N_out, K]), a ", a.describe());
   UNMASK_CHECK(mc.rows == M && mc.cols == N, "gemm_packed: c must be [", M, ", ", N, "], got ", c.describe());
-  if (args.bias) {
-    const Tensor& bias = *args.bias;
-    detail::check_f32(op, "bias", bias);
-    detail::check_device(op, "bias", bias, dev);
-    UNMASK_CHECK(bias.ndim() == 1 && bias.size(0) == N && (bias.stride(0) == 1 || N <= 1),
-                 "gemm_packed: bias must be contiguous [", N, "], got ", bias.describe());
-  }
+  if (args.bias) detail::check_bias(op, *args.bias, N, dev);
   GemmParams p;
   p.a = a.data<float>();
   p.lda = ma.ld;

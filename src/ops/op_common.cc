@@ -48,6 +48,13 @@ void check_device(std::string_view op, std::string_view name, const Tensor& t, D
                " but the op runs on ", device_name(device), ", got ", t.describe());
 }
 
+void check_bias(std::string_view op, const Tensor& bias, int64_t N, Device device) {
+  check_f32(op, "bias", bias);
+  check_device(op, "bias", bias, device);
+  UNMASK_CHECK(bias.ndim() == 1 && bias.size(0) == N && (bias.stride(0) == 1 || N <= 1), op,
+               ": bias must be contiguous [", N, "], got ", bias.describe());
+}
+
 void check_same_shape(std::string_view op, std::string_view a_name, const Tensor& a,
                       std::string_view b_name, const Tensor& b) {
   UNMASK_CHECK(a.shape() == b.shape(), op, ": ", b_name, " must have the shape of ", a_name, " ",

@@ -27,6 +27,9 @@ void check_f32(std::string_view op, std::string_view name, const Tensor& t);
 /// Throws unless t is on `device`.
 void check_device(std::string_view op, std::string_view name, const Tensor& t, Device device);
 
+/// A GEMM bias: f32, on `device`, contiguous [N].
+void check_bias(std::string_view op, const Tensor& bias, int64_t N, Device device);
+
 /// Throws unless a and b have the same shape.
 void check_same_shape(std::string_view op, std::string_view a_name, const Tensor& a,
                       std::string_view b_name, const Tensor& b);
