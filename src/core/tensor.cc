@@ -62,14 +62,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 #ifdef UNMASK_WITH_CUDA
     // The caching allocator (src/cuda/allocator.h), tagged with the thread's current stream.
     void* d = cuda::device_malloc(bytes, cuda::current_stream());
-    Tensor t;
-    t.data_ = d;
-    t.dtype_ = dtype;
-    t.device_ = device;
-    t.shape_ = shape;
-    t.strides_ = contiguous_strides(shape);
-    t.storage_ = std::shared_ptr<void>(d, [](void* q) { cuda::device_free(q); });
-    return t;
+    return from_blob(d, shape, dtype, device, std::shared_ptr<void>(d, [](void* q) { cuda::device_free(q); }));
 #else
     throw Unsupported("Tensor::empty on ", device_name(device), " needs the CUDA backend",
                       Hint("rebuild with -DUNMASK_CUDA=ON"));
@@ -78,14 +71,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   if (!p) throw Error("out of memory allocating ", bytes, " bytes for ", dtype_name(dtype), shape.str());
-  Tensor t;
-  t.data_ = p;
-  t.dtype_ = dtype;
-  t.device_ = device;
-  t.shape_ = shape;
-  t.strides_ = contiguous_strides(shape);
-  t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  return t;
+  return from_blob(p, shape, dtype, device, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
