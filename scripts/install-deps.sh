@@ -12,6 +12,10 @@ PKGS=(
   unicode-data           # UnicodeData.txt etc.: source of the generated tokenizer tables
   python3-torch python3-numpy  # PyTorch (CPU) reference for parity tests and peer benchmarks
   clang libclang-rt-14-dev  # libFuzzer targets
+  libhdf5-dev            # HDF5 C library: DLE's pretraining shards (prepare-text, the loader)
+  python3-h5py           # independent reader/writer of HDF5 shards in the data tests
+  python3.11-doc         # the English corpus of the main job (reStructuredText sources)
+  ccache                 # compiler cache for the several build directories
 )
 
 missing=()

@@ -89,8 +89,13 @@ void gemm_packed(Context& ctx, const Tensor& a, const PackedWeight& w, Tensor& c
 
 /// y = LayerNorm(x + residual) * gamma + beta over the last dim C (statistics in fp32 or
 /// wider). x, residual, y: [N, C] (row stride allowed); gamma, beta: [C]. y may alias x.
+///
+/// Training: when `mean` and `rstd` are given (f32 [N] each) the row statistics of
+/// s = x + residual are written there for layernorm_backward; y must then not alias x or
+/// residual (the backward re-reads them).
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
-               const Tensor& beta, float eps, Tensor& y);
+               const Tensor& beta, float eps, Tensor& y, Tensor* mean = nullptr,
+               Tensor* rstd = nullptr);
 
 /// y = act(x) elementwise, same shape; y may alias x.
 void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act);
@@ -120,5 +125,103 @@ struct AttentionArgs {
 };
 void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                const AttentionArgs& args);
+
+// ==== training: backward ops, losses, dropout, optimizer updates ================================
+//
+// Conventions: gradients of ACTIVATIONS are overwritten; gradients of PARAMETERS (dgamma, dbeta,
+// dbias, dtable, GEMM weight gradients via beta = 1) are ACCUMULATED (+=) so micro-batches of a
+// gradient-accumulation step add up; the trainer zeroes them once per optimizer step. All f32.
+
+/// Backward of layernorm(x, residual, gamma, beta, eps, y, &mean, &rstd).
+///   x, residual (may be null), dy, dx: [N, C]; gamma: [C]; mean, rstd: [N] from the forward.
+///   dx (overwritten) is also the gradient of the residual. dgamma, dbeta: [C], accumulated.
+///   dx may alias dy.
+void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
+                        const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,
+                        Tensor& dgamma, Tensor& dbeta);
+
+/// dx = dy * act'(x) elementwise, x the activation's INPUT (pre-activation). dx may alias dy.
+void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,
+                         Activation act);
+
+/// dbias[c] += sum_n dy[n, c].  dy: [N, C] (row stride allowed); dbias: [C].
+void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias);
+
+/// dx = y * (dy - rowsum(dy * y)) for y = softmax(x) over the last dim. [N, C]; dx may alias dy.
+void softmax_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx);
+
+/// dtable[ids[n], :] += dout[n, :] (repeated ids add up). ids i32/i64 [N]; dout [N, C];
+/// dtable [V, C]. Deterministic: the result does not depend on the thread count.
+void embedding_backward(Context& ctx, const Tensor& ids, const Tensor& dout, Tensor& dtable);
+
+/// Softmax cross-entropy over the rows of logits [M, V] with targets i32 [M]; a negative target
+/// marks an ignored row (loss 0, gradient 0). Writes losses[m] (f32 [M], may be null) and, when
+/// dlogits is given ([M, V], may alias logits), dlogits = grad_scale * (softmax(row) - onehot).
+/// Returns the sums needed for mean loss and accuracy over the non-ignored rows.
+struct CrossEntropyStats {
+  double loss_sum = 0;   // sum of -log p(target) over non-ignored rows
+  int64_t count = 0;     // non-ignored rows
+  int64_t correct = 0;   // non-ignored rows whose argmax (first maximum) equals the target
+};
+CrossEntropyStats cross_entropy(Context& ctx, const Tensor& logits, const Tensor& targets,
+                                Tensor* losses, Tensor* dlogits, float grad_scale);
+
+/// Counter-based dropout (Philox-4x32-10, src/core/philox.h): element i of x (flat row-major
+/// index over x's logical shape) is kept iff philox_uniform(seed, offset + i) >= p, and kept
+/// elements are scaled by 1/(1-p). The same (seed, offset) gives the same mask on every device
+/// and thread count, so the backward recomputes it instead of storing it. p = 0 copies.
+/// x, y: same shape (2-D, row stride allowed); y may alias x.
+void dropout(Context& ctx, const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t offset);
+/// dx = dy * mask / (1-p) with the forward's mask. dx may alias dy.
+void dropout_backward(Context& ctx, const Tensor& dy, Tensor& dx, float p, uint64_t seed,
+                      uint64_t offset);
+
+/// Attention for training: as attention() and additionally
+///   * writes lse (f32 [NH, N]): log(sum_j exp(scale q.k_j)) over the real keys of each
+///     query row (the backward recomputes the probabilities from it; -inf for a query whose
+///     sequence has no real key);
+///   * applies dropout with probability dropout_p to the normalised probabilities: the
+///     (head h, query row r, key position j within the sequence) element is dropped iff
+///     philox_uniform(seed, offset + (h * N + r) * T + j) < p, T the longest sequence
+///     (padded: padded_seq_len), kept ones scaled by 1/(1-p).
+struct AttentionTrainArgs {
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
+};
+void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                             Tensor& out, Tensor& lse, const AttentionArgs& args,
+                             const AttentionTrainArgs& train);
+/// Gradients of sum(out * dout) w.r.t. q, k, v (overwritten; dq/dk/dv may be column slices of
+/// one fused [N, 3C] buffer). q, k, v, out, lse and the args are the forward's.
+void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq,
+                        Tensor& dk, Tensor& dv, const AttentionArgs& args,
+                        const AttentionTrainArgs& train);
+
+// ---- optimizer updates (elementwise, parallel; the optimizer in src/train drives them) -----
+
+/// One Adam-family moment update with bias correction and decoupled weight decay:
+///   g' = grad_scale * g;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;
+///   u  = (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + weight_decay * p
+struct AdamArgs {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.0f;
+  int64_t step = 1;        // 1-based, for the bias correction
+  float grad_scale = 1.0f; // clipping and accumulation factors folded in
+};
+/// AdamW (torch.optim.AdamW): p -= lr * (m_hat / (sqrt(v_hat) + eps)) + lr * wd * p, i.e.
+/// p = p * (1 - lr*wd) - lr * m_hat/(sqrt(v_hat)+eps). p, g, m, v: same shape, contiguous.
+void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
+                  const AdamArgs& args);
+/// LAMB stage 1: updates m and v and writes u (as above, weight decay included) into `update`.
+void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                  Tensor& update, const AdamArgs& args);
+/// y += alpha * x (same shape, contiguous).
+void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y);
+/// sum of x^2 in double; deterministic (fixed-size chunks summed in a fixed order, whatever the
+/// thread count).
+double sum_squares(Context& ctx, const Tensor& x);
+/// x *= s (in place).
+void scale_inplace(Context& ctx, Tensor& x, float s);
 
 }  // namespace unmask::ops

@@ -1,0 +1,190 @@
+// unmask/train.h: training BERT on the op front-ends (CPU now; CUDA reuses it unchanged).
+//
+// Usage (one optimizer step of gradient accumulation over two micro-batches):
+//   unmask::Context ctx({.num_threads = 2});
+//   auto model = unmask::BertTrainModel::load("bert-tiny/");           // HF dir, owned f32 copy
+//   unmask::Optimizer opt(unmask::OptimizerConfig::lamb(6e-3), model.params());
+//   model.zero_grad();
+//   for (const PretrainBatch& mb : micro_batches) {
+//     TrainStepOptions o{.loss_scale = 0.5f, .seed = 42, .step = opt.step_count(), .micro = i};
+//     PretrainStats s = model.pretrain_step(ctx, mb, o);                // forward + backward
+//   }
+//   opt.step(ctx, unmask::learning_rate(schedule, opt.step_count()));
+//   model.save_pretrained("run/checkpoints/step-1", "vocab.txt");
+//
+// Gradients accumulate in Param::grad until zero_grad(). Dropout is counter-based: the mask of
+// every dropout site is a pure function of (seed, step, micro, site), so a resumed run draws the
+// same masks as an uninterrupted one.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unmask/bert.h"
+#include "unmask/context.h"
+#include "unmask/tensor.h"
+
+namespace unmask {
+
+/// One parameter tensor under its Hugging Face name, with its gradient.
+struct Param {
+  std::string name;          // HF name, e.g. "bert.encoder.layer.0.attention.self.query.weight"
+  Tensor value;              // f32, contiguous (may be a row-slice view of a fused buffer)
+  Tensor grad;               // f32, same shape; accumulated by backward passes
+  bool weight_decay = true;  // false for biases and LayerNorm weights (DLE's no_decay list)
+};
+
+/// A pretraining micro-batch in DLE's padded layout (what the HDF5 shards hold), all i32.
+/// Real tokens come first in every row (input_mask 1...1 0...0).
+struct PretrainBatch {
+  Tensor input_ids;             // [B, T]
+  Tensor segment_ids;           // [B, T]
+  Tensor input_mask;            // [B, T]
+  Tensor masked_lm_positions;   // [B, P], padded with 0 (position 0 is [CLS], never masked)
+  Tensor masked_lm_ids;         // [B, P], padded with 0
+  Tensor next_sentence_labels;  // [B]: 1 = B is a random sentence
+};
+
+struct TrainStepOptions {
+  float loss_scale = 1.0f;       // gradients are of loss_scale * loss (1/accumulation steps)
+  float hidden_dropout = 0.1f;   // config hidden_dropout_prob (0 = off)
+  float attention_dropout = 0.1f;// config attention_probs_dropout_prob
+  uint64_t seed = 0;             // dropout seed of the run
+  int64_t step = 0;              // optimizer step (dropout counter)
+  int64_t micro = 0;             // micro-batch within the step (dropout counter)
+  bool backward = true;          // false: forward and loss only (evaluation)
+};
+
+/// What one pretrain_step measured (sums, so micro-batches add up).
+struct PretrainStats {
+  double loss = 0;             // mean MLM loss + mean NSP loss of this micro-batch
+  double mlm_loss_sum = 0;     // over masked positions
+  int64_t mlm_count = 0, mlm_correct = 0;
+  double nsp_loss_sum = 0;
+  int64_t nsp_count = 0, nsp_correct = 0;
+  int64_t sequences = 0, tokens = 0;  // real tokens (input_mask 1)
+};
+
+/// Fine-tuning tasks (heads on top of the encoder).
+enum class Task : uint8_t { qa, seqcls, tokcls };
+
+/// A fine-tuning / evaluation batch, padded, i32.
+struct TaskBatch {
+  Tensor input_ids, token_type_ids, attention_mask;  // [B, T]
+  Tensor start_positions, end_positions;             // qa: [B]  (undefined when evaluating)
+  Tensor labels;  // seqcls: [B]; tokcls: [B, T], negative = ignored (HF's -100)
+};
+
+struct TaskResult {
+  double loss = 0;       // mean loss of the batch (0 without labels)
+  int64_t count = 0, correct = 0;
+  Tensor logits;         // seqcls [B, L]; tokcls [B, T, L]; qa: [B, T, 2] (start, end)
+};
+
+/// A BERT with owned, trainable f32 parameters and their gradients.
+class BertTrainModel {
+ public:
+  /// From an HF directory (config.json + safetensors). Heads absent from the checkpoint are
+  /// created (normal(0, 0.02) weights, zero bias, seeded by `seed`) when `heads` asks for them.
+  static BertTrainModel load(const std::string& dir, const BertHeads& heads, uint64_t seed);
+  static BertTrainModel random(const BertConfig& config, const BertHeads& heads, uint64_t seed);
+
+  BertTrainModel(BertTrainModel&&) noexcept;
+  BertTrainModel& operator=(BertTrainModel&&) noexcept;
+  ~BertTrainModel();
+
+  const BertConfig& config() const;
+  const BertHeads& heads() const;
+  /// Every parameter once (the tied MLM decoder is the word embedding), in a fixed order.
+  std::vector<Param>& params();
+  void zero_grad();
+
+  /// Forward + backward (unless options.backward is false) of loss = mean MLM cross-entropy over
+  /// the masked positions + mean NSP cross-entropy. The MLM head runs on the masked rows only.
+  PretrainStats pretrain_step(Context& ctx, const PretrainBatch& batch, const TrainStepOptions& options);
+  /// Forward (+ backward) for a fine-tuning head.
+  TaskResult task_step(Context& ctx, const TaskBatch& batch, Task task, const TrainStepOptions& options);
+
+  /// Writes an HF directory: config.json, model.safetensors (HF names, unfused q/k/v), and
+  /// vocab.txt copied from `vocab_path` (skipped when empty). Atomic: a temporary directory
+  /// renamed into place, so an existing `dir` is replaced whole or not at all.
+  void save_pretrained(const std::string& dir, const std::string& vocab_path) const;
+  /// Copies the parameters into an inference model (for evaluation with BertModel::forward).
+  BertModel to_inference_model() const;
+
+  struct Impl;
+ private:
+  explicit BertTrainModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- optimizers and learning-rate schedules ------------------------------------------------
+
+enum class OptimizerKind : uint8_t { adamw, lamb };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::lamb;
+  float lr = 1e-3f;            // base learning rate (the schedule multiplies it)
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-6f;
+  float weight_decay = 0.01f;  // applied to params with Param::weight_decay only
+  float max_grad_norm = 1.0f;  // global-norm clipping before the update; <= 0 disables
+};
+
+/// The state of an optimizer as named tensors (for checkpoints): for every param P
+/// "P.exp_avg" and "P.exp_avg_sq", plus the step count.
+struct OptimizerState {
+  int64_t step = 0;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
+
+struct OptimizerStepStats {
+  double grad_norm = 0;   // global L2 norm of the gradients (after grad_scale, before clipping)
+  double clip_factor = 1; // factor the gradients were multiplied by (1 = not clipped)
+};
+
+class Optimizer {
+ public:
+  /// Keeps a reference to `params` (their value/grad tensors must outlive the optimizer).
+  Optimizer(const OptimizerConfig& config, std::vector<Param>& params);
+  /// One update from the accumulated gradients (each multiplied by grad_scale first, e.g. for
+  /// averaging). AdamW: torch.optim.AdamW. LAMB: apex FusedLAMB as DLE uses it (bias correction,
+  /// adam_w_mode, grad averaging, global-norm clip to max_grad_norm, trust ratio
+  /// ||p|| / ||u|| only for params with weight decay, 1 when either norm is 0).
+  OptimizerStepStats step(Context& ctx, float lr, float grad_scale = 1.0f);
+  int64_t step_count() const;
+  const OptimizerConfig& config() const;
+  OptimizerState state() const;                // tensors are copies
+  void load_state(const OptimizerState& state); // throws naming a missing / mis-shaped tensor
+
+ private:
+  OptimizerConfig config_;
+  std::vector<Param>* params_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_, update_;
+  int64_t step_ = 0;
+};
+
+/// Learning-rate schedules (multiplying the optimizer's base lr), `step` 0-based.
+///   poly:     DLE PolyWarmUpScheduler: p = step/total; p < warmup: p/warmup; else (1-p)^degree
+///   cosine:   linear warmup over warmup*total steps, then 0.5 (1 + cos(pi * progress))
+///   linear:   linear warmup, then linear decay to 0 (HF get_linear_schedule_with_warmup)
+///   constant: 1 (after linear warmup)
+struct ScheduleConfig {
+  enum class Kind : uint8_t { poly, cosine, linear, constant } kind = Kind::poly;
+  double warmup = 0.01;       // fraction of total_steps
+  int64_t total_steps = 1;
+  double degree = 0.5;        // poly
+};
+double lr_multiplier(const ScheduleConfig& schedule, int64_t step);
+
+// ---- cost model -----------------------------------------------------------------------------
+
+/// Analytic FLOPs of one training step (forward + backward = 3x forward matmul FLOPs; multiply-
+/// add = 2 FLOPs) for a batch with the given sequence lengths and number of masked positions:
+/// encoder GEMMs, attention scores and context, the pooler + NSP head and the MLM head on the
+/// masked rows. Elementwise ops are not counted (as in MFU conventions).
+double bert_train_flops(const BertConfig& config, const std::vector<int64_t>& seq_lens,
+                        int64_t masked_positions);
+
+}  // namespace unmask
