@@ -11,8 +11,9 @@
 namespace unmask::ops {
 
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
-               const Tensor& beta, float eps, Tensor& y) {
+               const Tensor& beta, float eps, Tensor& y, Tensor* mean, Tensor* rstd) {
   constexpr const char* op = "layernorm";
+  UNMASK_CHECK(!mean && !rstd, op, ": statistics outputs (training) are not implemented yet");
   detail::check_f32(op, "x", x);
   detail::check_f32(op, "gamma", gamma);
   detail::check_f32(op, "beta", beta);
