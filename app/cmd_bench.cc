@@ -246,6 +246,7 @@ int cmd_bench(int argc, char** argv) {
   }
   std::string what = argv[2];
   if (what == "infer") return bench_infer(argc, argv);
+  if (what == "train") return bench_train(argc, argv);
   throw Error("unknown benchmark '", what, "'", Hint("available: infer"));
 }
 

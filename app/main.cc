@@ -16,7 +16,12 @@ const char* kUsage =
     "commands:\n"
     "  infer     fill-mask demo: top-k tokens for each [MASK] in a text; --dump writes HF-named .npy outputs\n"
     "  forward   run a batch given as .npy token ids (padded or packed) and dump every output\n"
-    "  bench     benchmarks: `unmask bench infer ...` (the AITemplate BERT table)\n"
+    "  bench     benchmarks: `unmask bench infer ...` (the AITemplate BERT table), `unmask bench train ...`\n"
+    "  prepare-text  text files -> DLE HDF5 pretraining shards (create_pretraining_data rules)\n"
+    "  pretrain  BERT pretraining (MLM + NSP, LAMB/AdamW) from a config file; checkpoints, --resume\n"
+    "  finetune  fine-tune an HF model: SQuAD v1.1, GLUE-style TSV, CoNLL token classification\n"
+    "  eval      evaluate an HF model on SQuAD / TSV / CoNLL data (EM/F1, accuracy, entity F1)\n"
+    "  train-step  forward+backward+optimizer steps on .npy batches; dumps losses and gradients\n"
     "\n"
     "Run `unmask <command> --help` for the options of a command.\n";
 
@@ -32,6 +37,11 @@ int main(int argc, char** argv) {
     if (cmd == "infer") return unmask::cli::cmd_infer(argc, argv);
     if (cmd == "forward") return unmask::cli::cmd_forward(argc, argv);
     if (cmd == "bench") return unmask::cli::cmd_bench(argc, argv);
+    if (cmd == "prepare-text") return unmask::cli::cmd_prepare_text(argc, argv);
+    if (cmd == "pretrain") return unmask::cli::cmd_pretrain(argc, argv);
+    if (cmd == "train-step") return unmask::cli::cmd_train_step(argc, argv);
+    if (cmd == "finetune") return unmask::cli::cmd_finetune(argc, argv);
+    if (cmd == "eval") return unmask::cli::cmd_eval(argc, argv);
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const unmask::Error& e) {
