@@ -161,12 +161,16 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   std::vector<Param>* params_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_, update_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;  // per param, its shape and device
+  Tensor update_;  // LAMB: u of one param at a time, [numel of the largest param]
   int64_t step_ = 0;
 };
 
-/// Learning-rate schedules (multiplying the optimizer's base lr), `step` 0-based.
-///   poly:     DLE PolyWarmUpScheduler: p = step/total; p < warmup: p/warmup; else (1-p)^degree
+/// Learning-rate schedules (multiplying the optimizer's base lr). `step` is the 0-based index of
+/// the update about to be taken (opt.step_count() before opt.step()); each kind reproduces its
+/// reference's sequence of learning rates from that index.
+///   poly:     DLE PolyWarmUpScheduler: p = (step+1)/total (DLE counts updates from 1);
+///             p < warmup: p/warmup; else (1-p)^degree, 0 past the end
 ///   cosine:   linear warmup over warmup*total steps, then 0.5 (1 + cos(pi * progress))
 ///   linear:   linear warmup, then linear decay to 0 (HF get_linear_schedule_with_warmup)
 ///   constant: 1 (after linear warmup)

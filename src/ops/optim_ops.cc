@@ -1,0 +1,312 @@
+// ops/optim_ops.cc: the elementwise optimizer updates (AdamW, LAMB stage 1), axpy, in-place
+// scaling and a deterministic sum of squares (global gradient norm, LAMB trust ratios).
+//
+// Every op works on whole contiguous f32 tensors seen as flat arrays of n elements, split into
+// contiguous ranges across ctx.parallel_for. Results do not depend on the split: the updates
+// are elementwise, and sum_squares cuts the array into fixed chunks of kSumChunk elements whose
+// double partial sums are added in chunk order, so 1, 2 or 16 threads give the same bits
+// (exact resume and run-to-run reproducibility depend on it).
+//
+// The float64 references are written out in tests/test_optimizer.cc next to the tests.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "ops/op_common.h"
+#include "ops/ops.h"
+
+namespace unmask::ops {
+namespace {
+
+// ---- kernels: raw pointers, n elements, no validation ----------------------------------------
+
+// Elements per inner block: the loops of one block stay in L1 (a few 1 KiB arrays).
+constexpr int64_t kBlock = 256;
+// Elements per sum_squares chunk (fixed, whatever the thread count: the determinism guarantee).
+constexpr int64_t kSumChunk = 8192;
+// Elements per parallel_for range of the elementwise ops (amortises the pool wake-up).
+constexpr int64_t kGrain = 32768;
+
+// y[i] = sqrt(x[i]) for i < n (x >= 0). GCC does not vectorise std::sqrt without
+// -fno-math-errno (the errno path is a call), so the SSE2 square root is spelled out; it is
+// IEEE correctly rounded, bit-identical to std::sqrt.
+inline void sqrt_block(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) y[i] = std::sqrt(x[i]);
+}
+
+// Per-step scalars of AdamW, rounded to f32 from double the way torch.optim.AdamW rounds its
+// Python-float scalars when it applies them to f32 tensors.
+struct AdamWScalars {
+  float grad_scale;   // g' = grad_scale * g
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float decay;        // 1 - lr * wd
+  float step_size;    // lr / (1 - beta1^step)
+  float bias2_sqrt;   // sqrt(1 - beta2^step)
+  float eps;
+};
+
+AdamWScalars adamw_scalars(float lr, const AdamArgs& a) {
+  const double t = double(a.step);
+  AdamWScalars s;
+  s.grad_scale = a.grad_scale;
+  s.beta1 = a.beta1;
+  s.one_minus_beta1 = float(1.0 - double(a.beta1));
+  s.beta2 = a.beta2;
+  s.one_minus_beta2 = float(1.0 - double(a.beta2));
+  s.decay = float(1.0 - double(lr) * double(a.weight_decay));
+  s.step_size = float(double(lr) / (1.0 - std::pow(double(a.beta1), t)));
+  s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(double(a.beta2), t)));
+  s.eps = a.eps;
+  return s;
+}
+
+// torch.optim.AdamW (single-tensor path), element by element:
+//   g' = gs g;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g' g'
+//   p = p (1 - lr wd) - step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// p, g, m, v: [n], distinct memory.
+void adamw_kernel(float* __restrict p, const float* __restrict g, float* __restrict m,
+                  float* __restrict v, int64_t n, const AdamWScalars& s) {
+  float denom[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = n - b < kBlock ? n - b : kBlock;
+    float* pb = p + b;
+    const float* gb = g + b;
+    float* mb = m + b;
+    float* vb = v + b;
+    for (int64_t i = 0; i < len; ++i) {
+      const float gi = s.grad_scale * gb[i];
+      mb[i] = mb[i] * s.beta1 + s.one_minus_beta1 * gi;
+      vb[i] = vb[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
+    }
+    sqrt_block(vb, denom, len);
+    for (int64_t i = 0; i < len; ++i) {
+      const float d = denom[i] / s.bias2_sqrt + s.eps;
+      pb[i] = pb[i] * s.decay - s.step_size * (mb[i] / d);
+    }
+  }
+}
+
+// Per-step scalars of LAMB stage 1 (apex multi_tensor_lamb: the bias corrections are computed
+// in double on the host and used as f32).
+struct LambScalars {
+  float grad_scale;
+  float beta1, beta3, beta2, one_minus_beta2;  // beta3 = 1 - beta1 (grad averaging)
+  float bias1, bias2;                          // 1 - beta^step
+  float eps, weight_decay;
+};
+
+LambScalars lamb_scalars(const AdamArgs& a) {
+  const double t = double(a.step);
+  LambScalars s;
+  s.grad_scale = a.grad_scale;
+  s.beta1 = a.beta1;
+  s.beta3 = float(1.0 - double(a.beta1));
+  s.beta2 = a.beta2;
+  s.one_minus_beta2 = float(1.0 - double(a.beta2));
+  s.bias1 = float(1.0 - std::pow(double(a.beta1), t));
+  s.bias2 = float(1.0 - std::pow(double(a.beta2), t));
+  s.eps = a.eps;
+  s.weight_decay = a.weight_decay;
+  return s;
+}
+
+// apex LAMB stage 1 with adam_w_mode (decoupled decay), element by element:
+//   g' = gs g;  m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g' g'
+//   u = (m / bias1) / (sqrt(v / bias2) + eps) + wd p
+// p, g, m, v, u: [n], distinct memory.
+void lamb_moments_kernel(const float* __restrict p, const float* __restrict g,
+                         float* __restrict m, float* __restrict v, float* __restrict u,
+                         int64_t n, const LambScalars& s) {
+  float v_hat[kBlock], denom[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = n - b < kBlock ? n - b : kBlock;
+    const float* pb = p + b;
+    const float* gb = g + b;
+    float* mb = m + b;
+    float* vb = v + b;
+    float* ub = u + b;
+    for (int64_t i = 0; i < len; ++i) {
+      const float gi = s.grad_scale * gb[i];
+      mb[i] = mb[i] * s.beta1 + s.beta3 * gi;
+      vb[i] = vb[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
+      v_hat[i] = vb[i] / s.bias2;
+    }
+    sqrt_block(v_hat, denom, len);
+    for (int64_t i = 0; i < len; ++i)
+      ub[i] = (mb[i] / s.bias1) / (denom[i] + s.eps) + s.weight_decay * pb[i];
+  }
+}
+
+// y += alpha x.  x, y: [n].
+void axpy_kernel(float alpha, const float* __restrict x, float* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// x *= s.  x: [n].
+void scale_kernel(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+// sum x[i]^2 over one chunk (n <= kSumChunk) in double, with four interleaved accumulators
+// (element i goes to accumulator i % 4) added in a fixed order: the same bits for the same
+// chunk, whichever thread runs it. Squares of f32 values are exact in double.
+double sum_squares_chunk(const float* x, int64_t n) {
+  double acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const double x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+    acc0 += x0 * x0;
+    acc1 += x1 * x1;
+    acc2 += x2 * x2;
+    acc3 += x3 * x3;
+  }
+  for (; i < n; ++i) acc0 += double(x[i]) * double(x[i]);
+  return (acc0 + acc1) + (acc2 + acc3);
+}
+
+// ---- validation -------------------------------------------------------------------------------
+
+// t: f32, contiguous, with the shape and device of `ref` (the first operand, named ref_name).
+void check_operand(const char* op, const char* name, const Tensor& t, const char* ref_name,
+                   const Tensor& ref) {
+  detail::check_f32(op, name, t);
+  if (&t != &ref) {
+    detail::check_same_shape(op, ref_name, ref, name, t);
+    detail::check_device(op, name, t, ref.device());
+  }
+  UNMASK_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe(),
+               Hint("optimizer tensors are whole parameters; pass .contiguous() copies"));
+}
+
+// The kernels take __restrict pointers: `written` must not overlap `other` (both contiguous).
+void check_no_overlap(const char* op, const char* written_name, const Tensor& written,
+                      const char* other_name, const Tensor& other) {
+  const auto* w = static_cast<const char*>(written.raw());
+  const auto* o = static_cast<const char*>(other.raw());
+  const bool overlap = w < o + other.nbytes() && o < w + written.nbytes();
+  UNMASK_CHECK(!overlap, op, ": ", written_name, " (written) overlaps ", other_name, " in memory, got ",
+               written_name, " ", written.describe(), " at ", written.raw(), " and ", other_name, " ",
+               other.describe(), " at ", other.raw(), Hint("give every operand its own buffer"));
+}
+
+void check_adam_args(const char* op, const AdamArgs& a) {
+  UNMASK_CHECK(a.step >= 1, op, ": step must be >= 1 (1-based, for the bias correction), got ", a.step);
+  UNMASK_CHECK(a.beta1 >= 0.0f && a.beta1 < 1.0f && a.beta2 >= 0.0f && a.beta2 < 1.0f, op,
+               ": betas must lie in [0, 1), got beta1 = ", a.beta1, ", beta2 = ", a.beta2);
+  UNMASK_CHECK(std::isfinite(a.eps) && a.eps >= 0.0f, op, ": eps must be finite and >= 0, got ", a.eps);
+  UNMASK_CHECK(std::isfinite(a.weight_decay), op, ": weight_decay must be finite, got ", a.weight_decay);
+  UNMASK_CHECK(std::isfinite(a.grad_scale), op, ": grad_scale must be finite, got ", a.grad_scale);
+}
+
+}  // namespace
+
+void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
+                  const AdamArgs& args) {
+  constexpr const char* op = "adamw_update";
+  check_operand(op, "p", p, "p", p);
+  check_operand(op, "g", g, "p", p);
+  check_operand(op, "m", m, "p", p);
+  check_operand(op, "v", v, "p", p);
+  check_adam_args(op, args);
+  UNMASK_CHECK(std::isfinite(lr), op, ": lr must be finite, got ", lr);
+  if (p.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, p.dtype());
+  if (p.numel() == 0) return;
+  check_no_overlap(op, "p", p, "g", g);
+  check_no_overlap(op, "p", p, "m", m);
+  check_no_overlap(op, "p", p, "v", v);
+  check_no_overlap(op, "m", m, "g", g);
+  check_no_overlap(op, "m", m, "v", v);
+  check_no_overlap(op, "v", v, "g", g);
+  const AdamWScalars s = adamw_scalars(lr, args);
+  float* pp = p.data<float>();
+  const float* gp = g.data<float>();
+  float* mp = m.data<float>();
+  float* vp = v.data<float>();
+  ctx.parallel_for(p.numel(), [&](int64_t b, int64_t e) {
+    adamw_kernel(pp + b, gp + b, mp + b, vp + b, e - b, s);
+  }, kGrain);
+}
+
+void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                  Tensor& update, const AdamArgs& args) {
+  constexpr const char* op = "lamb_moments";
+  check_operand(op, "p", p, "p", p);
+  check_operand(op, "g", g, "p", p);
+  check_operand(op, "m", m, "p", p);
+  check_operand(op, "v", v, "p", p);
+  check_operand(op, "update", update, "p", p);
+  check_adam_args(op, args);
+  if (p.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, p.dtype());
+  if (p.numel() == 0) return;
+  check_no_overlap(op, "m", m, "p", p);
+  check_no_overlap(op, "m", m, "g", g);
+  check_no_overlap(op, "m", m, "v", v);
+  check_no_overlap(op, "v", v, "p", p);
+  check_no_overlap(op, "v", v, "g", g);
+  check_no_overlap(op, "update", update, "p", p);
+  check_no_overlap(op, "update", update, "g", g);
+  check_no_overlap(op, "update", update, "m", m);
+  check_no_overlap(op, "update", update, "v", v);
+  const LambScalars s = lamb_scalars(args);
+  const float* pp = p.data<float>();
+  const float* gp = g.data<float>();
+  float* mp = m.data<float>();
+  float* vp = v.data<float>();
+  float* up = update.data<float>();
+  ctx.parallel_for(p.numel(), [&](int64_t b, int64_t e) {
+    lamb_moments_kernel(pp + b, gp + b, mp + b, vp + b, up + b, e - b, s);
+  }, kGrain);
+}
+
+void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
+  constexpr const char* op = "axpy";
+  check_operand(op, "x", x, "x", x);
+  check_operand(op, "y", y, "x", x);
+  UNMASK_CHECK(std::isfinite(alpha), op, ": alpha must be finite, got ", alpha);
+  if (x.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, x.dtype());
+  if (x.numel() == 0) return;
+  check_no_overlap(op, "y", y, "x", x);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  ctx.parallel_for(x.numel(), [&](int64_t b, int64_t e) { axpy_kernel(alpha, xp + b, yp + b, e - b); },
+                   kGrain);
+}
+
+double sum_squares(Context& ctx, const Tensor& x) {
+  constexpr const char* op = "sum_squares";
+  check_operand(op, "x", x, "x", x);
+  if (x.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, x.dtype());
+  const int64_t n = x.numel();
+  if (n == 0) return 0.0;
+  const float* xp = x.data<float>();
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  std::vector<double> partial(size_t(chunks), 0.0);  // [chunks], one per fixed chunk
+  ctx.parallel_for(chunks, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t begin = c * kSumChunk, end = begin + kSumChunk < n ? begin + kSumChunk : n;
+      partial[size_t(c)] = sum_squares_chunk(xp + begin, end - begin);
+    }
+  }, kGrain / kSumChunk);
+  double total = 0.0;
+  for (double s : partial) total += s;  // chunk order: independent of the thread split
+  return total;
+}
+
+void scale_inplace(Context& ctx, Tensor& x, float s) {
+  constexpr const char* op = "scale_inplace";
+  check_operand(op, "x", x, "x", x);
+  UNMASK_CHECK(std::isfinite(s), op, ": s must be finite, got ", s);
+  if (x.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, x.dtype());
+  if (x.numel() == 0) return;
+  float* xp = x.data<float>();
+  ctx.parallel_for(x.numel(), [&](int64_t b, int64_t e) { scale_kernel(xp + b, e - b, s); }, kGrain);
+}
+
+}  // namespace unmask::ops
