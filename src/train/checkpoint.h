@@ -1,0 +1,87 @@
+// train/checkpoint.h: training checkpoints, written whole or not at all.
+//
+//   run/checkpoints/step-000200/
+//     config.json, model.safetensors, vocab.txt   an HF model directory (unmask infer --model ...)
+//     optimizer.safetensors                        "P.exp_avg", "P.exp_avg_sq" for every param P;
+//                                                  metadata: optimizer, step
+//     trainer_state.json                           step, loader position, seed, config, metrics
+//
+//   train::TrainerState st; st.step = 200; ...
+//   std::string dir = train::write_checkpoint("run", model, optimizer, st, {.vocab_path = v, .keep_last = 3});
+//   std::string last = train::latest_checkpoint("run");     // "" when there is none
+//   train::TrainerState back = train::read_trainer_state(last);
+//
+// Atomicity: everything is written into run/checkpoints/.tmp-step-000200-<pid>/, fsynced, and
+// the directory is renamed into place (then the parent is fsynced). trainer_state.json is
+// written last, and only directories that hold it count as checkpoints. Older checkpoints are
+// pruned (keep_last) only after the new one is in place, so a failure at any point (a full
+// disk, a crash, a kill) leaves the previous checkpoints as they were.
+//
+// Fault injection (tests): UNMASK_CHECKPOINT_FAULT=model|optimizer|state|publish (or
+// set_checkpoint_fault()) makes the writer throw at that stage, as a full disk would.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data/pretrain_data.h"
+#include "unmask/train.h"
+
+namespace unmask::train {
+
+/// Averages of the last logged step (what `unmask pretrain` reports), kept in trainer_state.json.
+struct CheckpointMetrics {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double mlm_loss = 0, nsp_loss = 0, mlm_acc = 0, nsp_acc = 0, lr = 0, grad_norm = 0;
+  double first_loss = std::numeric_limits<double>::quiet_NaN();  // of the whole run (step 1)
+  double elapsed_s = 0;           // training time so far, over all resumed segments
+  int64_t sequences = 0, tokens = 0;
+};
+
+struct TrainerState {
+  int64_t step = 0;                // optimizer steps completed (the directory's number)
+  int64_t optimizer_step = 0;      // Optimizer::step_count() (differs from step in phase 2)
+  int phase = 1;
+  uint64_t seed = 0;
+  data::LoaderPosition loader;     // position of the next micro-batch
+  std::string config_hash;         // PretrainConfig::numeric_hash()
+  std::map<std::string, std::string> config;  // PretrainConfig::to_map()
+  CheckpointMetrics metrics;
+};
+
+struct CheckpointWriteOptions {
+  std::string vocab_path;          // copied into the directory (HF layout); empty = none
+  int64_t keep_last = 3;           // 0 = keep all
+};
+
+/// "step-000200".
+std::string checkpoint_name(int64_t step);
+/// run_dir + "/checkpoints".
+std::string checkpoints_root(const std::string& run_dir);
+
+/// Writes run_dir/checkpoints/step-NNNNNN (NNNNNN = state.step) atomically, replacing one of the
+/// same step, then deletes the oldest complete checkpoints beyond keep_last. Returns its path.
+/// Errors say which stage failed and that the previous checkpoint is intact.
+std::string write_checkpoint(const std::string& run_dir, const BertTrainModel& model, const Optimizer& optimizer,
+                             const TrainerState& state, const CheckpointWriteOptions& options);
+
+/// Complete checkpoints (directories with trainer_state.json) of a run, oldest first.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
+/// The newest complete checkpoint of a run, or "" when there is none.
+std::string latest_checkpoint(const std::string& run_dir);
+/// A checkpoint directory from a --resume argument: a checkpoint itself, or a run directory
+/// (its latest checkpoint). Throws when there is none.
+std::string resolve_checkpoint(const std::string& path);
+/// Removes leftover .tmp-* directories of interrupted writes (at the start of a run).
+void remove_stale_checkpoint_temporaries(const std::string& run_dir);
+
+TrainerState read_trainer_state(const std::string& checkpoint_dir);
+/// optimizer.safetensors as an OptimizerState (views into the memory-mapped file).
+OptimizerState read_optimizer_state(const std::string& checkpoint_dir, std::string* optimizer_kind = nullptr);
+
+/// Tests: make write_checkpoint fail at `stage` ("" = off; overrides UNMASK_CHECKPOINT_FAULT).
+void set_checkpoint_fault(const std::string& stage);
+
+}  // namespace unmask::train
