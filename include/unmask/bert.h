@@ -126,6 +126,7 @@ class BertModel {
   BertOutputs forward(Context& ctx, const BertInput& input, const ForwardOptions& options = {}) const;
 
  private:
+  friend class BertTrainModel;  // to_inference_model() builds one from its parameters
   explicit BertModel(std::unique_ptr<BertWeights> w);
   std::unique_ptr<BertWeights> w_;
 };

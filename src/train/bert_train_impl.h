@@ -1,0 +1,45 @@
+// train/bert_train_impl.h: the state behind BertTrainModel (shared by bert_train.cc, which builds,
+// loads and saves it, and bert_train_step.cc, which runs the forward and backward passes).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "train/bert_train_layers.h"
+#include "unmask/train.h"
+
+namespace unmask {
+
+struct BertTrainModel::Impl {
+  BertConfig config;
+  BertHeads heads;  // resolved: pooler is set whenever nsp or seqcls is
+
+  // ---- parameters (owned f32 values + gradients) ----
+  train::EmbeddingParams emb;                  // emb.word is also the MLM decoder (tied)
+  std::vector<train::EncoderLayerParams> layers;
+  train::PV pooler_w, pooler_b;                // [C, C], [C]
+  train::PV mlm_dense_w, mlm_dense_b;          // [C, C], [C]  cls.predictions.transform.dense
+  train::PV mlm_ln_g, mlm_ln_b;                // [C]
+  train::PV mlm_bias;                          // [V]          cls.predictions.bias
+  train::PV nsp_w, nsp_b;                      // [2, C], [2]
+  train::PV qa_w, qa_b;                        // [2, C], [2]
+  train::PV cls_w, cls_b;                      // [num_labels, C], [num_labels]
+  /// HF-named views of the above, in HF state-dict order (built once by build_params).
+  std::vector<Param> params;
+
+  // ---- per-step state: activations saved by the forward for the backward ----
+  train::Workspace ws;
+  int next_slot = 0;  // reset at the start of every step; each request takes the next slot
+  train::EmbeddingSaved emb_saved;
+  std::vector<train::LayerSaved> saved;  // one per layer
+  train::LayerScratch scratch;
+
+  /// A fresh workspace view for this step (see Workspace: one slot per request).
+  Tensor take(const Shape& shape) { return ws.get(next_slot++, shape); }
+
+  /// Every PV holding storage (fused tensors once), for zero_grad.
+  std::vector<train::PV*> storages();
+  /// Builds `params` from the PVs (HF names; q/k/v as row slices of the fused QKV storage).
+  void build_params();
+};
+
+}  // namespace unmask

@@ -1,0 +1,162 @@
+// train/bert_train_layers.cc: forward/backward pairs of BERT's embeddings, encoder layers and
+// linear heads (see the header for the saved activations).
+#include "train/bert_train_layers.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace unmask::train {
+
+using ops::Activation;
+using ops::Trans;
+
+PV make_pv(const Tensor& src) {
+  UNMASK_CHECK(src.defined() && src.dtype() == DType::f32, "train: parameter source must be f32, got ",
+               src.defined() ? src.describe() : std::string("undefined"));
+  PV p;
+  p.value = Tensor::empty(src.shape(), DType::f32);
+  p.value.copy_from(src);
+  p.grad = Tensor::zeros(src.shape(), DType::f32);
+  return p;
+}
+
+Tensor Workspace::get(int slot, const Shape& shape) {
+  if (slot >= int(buffers_.size())) buffers_.resize(size_t(slot) + 1);
+  Tensor& buf = buffers_[size_t(slot)];
+  const int64_t n = shape.numel();
+  if (!buf.defined() || buf.numel() < n) buf = Tensor::empty({std::max<int64_t>(n + n / 4, 1)}, DType::f32);
+  return buf.slice(0, 0, n).view(shape);
+}
+
+int64_t Workspace::bytes() const {
+  int64_t b = 0;
+  for (const Tensor& t : buffers_)
+    if (t.defined()) b += int64_t(t.nbytes());
+  return b;
+}
+
+namespace {
+
+// y = dropout(x) in place (no call at p = 0: the forward value is used as is).
+void dropout_inplace(Context& ctx, Tensor& x, const DropoutSite& d) {
+  if (d.p > 0.0f) ops::dropout(ctx, x, x, d.p, d.seed, d.offset);
+}
+
+// The gradient through a dropout site: `dst` = dy * mask / (1 - p), or dy itself at p = 0.
+const Tensor& dropout_grad(Context& ctx, const Tensor& dy, Tensor& dst, const DropoutSite& d) {
+  if (d.p <= 0.0f) return dy;
+  ops::dropout_backward(ctx, dy, dst, d.p, d.seed, d.offset);
+  return dst;
+}
+
+// Weight-gradient GEMM: dW [N_out, K] += dy^T [N_out, M] @ x [M, K].
+void accumulate_weight_grad(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw) {
+  ops::GemmArgs acc;
+  acc.beta = 1.0f;
+  ops::gemm(ctx, dy, Trans::yes, x, Trans::no, dw, acc);
+}
+
+ops::AttentionTrainArgs attention_train_args(const DropoutSite& d) {
+  ops::AttentionTrainArgs t;
+  t.dropout_p = d.p;
+  t.dropout_seed = d.seed;
+  t.dropout_offset = d.offset;
+  return t;
+}
+
+}  // namespace
+
+// ---- linear -----------------------------------------------------------------------------------
+
+void linear_forward(Context& ctx, const Tensor& x, const PV& w, const PV& b, Tensor& y, Activation act) {
+  ops::GemmArgs args;
+  args.bias = b.defined() ? &b.value : nullptr;
+  args.act = act;
+  ops::gemm(ctx, x, Trans::no, w.value, Trans::yes, y, args);
+}
+
+void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& dy, Tensor* dx,
+                     bool accumulate_dx) {
+  if (b.defined()) ops::bias_grad(ctx, dy, b.grad);
+  accumulate_weight_grad(ctx, dy, x, w.grad);
+  if (dx) {
+    ops::GemmArgs args;
+    args.beta = accumulate_dx ? 1.0f : 0.0f;
+    ops::gemm(ctx, dy, Trans::no, w.value, Trans::no, *dx, args);  // [M, N_out] @ [N_out, K]
+  }
+}
+
+// ---- embeddings -------------------------------------------------------------------------------
+
+void embedding_forward(Context& ctx, const EmbeddingParams& p, const PackedTokens& tok,
+                       const EncoderShape& s, const DropoutSite& drop, EmbeddingSaved& saved) {
+  // e = word[ids] + pos[t] + type[tt]; out = dropout(LN(e))
+  ops::embedding(ctx, p.word.value, tok.ids, saved.e);
+  ops::embedding(ctx, p.pos.value, tok.pos_ids, saved.e, /*accumulate=*/true);
+  ops::embedding(ctx, p.type.value, tok.type_ids, saved.e, /*accumulate=*/true);
+  ops::layernorm(ctx, saved.e, nullptr, p.ln_g.value, p.ln_b.value, s.eps, saved.out, &saved.mean, &saved.rstd);
+  dropout_inplace(ctx, saved.out, drop);
+}
+
+void embedding_backward(Context& ctx, EmbeddingParams& p, const PackedTokens& tok,
+                        const EncoderShape& s, const DropoutSite& drop, const EmbeddingSaved& saved,
+                        Tensor& dy, int64_t pad_id) {
+  if (drop.p > 0.0f) ops::dropout_backward(ctx, dy, dy, drop.p, drop.seed, drop.offset);
+  ops::layernorm_backward(ctx, saved.e, nullptr, p.ln_g.value, saved.mean, saved.rstd, dy, dy, p.ln_g.grad,
+                          p.ln_b.grad);
+  ops::embedding_backward(ctx, tok.pos_ids, dy, p.pos.grad);
+  ops::embedding_backward(ctx, tok.type_ids, dy, p.type.grad);
+  // nn.Embedding(padding_idx): the padding row gets no gradient from the lookup. Real tokens
+  // are rarely [PAD], so zeroing those rows of dy (no longer needed) is cheaper than a gather.
+  const int32_t* ids = tok.ids.data<int32_t>();
+  const int64_t C = dy.size(1);
+  for (int64_t r = 0; r < tok.N; ++r)
+    if (ids[r] == pad_id) std::memset(dy.data<float>() + r * dy.stride(0), 0, size_t(C) * sizeof(float));
+  ops::embedding_backward(ctx, tok.ids, dy, p.word.grad);
+}
+
+// ---- encoder layer ----------------------------------------------------------------------------
+
+void layer_forward(Context& ctx, const EncoderLayerParams& p, const Tensor& x, const ops::AttentionArgs& aa,
+                   const EncoderShape& s, const LayerDropout& drop, LayerSaved& sv) {
+  const int64_t C = s.C;
+  linear_forward(ctx, x, p.qkv_w, p.qkv_b, sv.qkv);
+  ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                               sv.ctx, sv.lse, aa, attention_train_args(drop.attn_probs));
+  linear_forward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, sv.h);
+  dropout_inplace(ctx, sv.h, drop.attn_out);
+  ops::layernorm(ctx, sv.h, &x, p.ln1_g.value, p.ln1_b.value, s.eps, sv.x1, &sv.mean1, &sv.rstd1);
+  linear_forward(ctx, sv.x1, p.ffn_in_w, p.ffn_in_b, sv.fp);  // pre-activation kept for the backward
+  ops::activation(ctx, sv.fp, sv.f, s.act);
+  linear_forward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, sv.h2);
+  dropout_inplace(ctx, sv.h2, drop.ffn_out);
+  ops::layernorm(ctx, sv.h2, &sv.x1, p.ln2_g.value, p.ln2_b.value, s.eps, sv.out, &sv.mean2, &sv.rstd2);
+}
+
+void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const LayerSaved& sv,
+                    const ops::AttentionArgs& aa, const EncoderShape& s, const LayerDropout& drop, Tensor& g,
+                    LayerScratch& sc) {
+  const int64_t C = s.C;
+  // out = LN2(h2 + x1): g becomes d(h2 + x1), the gradient of both h2 and the residual x1.
+  ops::layernorm_backward(ctx, sv.h2, &sv.x1, p.ln2_g.value, sv.mean2, sv.rstd2, g, g, p.ln2_g.grad, p.ln2_b.grad);
+  // h2 = dropout(f W2^T + b2)
+  const Tensor& dh2 = dropout_grad(ctx, g, sc.t1, drop.ffn_out);
+  linear_backward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, dh2, &sc.df);  // df = dh2 W2 [N, I]
+  // f = act(fp)
+  ops::activation_backward(ctx, sv.fp, sc.df, sc.df, s.act);
+  // fp = x1 W1^T + b1; dx1 = g (residual) + df W1. dh2 may alias g: its last read was above.
+  linear_backward(ctx, sv.x1, p.ffn_in_w, p.ffn_in_b, sc.df, &g, /*accumulate_dx=*/true);
+  // x1 = LN1(h + x)
+  ops::layernorm_backward(ctx, sv.h, &x, p.ln1_g.value, sv.mean1, sv.rstd1, g, g, p.ln1_g.grad, p.ln1_b.grad);
+  // h = dropout(ctx Wo^T + bo); dctx -> t2
+  const Tensor& dh = dropout_grad(ctx, g, sc.t1, drop.attn_out);
+  linear_backward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, dh, &sc.t2);
+  // ctx = attention(q, k, v): dq, dk, dv land in the column slices of dqkv [N, 3C]
+  Tensor dq = sc.dqkv.slice(1, 0, C), dk = sc.dqkv.slice(1, C, 2 * C), dv = sc.dqkv.slice(1, 2 * C, 3 * C);
+  ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                          sv.ctx, sv.lse, sc.t2, dq, dk, dv, aa, attention_train_args(drop.attn_probs));
+  // qkv = x Wqkv^T + bqkv; dx = g (residual of LN1) + dqkv Wqkv
+  linear_backward(ctx, x, p.qkv_w, p.qkv_b, sc.dqkv, &g, /*accumulate_dx=*/true);
+}
+
+}  // namespace unmask::train

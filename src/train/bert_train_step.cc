@@ -1,0 +1,572 @@
+// train/bert_train_step.cc: BertTrainModel::pretrain_step and task_step (forward + backward).
+//
+// A padded batch [B, T] is first PACKED: the real tokens (input_mask 1, which come first in
+// every row) of all sequences back to back, N rows, cu_seqlens [B+1]. Every layer then works on
+// the N real rows only. The heads gather the rows they need with ops::embedding (the activation
+// matrix as the table, row numbers as ids) and scatter their gradients back with
+// ops::embedding_backward:
+//   MLM: only the masked rows (DLE's "dense sequence output"): transform dense + act + LN ->
+//        decoder (the word embeddings, tied) + cls.predictions.bias -> cross-entropy
+//   NSP: the [CLS] rows -> pooler (tanh) -> cls.seq_relationship -> cross-entropy
+//
+// Dropout (counter-based, ops::dropout): site s of micro-batch `micro` of optimizer step `step`
+// draws philox_uniform(key, offset + i) with
+//   key    = seed + step * 0x9E3779B97F4A7C15  (mod 2^64; injective in step for a given seed)
+//   offset = micro * 2^40 + s * 2^32
+//   s      = 0 embeddings; 1 + 3l attention probabilities of layer l, 2 + 3l attention output,
+//            3 + 3l feed-forward output; 255 the classifier head (seqcls / tokcls)
+// so sites never share counters (each has 2^32 counters: checked against its element count; the
+// attention site uses NH * N * T of them), micro-batches of a step never share them (micro <
+// 2^24), and steps use different Philox keys.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "train/bert_train_impl.h"
+
+namespace unmask {
+
+using ops::Activation;
+using train::PackedTokens;
+using train::PV;
+
+namespace {
+
+constexpr uint64_t kStepKeyStride = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kHeadSite = 255;
+constexpr int64_t kMaxMicro = int64_t(1) << 24;
+
+// ---- batch validation and packing ------------------------------------------------------------
+
+// A contiguous i32/i64 tensor's elements as int64.
+struct IntView {
+  Tensor t;
+  int64_t operator[](int64_t i) const {
+    return t.dtype() == DType::i64 ? t.data<int64_t>()[i] : int64_t(t.data<int32_t>()[i]);
+  }
+};
+
+IntView ints(const Tensor& t, const char* what) {
+  UNMASK_CHECK(t.defined(), "train: batch tensor ", what, " is missing");
+  UNMASK_CHECK(t.dtype() == DType::i32 || t.dtype() == DType::i64, "train: ", what, " must be i32 or i64, got ",
+               t.describe());
+  UNMASK_CHECK(t.device() == Device::cpu, "train: ", what, " must be on the CPU, got ", t.describe());
+  return IntView{t.is_contiguous() ? t : t.contiguous()};
+}
+
+Tensor i32_tensor(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({int64_t(v.size())}, DType::i32);
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
+
+// Packs the real tokens of a right-padded [B, T] batch. mask / types may be undefined (all real,
+// all type 0).
+PackedTokens pack_tokens(const BertConfig& cfg, const Tensor& ids_t, const Tensor* types_t, const Tensor* mask_t,
+                         std::vector<int64_t>& lens) {
+  UNMASK_CHECK(ids_t.defined() && ids_t.ndim() == 2 && ids_t.size(0) >= 1 && ids_t.size(1) >= 1,
+               "train: input_ids must be [B, T] with B, T >= 1, got ",
+               ids_t.defined() ? ids_t.describe() : std::string("undefined"));
+  const int64_t B = ids_t.size(0), T = ids_t.size(1);
+  IntView ids = ints(ids_t, "input_ids");
+  IntView types, mask;
+  if (types_t && types_t->defined()) {
+    UNMASK_CHECK(types_t->shape() == ids_t.shape(), "train: segment / token type ids must be ", ids_t.shape().str(),
+                 " like input_ids, got ", types_t->describe());
+    types = ints(*types_t, "segment_ids");
+  }
+  if (mask_t && mask_t->defined()) {
+    UNMASK_CHECK(mask_t->shape() == ids_t.shape(), "train: input / attention mask must be ", ids_t.shape().str(),
+                 " like input_ids, got ", mask_t->describe());
+    mask = ints(*mask_t, "input_mask");
+  }
+  lens.assign(size_t(B), T);
+  std::vector<int32_t> cu(size_t(B) + 1, 0), id, ty, pos;
+  for (int64_t b = 0; b < B; ++b) {
+    if (mask.t.defined()) {
+      int64_t len = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t m = mask[b * T + t];
+        if (m != 0 && m != 1) throw Error("train: input_mask[", b, ", ", t, "] = ", m, "; expected 0 or 1");
+        if (m == 1 && len != t)
+          throw Error("train: row ", b, " of input_mask is not right-padded (a real token at position ", t,
+                      " after padding at ", len, ")",
+                      Hint("real tokens must come first in every row (1...1 0...0), as in DLE's shards and HF's "
+                           "right padding"));
+        if (m == 1) ++len;
+      }
+      lens[size_t(b)] = len;
+    }
+    const int64_t len = lens[size_t(b)];
+    if (len < 1) throw Error("train: row ", b, " of the batch has no real token", Hint("every sequence starts with [CLS]"));
+    if (len > cfg.max_position_embeddings)
+      throw Error("train: row ", b, " has ", len, " tokens but the model has ", cfg.max_position_embeddings, " positions",
+                  Hint("truncate the sequences to max_position_embeddings"));
+    for (int64_t t = 0; t < len; ++t) {
+      const int64_t v = ids[b * T + t];
+      if (v < 0 || v >= cfg.vocab_size)
+        throw Error("train: input_ids[", b, ", ", t, "] = ", v, " is outside the vocabulary [0, ", cfg.vocab_size, ")");
+      const int64_t y = types.t.defined() ? types[b * T + t] : 0;
+      if (y < 0 || y >= cfg.type_vocab_size)
+        throw Error("train: segment id [", b, ", ", t, "] = ", y, " is outside [0, ", cfg.type_vocab_size, ")");
+      id.push_back(int32_t(v));
+      ty.push_back(int32_t(y));
+      pos.push_back(int32_t(t));
+    }
+    cu[size_t(b) + 1] = cu[size_t(b)] + int32_t(len);
+  }
+  PackedTokens tok;
+  tok.B = B;
+  tok.N = cu.back();
+  tok.T = *std::max_element(lens.begin(), lens.end());
+  tok.ids = i32_tensor(id);
+  tok.type_ids = i32_tensor(ty);
+  tok.pos_ids = i32_tensor(pos);
+  tok.cu_seqlens = i32_tensor(cu);
+  return tok;
+}
+
+// ---- dropout plan -----------------------------------------------------------------------------
+
+struct DropoutPlan {
+  uint64_t key = 0, micro = 0;
+  float hidden = 0, attention = 0;
+
+  DropoutPlan(const TrainStepOptions& o) {
+    UNMASK_CHECK(o.hidden_dropout >= 0.0f && o.hidden_dropout < 1.0f && o.attention_dropout >= 0.0f &&
+                     o.attention_dropout < 1.0f,
+                 "train: dropout probabilities must be in [0, 1), got hidden ", o.hidden_dropout, ", attention ",
+                 o.attention_dropout);
+    UNMASK_CHECK(o.micro >= 0 && o.micro < kMaxMicro && o.step >= 0, "train: step ", o.step, " / micro ", o.micro,
+                 " out of range (micro must be in [0, 2^24))");
+    key = o.seed + uint64_t(o.step) * kStepKeyStride;
+    micro = uint64_t(o.micro);
+    hidden = o.hidden_dropout;
+    attention = o.attention_dropout;
+  }
+  train::DropoutSite site(float p, uint64_t index, int64_t elements) const {
+    train::DropoutSite s;
+    if (p <= 0.0f) return s;
+    UNMASK_CHECK(uint64_t(elements) < (uint64_t(1) << 32), "train: dropout site ", index, " has ", elements,
+                 " elements, more than its 2^32 counters", Hint("use smaller micro-batches"));
+    s.p = p;
+    s.seed = key;
+    s.offset = (micro << 40) | (index << 32);
+    return s;
+  }
+};
+
+// ---- the encoder over a packed batch --------------------------------------------------------
+
+struct Encoder {
+  BertTrainModel::Impl& I;
+  const PackedTokens& tok;
+  const DropoutPlan& plan;
+  train::EncoderShape s;
+  ops::AttentionArgs aa;
+
+  Encoder(BertTrainModel::Impl& impl, const PackedTokens& t, const DropoutPlan& p) : I(impl), tok(t), plan(p) {
+    const BertConfig& c = I.config;
+    s.C = c.hidden_size;
+    s.I = c.intermediate_size;
+    s.NH = c.num_attention_heads;
+    s.eps = float(c.layer_norm_eps);
+    s.act = c.hidden_act == HiddenAct::gelu ? Activation::gelu : Activation::gelu_tanh;
+    aa.num_heads = int(s.NH);
+    aa.scale = float(1.0 / std::sqrt(double(s.C / s.NH)));
+    aa.cu_seqlens = &tok.cu_seqlens;
+  }
+
+  train::DropoutSite embedding_site() const { return plan.site(plan.hidden, 0, tok.N * s.C); }
+  train::LayerDropout layer_sites(size_t l) const {
+    train::LayerDropout d;
+    d.attn_probs = plan.site(plan.attention, 1 + 3 * l, s.NH * tok.N * tok.T);
+    d.attn_out = plan.site(plan.hidden, 2 + 3 * l, tok.N * s.C);
+    d.ffn_out = plan.site(plan.hidden, 3 + 3 * l, tok.N * s.C);
+    return d;
+  }
+
+  // Runs the embeddings and every layer; returns the last hidden state [N, C].
+  Tensor forward(Context& ctx) {
+    const int64_t N = tok.N, C = s.C;
+    train::EmbeddingSaved& es = I.emb_saved;
+    es.e = I.take({N, C});
+    es.mean = I.take({N});
+    es.rstd = I.take({N});
+    es.out = I.take({N, C});
+    train::embedding_forward(ctx, I.emb, tok, s, embedding_site(), es);
+    const Tensor* x = &es.out;
+    for (size_t l = 0; l < I.layers.size(); ++l) {
+      train::LayerSaved& sv = I.saved[l];
+      sv.qkv = I.take({N, 3 * C});
+      sv.ctx = I.take({N, C});
+      sv.lse = I.take({s.NH, N});
+      sv.h = I.take({N, C});
+      sv.x1 = I.take({N, C});
+      sv.mean1 = I.take({N});
+      sv.rstd1 = I.take({N});
+      sv.fp = I.take({N, s.I});
+      sv.f = I.take({N, s.I});
+      sv.h2 = I.take({N, C});
+      sv.out = I.take({N, C});
+      sv.mean2 = I.take({N});
+      sv.rstd2 = I.take({N});
+      train::layer_forward(ctx, I.layers[l], *x, aa, s, layer_sites(l), sv);
+      x = &sv.out;
+    }
+    return *x;
+  }
+
+  // g: gradient of the last hidden state [N, C] (clobbered).
+  void backward(Context& ctx, Tensor& g) {
+    const int64_t N = tok.N, C = s.C;
+    train::LayerScratch& sc = I.scratch;
+    sc.t1 = I.take({N, C});
+    sc.t2 = I.take({N, C});
+    sc.df = I.take({N, s.I});
+    sc.dqkv = I.take({N, 3 * C});
+    for (size_t l = I.layers.size(); l-- > 0;) {
+      const Tensor& x = l == 0 ? I.emb_saved.out : I.saved[l - 1].out;
+      train::layer_backward(ctx, I.layers[l], x, I.saved[l], aa, s, layer_sites(l), g, sc);
+    }
+    train::embedding_backward(ctx, I.emb, tok, s, embedding_site(), I.emb_saved, g, I.config.pad_token_id);
+  }
+};
+
+// Gathers rows of x [N, C] into out [R, C] (rows: i32 [R]).
+void gather_rows(Context& ctx, const Tensor& x, const Tensor& rows, Tensor& out) { ops::embedding(ctx, x, rows, out); }
+
+// The pooler: pre = cls W^T + b, pooled = tanh(pre). [B, C] each.
+void pooler_forward(Context& ctx, BertTrainModel::Impl& I, const Tensor& cls, Tensor& pre, Tensor& pooled) {
+  train::linear_forward(ctx, cls, I.pooler_w, I.pooler_b, pre);
+  ops::activation(ctx, pre, pooled, Activation::tanh);
+}
+
+// dpooled (clobbered) -> pooler gradients, and dcls [B, C].
+void pooler_backward(Context& ctx, BertTrainModel::Impl& I, const Tensor& cls, const Tensor& pre, Tensor& dpooled,
+                     Tensor& dcls) {
+  ops::activation_backward(ctx, pre, dpooled, dpooled, Activation::tanh);
+  train::linear_backward(ctx, cls, I.pooler_w, I.pooler_b, dpooled, &dcls);
+}
+
+void zero(Tensor& t) { std::memset(t.raw(), 0, t.nbytes()); }
+
+}  // namespace
+
+// ---- pretraining ------------------------------------------------------------------------------
+
+PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& batch, const TrainStepOptions& options) {
+  Impl& I = *impl_;
+  const BertConfig& cfg = I.config;
+  UNMASK_CHECK(I.heads.mlm, "pretrain_step: the model has no MLM head",
+               Hint("load it with BertHeads{.pooler = true, .mlm = true, .nsp = true}"));
+  UNMASK_CHECK(ctx.device() == Device::cpu, "pretrain_step: training runs on the CPU context only for now");
+  I.next_slot = 0;
+  std::vector<int64_t> lens;
+  const PackedTokens tok = pack_tokens(cfg, batch.input_ids, &batch.segment_ids, &batch.input_mask, lens);
+  const int64_t B = tok.B, C = cfg.hidden_size, V = cfg.vocab_size;
+
+  // Masked positions (DLE: the number of predictions is the index of the first position 0).
+  std::vector<int32_t> mlm_rows, mlm_targets;
+  {
+    const Tensor& pt = batch.masked_lm_positions;
+    UNMASK_CHECK(pt.defined() && pt.ndim() == 2 && pt.size(0) == B, "pretrain_step: masked_lm_positions must be [",
+                 B, ", P], got ", pt.defined() ? pt.describe() : std::string("undefined"));
+    UNMASK_CHECK(batch.masked_lm_ids.defined() && batch.masked_lm_ids.shape() == pt.shape(),
+                 "pretrain_step: masked_lm_ids must be ", pt.shape().str(), " like masked_lm_positions, got ",
+                 batch.masked_lm_ids.defined() ? batch.masked_lm_ids.describe() : std::string("undefined"));
+    IntView pos = ints(pt, "masked_lm_positions"), lbl = ints(batch.masked_lm_ids, "masked_lm_ids");
+    const int64_t P = pt.size(1);
+    const int32_t* cu = tok.cu_seqlens.data<int32_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < P; ++j) {
+        const int64_t p = pos[b * P + j];
+        if (p == 0) break;
+        if (p < 0 || p >= lens[size_t(b)])
+          throw Error("pretrain_step: masked_lm_positions[", b, ", ", j, "] = ", p, " is outside the ", lens[size_t(b)],
+                      " real tokens of the row");
+        const int64_t y = lbl[b * P + j];
+        if (y < 0 || y >= V)
+          throw Error("pretrain_step: masked_lm_ids[", b, ", ", j, "] = ", y, " is outside the vocabulary [0, ", V, ")");
+        mlm_rows.push_back(cu[b] + int32_t(p));
+        mlm_targets.push_back(int32_t(y));
+      }
+  }
+  std::vector<int32_t> cls_rows(tok.cu_seqlens.data<int32_t>(), tok.cu_seqlens.data<int32_t>() + B), nsp_targets;
+  int64_t nsp_count = 0;
+  const bool nsp = I.heads.nsp;
+  if (nsp) {
+    UNMASK_CHECK(batch.next_sentence_labels.defined() && batch.next_sentence_labels.numel() == B,
+                 "pretrain_step: next_sentence_labels must have ", B, " elements, got ",
+                 batch.next_sentence_labels.defined() ? batch.next_sentence_labels.describe() : std::string("undefined"));
+    IntView ns = ints(batch.next_sentence_labels, "next_sentence_labels");
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t y = ns[b];
+      if (y > 1) throw Error("pretrain_step: next_sentence_labels[", b, "] = ", y, "; expected 0, 1 (or negative: ignored)");
+      nsp_targets.push_back(y < 0 ? -1 : int32_t(y));
+      nsp_count += y >= 0;
+    }
+  }
+
+  const DropoutPlan plan(options);
+  Encoder enc(I, tok, plan);
+  Tensor x = enc.forward(ctx);  // [N, C]
+  const Activation act = enc.s.act;
+  const float eps = enc.s.eps;
+  const bool bwd = options.backward;
+  PretrainStats st;
+  st.sequences = B;
+  st.tokens = tok.N;
+
+  // MLM head on the masked rows: xm -> tp = xm Wd^T + bd -> t = act(tp) -> tn = LN(t) -> logits.
+  const int64_t M = int64_t(mlm_rows.size());
+  Tensor rows, targets, xm, tp, t, tn, mean, rstd, logits;
+  double mlm_mean = 0;
+  if (M > 0) {
+    rows = i32_tensor(mlm_rows);
+    targets = i32_tensor(mlm_targets);
+    xm = I.take({M, C});
+    tp = I.take({M, C});
+    t = I.take({M, C});
+    tn = I.take({M, C});
+    mean = I.take({M});
+    rstd = I.take({M});
+    logits = I.take({M, V});
+    gather_rows(ctx, x, rows, xm);
+    train::linear_forward(ctx, xm, I.mlm_dense_w, I.mlm_dense_b, tp);
+    ops::activation(ctx, tp, t, act);
+    ops::layernorm(ctx, t, nullptr, I.mlm_ln_g.value, I.mlm_ln_b.value, eps, tn, &mean, &rstd);
+    train::linear_forward(ctx, tn, I.emb.word, I.mlm_bias, logits);  // decoder tied to the word embeddings
+    ops::CrossEntropyStats ce =
+        ops::cross_entropy(ctx, logits, targets, nullptr, bwd ? &logits : nullptr, options.loss_scale / float(M));
+    st.mlm_loss_sum = ce.loss_sum;
+    st.mlm_count = ce.count;
+    st.mlm_correct = ce.correct;
+    mlm_mean = ce.loss_sum / double(M);
+  }
+  // NSP head on the [CLS] rows: cls -> pooler (tanh) -> logits [B, 2].
+  Tensor crows, cls, pre, pooled, nlogits, ntargets;
+  double nsp_mean = 0;
+  if (nsp) {
+    crows = i32_tensor(cls_rows);
+    ntargets = i32_tensor(nsp_targets);
+    cls = I.take({B, C});
+    pre = I.take({B, C});
+    pooled = I.take({B, C});
+    nlogits = I.take({B, 2});
+    gather_rows(ctx, x, crows, cls);
+    pooler_forward(ctx, I, cls, pre, pooled);
+    train::linear_forward(ctx, pooled, I.nsp_w, I.nsp_b, nlogits);
+    const float scale = nsp_count > 0 ? options.loss_scale / float(nsp_count) : 0.0f;
+    ops::CrossEntropyStats ce = ops::cross_entropy(ctx, nlogits, ntargets, nullptr, bwd ? &nlogits : nullptr, scale);
+    st.nsp_loss_sum = ce.loss_sum;
+    st.nsp_count = ce.count;
+    st.nsp_correct = ce.correct;
+    nsp_mean = nsp_count > 0 ? ce.loss_sum / double(nsp_count) : 0.0;
+  }
+  st.loss = mlm_mean + nsp_mean;
+  if (!bwd) return st;
+
+  // Backward: the heads scatter their row gradients into g [N, C], then the encoder.
+  Tensor g = I.take({tok.N, C});
+  zero(g);
+  if (M > 0) {
+    Tensor dtn = I.take({M, C}), dxm = I.take({M, C});
+    train::linear_backward(ctx, tn, I.emb.word, I.mlm_bias, logits, &dtn);  // word grad += dlogits^T tn
+    ops::layernorm_backward(ctx, t, nullptr, I.mlm_ln_g.value, mean, rstd, dtn, dtn, I.mlm_ln_g.grad, I.mlm_ln_b.grad);
+    ops::activation_backward(ctx, tp, dtn, dtn, act);
+    train::linear_backward(ctx, xm, I.mlm_dense_w, I.mlm_dense_b, dtn, &dxm);
+    ops::embedding_backward(ctx, rows, dxm, g);
+  }
+  if (nsp) {
+    Tensor dpooled = I.take({B, C}), dcls = I.take({B, C});
+    train::linear_backward(ctx, pooled, I.nsp_w, I.nsp_b, nlogits, &dpooled);
+    pooler_backward(ctx, I, cls, pre, dpooled, dcls);
+    ops::embedding_backward(ctx, crows, dcls, g);
+  }
+  enc.backward(ctx, g);
+  return st;
+}
+
+// ---- fine-tuning heads --------------------------------------------------------------------------
+
+namespace {
+
+// Labels as i32 with negative = ignored (-1); `limit`: valid labels are < limit.
+std::vector<int32_t> read_labels(const IntView& v, int64_t n, int64_t limit, const char* what) {
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t y = v[i];
+    if (y >= limit) throw Error("task_step: ", what, "[", i, "] = ", y, " is not below ", limit, Hint("negative labels are ignored"));
+    out[size_t(i)] = y < 0 ? -1 : int32_t(y);
+  }
+  return out;
+}
+
+// Index of the first maximum of row r of a [R, W] matrix, over its first `n` columns.
+int64_t argmax_row(const float* row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t j = 1; j < n; ++j)
+    if (row[j] > row[best]) best = j;
+  return best;
+}
+
+}  // namespace
+
+TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task task, const TrainStepOptions& options) {
+  Impl& I = *impl_;
+  const BertConfig& cfg = I.config;
+  const char* names[] = {"qa", "seqcls", "tokcls"};
+  const bool has_head = task == Task::qa ? I.heads.qa : task == Task::seqcls ? I.heads.seqcls : I.heads.tokcls;
+  UNMASK_CHECK(has_head, "task_step: the model has no ", names[int(task)], " head",
+               Hint("load the model with that head in BertHeads (it is created when the checkpoint lacks it)"));
+  UNMASK_CHECK(ctx.device() == Device::cpu, "task_step: training runs on the CPU context only for now");
+  I.next_slot = 0;
+  std::vector<int64_t> lens;
+  const PackedTokens tok = pack_tokens(cfg, batch.input_ids, &batch.token_type_ids, &batch.attention_mask, lens);
+  const int64_t B = tok.B, T = batch.input_ids.size(1), N = tok.N, C = cfg.hidden_size, L = cfg.num_labels;
+  const int32_t* cu = tok.cu_seqlens.data<int32_t>();
+  const DropoutPlan plan(options);
+  Encoder enc(I, tok, plan);
+  Tensor x = enc.forward(ctx);
+  const bool bwd = options.backward;
+  TaskResult res;
+  Tensor g;  // gradient of x, filled by the head's backward
+
+  if (task == Task::qa) {
+    Tensor se = I.take({N, 2});
+    train::linear_forward(ctx, x, I.qa_w, I.qa_b, se);
+    res.logits = Tensor::zeros({B, T, 2}, DType::f32);  // padding positions stay 0
+    float* out = res.logits.data<float>();
+    const float* s = se.data<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t r = cu[b]; r < cu[b + 1]; ++r)
+        for (int k = 0; k < 2; ++k) out[(b * T + (r - cu[b])) * 2 + k] = s[r * 2 + k];
+    if (!batch.start_positions.defined()) {
+      UNMASK_CHECK(!bwd, "task_step: qa training needs start_positions and end_positions");
+      return res;
+    }
+    // Start and end: a cross-entropy over each sequence's real tokens (padding columns hold
+    // -1e30: probability 0, gradient 0). Positions outside the sequence are ignored (HF clamps
+    // them to an ignored index).
+    UNMASK_CHECK(batch.start_positions.numel() == B && batch.end_positions.defined() && batch.end_positions.numel() == B,
+                 "task_step: start_positions and end_positions must have ", B, " elements");
+    const int64_t Tm = tok.T;
+    Tensor span[2] = {I.take({B, Tm}), I.take({B, Tm})};
+    std::vector<int32_t> target[2];
+    int64_t counts[2] = {0, 0};
+    IntView pos[2] = {ints(batch.start_positions, "start_positions"), ints(batch.end_positions, "end_positions")};
+    std::vector<int64_t> hit(size_t(B), 0);
+    for (int k = 0; k < 2; ++k) {
+      float* m = span[k].data<float>();
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j < Tm; ++j) m[b * Tm + j] = j < lens[size_t(b)] ? s[(cu[b] + j) * 2 + k] : -1e30f;
+        const int64_t p = pos[k][b];
+        const bool valid = p >= 0 && p < lens[size_t(b)];
+        target[k].push_back(valid ? int32_t(p) : -1);
+        counts[k] += valid;
+        if (valid && argmax_row(m + b * Tm, lens[size_t(b)]) == p) ++hit[size_t(b)];
+      }
+    }
+    double loss = 0;
+    for (int k = 0; k < 2; ++k) {
+      const float scale = counts[k] > 0 ? options.loss_scale / float(2 * counts[k]) : 0.0f;
+      ops::CrossEntropyStats ce =
+          ops::cross_entropy(ctx, span[k], i32_tensor(target[k]), nullptr, bwd ? &span[k] : nullptr, scale);
+      if (counts[k] > 0) loss += 0.5 * ce.loss_sum / double(counts[k]);
+    }
+    res.loss = loss;
+    res.count = counts[0];
+    res.correct = std::count(hit.begin(), hit.end(), 2);
+    if (!bwd) return res;
+    Tensor dse = I.take({N, 2});
+    float* d = dse.data<float>();
+    for (int k = 0; k < 2; ++k) {
+      const float* m = span[k].data<float>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < lens[size_t(b)]; ++j) d[(cu[b] + j) * 2 + k] = m[b * Tm + j];
+    }
+    g = I.take({N, C});
+    train::linear_backward(ctx, x, I.qa_w, I.qa_b, dse, &g);
+  } else if (task == Task::seqcls) {
+    UNMASK_CHECK(L >= 2, "task_step: seqcls with num_labels = ", L, " (regression) is not supported",
+                 Hint("use num_labels >= 2 classes"));
+    std::vector<int32_t> cls_rows(cu, cu + B);
+    Tensor crows = i32_tensor(cls_rows);
+    Tensor cls = I.take({B, C}), pre = I.take({B, C}), pooled = I.take({B, C}), logits = I.take({B, L});
+    gather_rows(ctx, x, crows, cls);
+    pooler_forward(ctx, I, cls, pre, pooled);
+    const train::DropoutSite site = plan.site(plan.hidden, kHeadSite, B * C);
+    Tensor pooled_d = pooled;  // HF: classifier(dropout(pooled))
+    if (site.p > 0.0f) {
+      pooled_d = I.take({B, C});
+      ops::dropout(ctx, pooled, pooled_d, site.p, site.seed, site.offset);
+    }
+    train::linear_forward(ctx, pooled_d, I.cls_w, I.cls_b, logits);
+    res.logits = logits.contiguous();
+    if (!batch.labels.defined()) {
+      UNMASK_CHECK(!bwd, "task_step: seqcls training needs labels");
+      return res;
+    }
+    UNMASK_CHECK(batch.labels.numel() == B, "task_step: seqcls labels must have ", B, " elements, got ",
+                 batch.labels.describe());
+    std::vector<int32_t> y = read_labels(ints(batch.labels, "labels"), B, L, "labels");
+    const int64_t count = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
+    const float scale = count > 0 ? options.loss_scale / float(count) : 0.0f;
+    ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y), nullptr, bwd ? &logits : nullptr, scale);
+    res.loss = count > 0 ? ce.loss_sum / double(count) : 0.0;
+    res.count = ce.count;
+    res.correct = ce.correct;
+    if (!bwd) return res;
+    Tensor dpooled = I.take({B, C}), dcls = I.take({B, C});
+    train::linear_backward(ctx, pooled_d, I.cls_w, I.cls_b, logits, &dpooled);
+    if (site.p > 0.0f) ops::dropout_backward(ctx, dpooled, dpooled, site.p, site.seed, site.offset);
+    pooler_backward(ctx, I, cls, pre, dpooled, dcls);
+    g = I.take({N, C});
+    zero(g);
+    ops::embedding_backward(ctx, crows, dcls, g);
+  } else {  // tokcls: classifier(dropout(x)) on every real token
+    const train::DropoutSite site = plan.site(plan.hidden, kHeadSite, N * C);
+    Tensor xd = x;
+    if (site.p > 0.0f) {
+      xd = I.take({N, C});
+      ops::dropout(ctx, x, xd, site.p, site.seed, site.offset);
+    }
+    Tensor logits = I.take({N, L});
+    train::linear_forward(ctx, xd, I.cls_w, I.cls_b, logits);
+    res.logits = Tensor::zeros({B, T, L}, DType::f32);  // padding positions stay 0
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(res.logits.data<float>() + b * T * L, logits.data<float>() + int64_t(cu[b]) * L,
+                  size_t(lens[size_t(b)] * L) * sizeof(float));
+    if (!batch.labels.defined()) {
+      UNMASK_CHECK(!bwd, "task_step: tokcls training needs labels");
+      return res;
+    }
+    UNMASK_CHECK(batch.labels.shape() == batch.input_ids.shape(), "task_step: tokcls labels must be ",
+                 batch.input_ids.shape().str(), ", got ", batch.labels.describe());
+    IntView lv = ints(batch.labels, "labels");
+    std::vector<int32_t> y;
+    y.reserve(size_t(N));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < lens[size_t(b)]; ++j) {
+        const int64_t v = lv[b * T + j];
+        if (v >= L) throw Error("task_step: labels[", b, ", ", j, "] = ", v, " is not below ", L, Hint("negative labels are ignored"));
+        y.push_back(v < 0 ? -1 : int32_t(v));
+      }
+    const int64_t count = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
+    const float scale = count > 0 ? options.loss_scale / float(count) : 0.0f;
+    ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y), nullptr, bwd ? &logits : nullptr, scale);
+    res.loss = count > 0 ? ce.loss_sum / double(count) : 0.0;
+    res.count = ce.count;
+    res.correct = ce.correct;
+    if (!bwd) return res;
+    g = I.take({N, C});
+    train::linear_backward(ctx, xd, I.cls_w, I.cls_b, logits, &g);
+    if (site.p > 0.0f) ops::dropout_backward(ctx, g, g, site.p, site.seed, site.offset);
+  }
+  enc.backward(ctx, g);
+  return res;
+}
+
+}  // namespace unmask
