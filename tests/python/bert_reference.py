@@ -335,6 +335,118 @@ class BertRef(nn.Module):
         return out
 
 
+# --------------------------------------------------------------------------- training reference
+def hf_param_order(cfg: dict, heads: "tuple[str, ...]" = ("pooler", "mlm", "nsp")) -> "list[str]":
+    """HF parameter names in state-dict order (BertForPreTraining for the default heads)."""
+    names = ["bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
+             "bert.embeddings.token_type_embeddings.weight", "bert.embeddings.LayerNorm.weight",
+             "bert.embeddings.LayerNorm.bias"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"bert.encoder.layer.{i}."
+        for n in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                  "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm"):
+            names += [p + n + ".weight", p + n + ".bias"]
+    if "pooler" in heads:
+        names += ["bert.pooler.dense.weight", "bert.pooler.dense.bias"]
+    if "mlm" in heads:
+        names += ["cls.predictions.bias", "cls.predictions.transform.dense.weight",
+                  "cls.predictions.transform.dense.bias", "cls.predictions.transform.LayerNorm.weight",
+                  "cls.predictions.transform.LayerNorm.bias"]
+    if "nsp" in heads:
+        names += ["cls.seq_relationship.weight", "cls.seq_relationship.bias"]
+    return names
+
+
+class BertPretrainRef(nn.Module):
+    """Trainable BertForPreTraining written out the way HF modeling_bert.py computes it (dropout
+    off), for the training parity test (train_parity.py).  Parameters are nn.Parameters kept under
+    their HF names in `self.hf` (registered with '.' -> '__'); the MLM decoder is the word
+    embedding Parameter itself (tied: both uses add to one gradient), and the word embedding has
+    padding_idx = pad_token_id (the padding row gets no gradient from the lookup), as in HF.
+
+    pretraining_loss(): DLE's BertPretrainingCriterion: CrossEntropyLoss(ignore_index=-1) over the
+    MLM scores of EVERY position (labels -1 except at masked positions) plus CrossEntropyLoss on NSP.
+    """
+
+    def __init__(self, cfg: dict, weights: dict, dtype=torch.float32):
+        super().__init__()
+        self.cfg, self.dtype = cfg, dtype
+        self.H, self.NH = cfg["hidden_size"], cfg["num_attention_heads"]
+        self.eps = float(cfg.get("layer_norm_eps", 1e-12))
+        self.pad = int(cfg.get("pad_token_id", 0))
+        self.act = _act_call(activation_fn(cfg.get("hidden_act", "gelu")))
+        self.hf = {}
+        for name in hf_param_order(cfg):
+            canon = normalize_name(name)
+            if canon not in weights:
+                raise KeyError(f"checkpoint lacks {name}")
+            arr = weights[canon].to_float64() if dtype == torch.float64 else weights[canon].to_float32()
+            prm = nn.Parameter(torch.from_numpy(np.ascontiguousarray(arr)).to(dtype))
+            self.register_parameter(name.replace(".", "__"), prm)
+            self.hf[name] = prm
+
+    def no_decay(self, name: str) -> bool:
+        return any(s in name for s in ("bias", "LayerNorm", "gamma", "beta"))
+
+    def _layer(self, x, ext, p):
+        P, B, T, H, NH = self.hf, x.shape[0], x.shape[1], self.H, self.NH
+        D = H // NH
+
+        def lin(t, n):
+            return F.linear(t, P[p + n + ".weight"], P[p + n + ".bias"])
+
+        def heads(t):
+            return t.view(B, T, NH, D).transpose(1, 2)
+
+        q, k, v = (heads(lin(x, "attention.self." + n)) for n in ("query", "key", "value"))
+        probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D) + ext, dim=-1)
+        ctx = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, H)
+        a = F.layer_norm(lin(ctx, "attention.output.dense") + x, (H,), P[p + "attention.output.LayerNorm.weight"],
+                         P[p + "attention.output.LayerNorm.bias"], self.eps)
+        h = self.act(lin(a, "intermediate.dense"))
+        return F.layer_norm(lin(h, "output.dense") + a, (H,), P[p + "output.LayerNorm.weight"],
+                            P[p + "output.LayerNorm.bias"], self.eps)
+
+    def encode(self, input_ids, token_type_ids, attention_mask):
+        P, T = self.hf, input_ids.shape[1]
+        x = (F.embedding(input_ids, P["bert.embeddings.word_embeddings.weight"], padding_idx=self.pad)
+             + F.embedding(token_type_ids, P["bert.embeddings.token_type_embeddings.weight"])
+             + P["bert.embeddings.position_embeddings.weight"][:T].unsqueeze(0))
+        x = F.layer_norm(x, (self.H,), P["bert.embeddings.LayerNorm.weight"], P["bert.embeddings.LayerNorm.bias"],
+                         self.eps)
+        ext = (1.0 - attention_mask.to(self.dtype))[:, None, None, :] * torch.finfo(self.dtype).min
+        for i in range(self.cfg["num_hidden_layers"]):
+            x = self._layer(x, ext, f"bert.encoder.layer.{i}.")
+        return x
+
+    def pretraining_loss(self, input_ids, token_type_ids, attention_mask, masked_lm_labels, next_sentence_labels):
+        """-> (loss, mlm_loss, nsp_loss); masked_lm_labels [B, T] with -1 = not predicted."""
+        P = self.hf
+        h = self.encode(input_ids, token_type_ids, attention_mask)
+        pooled = torch.tanh(F.linear(h[:, 0], P["bert.pooler.dense.weight"], P["bert.pooler.dense.bias"]))
+        t = self.act(F.linear(h, P["cls.predictions.transform.dense.weight"], P["cls.predictions.transform.dense.bias"]))
+        t = F.layer_norm(t, (self.H,), P["cls.predictions.transform.LayerNorm.weight"],
+                         P["cls.predictions.transform.LayerNorm.bias"], self.eps)
+        scores = F.linear(t, P["bert.embeddings.word_embeddings.weight"], P["cls.predictions.bias"])
+        mlm = F.cross_entropy(scores.reshape(-1, scores.shape[-1]), masked_lm_labels.reshape(-1), ignore_index=-1)
+        nsp_scores = F.linear(pooled, P["cls.seq_relationship.weight"], P["cls.seq_relationship.bias"])
+        nsp = F.cross_entropy(nsp_scores, next_sentence_labels.reshape(-1), ignore_index=-1)
+        return mlm + nsp, mlm, nsp
+
+
+def dle_mlm_labels(masked_lm_positions: np.ndarray, masked_lm_ids: np.ndarray, seq_len: int) -> np.ndarray:
+    """DLE's pretraining_dataset: labels [B, T] of -1, masked_lm_ids scattered at the positions
+    before the first position 0 (the number of real predictions)."""
+    B = masked_lm_positions.shape[0]
+    labels = np.full((B, seq_len), -1, dtype=np.int64)
+    for b in range(B):
+        pos = masked_lm_positions[b]
+        zeros = np.nonzero(pos == 0)[0]
+        n = int(zeros[0]) if len(zeros) else len(pos)
+        labels[b, pos[:n]] = masked_lm_ids[b, :n]
+    return labels
+
+
 def run_reference(model, input_ids, token_type_ids=None, attention_mask=None) -> "dict[str, np.ndarray]":
     """numpy in ([B,T] or [T] int arrays) -> numpy out (same leading shape)."""
     ids = np.asarray(input_ids, dtype=np.int64)

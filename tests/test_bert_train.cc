@@ -1,0 +1,456 @@
+// tests/test_bert_train.cc: BertTrainModel on tiny random models: the loss against the inference
+// forward, the gradient against central differences (dropout on), padding independence, dropout
+// reproducibility, parameter names, save_pretrained round trips, head creation/dropping, the
+// fine-tuning heads, and bad batches. PyTorch parity of every gradient is
+// tests/python/train_parity.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "io/file.h"
+#include "op_test_util.h"
+#include "unmask/bert.h"
+#include "unmask/train.h"
+
+using namespace unmask;
+using unmask::test::TestRng;
+namespace fs = std::filesystem;
+
+namespace {
+
+BertConfig tiny(HiddenAct act = HiddenAct::gelu) {
+  BertConfig c;
+  c.vocab_size = 61;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = 32;
+  c.num_labels = 3;
+  c.hidden_act = act;
+  return c;
+}
+
+constexpr BertHeads kPretraining{.pooler = true, .mlm = true, .nsp = true};
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("unmask-train-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+Tensor i32(const Shape& s, const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty(s, DType::i32);
+  EXPECT_EQ(int64_t(v.size()), t.numel());
+  std::memcpy(t.raw(), v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
+
+// A random right-padded batch: B rows of the given lengths in [B, T], P prediction slots (row 1
+// has none), mixed NSP labels. Padding holds `pad_fill` ids (0 in DLE's shards).
+PretrainBatch make_batch(TestRng& rng, const std::vector<int64_t>& lens, int64_t T, int64_t V, int32_t pad_fill = 0) {
+  const int64_t B = int64_t(lens.size()), P = 4;
+  std::vector<int32_t> ids(B * T, pad_fill), seg(B * T, 0), mask(B * T, 0), pos(B * P, 0), mid(B * P, 0), nsp(B);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < lens[b]; ++t) {
+      ids[b * T + t] = int32_t(rng.integer(1, V - 1));
+      seg[b * T + t] = t > lens[b] / 2 ? 1 : 0;
+      mask[b * T + t] = 1;
+    }
+    for (int64_t t = lens[b]; t < T; ++t) seg[b * T + t] = pad_fill ? int32_t(t % 2) : 0;  // no draw: same stream
+    const int64_t n = b == 1 ? 0 : std::min<int64_t>(P, lens[b] - 1);
+    std::vector<int32_t> cand;
+    for (int32_t t = 1; t < lens[b]; ++t) cand.push_back(t);
+    std::shuffle(cand.begin(), cand.end(), std::mt19937(uint32_t(rng.integer(0, 1 << 30))));
+    std::sort(cand.begin(), cand.begin() + n);
+    for (int64_t j = 0; j < n; ++j) {
+      pos[b * P + j] = cand[size_t(j)];
+      mid[b * P + j] = int32_t(rng.integer(0, V - 1));
+    }
+    nsp[b] = int32_t(b % 2);
+  }
+  PretrainBatch batch;
+  batch.input_ids = i32({B, T}, ids);
+  batch.segment_ids = i32({B, T}, seg);
+  batch.input_mask = i32({B, T}, mask);
+  batch.masked_lm_positions = i32({B, P}, pos);
+  batch.masked_lm_ids = i32({B, P}, mid);
+  batch.next_sentence_labels = i32({B}, nsp);
+  return batch;
+}
+
+// Random biases and LayerNorm parameters (random() starts them at 0 / 1), so every parameter
+// takes part in the checks.
+void jitter(BertTrainModel& m, TestRng& rng) {
+  for (Param& p : m.params()) {
+    float* v = p.value.data<float>();
+    const bool ln_weight = p.name.find("LayerNorm.weight") != std::string::npos;
+    if (p.name.find("bias") != std::string::npos || ln_weight)
+      for (int64_t i = 0; i < p.value.numel(); ++i) v[i] = (ln_weight ? 1.0f : 0.0f) + 0.1f * float(rng.normal());
+    else
+      for (int64_t i = 0; i < p.value.numel(); ++i) v[i] *= 5.0f;  // 0.1 std: less trivial activations
+  }
+}
+
+TrainStepOptions no_dropout() {
+  TrainStepOptions o;
+  o.hidden_dropout = o.attention_dropout = 0.0f;
+  return o;
+}
+
+std::vector<std::vector<float>> grads_of(BertTrainModel& m) {
+  std::vector<std::vector<float>> g;
+  for (const Param& p : m.params()) g.emplace_back(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+  return g;
+}
+
+Param& param(BertTrainModel& m, const std::string& name) {
+  for (Param& p : m.params())
+    if (p.name == name) return p;
+  throw Error("no param ", name);
+}
+
+// -log softmax(row)[target] in double.
+double xent(const float* row, int64_t V, int64_t target) {
+  double mx = row[0];
+  for (int64_t j = 1; j < V; ++j) mx = std::max(mx, double(row[j]));
+  double s = 0;
+  for (int64_t j = 0; j < V; ++j) s += std::exp(double(row[j]) - mx);
+  return std::log(s) + mx - double(row[target]);
+}
+
+}  // namespace
+
+TEST(BertTrain, ParamNamesOrderAndWeightDecay) {
+  BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, 1);
+  std::vector<std::string> names;
+  for (const Param& p : m.params()) {
+    names.push_back(p.name);
+    EXPECT_TRUE(p.value.is_contiguous() && p.grad.is_contiguous()) << p.name;
+    EXPECT_EQ(p.value.shape(), p.grad.shape()) << p.name;
+    const bool nd = p.name.find("bias") != std::string::npos || p.name.find("LayerNorm") != std::string::npos;
+    EXPECT_EQ(p.weight_decay, !nd) << p.name;
+  }
+  ASSERT_EQ(names.size(), size_t(5 + 2 * 16 + 2 + 5 + 2));
+  EXPECT_EQ(names[0], "bert.embeddings.word_embeddings.weight");
+  EXPECT_EQ(names[5], "bert.encoder.layer.0.attention.self.query.weight");
+  EXPECT_EQ(names[9], "bert.encoder.layer.0.attention.self.value.weight");
+  EXPECT_EQ(names[37], "bert.pooler.dense.weight");
+  EXPECT_EQ(names[39], "cls.predictions.bias");
+  EXPECT_EQ(names.back(), "cls.seq_relationship.bias");
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
+  // q, k, v are consecutive row slices of one fused buffer
+  const Param& q = param(m, "bert.encoder.layer.1.attention.self.query.weight");
+  const Param& k = param(m, "bert.encoder.layer.1.attention.self.key.weight");
+  const Param& v = param(m, "bert.encoder.layer.1.attention.self.value.weight");
+  EXPECT_EQ(k.value.data<float>(), q.value.data<float>() + 16 * 16);
+  EXPECT_EQ(v.grad.data<float>(), k.grad.data<float>() + 16 * 16);
+}
+
+TEST(BertTrain, LossEqualsInferenceForwardLoss) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  BertTrainModel m = BertTrainModel::random(tiny(HiddenAct::gelu_tanh), kPretraining, rng.seed());
+  jitter(m, rng);
+  Context ctx({.num_threads = 2});
+  const std::vector<int64_t> lens = {12, 7, 10};
+  PretrainBatch batch = make_batch(rng, lens, 14, m.config().vocab_size);
+  TrainStepOptions o = no_dropout();
+  o.backward = false;
+  PretrainStats st = m.pretrain_step(ctx, batch, o);
+
+  // The same loss from BertModel's logits on the padded batch, computed here in double.
+  BertModel inf = m.to_inference_model();
+  BertInput in;
+  in.input_ids = batch.input_ids;
+  in.token_type_ids = batch.segment_ids;
+  in.attention_mask = batch.input_mask;
+  BertOutputs out = inf.forward(ctx, in, {.pack_weights = false});
+  const int64_t V = m.config().vocab_size, T = 14, P = 4;
+  double mlm = 0, nsp = 0;
+  int64_t count = 0;
+  for (int64_t b = 0; b < 3; ++b) {
+    for (int64_t j = 0; j < P; ++j) {
+      const int32_t p = batch.masked_lm_positions.data<int32_t>()[b * P + j];
+      if (p == 0) break;
+      mlm += xent(out.mlm_logits.data<float>() + (b * T + p) * V, V, batch.masked_lm_ids.data<int32_t>()[b * P + j]);
+      ++count;
+    }
+    nsp += xent(out.nsp_logits.data<float>() + b * 2, 2, batch.next_sentence_labels.data<int32_t>()[b]);
+  }
+  const double want = mlm / double(count) + nsp / 3.0;
+  EXPECT_EQ(st.mlm_count, count);
+  EXPECT_EQ(st.nsp_count, 3);
+  EXPECT_EQ(st.tokens, 29);
+  EXPECT_NEAR(st.loss, want, 2e-5 * want);
+  // backward = true computes the same loss
+  PretrainStats st2 = m.pretrain_step(ctx, batch, no_dropout());
+  EXPECT_DOUBLE_EQ(st2.loss, st.loss);
+}
+
+// Central differences on random entries of every kind of parameter, with dropout ON (the masks
+// are a pure function of the options, so the loss is a deterministic function of the weights).
+TEST(BertTrain, GradientMatchesCentralDifferences) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, rng.seed());
+  jitter(m, rng);
+  Context ctx({.num_threads = 2});
+  PretrainBatch batch = make_batch(rng, {11, 6, 9}, 12, m.config().vocab_size);
+  TrainStepOptions o;
+  o.hidden_dropout = 0.1f;
+  o.attention_dropout = 0.1f;
+  o.seed = 7;
+  o.step = 3;
+  o.loss_scale = 1.0f;
+  m.zero_grad();
+  m.pretrain_step(ctx, batch, o);
+  TrainStepOptions fwd = o;
+  fwd.backward = false;
+  int checked = 0, bad = 0;
+  for (Param& p : m.params()) {
+    // the entry with the largest gradient, and a random one when it is not tiny
+    const float* g = p.grad.data<float>();
+    int64_t top = 0;
+    for (int64_t i = 1; i < p.grad.numel(); ++i)
+      if (std::fabs(g[i]) > std::fabs(g[top])) top = i;
+    const int64_t rnd = rng.integer(0, p.grad.numel() - 1);
+    for (int64_t i : {top, rnd}) {
+      if (i == rnd && std::fabs(g[i]) < 1e-3f) continue;
+      float* w = p.value.data<float>() + i;
+      const float saved = *w, h = 1e-2f;
+      *w = saved + h;
+      const double lp = m.pretrain_step(ctx, batch, fwd).loss;
+      *w = saved - h;
+      const double lm = m.pretrain_step(ctx, batch, fwd).loss;
+      *w = saved;
+      const double fd = (lp - lm) / (2.0 * double(h));
+      const double tol = 2e-4 + 2e-2 * std::fabs(fd);
+      ++checked;
+      if (std::fabs(fd - double(g[i])) > tol) {
+        ++bad;
+        ADD_FAILURE() << p.name << "[" << i << "]: backward " << g[i] << " vs central difference " << fd;
+      }
+    }
+  }
+  EXPECT_GE(checked, 40);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(BertTrain, PaddingDoesNotChangeGradients) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, rng.seed());
+  jitter(m, rng);
+  Context ctx({.num_threads = 2});
+  TestRng r1 = rng, r2 = rng;  // the same real tokens
+  PretrainBatch tight = make_batch(r1, {9, 5, 7}, 9, m.config().vocab_size);
+  PretrainBatch wide = make_batch(r2, {9, 5, 7}, 20, m.config().vocab_size, /*pad_fill=*/13);  // garbage padding
+  m.zero_grad();
+  const double l1 = m.pretrain_step(ctx, tight, no_dropout()).loss;
+  auto g1 = grads_of(m);
+  m.zero_grad();
+  const double l2 = m.pretrain_step(ctx, wide, no_dropout()).loss;
+  auto g2 = grads_of(m);
+  EXPECT_EQ(l1, l2);
+  ASSERT_EQ(g1.size(), g2.size());
+  for (size_t i = 0; i < g1.size(); ++i) EXPECT_EQ(g1[i], g2[i]) << m.params()[i].name;
+  // gradients accumulate over calls until zero_grad
+  m.pretrain_step(ctx, wide, no_dropout());
+  const Param& p = m.params()[7];
+  for (int64_t i = 0; i < p.grad.numel(); ++i) ASSERT_FLOAT_EQ(p.grad.data<float>()[i], 2 * g2[7][size_t(i)]);
+}
+
+TEST(BertTrain, DropoutMasksReproducibleAndDistinct) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, rng.seed());
+  Context ctx({.num_threads = 2});
+  PretrainBatch batch = make_batch(rng, {10, 8, 6}, 10, m.config().vocab_size);
+  auto run = [&](uint64_t seed, int64_t step, int64_t micro) {
+    TrainStepOptions o;
+    o.seed = seed;
+    o.step = step;
+    o.micro = micro;
+    m.zero_grad();
+    const double loss = m.pretrain_step(ctx, batch, o).loss;
+    return std::make_pair(loss, grads_of(m));
+  };
+  auto a = run(1, 5, 0), b = run(1, 5, 0), c = run(1, 5, 1), d = run(1, 6, 0), e = run(2, 5, 0);
+  EXPECT_EQ(a.first, b.first);
+  EXPECT_EQ(a.second, b.second);
+  EXPECT_NE(a.first, c.first);
+  EXPECT_NE(a.first, d.first);
+  EXPECT_NE(a.first, e.first);
+  m.zero_grad();
+  EXPECT_NE(a.first, m.pretrain_step(ctx, batch, no_dropout()).loss);
+}
+
+TEST(BertTrain, SavePretrainedRoundTrip) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, rng.seed());
+  jitter(m, rng);
+  TempDir d;
+  const std::string vocab = (d.path / "v.txt").string();
+  io::write_file_atomic(vocab, "[PAD]\n[UNK]\n");
+  const std::string dir = (d.path / "ckpt").string();
+  m.save_pretrained(dir, vocab);
+  m.save_pretrained(dir, vocab);  // replaces the existing directory
+  EXPECT_EQ(io::read_file(dir + "/vocab.txt"), "[PAD]\n[UNK]\n");
+  EXPECT_NE(io::read_file(dir + "/config.json").find("BertForPreTraining"), std::string::npos);
+  int entries = 0;
+  for (auto it = fs::directory_iterator(d.path); it != fs::directory_iterator(); ++it) ++entries;
+  EXPECT_EQ(entries, 2) << "temporary or old directories left behind";
+
+  Context ctx({.num_threads = 2});
+  PretrainBatch batch = make_batch(rng, {8, 5}, 8, m.config().vocab_size);
+  BertInput in;
+  in.input_ids = batch.input_ids;
+  in.token_type_ids = batch.segment_ids;
+  in.attention_mask = batch.input_mask;
+  BertOutputs a = m.to_inference_model().forward(ctx, in);
+  BertOutputs b = BertModel::load(dir).forward(ctx, in);
+  for (auto [x, y] : {std::pair{&a.mlm_logits, &b.mlm_logits}, {&a.nsp_logits, &b.nsp_logits}, {&a.pooler_output, &b.pooler_output}}) {
+    ASSERT_TRUE(x->defined() && y->defined());
+    ASSERT_EQ(x->shape(), y->shape());
+    EXPECT_EQ(0, std::memcmp(x->raw(), y->raw(), x->nbytes()));
+  }
+  BertTrainModel back = BertTrainModel::load(dir, kPretraining, 0);
+  ASSERT_EQ(back.params().size(), m.params().size());
+  for (size_t i = 0; i < m.params().size(); ++i) {
+    EXPECT_EQ(back.params()[i].name, m.params()[i].name);
+    EXPECT_EQ(0, std::memcmp(back.params()[i].value.raw(), m.params()[i].value.raw(), m.params()[i].value.nbytes()));
+  }
+  EXPECT_EQ(back.pretrain_step(ctx, batch, no_dropout()).loss, m.pretrain_step(ctx, batch, no_dropout()).loss);
+}
+
+TEST(BertTrain, LoadCreatesMissingHeadsAndDropsOthers) {
+  BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, 3);
+  TempDir d;
+  const std::string dir = (d.path / "pre").string();
+  m.save_pretrained(dir, "");
+  BertTrainModel qa = BertTrainModel::load(dir, BertHeads{.qa = true}, 9);
+  std::set<std::string> names;
+  for (const Param& p : qa.params()) names.insert(p.name);
+  EXPECT_TRUE(names.count("qa_outputs.weight") && names.count("qa_outputs.bias"));
+  EXPECT_FALSE(names.count("bert.pooler.dense.weight") || names.count("cls.predictions.bias") ||
+               names.count("cls.seq_relationship.weight"));
+  EXPECT_EQ(0, std::memcmp(param(qa, "bert.encoder.layer.1.output.dense.weight").value.raw(),
+                           param(m, "bert.encoder.layer.1.output.dense.weight").value.raw(), 16 * 32 * 4));
+  const Param& w = param(qa, "qa_outputs.weight");
+  double ss = 0;
+  for (int64_t i = 0; i < w.value.numel(); ++i) ss += double(w.value.data<float>()[i]) * w.value.data<float>()[i];
+  EXPECT_NEAR(std::sqrt(ss / double(w.value.numel())), 0.02, 0.008);  // normal(0, 0.02)
+  const std::string qdir = (d.path / "qa").string();
+  qa.save_pretrained(qdir, "");
+  EXPECT_NE(io::read_file(qdir + "/config.json").find("BertForQuestionAnswering"), std::string::npos);
+  EXPECT_TRUE(BertModel::load(qdir).heads().qa);
+  BertTrainModel seq = BertTrainModel::load(dir, BertHeads{.seqcls = true}, 9);
+  EXPECT_EQ(param(seq, "classifier.weight").value.shape(), Shape({3, 16}));
+  EXPECT_TRUE(seq.heads().pooler);
+}
+
+TEST(BertTrain, TaskStepsRunAndLearn) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  const int64_t B = 3, T = 10;
+  const std::vector<int64_t> lens = {10, 6, 8};
+  std::vector<int32_t> ids(B * T, 0), mask(B * T, 0), tok_labels(B * T, -100);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < lens[b]; ++t) {
+      ids[b * T + t] = int32_t(rng.integer(1, 60));
+      mask[b * T + t] = 1;
+      tok_labels[b * T + t] = t == 0 ? -100 : int32_t(rng.integer(0, 2));
+    }
+  for (Task task : {Task::qa, Task::seqcls, Task::tokcls}) {
+    SCOPED_TRACE(int(task));
+    BertHeads h;
+    h.qa = task == Task::qa;
+    h.seqcls = task == Task::seqcls;
+    h.tokcls = task == Task::tokcls;
+    BertTrainModel m = BertTrainModel::random(tiny(), h, rng.seed());
+    TaskBatch batch;
+    batch.input_ids = i32({B, T}, ids);
+    batch.attention_mask = i32({B, T}, mask);
+    batch.start_positions = i32({B}, {3, 1, 12});  // 12: outside the sequence, ignored
+    batch.end_positions = i32({B}, {5, 4, 6});
+    batch.labels = task == Task::seqcls ? i32({B}, {0, 2, 1}) : i32({B, T}, tok_labels);
+    TrainStepOptions o;
+    o.hidden_dropout = 0.05f;
+    o.attention_dropout = 0.0f;
+    std::vector<double> losses;
+    for (int step = 0; step < 6; ++step) {
+      o.step = step;
+      m.zero_grad();
+      TaskResult r = m.task_step(ctx, batch, task, o);
+      losses.push_back(r.loss);
+      ASSERT_TRUE(std::isfinite(r.loss));
+      if (step == 0) {
+        const Shape want = task == Task::seqcls ? Shape({B, 3}) : task == Task::tokcls ? Shape({B, T, 3}) : Shape({B, T, 2});
+        EXPECT_EQ(r.logits.shape(), want);
+        EXPECT_EQ(r.count, task == Task::qa ? 2 : task == Task::seqcls ? 3 : 21);
+      }
+      for (Param& p : m.params())  // SGD
+        for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] -= 0.5f * p.grad.data<float>()[i];
+    }
+    EXPECT_LT(losses.back(), 0.8 * losses.front()) << losses.front() << " -> " << losses.back();
+    // evaluation without labels returns logits only
+    TaskBatch eval = batch;
+    eval.labels = eval.start_positions = eval.end_positions = Tensor();
+    TrainStepOptions e = no_dropout();
+    e.backward = false;
+    TaskResult r = m.task_step(ctx, eval, task, e);
+    EXPECT_EQ(r.loss, 0.0);
+    EXPECT_TRUE(r.logits.defined());
+  }
+}
+
+TEST(BertTrain, BadBatchesGiveClearErrors) {
+  TestRng rng;
+  BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, 1);
+  Context ctx({.num_threads = 1});
+  auto expect_error = [&](PretrainBatch b, const std::string& needle) {
+    try {
+      m.pretrain_step(ctx, b, no_dropout());
+      ADD_FAILURE() << "no error; expected one mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  PretrainBatch good = make_batch(rng, {6, 4}, 8, 61);
+  PretrainBatch b = good;
+  b.input_mask = good.input_mask.contiguous();
+  b.input_mask.data<int32_t>()[1 * 8 + 6] = 1;  // a real token after padding
+  expect_error(b, "not right-padded");
+  b = good;
+  b.masked_lm_positions = good.masked_lm_positions.contiguous();
+  b.masked_lm_positions.data<int32_t>()[0] = 7;  // row 0 has 6 real tokens
+  expect_error(b, "masked_lm_positions[0, 0] = 7");
+  b = good;
+  b.input_ids = good.input_ids.contiguous();
+  b.input_ids.data<int32_t>()[2] = 61;
+  expect_error(b, "outside the vocabulary");
+  b = good;
+  b.next_sentence_labels = i32({3}, {0, 1, 0});
+  expect_error(b, "next_sentence_labels");
+  b = good;
+  b.segment_ids = i32({2, 4}, std::vector<int32_t>(8, 0));
+  expect_error(b, "segment");
+}
