@@ -5,8 +5,11 @@
 // tests/python/train_parity.py.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -14,6 +17,7 @@
 
 #include "io/file.h"
 #include "op_test_util.h"
+#include "ops/ops.h"
 #include "unmask/bert.h"
 #include "unmask/train.h"
 
@@ -453,4 +457,130 @@ TEST(BertTrain, BadBatchesGiveClearErrors) {
   b = good;
   b.segment_ids = i32({2, 4}, std::vector<int32_t>(8, 0));
   expect_error(b, "segment");
+}
+
+// Timing of BERT-base training at seq 128, batch 8 (not a test: run with
+//   unmask_tests --gtest_also_run_disabled_tests --gtest_filter='*BertTrainTiming*'
+// ). Prints the step time and a breakdown from the same ops timed alone at the step's shapes.
+TEST(DISABLED_BertTrainTiming, BaseSeq128Batch8) {
+  const int threads = std::getenv("UNMASK_THREADS") ? std::atoi(std::getenv("UNMASK_THREADS")) : 2;
+  Context ctx({.num_threads = threads});
+  const BertConfig cfg = BertConfig::base();
+  BertTrainModel m = BertTrainModel::random(cfg, kPretraining, 1);
+  TestRng rng;
+  const int64_t B = 8, T = 128, P = 20, N = B * T, C = 768, I = 3072, V = cfg.vocab_size, L = 12;
+  std::vector<int32_t> ids(B * T), seg(B * T, 0), mask(B * T, 1), pos(B * P), mid(B * P), nsp(B);
+  for (auto& v : ids) v = int32_t(rng.integer(1000, V - 1));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < P; ++j) {
+      pos[b * P + j] = int32_t(1 + 6 * j);
+      mid[b * P + j] = int32_t(rng.integer(1000, V - 1));
+    }
+    nsp[b] = int32_t(b % 2);
+  }
+  PretrainBatch batch;
+  batch.input_ids = i32({B, T}, ids);
+  batch.segment_ids = i32({B, T}, seg);
+  batch.input_mask = i32({B, T}, mask);
+  batch.masked_lm_positions = i32({B, P}, pos);
+  batch.masked_lm_ids = i32({B, P}, mid);
+  batch.next_sentence_labels = i32({B}, nsp);
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  m.zero_grad();
+  m.pretrain_step(ctx, batch, TrainStepOptions{});  // warm-up (allocations)
+  const int reps = 3;
+  double zg = 0, fb = 0, fwd = 0;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = now();
+    m.zero_grad();
+    auto t1 = now();
+    m.pretrain_step(ctx, batch, TrainStepOptions{});
+    auto t2 = now();
+    TrainStepOptions e;
+    e.backward = false;
+    m.pretrain_step(ctx, batch, e);
+    auto t3 = now();
+    zg += secs(t0, t1);
+    fb += secs(t1, t2);
+    fwd += secs(t2, t3);
+  }
+  zg /= reps, fb /= reps, fwd /= reps;
+  std::printf("BERT-base seq %lld batch %lld, %d threads: forward+backward %.3f s (forward alone %.3f s), zero_grad %.3f s"
+              " -> %.2f seq/s (without optimizer)\n",
+              (long long)T, (long long)B, threads, fb, fwd, zg, double(B) / (fb + zg));
+
+  // Breakdown: each op alone at the step's shapes (x 12 layers where it repeats).
+  auto time = [&](const char* what, int64_t times, const std::function<void()>& fn) {
+    fn();
+    auto t0 = now();
+    for (int r = 0; r < 3; ++r) fn();
+    const double s = secs(t0, now()) / 3 * double(times);
+    std::printf("  %-44s %7.1f ms\n", what, s * 1e3);
+    return s;
+  };
+  auto rnd = [&](const Shape& s) {
+    Tensor t = Tensor::empty(s, DType::f32);
+    rng.fill(t.data<float>(), t.numel(), test::Fill::normal);
+    return t;
+  };
+  Tensor x = rnd({N, C}), y = rnd({N, C}), qkv = rnd({N, 3 * C}), f = rnd({N, I}), f2 = rnd({N, I}), wqkv = rnd({3 * C, C}),
+         wo = rnd({C, C}), w1 = rnd({I, C}), w2 = rnd({C, I}), g3 = rnd({3 * C, C}), go = rnd({C, C}), g1 = rnd({I, C}),
+         g2 = rnd({C, I}), gam = rnd({C}), bet = rnd({C}), mean = rnd({N}), rstd = rnd({N}), lse = rnd({12, N}),
+         dq = rnd({N, 3 * C}), xm = rnd({B * P, C}), logits = rnd({B * P, V}), word_g = rnd({V, C});
+  Tensor cu = i32({B + 1}, {0, 128, 256, 384, 512, 640, 768, 896, 1024});
+  ops::AttentionArgs aa;
+  aa.num_heads = 12;
+  aa.scale = 0.125f;
+  aa.cu_seqlens = &cu;
+  ops::GemmArgs acc;
+  acc.beta = 1.0f;
+  double total = 0;
+  total += time("GEMM forward (4 per layer)", L, [&] {
+    ops::gemm(ctx, x, ops::Trans::no, wqkv, ops::Trans::yes, qkv);
+    ops::gemm(ctx, x, ops::Trans::no, wo, ops::Trans::yes, y);
+    ops::gemm(ctx, x, ops::Trans::no, w1, ops::Trans::yes, f);
+    ops::gemm(ctx, f, ops::Trans::no, w2, ops::Trans::yes, y);
+  });
+  total += time("GEMM backward dX (4 per layer)", L, [&] {
+    ops::gemm(ctx, qkv, ops::Trans::no, wqkv, ops::Trans::no, x);
+    ops::gemm(ctx, y, ops::Trans::no, wo, ops::Trans::no, x);
+    ops::gemm(ctx, f, ops::Trans::no, w1, ops::Trans::no, x);
+    ops::gemm(ctx, y, ops::Trans::no, w2, ops::Trans::no, f);
+  });
+  total += time("GEMM backward dW += dY^T X (4 per layer)", L, [&] {
+    ops::gemm(ctx, qkv, ops::Trans::yes, x, ops::Trans::no, g3, acc);
+    ops::gemm(ctx, y, ops::Trans::yes, x, ops::Trans::no, go, acc);
+    ops::gemm(ctx, f, ops::Trans::yes, x, ops::Trans::no, g1, acc);
+    ops::gemm(ctx, y, ops::Trans::yes, f, ops::Trans::no, g2, acc);
+  });
+  Tensor q = qkv.slice(1, 0, C), k = qkv.slice(1, C, 2 * C), v = qkv.slice(1, 2 * C, 3 * C);
+  Tensor dqs = dq.slice(1, 0, C), dks = dq.slice(1, C, 2 * C), dvs = dq.slice(1, 2 * C, 3 * C);
+  total += time("attention forward (train, lse)", L, [&] { ops::attention_forward_train(ctx, q, k, v, y, lse, aa, {}); });
+  total += time("attention backward", L, [&] { ops::attention_backward(ctx, q, k, v, y, lse, x, dqs, dks, dvs, aa, {}); });
+  Tensor ln_out = rnd({N, C}), dgam = rnd({C}), dbet = rnd({C}), db3 = rnd({3 * C}), dbi = rnd({I});
+  total += time("LayerNorm forward (2 per layer)", 2 * L, [&] {
+    ops::layernorm(ctx, x, &y, gam, bet, 1e-12f, ln_out, &mean, &rstd);
+  });
+  total += time("LayerNorm backward (2 per layer)", 2 * L, [&] {
+    ops::layernorm_backward(ctx, x, &y, gam, mean, rstd, ln_out, ln_out, dgam, dbet);
+  });
+  total += time("GELU forward + backward", L, [&] {
+    ops::activation(ctx, f, f2, ops::Activation::gelu);
+    ops::activation_backward(ctx, f, f2, f2, ops::Activation::gelu);
+  });
+  total += time("bias_grad (4 per layer)", L, [&] {
+    ops::bias_grad(ctx, qkv, db3);
+    ops::bias_grad(ctx, y, dbet);
+    ops::bias_grad(ctx, f, dbi);
+    ops::bias_grad(ctx, y, dbet);
+  });
+  total += time("MLM decoder: logits, dX, dW (160 rows)", 1, [&] {
+    ops::gemm(ctx, xm, ops::Trans::no, m.params()[0].value, ops::Trans::yes, logits);
+    ops::gemm(ctx, logits, ops::Trans::no, m.params()[0].value, ops::Trans::no, xm);
+    ops::gemm(ctx, logits, ops::Trans::yes, xm, ops::Trans::no, word_g, acc);
+  });
+  Tensor ids_t = i32({N}, ids);
+  total += time("embedding backward (word, pos, type)", 3, [&] { ops::embedding_backward(ctx, ids_t, x, word_g); });
+  std::printf("  %-44s %7.1f ms (sum of the parts; the step measured %.1f ms)\n", "total", total * 1e3, (fb + zg) * 1e3);
 }
