@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/philox.h"
 #include "ops/ops.h"
 
 namespace unmask::cpu {
@@ -47,6 +48,54 @@ struct CpuKernels {
                              int64_t ldo, int64_t N, int64_t C, bool accumulate);
   void (*embedding_rows_i64)(const float* table, int64_t ldt, const int64_t* ids, float* out,
                              int64_t ldo, int64_t N, int64_t C, bool accumulate);
+
+  // ---- training (cpu/kernels_train_impl.inc) ----
+
+  /// layernorm_rows that also writes the row statistics mean[n] and rstd[n] = 1/sqrt(var+eps)
+  /// ([N] each); y must not alias x or residual.
+  void (*layernorm_stats_rows)(const float* x, int64_t ldx, const float* residual, int64_t ldr,
+                               const float* gamma, const float* beta, float eps, float* y,
+                               int64_t ldy, float* mean, float* rstd, int64_t N, int64_t C);
+
+  /// Layernorm backward: dx[n, :] (overwritten; may alias dy) and the parameter partials
+  /// dgamma_acc += sum_n dy * xhat, dbeta_acc += sum_n dy (rows summed in order).
+  ///   x, residual (or null), dy, dx: [N, C] with their row strides; gamma: [C];
+  ///   mean, rstd: [N] from layernorm_stats_rows; dgamma_acc, dbeta_acc: [C].
+  void (*layernorm_backward_rows)(const float* x, int64_t ldx, const float* residual, int64_t ldr,
+                                  const float* gamma, const float* mean, const float* rstd,
+                                  const float* dy, int64_t lddy, float* dx, int64_t lddx,
+                                  float* dgamma_acc, float* dbeta_acc, int64_t N, int64_t C);
+
+  /// dx = dy * act'(x), x the activation input. [N, C] each with its row stride; dx may alias dy.
+  void (*act_backward_rows)(const float* x, int64_t ldx, const float* dy, int64_t lddy, float* dx,
+                            int64_t lddx, int64_t N, int64_t C, ops::Activation act);
+
+  /// dx = y * (dy - rowsum(dy * y)). [N, C] each with its row stride; dx may alias dy.
+  void (*softmax_backward_rows)(const float* y, int64_t ldy, const float* dy, int64_t lddy,
+                                float* dx, int64_t lddx, int64_t N, int64_t C);
+
+  /// dbias[c] += sum over n = 0..N-1 (in order) of dy[n, c]. dy: [N, C] (lddy); dbias: [C].
+  void (*bias_grad_cols)(const float* dy, int64_t lddy, float* dbias, int64_t N, int64_t C);
+
+  /// dtable[ids[n], :] += dout[n, :] for n = 0..N-1 in order. ids trusted in [0, V).
+  ///   dout: [N, C] (ldo); dtable: [V, C] (ldt).
+  void (*embedding_backward_i32)(const int32_t* ids, const float* dout, int64_t ldo, float* dtable,
+                                 int64_t ldt, int64_t N, int64_t C);
+  void (*embedding_backward_i64)(const int64_t* ids, const float* dout, int64_t ldo, float* dtable,
+                                 int64_t ldt, int64_t N, int64_t C);
+
+  /// Softmax cross-entropy per row of logits [N, V] (ld) with targets [N] (< V; negative =
+  /// ignored): loss[n] = logsumexp - x[target] (0 if ignored), argmax[n] = first index of the
+  /// row maximum (-1 if ignored), and when dl is non-null dl = grad_scale (softmax - onehot)
+  /// (zeros for an ignored row). dl: [N, V] (lddl), may alias logits.
+  void (*cross_entropy_rows)(const float* logits, int64_t ld, const int32_t* targets, float* dl,
+                             int64_t lddl, float grad_scale, float* loss, int32_t* argmax,
+                             int64_t N, int64_t V);
+
+  /// y[n, c] = x[n, c] * scale if philox_uniform(seed, counter0 + n*C + c) >= p else 0
+  /// (core/philox.h; scale = 1/(1-p)). x (ldx), y (ldy): [N, C]; y may alias x.
+  void (*dropout_rows)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C,
+                       float p, float scale, uint64_t seed, uint64_t counter0);
 };
 
 /// The kernel table in use: the test override if set, else the CPU's best (or UNMASK_CPU_ISA).

@@ -1,4 +1,8 @@
-// ops/activation.cc: y = act(x), elementwise (GELU exact / tanh-approximated, tanh).
+// ops/activation.cc: y = act(x), elementwise (GELU exact / tanh-approximated, tanh); its
+// backward and the bias gradient (training).
+#include <algorithm>
+#include <utility>
+
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
 #include "ops/ops.h"
@@ -50,6 +54,72 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act) {
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif
+  }
+}
+
+void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,
+                         Activation act) {
+  constexpr const char* op = "activation_backward";
+  const Device dev = x.device();
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"dy", &dy}, {"dx", &dx}}) {
+    detail::check_f32(op, name, *t);
+    detail::check_device(op, name, *t, dev);
+    detail::check_same_shape(op, "x", x, name, *t);
+  }
+  detail::check_no_overlap(op, "dx", dx, "dy", dy, true);
+  detail::check_no_overlap(op, "dx", dx, "x", x, true);  // elementwise: the same view is fine
+  if (x.numel() == 0) return;
+  const detail::Rows rx = detail::as_rows(op, "x", x), rdy = detail::as_rows(op, "dy", dy),
+                     rdx = detail::as_rows(op, "dx", dx);
+  switch (dev) {
+    case Device::cpu:
+      detail::dispatch_float(op, Device::cpu, x.dtype(), [&](auto) {
+        const cpu::CpuKernels& k = cpu::kernels();
+        const float* xp = x.data<float>();
+        const float* dyp = dy.data<float>();
+        float* dxp = dx.data<float>();
+        if (x.is_contiguous() && dy.is_contiguous() && dx.is_contiguous()) {
+          ctx.parallel_for(x.numel(), [&](int64_t b, int64_t e) {
+            k.act_backward_rows(xp + b, 0, dyp + b, 0, dxp + b, 0, 1, e - b, act);
+          }, 16384);
+        } else {
+          ctx.parallel_for(rx.N, [&](int64_t b, int64_t e) {
+            k.act_backward_rows(xp + b * rx.ld, rx.ld, dyp + b * rdy.ld, rdy.ld, dxp + b * rdx.ld,
+                                rdx.ld, e - b, rx.C, act);
+          }, 1 + 16384 / rx.C);
+        }
+      });
+      return;
+    case Device::cuda:
+      detail::throw_unsupported(op, Device::cuda, x.dtype());
+  }
+}
+
+// Threads own column blocks and sum every column over all rows in row order, so the result is
+// the same for any thread count.
+void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias) {
+  constexpr const char* op = "bias_grad";
+  detail::check_f32(op, "dy", dy);
+  const Device dev = dy.device();
+  const detail::Rows r = detail::as_rows(op, "dy", dy);
+  detail::check_vector(op, "dbias", dbias, r.C, dev);
+  if (r.N == 0 || r.C == 0) return;
+  switch (dev) {
+    case Device::cpu:
+      detail::dispatch_float(op, Device::cpu, dy.dtype(), [&](auto) {
+        const cpu::CpuKernels& k = cpu::kernels();
+        constexpr int64_t kBlock = 64;  // columns per block: four AVX-512 vectors
+        const int64_t blocks = (r.C + kBlock - 1) / kBlock;
+        const float* dyp = dy.data<float>();
+        float* db = dbias.data<float>();
+        ctx.parallel_for(blocks, [&](int64_t b, int64_t e) {
+          const int64_t c0 = b * kBlock, c1 = std::min(r.C, e * kBlock);
+          k.bias_grad_cols(dyp + c0, r.ld, db + c0, r.N, c1 - c0);
+        }, 1 + 16384 / (kBlock * r.N));
+      });
+      return;
+    case Device::cuda:
+      detail::throw_unsupported(op, Device::cuda, dy.dtype());
   }
 }
 

@@ -182,4 +182,17 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
   throw Unsupported("attention: unknown device ", int(q.device()));
 }
 
+void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                             Tensor& out, Tensor& lse, const AttentionArgs& args,
+                             const AttentionTrainArgs& train) {
+  throw Error("attention_forward_train: not implemented yet (being written)");
+}
+
+void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq,
+                        Tensor& dk, Tensor& dv, const AttentionArgs& args,
+                        const AttentionTrainArgs& train) {
+  throw Error("attention_backward: not implemented yet (being written)");
+}
+
 }  // namespace unmask::ops

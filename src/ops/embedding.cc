@@ -1,4 +1,7 @@
-// ops/embedding.cc: out[i, :] = table[ids[i], :] (+ out[i, :]), a row gather.
+// ops/embedding.cc: out[i, :] = table[ids[i], :] (+ out[i, :]), a row gather, and its backward
+// dtable[ids[i], :] += dout[i, :], a deterministic scatter-add (training).
+#include <algorithm>
+
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
 #include "ops/ops.h"
@@ -10,10 +13,10 @@ namespace unmask::ops {
 namespace {
 
 // Every id must index a table row; the first bad one is reported with its position.
-template <typename Id> void check_ids(const Id* ids, int64_t N, int64_t V) {
+template <typename Id> void check_ids(const Id* ids, int64_t N, int64_t V, const char* op = "embedding") {
   for (int64_t i = 0; i < N; ++i)
     if (ids[i] < 0 || int64_t(ids[i]) >= V)
-      throw Error("embedding: ids[", i, "] = ", int64_t(ids[i]), " is outside [0, ", V,
+      throw Error(op, ": ids[", i, "] = ", int64_t(ids[i]), " is outside [0, ", V,
                   ") (table has ", V, " rows)");
 }
 
@@ -65,6 +68,55 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
 #else
       detail::throw_unsupported(op, Device::cuda, table.dtype());
 #endif
+  }
+}
+
+// No atomics and no per-thread copies of the table: the threads own disjoint column blocks and
+// each walks all N rows in order, so every element of dtable receives its additions in row
+// order whatever the thread count (bitwise deterministic).
+void embedding_backward(Context& ctx, const Tensor& ids, const Tensor& dout, Tensor& dtable) {
+  constexpr const char* op = "embedding_backward";
+  detail::check_f32(op, "dout", dout);
+  detail::check_f32(op, "dtable", dtable);
+  UNMASK_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, op,
+               ": ids must be i32 or i64, got ", ids.describe());
+  const Device dev = dtable.device();
+  detail::check_device(op, "ids", ids, dev);
+  detail::check_device(op, "dout", dout, dev);
+  UNMASK_CHECK(dtable.ndim() == 2, op, ": dtable must be [V, C], got ", dtable.describe());
+  UNMASK_CHECK(ids.is_contiguous(), op, ": ids must be contiguous, got ", ids.describe());
+  const detail::Rows rt = detail::as_rows(op, "dtable", dtable);
+  const detail::Rows ro = detail::as_rows(op, "dout", dout);
+  const int64_t N = ids.numel(), V = dtable.size(0), C = rt.C;
+  UNMASK_CHECK(ro.C == C && ro.N == N, op, ": dout must be [", N, ", ", C, "] (ids ",
+               ids.shape().str(), ", dtable ", dtable.shape().str(), "), got ", dout.describe());
+  detail::check_no_overlap(op, "dtable", dtable, "dout", dout, false);
+  if (N == 0 || C == 0) return;
+  switch (dev) {
+    case Device::cpu:
+      detail::dispatch_float(op, Device::cpu, dtable.dtype(), [&](auto) {
+        const cpu::CpuKernels& k = cpu::kernels();
+        constexpr int64_t kBlock = 16;  // columns per block: one cache line
+        const int64_t blocks = (C + kBlock - 1) / kBlock;
+        const float* dp = dout.data<float>();
+        float* tp = dtable.data<float>();
+        const int64_t grain = 1 + 4096 / N;
+        auto run = [&](auto* id) {
+          check_ids(id, N, V, op);
+          ctx.parallel_for(blocks, [&](int64_t b, int64_t e) {
+            const int64_t c0 = b * kBlock, c1 = std::min(C, e * kBlock);
+            if constexpr (sizeof(*id) == 4)
+              k.embedding_backward_i32(id, dp + c0, ro.ld, tp + c0, rt.ld, N, c1 - c0);
+            else
+              k.embedding_backward_i64(id, dp + c0, ro.ld, tp + c0, rt.ld, N, c1 - c0);
+          }, grain);
+        };
+        if (ids.dtype() == DType::i32) run(ids.data<int32_t>());
+        else run(ids.data<int64_t>());
+      });
+      return;
+    case Device::cuda:
+      detail::throw_unsupported(op, Device::cuda, dtable.dtype());
   }
 }
 

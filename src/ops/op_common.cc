@@ -2,6 +2,7 @@
 #include "ops/op_common.h"
 
 #include <string>
+#include <utility>
 
 #include "ops/ops.h"
 
@@ -61,6 +62,56 @@ void check_same_shape(std::string_view op, std::string_view a_name, const Tensor
                a.shape().str(), ", got ", b.describe());
 }
 
+void check_vector(std::string_view op, std::string_view name, const Tensor& t, int64_t C,
+                  Device device) {
+  check_f32(op, name, t);
+  check_device(op, name, t, device);
+  UNMASK_CHECK(t.ndim() == 1 && t.size(0) == C && (t.stride(0) == 1 || C <= 1), op, ": ", name,
+               " must be contiguous [", C, "], got ", t.describe());
+}
+
+namespace {
+// [first byte, one past the last byte] of t's elements.
+std::pair<const char*, const char*> byte_span(const Tensor& t) {
+  const char* b = static_cast<const char*>(t.raw());
+  if (t.numel() == 0) return {b, b};
+  int64_t last = 0;
+  for (int i = 0; i < t.ndim(); ++i) last += (t.size(i) - 1) * t.stride(i);
+  return {b, b + (last + 1) * int64_t(dtype_size(t.dtype()))};
+}
+}  // namespace
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  auto [a0, a1] = byte_span(a);
+  auto [b0, b1] = byte_span(b);
+  if (!(a0 < b1 && b0 < a1)) return false;
+  // Column slices of one wide buffer (e.g. q, k, v of a fused [N, 3C] buffer) interleave
+  // without sharing an element: with one common row stride ld, b's columns start at shift =
+  // (b - a) mod ld relative to a's rows, and the two column ranges must meet for an overlap.
+  const int64_t es = int64_t(dtype_size(a.dtype()));
+  if (a.ndim() == 2 && b.ndim() == 2 && a.dtype() == b.dtype() && a.stride(1) == 1 &&
+      b.stride(1) == 1 && a.stride(0) == b.stride(0) && a.size(1) <= a.stride(0) &&
+      b.size(1) <= b.stride(0) && (b0 - a0) % es == 0) {
+    const int64_t ld = a.stride(0);
+    int64_t shift = ((b0 - a0) / es) % ld;
+    if (shift < 0) shift += ld;
+    return shift < a.size(1) || shift + b.size(1) > ld;
+  }
+  return true;
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.raw() == b.raw() && a.shape() == b.shape() && a.strides() == b.strides();
+}
+
+void check_no_overlap(std::string_view op, std::string_view out_name, const Tensor& out,
+                      std::string_view in_name, const Tensor& in, bool may_alias) {
+  if (may_alias && same_view(out, in)) return;
+  UNMASK_CHECK(!overlaps(out, in), op, ": ", out_name, " ", out.describe(), " overlaps ", in_name,
+               " ", in.describe(),
+               may_alias ? " (it may only be exactly the same view)" : " (it must not alias it)");
+}
+
 void throw_unsupported(std::string_view op, Device device, DType dtype) {
   throw Unsupported(op, ": no kernel for device ", device_name(device), " and dtype ",
                     dtype_name(dtype),
@@ -72,7 +123,13 @@ void throw_unsupported(std::string_view op, Device device, DType dtype) {
 
 bool supports(std::string_view op, Device device, DType dtype) {
   const bool known = op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" ||
-                     op == "embedding" || op == "attention";
+                     op == "embedding" || op == "attention" ||
+                     // training (CPU only so far)
+                     op == "layernorm_backward" || op == "activation_backward" ||
+                     op == "bias_grad" || op == "softmax_backward" ||
+                     op == "embedding_backward" || op == "cross_entropy" || op == "dropout" ||
+                     op == "dropout_backward" || op == "attention_forward_train" ||
+                     op == "attention_backward";
   if (!known) return false;
   switch (device) {
     case Device::cpu: return dtype == DType::f32;

@@ -34,6 +34,23 @@ void check_bias(std::string_view op, const Tensor& bias, int64_t N, Device devic
 void check_same_shape(std::string_view op, std::string_view a_name, const Tensor& a,
                       std::string_view b_name, const Tensor& b);
 
+/// A per-channel vector: f32, on `device`, contiguous [C] (gamma, beta, dbias, ...).
+void check_vector(std::string_view op, std::string_view name, const Tensor& t, int64_t C,
+                  Device device);
+
+/// Whether a and b may share memory: their byte spans (first to last element; non-negative
+/// strides) intersect, except for 2-D row views with one common row stride whose column ranges
+/// do not meet (column slices of one wide buffer). Used to reject outputs that would overwrite
+/// inputs still needed.
+bool overlaps(const Tensor& a, const Tensor& b);
+
+/// a and b are the same view (same first element, shape and strides): the "may alias" case.
+bool same_view(const Tensor& a, const Tensor& b);
+
+/// Throws unless out is the same view as in (when `may_alias`) or does not overlap it.
+void check_no_overlap(std::string_view op, std::string_view out_name, const Tensor& out,
+                      std::string_view in_name, const Tensor& in, bool may_alias);
+
 /// Throws Unsupported for an (op, device, dtype) no backend implements.
 [[noreturn]] void throw_unsupported(std::string_view op, Device device, DType dtype);
 

@@ -1,4 +1,6 @@
-// ops/softmax.cc: row-wise softmax over the last dim.
+// ops/softmax.cc: row-wise softmax over the last dim, and its backward (training).
+#include <utility>
+
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
 #include "ops/ops.h"
@@ -33,6 +35,37 @@ void softmax(Context& ctx, const Tensor& x, Tensor& y) {
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif
+  }
+}
+
+void softmax_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  constexpr const char* op = "softmax_backward";
+  const Device dev = y.device();
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"y", &y}, {"dy", &dy}, {"dx", &dx}}) {
+    detail::check_f32(op, name, *t);
+    detail::check_device(op, name, *t, dev);
+    detail::check_same_shape(op, "y", y, name, *t);
+  }
+  detail::check_no_overlap(op, "dx", dx, "dy", dy, true);
+  detail::check_no_overlap(op, "dx", dx, "y", y, false);  // y is re-read after the row's dot
+  if (y.numel() == 0) return;
+  const detail::Rows ry = detail::as_rows(op, "y", y), rdy = detail::as_rows(op, "dy", dy),
+                     rdx = detail::as_rows(op, "dx", dx);
+  switch (dev) {
+    case Device::cpu:
+      detail::dispatch_float(op, Device::cpu, y.dtype(), [&](auto) {
+        const cpu::CpuKernels& k = cpu::kernels();
+        const float* yp = y.data<float>();
+        const float* dyp = dy.data<float>();
+        float* dxp = dx.data<float>();
+        ctx.parallel_for(ry.N, [&](int64_t b, int64_t e) {
+          k.softmax_backward_rows(yp + b * ry.ld, ry.ld, dyp + b * rdy.ld, rdy.ld, dxp + b * rdx.ld,
+                                  rdx.ld, e - b, ry.C);
+        }, 1 + 8192 / ry.C);
+      });
+      return;
+    case Device::cuda:
+      detail::throw_unsupported(op, Device::cuda, y.dtype());
   }
 }
 
