@@ -317,17 +317,15 @@ namespace {
 // classification heads, id2label/label2id (HF derives num_labels from them).
 std::string saved_config_json(const BertConfig& cfg, const BertHeads& heads) {
   nlohmann::json j = nlohmann::json::parse(cfg.to_json());
-  j["architectures"] = {architecture_for(heads)};
-  int64_t labels = 0;
-  if (heads.qa) labels = 2;  // BertForQuestionAnswering: qa_outputs is [num_labels = 2, C]
-  if (heads.seqcls || heads.tokcls) labels = cfg.num_labels;
-  if (labels > 0 || !cfg.id2label.empty()) {
-    if (labels == 0) labels = int64_t(cfg.id2label.size());
+  j["architectures"] = nlohmann::json::array({architecture_for(heads)});
+  // BertForQuestionAnswering: qa_outputs is [num_labels = 2, C]. Like HF, id2label is written
+  // whenever it differs from the default two labels, so num_labels survives the round trip.
+  const int64_t labels = heads.qa ? 2 : cfg.num_labels;
+  if (labels != 2 || heads.seqcls || heads.tokcls || !cfg.id2label.empty()) {
     nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
     for (int64_t i = 0; i < labels; ++i) {
-      std::string name = (heads.seqcls || heads.tokcls) && size_t(i) < cfg.id2label.size() && !cfg.id2label[size_t(i)].empty()
-                             ? cfg.id2label[size_t(i)]
-                             : "LABEL_" + std::to_string(i);
+      const bool named = int64_t(cfg.id2label.size()) == labels && !cfg.id2label[size_t(i)].empty();
+      const std::string name = named ? cfg.id2label[size_t(i)] : "LABEL_" + std::to_string(i);
       id2label[std::to_string(i)] = name;
       label2id[name] = i;
     }
