@@ -1,7 +1,146 @@
-// app/cmd_pretrain.cc: placeholder until the command lands (issue 3).
+// app/cmd_pretrain.cc: `unmask pretrain`, BERT pretraining (MLM + NSP) from a config file.
+//
+//   unmask pretrain --config configs/pretrain-tiny.toml [--phase 2] [--set key=value ...]
+//                   [--resume [DIR]] [--output DIR] [--steps N] ...
+//
+// Exit codes: 0 when the run reached `steps`; 130 (SIGINT) or 143 (SIGTERM) when a signal
+// stopped it: the step in flight finished and a checkpoint was written, so `--resume`
+// continues where it stopped (a second Ctrl-C kills at once); 1 on any error.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "cli.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {
-int cmd_pretrain(int, char**) { throw Error("cmd_pretrain: not built yet"); }
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  const char* msg =
+      sig == SIGINT ? "\nunmask pretrain: SIGINT: finishing this step and saving a checkpoint (Ctrl-C again aborts)\n"
+                    : "\nunmask pretrain: SIGTERM: finishing this step and saving a checkpoint\n";
+  ssize_t ignored = ::write(2, msg, std::strlen(msg));  // async-signal-safe
+  (void)ignored;
+}
+
+void install_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action (terminate)
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Shortcuts: `--steps 10` is `--set steps=10`.
+const char* kShortcuts[] = {"output", "data", "model", "vocab", "steps", "batch", "accumulation", "lr", "threads", "seed"};
+
+std::string keys_help() {
+  std::string s = "\nconfig keys (file syntax: key = value; --set key=value):\n";
+  for (const auto& k : train::config_keys()) {
+    std::string left = std::string("  ") + k.name + " (" + k.type + ")";
+    s += left + (left.size() < 40 ? std::string(40 - left.size(), ' ') : "\n" + std::string(40, ' ')) + k.help + "\n";
+  }
+  return s;
+}
+
+}  // namespace
+
+int cmd_pretrain(int argc, char** argv) {
+  std::vector<OptionSpec> specs = {
+      {"config", "FILE", "the run's config (TOML subset; see configs/pretrain-tiny.toml)", ""},
+      {"phase", "1|2", "2 applies the config's [phase2] section (DLE's seq-512 phase)", "1"},
+      {"set", "KEY=VALUE", "override a config key (repeatable)", ""},
+      {"resume", "[DIR]", "continue from the latest checkpoint of the run directory (or of DIR, or the checkpoint DIR)", ""},
+      {"print-config", "", "print the resolved config (file syntax) and exit", ""},
+      {"quiet", "", "no progress output", ""},
+  };
+  for (const char* k : kShortcuts) specs.push_back({k, "VALUE", std::string("same as --set ") + k + "=VALUE", ""});
+  const std::string summary =
+      "BERT pretraining (MLM + NSP) with LAMB or AdamW: checkpoints under OUTPUT/checkpoints/step-N (HF model\n"
+      "directories plus optimizer and trainer state), per-step metrics in OUTPUT/metrics.jsonl, a plot in\n"
+      "OUTPUT/loss.svg. SIGINT/SIGTERM finish the current step, save a checkpoint and exit 130/143.";
+
+  // --set (repeatable) and --resume (optional value) are taken out before the common parser.
+  std::vector<std::string> sets;
+  bool resume = false;
+  std::string resume_dir;
+  std::vector<char*> rest = {argv[0], argv[1]};
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--set") {
+      if (i + 1 >= argc) throw Error("--set needs KEY=VALUE");
+      sets.push_back(argv[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      sets.push_back(a.substr(6));
+    } else if (a == "--resume") {
+      resume = true;
+      if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) resume_dir = argv[++i];
+    } else if (a.rfind("--resume=", 0) == 0) {
+      resume = true;
+      resume_dir = a.substr(9);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  auto args = Args::parse("pretrain", summary, specs, int(rest.size()), rest.data(), 2);
+  if (!args) {
+    std::fputs(keys_help().c_str(), stdout);
+    return 0;
+  }
+  const std::string phase_text = args->get("phase");
+  if (phase_text != "1" && phase_text != "2") throw Error("--phase must be 1 or 2, got '", phase_text, "'");
+  const int phase = phase_text == "2" ? 2 : 1;
+  train::PretrainConfig cfg = train::load_config(args->require("config"), phase);
+  for (const char* k : kShortcuts)
+    if (args->has(k)) train::apply_override(cfg, std::string(k) + "=" + args->get(k), "--" + std::string(k));
+  for (const auto& s : sets) train::apply_override(cfg, s, "--set");
+  if (args->has("print-config")) {
+    std::printf("# resolved from %s (phase %d)\n%s", cfg.path.c_str(), cfg.phase, cfg.to_toml().c_str());
+    return 0;
+  }
+
+  train::TrainerOptions opt;
+  opt.config = cfg;
+  if (resume) opt.resume = resume_dir.empty() ? cfg.output : resume_dir;
+  opt.progress = !args->has("quiet");
+  opt.tty = opt.progress && ::isatty(2);
+  opt.stop_signal = &g_stop_signal;
+  install_handlers();
+  train::TrainResult r = train::pretrain(opt);
+
+  const std::string ckpt = r.checkpoint;
+  std::printf("%s %lld steps (step %lld -> %lld of %lld) in %s: loss %.4f -> %.4f, %.2f sequences/s%s\n",
+              r.stopped_by_signal ? "stopped after" : "pretrained", (long long)(r.end_step - r.start_step),
+              (long long)r.start_step, (long long)r.end_step, (long long)r.total_steps,
+              train::format_duration(r.elapsed_s).c_str(), r.first_loss, r.last_loss, r.seq_per_s,
+              r.resumed_from.empty() ? "" : (" (resumed from " + r.resumed_from + ")").c_str());
+  if (!ckpt.empty()) {
+    std::printf("checkpoint: %s\nmetrics:    %s/metrics.jsonl, plot: %s/loss.svg\n", ckpt.c_str(), cfg.output.c_str(),
+                cfg.output.c_str());
+    std::printf("try it:     unmask infer --model %s --text \"paris is the [MASK] of france .\"\n", ckpt.c_str());
+  }
+  if (r.stopped_by_signal) {
+    std::printf("continue:   unmask pretrain --config %s%s --resume%s%s\n", cfg.path.c_str(),
+                cfg.phase == 2 ? " --phase 2" : "", args->has("output") ? (" --output " + cfg.output).c_str() : "",
+                sets.empty() ? "" : "  (with the same --set options)");
+    return 128 + r.stopped_by_signal;
+  }
+  return 0;
+}
+
 }  // namespace unmask::cli

@@ -30,7 +30,17 @@ struct Value {
   bool b = false;
 };
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+// A string in file syntax (the escapes parse_value reads back).
+std::string quoted(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else o += c;
+  }
+  return o + "\"";
+}
 
 // Canonical text of a double: shortest form that reads back exactly.
 std::string number_text(double v) {
