@@ -76,6 +76,7 @@ std::optional<Args> Args::parse(const std::string& command, const std::string& s
         value = argv[++i];
       }
       a.values_[name] = value;
+      a.all_values_[name].push_back(value);
     }
   }
   return a;
@@ -85,6 +86,11 @@ std::string Args::get(const std::string& name) const {
   if (auto it = values_.find(name); it != values_.end()) return it->second;
   if (auto it = defaults_.find(name); it != defaults_.end()) return it->second;
   return "";
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  if (auto it = all_values_.find(name); it != all_values_.end()) return it->second;
+  return {};
 }
 
 std::string Args::require(const std::string& name) const {

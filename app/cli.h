@@ -27,10 +27,13 @@ class Args {
   std::string require(const std::string& name) const;  // error if absent
   int64_t get_int(const std::string& name) const;
   std::vector<int64_t> get_int_list(const std::string& name) const;  // "1,2,4"
+  /// Every value an option was given, in order (an option may repeat; get() returns the last).
+  std::vector<std::string> get_all(const std::string& name) const;
 
  private:
   std::string command_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   std::map<std::string, std::string> defaults_;
 };
 

@@ -48,15 +48,25 @@ struct PrepareOptions {
 };
 
 struct PrepareReport {
-  int64_t files = 0, documents = 0, sentences = 0, instances = 0, tokens = 0;
+  int64_t files = 0, documents = 0, sentences = 0, instances = 0, tokens = 0;  // tokens of the corpus
   int64_t invalid_utf8_lines = 0;    // skipped, counted, reported
-  std::vector<std::string> shards;   // written paths
+  std::string first_invalid_utf8;    // "file:line" of the first skipped line ("" if none)
+  std::vector<std::string> shards;   // written paths: output_dir/shard_00000.hdf5, ...
+  std::vector<std::string> warnings; // e.g. stale shards of an earlier run left in output_dir
 };
 
 /// Tokenizes the inputs and writes shards by Google's create_pretraining_data rules (short_seq_prob,
 /// 50% random next sentence from another document, truncate_seq_pair, masked_lm_prob capped at
 /// max_predictions_per_seq, 80/10/10, dupe_factor), deterministic for a given seed whatever the
 /// thread count. Empty or binary inputs are errors naming the file.
+///
+/// Details (data/instances.h, data/text_input.h, data/prepare_text.cc): every (dupe, document)
+/// pair draws from its own SplitMix64 stream keyed by (seed, dupe, document) (data/rng.h), and
+/// the instance order is one seeded shuffle, so shards are byte-identical for any num_threads.
+/// The shuffled instances are cut into num_shards contiguous, near-equal parts, written as
+/// output_dir/shard_NNNNN.hdf5 (atomically). Invalid UTF-8 lines are skipped and counted; a file
+/// with a NUL byte or mostly invalid UTF-8 is rejected as binary, one without text as empty.
+/// A new input file always starts a new document.
 PrepareReport prepare_text(const PrepareOptions& options);
 
 // ---- shards ---------------------------------------------------------------------------------
@@ -70,9 +80,13 @@ struct PretrainShard {
 };
 
 /// Reads a shard written by unmask or by DLE; a missing key, wrong rank/dtype class or ragged
-/// lengths throw an Error naming the file, the dataset and what was expected.
+/// lengths throw an Error naming the file, the dataset and what was expected. Any integer type
+/// on disk (signed or unsigned, 8 to 64 bits) is read through HDF5's conversion to int32. The
+/// values are checked too: input_mask, segment_ids and next_sentence_labels in {0, 1},
+/// input_mask of the form 1...1 0...0, masked_lm_positions in [0, seq_length), ids >= 0.
 PretrainShard read_shard(const std::string& path);
-/// Writes a shard (DLE dtypes, gzip) atomically.
+/// Writes a shard (DLE dtypes: i4 / i1 little-endian; chunked, gzip level 4 as h5py's
+/// compression='gzip') atomically: the file is built in memory and renamed into place.
 void write_shard(const std::string& path, const PretrainShard& shard);
 /// The *.hdf5 / *.h5 files in a directory (sorted), or the file itself.
 std::vector<std::string> list_shards(const std::string& path);
@@ -103,12 +117,22 @@ struct LoaderPosition {
 /// shuffled per epoch by (seed, epoch); instances within a file by (seed, epoch, file). The
 /// sequence of batches is a pure function of (options, start position): resuming from a saved
 /// position yields exactly the batches an uninterrupted run would have.
+///
+/// Details (data/loader.cc): a batch may span files and epochs; "file" in the keys is the index
+/// in options.files, so resume with the same list. The constructor reads every file's metadata
+/// (sizes, types; all files must share seq_length and max predictions) and the first file.
+/// With dynamic masking the shard's masks are undone and redrawn by Google's rules from the
+/// SplitMix64 stream keyed (seed, epoch, file, row) (data/rng.h); masked_lm_positions /
+/// masked_lm_ids then have max_predictions_per_seq columns, else the shard's width. With
+/// prefetch the next file is read on a std::thread while the current one is consumed; the
+/// batches are identical either way. Errors of a prefetched read surface in next().
 class PretrainLoader {
  public:
   explicit PretrainLoader(const LoaderOptions& options, const LoaderPosition& start = {});
   ~PretrainLoader();
   PretrainBatch next();
-  /// The position of the next batch next() will return.
+  /// The position of the next batch next() will return (normalized: sample_index is always
+  /// inside a non-empty file).
   LoaderPosition position() const;
   int64_t seq_length() const;
   struct Impl;
