@@ -96,6 +96,20 @@ struct CpuKernels {
   /// (core/philox.h; scale = 1/(1-p)). x (ldx), y (ldy): [N, C]; y may alias x.
   void (*dropout_rows)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C,
                        float p, float scale, uint64_t seed, uint64_t counter0);
+
+  /// y = softmax(x) per row and lse[n] = log(sum exp(x[n, :])); -inf entries allowed (each row
+  /// needs a finite one). x (ldx), y (ldy): [N, C], y may alias x; lse: [N].
+  void (*softmax_lse_rows)(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N,
+                           int64_t C, float* lse);
+
+  /// y = exp(x - sub[n]) per row. x (ldx), y (ldy): [N, C], y may alias x; sub: [N] finite.
+  void (*exp_sub_rows)(const float* x, int64_t ldx, const float* sub, float* y, int64_t ldy,
+                       int64_t N, int64_t C);
+
+  /// Attention score gradient in place: dpd = p * (dP - delta[n]), dP = dpd * keep_scale where
+  /// pd > 0 else 0 (pd null: dP = dpd). p, pd, dpd: [N, C] (row stride ld); delta: [N].
+  void (*attn_dscores_rows)(const float* p, const float* pd, float* dpd, int64_t ld,
+                            const float* delta, float keep_scale, int64_t N, int64_t C);
 };
 
 /// The kernel table in use: the test override if set, else the CPU's best (or UNMASK_CPU_ISA).

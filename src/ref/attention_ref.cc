@@ -1,9 +1,13 @@
-// ref/attention_ref.cc: naive attention forward and backward (the oracle; see the header).
+// ref/attention_ref.cc: naive attention forward and backward, with the training dropout and
+// log-sum-exp (the oracle; see the header).
 #include "ref/attention_ref.h"
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
+
+#include "ref/train_ref.h"
 
 namespace unmask::ref {
 namespace {
@@ -19,13 +23,35 @@ Seq sequence(const AttentionLayout& lay, int64_t b) {
   return {b * lay.seq_len, lay.seq_len, lay.key_mask ? lay.key_mask + b * lay.seq_len : nullptr};
 }
 
+/// Rows N and the dropout stride T (the longest sequence; padded: seq_len).
+std::pair<int64_t, int64_t> rows_and_stride(const AttentionLayout& lay) {
+  if (!lay.cu_seqlens) return {lay.batch * lay.seq_len, lay.seq_len};
+  int64_t T = 0;
+  for (int64_t b = 0; b < lay.batch; ++b) T = std::max<int64_t>(T, lay.cu_seqlens[b + 1] - lay.cu_seqlens[b]);
+  return {lay.cu_seqlens[lay.batch], T};
+}
+
+/// keep[i][j] = 1 / (1 - p) or 0: the dropout multipliers of one sequence and head. [len][len].
+void dropout_multipliers(const AttentionDropout& d, const AttentionLayout& lay, const Seq& s,
+                         int64_t h, std::vector<double>& keep) {
+  const auto [N, T] = rows_and_stride(lay);
+  keep.assign(size_t(s.len * s.len), 1.0);
+  if (d.p == 0.0f) return;
+  for (int64_t i = 0; i < s.len; ++i)
+    for (int64_t j = 0; j < s.len; ++j) {
+      const uint64_t counter = d.offset + uint64_t((h * N + s.row0 + i) * T + j);
+      keep[size_t(i * s.len + j)] = dropout_keep(d.p, d.seed, counter) ? 1.0 / (1.0 - double(d.p)) : 0.0;
+    }
+}
+
 /// p[i][j] = softmax_j(scale * q_i . k_j) over the real keys of one sequence and head
 /// (0 for masked keys; a row of zeros when no key is real). p: [len][len].
 template <typename T>
 void probabilities(const T* q, const T* k, const Seq& s, int64_t C, int64_t col, int64_t HS,
-                   double scale, std::vector<double>& p) {
+                   double scale, std::vector<double>& p, std::vector<double>* lse = nullptr) {
   const int64_t L = s.len;
   p.assign(size_t(L * L), 0.0);
+  if (lse) lse->assign(size_t(L), -INFINITY);
   for (int64_t i = 0; i < L; ++i) {
     const T* qi = q + (s.row0 + i) * C + col;
     double mx = -INFINITY;
@@ -45,6 +71,7 @@ void probabilities(const T* q, const T* k, const Seq& s, int64_t C, int64_t col,
       sum += p[i * L + j];
     }
     for (int64_t j = 0; j < L; ++j) p[i * L + j] /= sum;
+    if (lse) (*lse)[size_t(i)] = mx + std::log(sum);
   }
 }
 
@@ -52,29 +79,34 @@ void probabilities(const T* q, const T* k, const Seq& s, int64_t C, int64_t col,
 
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, const AttentionLayout& lay,
-                       double scale) {
+                       double scale, const AttentionDropout& dropout, T* lse) {
   const int64_t NH = lay.num_heads, HS = lay.head_size, C = NH * HS;
-  std::vector<double> p;
+  const int64_t N = rows_and_stride(lay).first;
+  std::vector<double> p, keep, row_lse;
   for (int64_t b = 0; b < lay.batch; ++b) {
     const Seq s = sequence(lay, b);
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t col = h * HS;
-      probabilities(q, k, s, C, col, HS, scale, p);
-      for (int64_t i = 0; i < s.len; ++i)
+      probabilities(q, k, s, C, col, HS, scale, p, &row_lse);
+      dropout_multipliers(dropout, lay, s, h, keep);
+      for (int64_t i = 0; i < s.len; ++i) {
+        if (lse) lse[h * N + s.row0 + i] = T(row_lse[size_t(i)]);
         for (int64_t d = 0; d < HS; ++d) {
           double acc = 0.0;
-          for (int64_t j = 0; j < s.len; ++j) acc += p[i * s.len + j] * double(v[(s.row0 + j) * C + col + d]);
+          for (int64_t j = 0; j < s.len; ++j)
+            acc += p[i * s.len + j] * keep[i * s.len + j] * double(v[(s.row0 + j) * C + col + d]);
           out[(s.row0 + i) * C + col + d] = T(acc);
         }
+      }
     }
   }
 }
 
 template <typename T>
 void attention_backward(const T* q, const T* k, const T* v, const T* dout, T* dq, T* dk, T* dv,
-                        const AttentionLayout& lay, double scale) {
+                        const AttentionLayout& lay, double scale, const AttentionDropout& dropout) {
   const int64_t NH = lay.num_heads, HS = lay.head_size, C = NH * HS;
-  std::vector<double> p, ds;
+  std::vector<double> p, ds, keep;
   for (int64_t b = 0; b < lay.batch; ++b) {
     const Seq s = sequence(lay, b);
     const int64_t L = s.len;
@@ -82,20 +114,23 @@ void attention_backward(const T* q, const T* k, const T* v, const T* dout, T* dq
       const int64_t col = h * HS;
       auto at = [&](const T* x, int64_t i, int64_t d) { return double(x[(s.row0 + i) * C + col + d]); };
       probabilities(q, k, s, C, col, HS, scale, p);
-      // dv_j = sum_i p_ij dout_i
+      dropout_multipliers(dropout, lay, s, h, keep);
+      // dv_j = sum_i p_ij keep_ij dout_i
       for (int64_t j = 0; j < L; ++j)
         for (int64_t d = 0; d < HS; ++d) {
           double acc = 0.0;
-          for (int64_t i = 0; i < L; ++i) acc += p[i * L + j] * at(dout, i, d);
+          for (int64_t i = 0; i < L; ++i) acc += p[i * L + j] * keep[i * L + j] * at(dout, i, d);
           dv[(s.row0 + j) * C + col + d] = T(acc);
         }
-      // dp_ij = dout_i . v_j;  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik)
+      // dp_ij = keep_ij dout_i . v_j (the gradient of p before dropout);
+      // ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik)
       ds.assign(size_t(L * L), 0.0);
       for (int64_t i = 0; i < L; ++i) {
         double rowdot = 0.0;
         for (int64_t j = 0; j < L; ++j) {
           double dp = 0.0;
           for (int64_t d = 0; d < HS; ++d) dp += at(dout, i, d) * at(v, j, d);
+          dp *= keep[i * L + j];
           ds[i * L + j] = dp;
           rowdot += p[i * L + j] * dp;
         }
@@ -117,9 +152,10 @@ void attention_backward(const T* q, const T* k, const T* v, const T* dout, T* dq
 }
 
 template void attention_forward<double>(const double*, const double*, const double*, double*,
-                                        const AttentionLayout&, double);
+                                        const AttentionLayout&, double, const AttentionDropout&,
+                                        double*);
 template void attention_backward<double>(const double*, const double*, const double*,
                                          const double*, double*, double*, double*,
-                                         const AttentionLayout&, double);
+                                         const AttentionLayout&, double, const AttentionDropout&);
 
 }  // namespace unmask::ref
