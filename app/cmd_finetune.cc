@@ -1,8 +1,205 @@
-// app/cmd_finetune.cc: placeholder until the command lands (issue 3).
+// app/cmd_finetune.cc: `unmask finetune` (SQuAD v1.1, GLUE-style TSV classification, CoNLL
+// token classification on an HF model directory) and `unmask eval` (the task's metrics for a
+// fine-tuned directory). The work is in src/finetune/finetune.h; this file parses options and
+// prints.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
 #include "cli.h"
+#include "finetune/finetune.h"
+#include "io/file.h"
+#include "model_dir.h"
+#include "unmask/bert.h"
+#include "unmask/context.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {
-int cmd_finetune(int, char**) { throw Error("cmd_finetune: not built yet"); }
-int cmd_eval(int, char**) { throw Error("cmd_eval: not built yet"); }
+namespace {
+
+using finetune::TaskKind;
+
+double get_double(const Args& args, const std::string& name) {
+  const std::string v = args.get(name);
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used != v.size() || !std::isfinite(x)) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw Error("--", name, " must be a number, got '", v, "'");
+  }
+}
+
+int64_t positive_int(const Args& args, const std::string& name, int64_t min = 1) {
+  const int64_t v = args.get_int(name);
+  if (v < min) throw Error("--", name, " must be at least ", min, ", got ", v);
+  return v;
+}
+
+// The data options shared by both commands; max_seq is checked against the model's positions.
+finetune::DataOptions data_options(const Args& args, TaskKind task, const BertConfig& config) {
+  finetune::DataOptions o;
+  o.max_seq = args.has("max-seq") ? positive_int(args, "max-seq", 4) : finetune::default_max_seq(task);
+  if (o.max_seq > config.max_position_embeddings)
+    throw Error("--max-seq ", o.max_seq, " is longer than the model's ", config.max_position_embeddings, " positions",
+                Hint("use --max-seq " + std::to_string(config.max_position_embeddings) + " or less"));
+  o.doc_stride = positive_int(args, "doc-stride");
+  o.max_query = positive_int(args, "max-query");
+  o.columns = {args.get("text-a"), args.get("text-b"), args.get("label")};
+  return o;
+}
+
+const std::vector<OptionSpec> kDataSpecs = {
+    {"max-seq", "N", "tokens per sequence, specials included (default: 384 for squad, 128 otherwise)", ""},
+    {"doc-stride", "N", "squad: document tokens between the starts of consecutive windows", "128"},
+    {"max-query", "N", "squad: question tokens kept", "64"},
+    {"text-a", "COL", "classify: the first text column (header name or 0-based index; default by GLUE layout)", ""},
+    {"text-b", "COL", "classify: the second text column ('none' for single sentences)", ""},
+    {"label", "COL", "classify: the label column", ""},
+    {"threads", "N", "CPU threads (0 = all cores)", "0"},
+};
+
+std::vector<OptionSpec> with_data_specs(std::vector<OptionSpec> specs) {
+  specs.insert(specs.end(), kDataSpecs.begin(), kDataSpecs.end());
+  return specs;
+}
+
+std::string describe_data(const finetune::TaskData& d) {
+  const char* unit = d.task == TaskKind::squad ? "questions" : d.task == TaskKind::classify ? "rows" : "sentences";
+  std::string s = std::to_string(d.num_examples()) + " " + unit + " -> " + std::to_string(d.num_features()) + " features";
+  if (!d.labels.empty()) s += ", " + std::to_string(d.labels.size()) + " labels";
+  if (d.squad_report.skipped) s += ", " + std::to_string(d.squad_report.skipped) + " questions skipped";
+  return s;
+}
+
+void print_warnings(const char* command, const finetune::TaskData& d) {
+  const auto& w = d.squad_report.warnings;
+  for (size_t i = 0; i < w.size() && i < 5; ++i) std::fprintf(stderr, "unmask %s: warning: %s\n", command, w[i].c_str());
+  if (w.size() > 5) std::fprintf(stderr, "unmask %s: warning: ... and %zu more skipped questions\n", command, w.size() - 5);
+}
+
+void print_metrics(const finetune::EvalResult& r, const std::string& data_path, const std::string& format) {
+  if (format == "json") {
+    std::fputs(finetune::metrics_json(r).c_str(), stdout);
+    return;
+  }
+  std::printf("%-12s %s\n", "task", finetune::task_name(r.task));
+  std::printf("%-12s %s (%lld examples)\n", "data", data_path.c_str(), (long long)r.examples);
+  for (const finetune::Metric& m : r.metrics) std::printf("%-12s %.2f\n", m.name.c_str(), m.value);
+}
+
+std::string check_format(const Args& args) {
+  const std::string f = args.get("format");
+  if (f != "table" && f != "json") throw Error("--format must be table or json, got '", f, "'");
+  return f;
+}
+
+}  // namespace
+
+int cmd_finetune(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = with_data_specs({
+      {"task", "squad|classify|tokens", "squad: SQuAD v1.1 JSON; classify: GLUE-style TSV; tokens: CoNLL (label in the last column)", ""},
+      {"model", "DIR", "Hugging Face model directory to start from (config.json, model.safetensors, vocab.txt)", ""},
+      {"train", "FILE", "training data", ""},
+      {"dev", "FILE", "evaluation data, scored after training (metrics also written to OUTPUT/eval_results.json)", ""},
+      {"output", "DIR", "where the fine-tuned model is written (HF layout; replaced whole if it exists)", ""},
+      {"epochs", "N", "passes over the training features", "2"},
+      {"batch", "N", "features per optimizer step", "8"},
+      {"lr", "LR", "peak learning rate (AdamW, linear warmup then linear decay to 0)", "3e-5"},
+      {"warmup", "F", "fraction of the steps spent warming up", "0.1"},
+      {"weight-decay", "W", "AdamW weight decay (not on biases and LayerNorm weights)", "0.01"},
+      {"seed", "N", "seed of the head initialisation, shuffling and dropout", "42"},
+      {"max-steps", "N", "stop after N steps (0 = --epochs); the schedule spans them", "0"},
+      {"log-every", "N", "steps between loss reports", "50"},
+      {"eval-batch", "N", "features per forward when evaluating --dev", "32"},
+      {"format", "table|json", "how the dev metrics are printed", "table"},
+  });
+  auto args = Args::parse("finetune", "Fine-tunes a BERT model on SQuAD v1.1, a GLUE-style TSV or CoNLL data.", specs, argc, argv, 2);
+  if (!args) return 0;
+  const TaskKind task = finetune::parse_task(args->require("task"));
+  const std::string model_dir = args->require("model");
+  const std::string train_path = args->require("train");
+  const std::string output = args->require("output");
+  const std::string format = check_format(*args);
+  finetune::TrainOptions to;
+  to.epochs = positive_int(*args, "epochs");
+  to.batch = positive_int(*args, "batch");
+  to.lr = float(get_double(*args, "lr"));
+  to.warmup = get_double(*args, "warmup");
+  to.weight_decay = float(get_double(*args, "weight-decay"));
+  to.seed = uint64_t(positive_int(*args, "seed", 0));
+  to.max_steps = positive_int(*args, "max-steps", 0);
+  to.log_every = positive_int(*args, "log-every");
+  const int64_t eval_batch = positive_int(*args, "eval-batch");
+  if (!(to.lr > 0)) throw Error("--lr must be positive, got ", args->get("lr"));
+  if (!(to.warmup >= 0 && to.warmup <= 1)) throw Error("--warmup must be in [0, 1], got ", args->get("warmup"));
+  if (to.weight_decay < 0) throw Error("--weight-decay must be >= 0, got ", args->get("weight-decay"));
+
+  const BertConfig config = BertConfig::from_json_file(model_dir + "/config.json");
+  const finetune::DataOptions dopt = data_options(*args, task, config);
+  const text::WordPieceTokenizer tok = load_tokenizer(model_dir);
+  const finetune::TaskData train = finetune::load_task_data(task, train_path, tok, dopt, true);
+  print_warnings("finetune", train);
+  std::fprintf(stderr, "unmask finetune: train %s: %s\n", train_path.c_str(), describe_data(train).c_str());
+  finetune::TaskData dev;
+  if (args->has("dev")) {  // read before training, so a bad file fails fast
+    dev = finetune::load_task_data(task, args->get("dev"), tok, dopt, false, train.labels);
+    std::fprintf(stderr, "unmask finetune: dev %s: %s\n", args->get("dev").c_str(), describe_data(dev).c_str());
+  }
+
+  Context ctx({.num_threads = int(args->get_int("threads"))});
+  BertTrainModel model = finetune::load_model_for_task(model_dir, task, train.labels, to.seed);
+  const finetune::TrainResult tr = finetune::train(ctx, model, train, to, [](const finetune::StepLog& l) {
+    std::fprintf(stderr, "unmask finetune: step %lld/%lld epoch %lld loss %.4f lr %.3g (%.1f features/s)\n",
+                 (long long)l.step, (long long)l.total_steps, (long long)l.epoch + 1, l.loss, l.lr, l.features_per_s);
+  });
+  std::fprintf(stderr, "unmask finetune: %lld steps in %.1f s; loss %.4f -> %.4f\n", (long long)tr.steps, tr.seconds,
+               tr.losses.front(), tr.losses.back());
+
+  model.save_pretrained(output, model_dir + "/vocab.txt");
+  if (io::file_exists(model_dir + "/tokenizer_config.json"))
+    io::write_file_atomic(output + "/tokenizer_config.json", io::read_file(model_dir + "/tokenizer_config.json"));
+  std::fprintf(stderr, "unmask finetune: wrote %s\n", output.c_str());
+
+  if (args->has("dev")) {
+    const finetune::EvalResult r = finetune::evaluate(ctx, model.to_inference_model(), dev, tok, eval_batch);
+    io::write_file_atomic(output + "/eval_results.json", finetune::metrics_json(r));
+    io::write_file_atomic(output + "/predictions.json", finetune::predictions_json(r));
+    print_metrics(r, args->get("dev"), format);
+  }
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = with_data_specs({
+      {"task", "squad|classify|tokens", "squad: EM/F1 (official v1.1 rules); classify: accuracy/F1; tokens: entity P/R/F1 (conlleval)", ""},
+      {"model", "DIR", "fine-tuned Hugging Face model directory with the task's head", ""},
+      {"data", "FILE", "evaluation data (SQuAD v1.1 JSON, TSV with a header, or CoNLL)", ""},
+      {"predictions", "OUT.json", "write the predictions (squad: {id: answer}; classify: [label]; tokens: [[tag]])", ""},
+      {"batch", "N", "features per forward", "32"},
+      {"format", "table|json", "output format", "table"},
+  });
+  auto args = Args::parse("eval", "Evaluates a fine-tuned model: SQuAD EM/F1, classification accuracy/F1, entity P/R/F1.", specs, argc, argv, 2);
+  if (!args) return 0;
+  const TaskKind task = finetune::parse_task(args->require("task"));
+  const std::string model_dir = args->require("model");
+  const std::string data_path = args->require("data");
+  const std::string format = check_format(*args);
+  const int64_t batch = positive_int(*args, "batch");
+
+  Context ctx({.num_threads = int(args->get_int("threads"))});
+  const BertModel model = BertModel::load(model_dir);
+  finetune::require_head(model.heads(), task);
+  const finetune::DataOptions dopt = data_options(*args, task, model.config());
+  const text::WordPieceTokenizer tok = load_tokenizer(model_dir);
+  const std::vector<std::string> labels = task == TaskKind::squad ? std::vector<std::string>{} : finetune::model_labels(model.config());
+  const finetune::TaskData data = finetune::load_task_data(task, data_path, tok, dopt, false, labels);
+  const finetune::EvalResult r = finetune::evaluate(ctx, model, data, tok, batch);
+  if (args->has("predictions")) io::write_file_atomic(args->get("predictions"), finetune::predictions_json(r));
+  print_metrics(r, data_path, format);
+  return 0;
+}
+
 }  // namespace unmask::cli

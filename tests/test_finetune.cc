@@ -7,15 +7,20 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "finetune/batch.h"
 #include "finetune/conll.h"
+#include "finetune/finetune.h"
 #include "finetune/glue.h"
 #include "finetune/squad.h"
 #include "text/wordpiece.h"
+#include "unmask/context.h"
 #include "unmask/error.h"
+#include "unmask/train.h"
 
 namespace {
 
@@ -523,6 +528,177 @@ TEST(FinetuneBatch, PaddedTensors) {
   logits.data<float>()[1 * 6 + 2 * 2 + 1] = 7;  // b 1, t 2, end
   EXPECT_EQ(batch_row(logits, 1, 3, 1), (std::vector<float>{0, 0, 7}));
   EXPECT_EQ(batch_row(logits, 1, 2, -1).size(), 4u);
+}
+
+// ---- end to end: a tiny random BERT learns each task ------------------------------------------
+
+// A 2-layer, 32-wide BERT over the tiny vocabulary; dropout off so a few dozen steps suffice.
+struct TinySetup {
+  WordPieceTokenizer tok = tiny_tokenizer();
+  unmask::Context ctx{{.num_threads = 2}};
+  unmask::BertTrainModel base;
+  TrainOptions train_options;
+  TinySetup() : base(unmask::BertTrainModel::random(config(), {}, 11)) {
+    train_options.epochs = 100;
+    train_options.max_steps = 60;
+    train_options.batch = 8;
+    train_options.lr = 2e-3f;
+    train_options.warmup = 0.1;
+    train_options.hidden_dropout = train_options.attention_dropout = 0.0f;
+  }
+  unmask::BertConfig config() const {
+    unmask::BertConfig c;
+    c.vocab_size = tok.vocab().size();
+    c.hidden_size = 32;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 2;
+    c.intermediate_size = 64;
+    c.max_position_embeddings = 64;
+    return c;
+  }
+  // Mean of the first and last 10 step losses.
+  static std::pair<double, double> loss_ends(const TrainResult& r) {
+    double first = 0, last = 0;
+    for (size_t i = 0; i < 10; ++i) first += r.losses[i] / 10, last += r.losses[r.losses.size() - 1 - i] / 10;
+    return {first, last};
+  }
+};
+
+Strings pick(std::mt19937& rng, const Strings& from, size_t n) {
+  Strings out;
+  for (size_t i = 0; i < n; ++i) out.push_back(from[rng() % from.size()]);
+  return out;
+}
+std::string join_words(const Strings& w) {
+  std::string s;
+  for (const auto& x : w) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+TEST(FinetuneEndToEnd, ClassifyLearnsAboveChance) {
+  TinySetup t;
+  std::mt19937 rng(5);
+  // "pos" iff the sentence holds "good" (else it holds "bad"); the rest is noise.
+  auto make = [&](size_t n) {
+    TaskData d;
+    d.task = TaskKind::classify;
+    d.labels = {"neg", "pos"};
+    for (size_t i = 0; i < n; ++i) {
+      Strings w = pick(rng, {"the", "movie", "big", "small", "w1", "w2", "w3", "a"}, 2 + rng() % 4);
+      const bool pos = rng() % 2;
+      w.insert(w.begin() + long(rng() % (w.size() + 1)), pos ? "good" : "bad");
+      d.classify_examples.push_back({join_words(w), std::nullopt, pos ? "pos" : "neg", int64_t(i + 2)});
+    }
+    d.classify_features = classify_features(d.classify_examples, d.labels, t.tok, 16);
+    return d;
+  };
+  const TaskData train_data = make(96), dev = make(40);
+  unmask::BertTrainModel model = model_for_task(t.base, TaskKind::classify, train_data.labels, 3);
+  EXPECT_EQ(model.config().id2label, train_data.labels);
+  const double before = evaluate(t.ctx, model.to_inference_model(), dev, t.tok).value("accuracy");
+  const TrainResult r = train(t.ctx, model, train_data, t.train_options);
+  const auto [first, last] = TinySetup::loss_ends(r);
+  const EvalResult after = evaluate(t.ctx, model.to_inference_model(), dev, t.tok);
+  std::printf("classify: loss %.4f -> %.4f, dev accuracy %.1f -> %.1f, F1 %.1f\n", first, last, before,
+              after.value("accuracy"), after.value("f1"));
+  EXPECT_EQ(r.steps, 60);
+  EXPECT_LT(last, 0.5 * first);
+  EXPECT_GE(after.value("accuracy"), 90.0);  // chance is ~50
+  EXPECT_EQ(after.classify_predictions.size(), 40u);
+}
+
+TEST(FinetuneEndToEnd, TokensLearnEntities) {
+  TinySetup t;
+  std::mt19937 rng(6);
+  auto make = [&](size_t n) {
+    TaskData d;
+    d.task = TaskKind::tokens;
+    d.labels = {"B-LOC", "B-PER", "I-LOC", "I-PER", "O"};
+    for (size_t i = 0; i < n; ++i) {
+      ConllSentence s;
+      s.line = int64_t(i);
+      for (size_t k = 0, words = 3 + rng() % 4; k < words; ++k) {
+        const unsigned r = rng() % 5;
+        if (r == 0) {
+          s.words.insert(s.words.end(), {"Steve", "Smith"});
+          s.labels.insert(s.labels.end(), {"B-PER", "I-PER"});
+        } else if (r == 1) {
+          s.words.insert(s.words.end(), {"New", "York"});
+          s.labels.insert(s.labels.end(), {"B-LOC", "I-LOC"});
+        } else {
+          s.words.push_back(pick(rng, {"the", "dog", "was", "quick", "big", "w4", "w5", "jumped"}, 1)[0]);
+          s.labels.push_back("O");
+        }
+      }
+      d.sentences.push_back(std::move(s));
+    }
+    d.conll_features = conll_features(d.sentences, d.labels, t.tok, 32);
+    return d;
+  };
+  const TaskData train_data = make(96), dev = make(40);
+  unmask::BertTrainModel model = model_for_task(t.base, TaskKind::tokens, train_data.labels, 3);
+  const double before = evaluate(t.ctx, model.to_inference_model(), dev, t.tok).value("f1");
+  const TrainResult r = train(t.ctx, model, train_data, t.train_options);
+  const auto [first, last] = TinySetup::loss_ends(r);
+  const EvalResult after = evaluate(t.ctx, model.to_inference_model(), dev, t.tok);
+  std::printf("tokens: loss %.4f -> %.4f, dev entity F1 %.1f -> %.1f\n", first, last, before, after.value("f1"));
+  EXPECT_LT(last, 0.5 * first);
+  EXPECT_GE(after.value("f1"), 80.0);
+  EXPECT_GT(after.value("f1"), before + 30.0);
+}
+
+TEST(FinetuneEndToEnd, SquadLearnsToFindTheAnswer) {
+  TinySetup t;
+  std::mt19937 rng(7);
+  // Contexts of filler words with one "dog" somewhere; the answer is always "dog".
+  auto make = [&](size_t n, bool training) {
+    TaskData d;
+    d.task = TaskKind::squad;
+    for (size_t i = 0; i < n; ++i) {
+      Strings w = pick(rng, {"w0", "w1", "w2", "w3", "w4", "w5", "w6", "the", "was", "big"}, 4 + rng() % 8);
+      const size_t at = rng() % (w.size() + 1);
+      w.insert(w.begin() + long(at), "dog");
+      SquadExample ex;
+      ex.id = "q" + std::to_string(i);
+      ex.question = "q";
+      ex.context = join_words(w);
+      ex.doc_words = w;
+      int64_t offset = 0;
+      for (size_t k = 0; k < at; ++k) offset += int64_t(w[k].size()) + 1;
+      ex.answers = {{"dog", offset}};
+      if (training) ex.start_word = ex.end_word = int64_t(at);
+      d.squad_examples.push_back(std::move(ex));
+    }
+    d.squad_features = squad_features(d.squad_examples, t.tok, {.max_seq_length = 32, .doc_stride = 8}, training);
+    return d;
+  };
+  const TaskData train_data = make(96, true), dev = make(40, false);
+  unmask::BertTrainModel model = model_for_task(t.base, TaskKind::squad, {}, 3);
+  const double before = evaluate(t.ctx, model.to_inference_model(), dev, t.tok).value("exact_match");
+  const TrainResult r = train(t.ctx, model, train_data, t.train_options);
+  const auto [first, last] = TinySetup::loss_ends(r);
+  const EvalResult after = evaluate(t.ctx, model.to_inference_model(), dev, t.tok);
+  std::printf("squad: loss %.4f -> %.4f, dev EM %.1f -> %.1f, F1 %.1f\n", first, last, before,
+              after.value("exact_match"), after.value("f1"));
+  EXPECT_LT(last, 0.5 * first);
+  EXPECT_GE(after.value("exact_match"), 80.0);
+  EXPECT_GT(after.value("exact_match"), before + 40.0);
+}
+
+TEST(FinetuneEndToEnd, TaskNamesAndBadInput) {
+  EXPECT_EQ(parse_task("squad"), TaskKind::squad);
+  EXPECT_EQ(parse_task("tokens"), TaskKind::tokens);
+  EXPECT_NE(error_of([] { parse_task("sqad"); }).find("did you mean --task squad?"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_task("ner"); }).find("did you mean --task tokens?"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_task("zzzzzzzz"); }).find("one of squad, classify, tokens"), std::string::npos);
+  unmask::BertConfig c;
+  c.num_labels = 3;
+  c.id2label = {"LABEL_0", "neg", ""};
+  EXPECT_EQ(model_labels(c), (Strings{"0", "neg", "2"}));
+  const WordPieceTokenizer tok = tiny_tokenizer();
+  const std::string path = write_temp("one_label.tsv", "sentence\tlabel\ngood\t1\nbad\t1\n");
+  EXPECT_NE(error_of([&] { load_task_data(TaskKind::classify, path, tok, {}, true); }).find("1 distinct label(s)"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,371 @@
+// finetune/finetune.cc: task data, model set-up, the fine-tuning loop and evaluation (see
+// finetune.h).
+#include "finetune/finetune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "finetune/batch.h"
+#include "unmask/error.h"
+
+namespace unmask::finetune {
+namespace {
+
+constexpr const char* kTaskNames[] = {"squad", "classify", "tokens"};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+BertHeads heads_for(TaskKind task) {
+  BertHeads h;
+  if (task == TaskKind::squad) h.qa = true;
+  if (task == TaskKind::classify) h.seqcls = true;
+  if (task == TaskKind::tokens) h.tokcls = true;
+  return h;
+}
+
+bool has_architecture(const BertConfig& cfg, const char* what) {
+  return std::any_of(cfg.architectures.begin(), cfg.architectures.end(),
+                     [&](const std::string& a) { return a.find(what) != std::string::npos; });
+}
+
+// Copies every parameter of `from` whose name and shape `to` shares (the task head only when
+// keep_head).
+void copy_params(BertTrainModel& from, BertTrainModel& to, bool keep_head) {
+  std::map<std::string, const Param*> by_name;
+  for (const Param& p : from.params()) by_name[p.name] = &p;
+  for (Param& p : to.params()) {
+    const bool head = p.name.rfind("classifier.", 0) == 0 || p.name.rfind("qa_outputs.", 0) == 0;
+    auto it = by_name.find(p.name);
+    if (it == by_name.end() || (head && !keep_head) || it->second->value.shape() != p.value.shape()) continue;
+    UNMASK_CHECK(p.value.is_contiguous() && it->second->value.is_contiguous(), "copy_params: ", p.name, " is not contiguous");
+    std::memcpy(p.value.raw(), it->second->value.raw(), p.value.nbytes());
+  }
+}
+
+}  // namespace
+
+TaskKind parse_task(const std::string& name) {
+  for (size_t i = 0; i < 3; ++i)
+    if (name == kTaskNames[i]) return TaskKind(i);
+  // Other names for the same tasks point at ours.
+  static const std::map<std::string, const char*> aliases = {
+      {"qa", "squad"}, {"question-answering", "squad"}, {"glue", "classify"}, {"seqcls", "classify"},
+      {"classification", "classify"}, {"mrpc", "classify"}, {"sst-2", "classify"}, {"ner", "tokens"},
+      {"conll", "tokens"}, {"tokcls", "tokens"}, {"token-classification", "tokens"}, {"tagging", "tokens"}};
+  std::string suggestion;
+  if (auto it = aliases.find(name); it != aliases.end()) {
+    suggestion = it->second;
+  } else {
+    size_t best = SIZE_MAX;
+    for (const char* t : kTaskNames)
+      if (size_t d = edit_distance(name, t); d < best) best = d, suggestion = t;
+    if (best > 3) suggestion.clear();
+  }
+  throw Error("unknown task '", name, "'",
+              Hint(suggestion.empty() ? std::string("--task is one of squad, classify, tokens")
+                                      : "did you mean --task " + suggestion + "? (one of squad, classify, tokens)"));
+}
+
+const char* task_name(TaskKind task) { return kTaskNames[int(task)]; }
+
+Task train_task(TaskKind task) {
+  return task == TaskKind::squad ? Task::qa : task == TaskKind::classify ? Task::seqcls : Task::tokcls;
+}
+
+int64_t default_max_seq(TaskKind task) { return task == TaskKind::squad ? 384 : 128; }
+
+// ---- TaskData ---------------------------------------------------------------------------------
+
+size_t TaskData::num_examples() const {
+  return task == TaskKind::squad ? squad_examples.size()
+         : task == TaskKind::classify ? classify_examples.size() : sentences.size();
+}
+size_t TaskData::num_features() const {
+  return task == TaskKind::squad ? squad_features.size()
+         : task == TaskKind::classify ? classify_features.size() : conll_features.size();
+}
+size_t TaskData::feature_length(size_t i) const {
+  return task == TaskKind::squad ? squad_features[i].input_ids.size()
+         : task == TaskKind::classify ? classify_features[i].input_ids.size() : conll_features[i].input_ids.size();
+}
+TaskBatch TaskData::batch(const std::vector<size_t>& rows, bool with_labels) const {
+  if (task == TaskKind::squad) return qa_batch(squad_features, rows, with_labels);
+  if (task == TaskKind::classify) return classify_batch(classify_features, rows, with_labels);
+  return tokens_batch(conll_features, rows, with_labels);
+}
+
+TaskData load_task_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
+                        const DataOptions& options, bool training, const std::vector<std::string>& labels) {
+  TaskData d;
+  d.task = task;
+  d.path = path;
+  const int64_t max_seq = options.max_seq > 0 ? options.max_seq : default_max_seq(task);
+  if (task == TaskKind::squad) {
+    d.squad_examples = read_squad(path, training, &d.squad_report);
+    d.squad_features = squad_features(
+        d.squad_examples, tokenizer,
+        {.max_seq_length = max_seq, .doc_stride = options.doc_stride, .max_query_length = options.max_query}, training);
+  } else if (task == TaskKind::classify) {
+    const TsvTable table = read_tsv(path);
+    d.classify_examples = classify_examples(table, resolve_columns(table, options.columns, true));
+    d.labels = labels.empty() ? label_list(d.classify_examples) : labels;
+    if (training && d.labels.size() < 2)
+      throw Error("classify: ", path, " has ", d.labels.size(), " distinct label(s); classification needs at least 2",
+                  Hint("check --label: it names the column holding the class"));
+    d.classify_features = classify_features(d.classify_examples, d.labels, tokenizer, max_seq, false);
+  } else {
+    d.sentences = read_conll(path);
+    d.labels = labels.empty() ? conll_label_list(d.sentences) : labels;
+    d.conll_features = conll_features(d.sentences, d.labels, tokenizer, max_seq, !training);
+  }
+  if (d.num_features() == 0)
+    throw Error(task_name(task), ": ", path, " gave no ", training ? "training " : "", "examples",
+                Hint(task == TaskKind::squad && d.squad_report.skipped > 0
+                         ? "every question was skipped; the first warning: " + d.squad_report.warnings.front()
+                         : "the file holds no usable rows"));
+  return d;
+}
+
+// ---- models -----------------------------------------------------------------------------------
+
+std::vector<std::string> model_labels(const BertConfig& config) {
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < config.num_labels; ++i) {
+    const std::string fallback = std::to_string(i);
+    const std::string name = size_t(i) < config.id2label.size() ? config.id2label[size_t(i)] : "";
+    out.push_back(name.empty() || name == "LABEL_" + fallback ? fallback : name);
+  }
+  return out;
+}
+
+namespace {
+
+BertTrainModel with_task_head(BertTrainModel& base, TaskKind task, const std::vector<std::string>& labels,
+                              uint64_t seed, bool keep_head) {
+  BertConfig cfg = base.config();
+  if (task != TaskKind::squad) {
+    if (labels.size() < 2) throw Error(task_name(task), ": ", labels.size(), " label(s); a classifier needs at least 2");
+    cfg.num_labels = int64_t(labels.size());
+    cfg.id2label = labels;
+  }
+  BertTrainModel model = BertTrainModel::random(cfg, heads_for(task), seed);
+  copy_params(base, model, keep_head);
+  return model;
+}
+
+}  // namespace
+
+BertTrainModel model_for_task(BertTrainModel& base, TaskKind task, const std::vector<std::string>& labels,
+                              uint64_t seed) {
+  return with_task_head(base, task, labels, seed, false);
+}
+
+BertTrainModel load_model_for_task(const std::string& dir, TaskKind task, const std::vector<std::string>& labels,
+                                   uint64_t seed) {
+  if (task == TaskKind::squad) return BertTrainModel::load(dir, heads_for(task), seed);
+  // The checkpoint's classifier is kept when it is of the same kind and size (and the label
+  // names, which only random() can set, are applied to a copy).
+  const BertConfig cfg = BertConfig::from_json_file(dir + "/config.json");
+  const bool same_kind = has_architecture(cfg, task == TaskKind::classify ? "SequenceClassification" : "TokenClassification");
+  BertTrainModel base = BertTrainModel::load(dir, heads_for(task), seed);
+  const bool keep = same_kind && base.config().num_labels == int64_t(labels.size()) && model_labels(base.config()) == labels;
+  return with_task_head(base, task, labels, seed, keep);
+}
+
+// ---- training ---------------------------------------------------------------------------------
+
+TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, const TrainOptions& options,
+                  const std::function<void(const StepLog&)>& on_log) {
+  const int64_t N = int64_t(data.num_features());
+  if (N == 0) throw Error("finetune: no training features");
+  if (options.batch < 1) throw Error("finetune: --batch must be at least 1, got ", options.batch);
+  if (options.epochs < 1 && options.max_steps < 1) throw Error("finetune: --epochs must be at least 1, got ", options.epochs);
+  if (!(options.warmup >= 0 && options.warmup <= 1)) throw Error("finetune: --warmup must be in [0, 1], got ", options.warmup);
+  if (!(options.lr > 0) || !std::isfinite(options.lr)) throw Error("finetune: --lr must be positive, got ", options.lr);
+  const int64_t per_epoch = (N + options.batch - 1) / options.batch;
+  const int64_t total = options.max_steps > 0 ? options.max_steps : options.epochs * per_epoch;
+
+  OptimizerConfig oc;
+  oc.kind = OptimizerKind::adamw;
+  oc.lr = options.lr;
+  oc.eps = 1e-8f;  // HF's adam_epsilon
+  oc.weight_decay = options.weight_decay;
+  oc.max_grad_norm = 1.0f;
+  Optimizer opt(oc, model.params());
+  ScheduleConfig sc;
+  sc.kind = ScheduleConfig::Kind::linear;
+  sc.warmup = options.warmup;
+  sc.total_steps = total;
+
+  TrainResult result;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  double window_loss = 0;
+  int64_t window_steps = 0, features_done = 0;
+  std::vector<size_t> order(static_cast<size_t>(N));
+  for (int64_t epoch = 0; result.steps < total; ++epoch) {
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::mt19937_64 rng(options.seed + uint64_t(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int64_t first = 0; first < N && result.steps < total; first += options.batch) {
+      const std::vector<size_t> rows(order.begin() + first, order.begin() + std::min(N, first + options.batch));
+      model.zero_grad();
+      TrainStepOptions so;
+      so.hidden_dropout = options.hidden_dropout;
+      so.attention_dropout = options.attention_dropout;
+      so.seed = options.seed;
+      so.step = opt.step_count();
+      TaskResult r = model.task_step(ctx, data.batch(rows, true), train_task(data.task), so);
+      if (!std::isfinite(r.loss))
+        throw Error("finetune: the loss is ", r.loss, " at step ", result.steps + 1,
+                    Hint("lower --lr, or check the data (labels, very long inputs)"));
+      const double lr = double(oc.lr) * lr_multiplier(sc, opt.step_count());
+      opt.step(ctx, float(lr));
+      ++result.steps;
+      result.losses.push_back(r.loss);
+      features_done += int64_t(rows.size());
+      window_loss += r.loss;
+      ++window_steps;
+      if (on_log && (result.steps % std::max<int64_t>(options.log_every, 1) == 0 || result.steps == total)) {
+        StepLog log;
+        log.step = result.steps;
+        log.total_steps = total;
+        log.epoch = epoch;
+        log.loss = window_loss / double(window_steps);
+        log.lr = lr;
+        log.seconds = seconds();
+        log.features_per_s = log.seconds > 0 ? double(features_done) / log.seconds : 0;
+        on_log(log);
+        window_loss = 0;
+        window_steps = 0;
+      }
+    }
+  }
+  result.seconds = seconds();
+  return result;
+}
+
+// ---- evaluation -------------------------------------------------------------------------------
+
+void require_head(const BertHeads& h, TaskKind task) {
+  const bool has_head = task == TaskKind::squad ? h.qa : task == TaskKind::classify ? h.seqcls : h.tokcls;
+  if (has_head) return;
+  const char* head = task == TaskKind::squad ? "question-answering (qa_outputs)"
+                     : task == TaskKind::classify ? "sequence-classification (classifier on the pooled output)"
+                                                  : "token-classification (classifier on every token)";
+  throw Error("the model has no ", head, " head for --task ", task_name(task),
+              Hint(std::string("fine-tune it first: unmask finetune --task ") + task_name(task) + " ..."));
+}
+
+double EvalResult::value(const std::string& name) const {
+  for (const Metric& m : metrics)
+    if (m.name == name) return m.value;
+  throw Error("eval: no metric '", name, "' for task ", task_name(task));
+}
+
+EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
+                    const text::WordPieceTokenizer& tokenizer, int64_t batch_size) {
+  const TaskKind task = data.task;
+  require_head(model.heads(), task);
+  const int64_t L = model.config().num_labels;
+  if (task != TaskKind::squad && int64_t(data.labels.size()) != L)
+    throw Error("eval: the data has ", data.labels.size(), " labels but the model's classifier has ", L);
+  if (batch_size < 1) throw Error("eval: batch size must be at least 1, got ", batch_size);
+
+  // Features by length, so a batch holds similar lengths (less padding).
+  const size_t F = data.num_features();
+  std::vector<size_t> order(F);
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return data.feature_length(a) < data.feature_length(b); });
+  ForwardOptions fo;
+  fo.mlm = fo.nsp = false;
+  fo.pooler = task == TaskKind::classify;
+  fo.qa = task == TaskKind::squad;
+  fo.classifier = task != TaskKind::squad;
+  std::vector<SquadLogits> qa(task == TaskKind::squad ? F : 0);
+  std::vector<std::vector<float>> rows_logits(task == TaskKind::squad ? 0 : F);
+  for (size_t first = 0; first < F; first += size_t(batch_size)) {
+    const std::vector<size_t> rows(order.begin() + int64_t(first), order.begin() + int64_t(std::min(F, first + size_t(batch_size))));
+    const TaskBatch b = data.batch(rows, false);
+    BertInput in;
+    in.input_ids = b.input_ids;
+    in.token_type_ids = b.token_type_ids;
+    in.attention_mask = b.attention_mask;
+    const BertOutputs out = model.forward(ctx, in, fo);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t n = int64_t(data.feature_length(rows[i]));
+      if (task == TaskKind::squad) {
+        qa[rows[i]].start = batch_row(out.qa_start_logits, int64_t(i), n);
+        qa[rows[i]].end = batch_row(out.qa_end_logits, int64_t(i), n);
+      } else if (task == TaskKind::classify) {
+        rows_logits[rows[i]] = batch_row(out.seqcls_logits, int64_t(i), L);
+      } else {
+        rows_logits[rows[i]] = batch_row(out.tokcls_logits, int64_t(i), n);
+      }
+    }
+  }
+
+  EvalResult r;
+  r.task = task;
+  r.examples = int64_t(data.num_examples());
+  if (task == TaskKind::squad) {
+    r.squad_predictions = squad_predict(data.squad_examples, data.squad_features, qa, tokenizer, {});
+    const SquadScore s = squad_evaluate(data.squad_examples, r.squad_predictions);
+    r.metrics = {{"exact_match", s.exact_match}, {"f1", s.f1}};
+  } else if (task == TaskKind::classify) {
+    std::vector<int32_t> gold, predicted;
+    for (size_t i = 0; i < F; ++i) {
+      const std::vector<float>& lg = rows_logits[i];
+      const int32_t p = int32_t(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      predicted.push_back(p);
+      gold.push_back(data.classify_features[i].label);
+      r.classify_predictions.push_back(data.labels[size_t(p)]);
+    }
+    const ClassifyScore s = classify_score(gold, predicted, L, positive_label_index(data.labels));
+    r.metrics = {{"accuracy", s.accuracy}, {"f1", s.f1}};
+  } else {
+    const auto words = conll_word_predictions(data.conll_features, rows_logits, L, data.sentences);
+    std::vector<std::vector<std::string>> gold;
+    for (size_t s = 0; s < data.sentences.size(); ++s) {
+      gold.push_back(data.sentences[s].labels);
+      std::vector<std::string> tags;
+      for (int32_t id : words[s]) tags.push_back(id >= 0 ? data.labels[size_t(id)] : "O");
+      r.token_predictions.push_back(std::move(tags));
+    }
+    const ChunkScore s = chunk_score(gold, r.token_predictions);
+    r.metrics = {{"precision", s.precision}, {"recall", s.recall}, {"f1", s.f1}, {"accuracy", s.accuracy}};
+  }
+  return r;
+}
+
+std::string predictions_json(const EvalResult& result) {
+  if (result.task == TaskKind::squad) return squad_predictions_json(result.squad_predictions);
+  nlohmann::json j = result.task == TaskKind::classify ? nlohmann::json(result.classify_predictions)
+                                                       : nlohmann::json(result.token_predictions);
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string metrics_json(const EvalResult& result) {
+  nlohmann::ordered_json j;
+  j["task"] = task_name(result.task);
+  j["examples"] = result.examples;
+  for (const Metric& m : result.metrics) j[m.name] = m.value;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace unmask::finetune
