@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `unmask finetune` / `unmask eval` on good and bad input: exit codes, the words of each message,
+# and the files a run writes. Uses the fixtures of tests/data/finetune/ and a tiny random HF
+# checkpoint made with PyTorch (tests/python/make_bert_checkpoint.py).
+#   bash tests/cli/test_finetune_cli.sh [build/unmask]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+U=$(readlink -f "${1:-build/unmask}")
+D=tests/data/finetune
+W=$(mktemp -d /tmp/unmask-ft-cli-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+/usr/bin/python3 tests/python/make_bert_checkpoint.py --out "$W/m" --size tiny --heads pretraining --seed 3 >/dev/null
+pass=0; fail=0
+
+# expect CODE SUBSTRING -- command...   (CODE: exact exit code; SUBSTRING: in stdout+stderr)
+expect() {
+  local code=$1 want=$2; shift 3
+  local out rc
+  out=$(timeout 120 "$@" 2>&1); rc=$?
+  if [[ $rc == "$code" && "$out" == *"$want"* ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $* -> exit $rc (want $code), output:"; echo "$out" | head -8; echo "(wanted: $want)"
+  fi
+}
+# check DESCRIPTION -- test-command...
+check() {
+  local what=$1; shift 2
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what"; fi
+}
+FT=("$U" finetune --model "$W/m" --threads 2 --epochs 1 --log-every 1)
+
+# ---- good runs: finetune writes an HF directory that eval reads back with the same metrics ----
+expect 0 "exact_match" -- "${FT[@]}" --task squad --train $D/squad_train.json --dev $D/squad_dev.json --output "$W/squad" --max-seq 64
+for f in config.json model.safetensors vocab.txt tokenizer_config.json eval_results.json predictions.json; do
+  check "squad output has $f" -- test -s "$W/squad/$f"
+done
+check "squad config names the QA architecture" -- grep -q BertForQuestionAnswering "$W/squad/config.json"
+expect 0 "\"exact_match\"" -- "$U" eval --task squad --model "$W/squad" --data $D/squad_dev.json --max-seq 64 --format json --predictions "$W/p.json"
+check "eval predictions equal the finetune dev predictions" -- cmp -s "$W/p.json" "$W/squad/predictions.json"
+em_ft=$(grep exact_match "$W/squad/eval_results.json")
+em_eval=$("$U" eval --task squad --model "$W/squad" --data $D/squad_dev.json --max-seq 64 --format json | grep exact_match)
+check "eval reproduces the finetune dev EM ($em_ft)" -- test "$em_ft" = "$em_eval"
+expect 0 "q1000" -- cat "$W/p.json"
+
+expect 0 "accuracy" -- "${FT[@]}" --task classify --train $D/mrpc_train.tsv --dev $D/mrpc_dev.tsv --output "$W/mrpc"
+check "classify config has id2label from the training labels" -- grep -q '"1": "1"' "$W/mrpc/config.json"
+expect 0 "f1" -- "$U" eval --task classify --model "$W/mrpc" --data $D/mrpc_dev.tsv
+expect 0 "wrote $W/sst" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/sst" --max-steps 2
+expect 0 "step 2/2" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/sst" --max-steps 2 --text-a sentence --text-b none --label 1
+expect 0 "precision" -- "${FT[@]}" --task tokens --train $D/tokens_train.txt --dev $D/tokens_dev.txt --output "$W/tok"
+check "tokens config is a token classifier with the BIO labels" -- grep -q '"I-PER"' "$W/tok/config.json"
+expect 0 "recall" -- "$U" eval --task tokens --model "$W/tok" --data $D/tokens_dev.txt
+expect 0 "usage: unmask finetune" -- "$U" finetune --help
+expect 0 "usage: unmask eval" -- "$U" eval --help
+
+# ---- bad input ----
+expect 1 "--train is required" -- "$U" finetune --task squad --model "$W/m" --output "$W/x"
+expect 1 "--task is required" -- "$U" eval --model "$W/squad" --data $D/squad_dev.json
+expect 1 "did you mean --task squad?" -- "$U" finetune --task sqaud --model "$W/m" --train $D/squad_train.json --output "$W/x"
+expect 1 "did you mean --task tokens?" -- "$U" eval --task ner --model "$W/tok" --data $D/tokens_dev.txt
+expect 1 "did you mean --train" -- "$U" finetune --task squad --model "$W/m" --trian $D/squad_train.json --output "$W/x"
+expect 1 "not found" -- "${FT[@]}" --task squad --train "$W/none.json" --output "$W/x"
+expect 1 "config.json not found" -- "$U" finetune --task squad --model "$W/nomodel" --train $D/squad_train.json --output "$W/x"
+printf '{"data": [' > "$W/bad.json"
+expect 1 "is not valid JSON" -- "${FT[@]}" --task squad --train "$W/bad.json" --output "$W/x"
+printf '{"version": "1.1"}' > "$W/nodata.json"
+expect 1 "has no \"data\"" -- "${FT[@]}" --task squad --train "$W/nodata.json" --output "$W/x"
+sed 's/"answer_start": [0-9]*/"answer_start": 0/' $D/squad_train.json > "$W/shifted.json"
+expect 1 "every question was skipped" -- "${FT[@]}" --task squad --train "$W/shifted.json" --output "$W/x"
+printf 'sentence\tlabel\ngood\t1\nbad\t0\textra\n' > "$W/cols.tsv"
+expect 1 "cols.tsv:3: 3 tab-separated columns, but the header has 2" -- "${FT[@]}" --task classify --train "$W/cols.tsv" --output "$W/x"
+printf 'x\ty\n1\t2\n' > "$W/layout.tsv"
+expect 1 "cannot tell the text and label columns" -- "${FT[@]}" --task classify --train "$W/layout.tsv" --output "$W/x"
+expect 1 "\"nope\" is not a column" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --label nope --output "$W/x"
+printf 'John B-PER\nlonely\n' > "$W/nolabel.txt"
+expect 1 "nolabel.txt:2: \"lonely\" has no label" -- "${FT[@]}" --task tokens --train "$W/nolabel.txt" --output "$W/x"
+expect 1 "longer than the model's 512 positions" -- "${FT[@]}" --task squad --train $D/squad_train.json --output "$W/x" --max-seq 600
+expect 1 "--batch must be at least 1" -- "${FT[@]}" --task squad --train $D/squad_train.json --output "$W/x" --batch 0
+expect 1 "--lr must be a number" -- "${FT[@]}" --task squad --train $D/squad_train.json --output "$W/x" --lr fast
+expect 1 "no question-answering (qa_outputs) head" -- "$U" eval --task squad --model "$W/m" --data $D/squad_dev.json
+expect 1 "no token-classification" -- "$U" eval --task tokens --model "$W/mrpc" --data $D/tokens_dev.txt
+printf 'sentence\tlabel\ngood\tmaybe\n' > "$W/labels.tsv"
+expect 1 "label \"maybe\" is not one of the model's labels" -- "$U" eval --task classify --model "$W/mrpc" --data "$W/labels.tsv"
+expect 1 "--format must be table or json" -- "$U" eval --task squad --model "$W/squad" --data $D/squad_dev.json --format xml
+check "no output directory left by failed runs" -- test ! -e "$W/x"
+
+echo "finetune CLI: $pass passed, $fail failed"
+[[ $fail == 0 ]]
