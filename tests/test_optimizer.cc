@@ -322,10 +322,10 @@ TEST(AdamW, MatchesTorchAdamW) {
       // pass near zero (there the f32 rounding of ten updates, ~1e-7 of their size, dominates).
       // A wrong decay, bias correction or clip moves elements by ~1e-4 of the update or more.
       EXPECT_TRUE(all_close(got_p, ref_p, {.atol = 1e-5 * move, .rtol = 1e-6})) << "param";
-      EXPECT_TRUE(all_close(values(state.tensors[2 * i].second), ref_m, {.atol = 1e-6 * max_abs(ref_m), .rtol = 1e-6}))
-          << "exp_avg";
-      EXPECT_TRUE(all_close(values(state.tensors[2 * i + 1].second), ref_v, {.atol = 1e-6 * max_abs(ref_v), .rtol = 1e-6}))
-          << "exp_avg_sq";
+      const std::vector<double> got_m = values(state.tensors[2 * i].second);
+      const std::vector<double> got_v = values(state.tensors[2 * i + 1].second);
+      EXPECT_TRUE(all_close(got_m, ref_m, {.atol = 1e-6 * max_abs(ref_m), .rtol = 1e-6})) << "exp_avg";
+      EXPECT_TRUE(all_close(got_v, ref_v, {.atol = 1e-6 * max_abs(ref_v), .rtol = 1e-6})) << "exp_avg_sq";
       for (size_t e = 0; e < got_p.size(); ++e)
         worst = std::max(worst, std::fabs(got_p[e] - ref_p[e]) / std::max(std::fabs(ref_p[e]), move));
     }
