@@ -3,13 +3,14 @@
 // Usage (one optimizer step of gradient accumulation over two micro-batches):
 //   unmask::Context ctx({.num_threads = 2});
 //   auto model = unmask::BertTrainModel::load("bert-tiny/");           // HF dir, owned f32 copy
-//   unmask::Optimizer opt(unmask::OptimizerConfig::lamb(6e-3), model.params());
+//   unmask::OptimizerConfig oc;  oc.kind = unmask::OptimizerKind::lamb;  oc.lr = 6e-3f;
+//   unmask::Optimizer opt(oc, model.params());
 //   model.zero_grad();
 //   for (const PretrainBatch& mb : micro_batches) {
 //     TrainStepOptions o{.loss_scale = 0.5f, .seed = 42, .step = opt.step_count(), .micro = i};
 //     PretrainStats s = model.pretrain_step(ctx, mb, o);                // forward + backward
 //   }
-//   opt.step(ctx, unmask::learning_rate(schedule, opt.step_count()));
+//   opt.step(ctx, oc.lr * float(unmask::lr_multiplier(schedule, opt.step_count())));
 //   model.save_pretrained("run/checkpoints/step-1", "vocab.txt");
 //
 // Gradients accumulate in Param::grad until zero_grad(). Dropout is counter-based: the mask of
