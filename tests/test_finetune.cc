@@ -17,6 +17,8 @@
 #include "finetune/finetune.h"
 #include "finetune/glue.h"
 #include "finetune/squad.h"
+#include "op_test_util.h"
+#include "text/unicode.h"
 #include "text/wordpiece.h"
 #include "unmask/context.h"
 #include "unmask/error.h"
@@ -278,6 +280,75 @@ TEST(FinetuneSquadDecode, OnlyMaxContextStartsCount) {
   lg[1].start[4] = 5;
   lg[1].end[4] = 5;
   EXPECT_EQ(squad_predict({ex}, f, lg, tok, {}).at("x"), "w3");
+}
+
+// Round trip on random text with the real vocabulary: for every answer made of whole context
+// words, peaking the logits at the feature's gold (start, end) must decode to the answer
+// exactly, whatever the windowing; and every document piece has max context in exactly one
+// window.
+TEST(FinetuneSquadDecode, RandomRoundTripRecoversAnswers) {
+  const std::string vocab_path = std::string(UNMASK_SOURCE_DIR) + "/../shared/data/bert-base-uncased-vocab.txt";
+  if (!std::filesystem::exists(vocab_path)) GTEST_SKIP() << vocab_path << " not found";
+  const WordPieceTokenizer tok(Vocab::load(vocab_path));
+  unmask::test::TestRng rng;
+  SCOPED_TRACE(rng.note());
+  const Strings words = {"The", "river", "Caf\xC3\xA9", "(1895-1943)", "Smith's", "U.S.", "naïve", "quickly,",
+                         "\xE6\x9D\xB1\xE4\xBA\xAC", "unbelievably", "42", "x", "\xF0\x9F\x98\x80", "end.", "don't",
+                         "Z\xC3\xBCrich", "antidisestablishmentarianism"};
+  int64_t checked = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    SquadExample ex;
+    ex.id = "r" + std::to_string(trial);
+    ex.question = "what is it?";
+    const int64_t n_words = rng.integer(1, 40);
+    for (int64_t i = 0; i < n_words; ++i) ex.doc_words.push_back(words[size_t(rng.integer(0, int64_t(words.size()) - 1))]);
+    ex.start_word = rng.integer(0, n_words - 1);
+    ex.end_word = std::min(n_words - 1, ex.start_word + rng.integer(0, 3));
+    std::string answer;
+    int64_t offset = 0;  // code points before the answer
+    for (int64_t i = 0; i < n_words; ++i) {
+      if (i == ex.start_word) offset = int64_t(unmask::text::unicode::decode_utf8(ex.context).size()) + (i ? 1 : 0);
+      ex.context += (i ? " " : "") + ex.doc_words[size_t(i)];
+      if (i >= ex.start_word && i <= ex.end_word) answer += (i > ex.start_word ? " " : "") + ex.doc_words[size_t(i)];
+    }
+    ex.answers = {{answer, offset}};
+    // The reader agrees with the construction.
+    auto parsed = parse_squad(one_question_json(ex.context, answer, offset), "r.json", true);
+    ASSERT_EQ(parsed.size(), 1u) << ex.context << " / " << answer;
+    EXPECT_EQ(parsed[0].start_word, ex.start_word);
+    EXPECT_EQ(parsed[0].end_word, ex.end_word);
+    const SquadFeatureOptions fo{.max_seq_length = rng.integer(12, 40), .doc_stride = rng.integer(1, 8), .max_query_length = 64};
+    const auto f = squad_features({ex}, tok, fo, true);
+    // Windows start every min(doc_stride, room) pieces ("what is it?" is 4 pieces).
+    const int64_t stride = std::min(fo.doc_stride, fo.max_seq_length - 4 - 3);
+    int64_t doc_pieces = 0;
+    for (const auto& w : ex.doc_words) doc_pieces += int64_t(tok.tokenize(w).size());
+    std::map<int64_t, int> owners;  // doc piece -> windows where it has max context
+    std::vector<SquadLogits> lg(f.size());
+    bool placed = false;
+    for (size_t i = 0; i < f.size(); ++i) {
+      lg[i].start.assign(f[i].input_ids.size(), 0.0f);
+      lg[i].end.assign(f[i].input_ids.size(), 0.0f);
+      const int64_t doc_offset = int64_t(f[i].input_ids.size()) - 1 -
+                                 std::count_if(f[i].token_to_word.begin(), f[i].token_to_word.end(), [](int64_t w) { return w >= 0; });
+      for (size_t t = 0; t < f[i].input_ids.size(); ++t)
+        if (f[i].token_is_max_context[t]) ++owners[int64_t(t) - doc_offset + int64_t(i) * stride];
+      const int64_t s = f[i].start_position, e = f[i].end_position;
+      if (!placed && s > 0 && f[i].token_is_max_context[size_t(s)] && e - s < 30) {
+        lg[i].start[size_t(s)] = 10;
+        lg[i].end[size_t(e)] = 10;
+        placed = true;
+      }
+    }
+    for (const auto& [piece, n] : owners) EXPECT_EQ(n, 1) << "piece " << piece << " trial " << trial;
+    EXPECT_EQ(int64_t(owners.size()), doc_pieces) << "trial " << trial;
+    EXPECT_EQ(owners.begin()->first, 0);
+    if (!placed) continue;
+    ++checked;
+    EXPECT_EQ(squad_predict({ex}, f, lg, tok, {}).at(ex.id), answer) << "context: " << ex.context;
+  }
+  std::printf("round trip: %lld of 60 answers decoded\n", (long long)checked);
+  EXPECT_GT(checked, 30);
 }
 
 // ---- SQuAD bad input --------------------------------------------------------------------------
