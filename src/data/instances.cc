@@ -57,13 +57,22 @@ void mask_tokens(int32_t* ids, int64_t n, const MaskingOptions& options, Rng& rn
 }
 
 void truncate_seq_pair(std::vector<int32_t>& a, std::vector<int32_t>& b, int64_t max_num_tokens, Rng& rng) {
-  while (int64_t(a.size() + b.size()) > max_num_tokens) {
-    std::vector<int32_t>& longer = a.size() > b.size() ? a : b;
+  // Google's loop trims one token at a time (del tokens[0] or pop()); the same decisions on
+  // [begin, end) windows, with one erase at the end, avoid its quadratic front deletions.
+  size_t a_lo = 0, a_hi = a.size(), b_lo = 0, b_hi = b.size();
+  while (int64_t((a_hi - a_lo) + (b_hi - b_lo)) > max_num_tokens) {
+    const bool trim_a = a_hi - a_lo > b_hi - b_lo;
+    size_t& lo = trim_a ? a_lo : b_lo;
+    size_t& hi = trim_a ? a_hi : b_hi;
     if (rng.uniform() < 0.5)
-      longer.erase(longer.begin());
+      ++lo;
     else
-      longer.pop_back();
+      --hi;
   }
+  a.erase(a.begin() + long(a_hi), a.end());
+  a.erase(a.begin(), a.begin() + long(a_lo));
+  b.erase(b.begin() + long(b_hi), b.end());
+  b.erase(b.begin(), b.begin() + long(b_lo));
 }
 
 int64_t create_instances_from_document(const Corpus& corpus, int64_t doc, const InstanceOptions& options, Rng& rng,

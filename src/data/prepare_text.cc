@@ -20,9 +20,11 @@
 #include <unistd.h>
 
 #include "data/instances.h"
+#include "data/parallel.h"
 #include "data/pretrain_data.h"
 #include "data/progress.h"
 #include "data/rng.h"
+#include "data/shard_io.h"
 #include "data/text_input.h"
 #include "text/wordpiece.h"
 #include "unmask/error.h"
@@ -158,7 +160,7 @@ PrepareReport prepare_text(const PrepareOptions& options) {
       sh.next_sentence_labels[size_t(r)] = all.is_random_next[size_t(i)];
     }
     const std::string path = shard_name(options.output_dir, k);
-    write_shard(path, sh);
+    write_shard(path, sh, threads);
     report.shards.push_back(path);
     progress.add(sh.num_instances);
   }

@@ -75,12 +75,14 @@ void Progress::draw(int64_t done, bool final) {
     std::fflush(stderr);
     return;
   }
+  // Plain lines only for phases long enough to watch: a quick job stays silent.
   if (final) {
+    if (elapsed < 1.0 && next_quarter_ == 1) return;
     std::fprintf(stderr, "prepare-text: %s done: %s in %.1f s (%s)\n", label_.c_str(), amount(double(done)).c_str(),
                  elapsed, rate_text.c_str());
     return;
   }
-  if (next_quarter_ > 3 || fraction < next_quarter_ * 0.25) return;
+  if (next_quarter_ > 3 || fraction < next_quarter_ * 0.25 || fraction >= 1.0 || elapsed < 2.0) return;
   while (next_quarter_ <= 3 && fraction >= next_quarter_ * 0.25) ++next_quarter_;
   std::fprintf(stderr, "prepare-text: %s %d%% (%s of %s, ETA %s)\n", label_.c_str(), int(fraction * 100),
                amount(double(done)).c_str(), amount(double(total_)).c_str(),

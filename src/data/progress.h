@@ -6,8 +6,8 @@
 //   p.finish();                    // final line with the elapsed time
 //
 // On a terminal the bar is redrawn in place at most ten times a second. When stderr is not a
-// terminal (a log file, CI) it prints one plain line at 25%, 50% and 75% and one at the end,
-// so logs stay short. Disabled, it prints nothing.
+// terminal (a log file, CI) it prints one plain line at 25%, 50% and 75% (once the phase has
+// run 2 s) and one at the end (if it ran 1 s), so logs stay short. Disabled, it prints nothing.
 #pragma once
 #include <atomic>
 #include <chrono>

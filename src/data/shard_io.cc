@@ -3,14 +3,21 @@
 //
 // Writing builds the whole file in memory (the "core" driver without a backing store), takes
 // its image with H5Fget_file_image and hands the bytes to io::write_file_atomic: a crash never
-// leaves a torn shard, and no HDF5 file is ever open on the final path.
+// leaves a torn shard, and no HDF5 file is ever open on the final path. The gzip compression,
+// most of the work, runs chunk by chunk on several threads outside the HDF5 lock (zlib's
+// compress2, the format of HDF5's deflate filter) and the chunks are stored with
+// H5Dwrite_chunk, so readers (h5py, DLE) see ordinary gzip-filtered chunks.
 #include <hdf5.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
+#include "data/parallel.h"
 #include "data/pretrain_data.h"
 #include "data/shard_io.h"
 #include "io/file.h"
@@ -220,16 +227,59 @@ PretrainShard read_shard(const std::string& path) {
   return sh;
 }
 
-void write_shard(const std::string& path, const PretrainShard& shard) {
+void write_shard(const std::string& path, const PretrainShard& shard) { write_shard(path, shard, 1); }
+
+void write_shard(const std::string& path, const PretrainShard& shard, int num_threads) {
+  static_assert(std::endian::native == std::endian::little, "chunks are written in the file's byte order (LE)");
   const int64_t N = shard.num_instances, S = shard.seq_length, P = shard.max_predictions;
   UNMASK_CHECK(N >= 0 && S >= 1 && P >= 0, "write_shard: bad sizes N=", N, " S=", S, " P=", P);
   const std::vector<int32_t>* data[] = {&shard.input_ids,           &shard.input_mask,    &shard.segment_ids,
                                         &shard.masked_lm_positions, &shard.masked_lm_ids, &shard.next_sentence_labels};
   const int64_t widths[] = {S, S, S, P, P, 1};
-  for (size_t k = 0; k < std::size(kDatasets); ++k)
+  constexpr size_t kNumDatasets = std::size(kDatasets);
+  for (size_t k = 0; k < kNumDatasets; ++k)
     UNMASK_CHECK(int64_t(data[k]->size()) == N * widths[k], "write_shard: ", kDatasets[k].name, " has ",
                  data[k]->size(), " values, expected ", N, " x ", widths[k]);
   check_values(path, shard);
+
+  // Chunks of about 256 KB of whole rows. The chunks are converted to the file type and
+  // deflated (zlib, level 4: h5py's compression='gzip' default, the stream HDF5's deflate
+  // filter reads) on num_threads threads, then stored as they are with H5Dwrite_chunk.
+  struct Chunked {
+    int64_t rows_per_chunk = 1, num_chunks = 0, elem = 4, width = 1;
+    std::vector<std::string> chunks;  // compressed
+  };
+  Chunked layout[kNumDatasets];
+  std::vector<std::pair<size_t, int64_t>> tasks;  // (dataset, chunk)
+  for (size_t k = 0; k < kNumDatasets; ++k) {
+    Chunked& c = layout[k];
+    c.elem = kDatasets[k].wide ? 4 : 1;
+    c.width = std::max<int64_t>(1, widths[k]);
+    c.rows_per_chunk = std::clamp<int64_t>((int64_t(256) << 10) / (c.width * c.elem), 1, std::max<int64_t>(1, N));
+    c.num_chunks = widths[k] == 0 ? 0 : (N + c.rows_per_chunk - 1) / c.rows_per_chunk;
+    c.chunks.resize(size_t(c.num_chunks));
+    for (int64_t i = 0; i < c.num_chunks; ++i) tasks.emplace_back(k, i);
+  }
+  parallel_chunks(int64_t(tasks.size()), 1, std::max(1, num_threads), [&](int64_t t, int64_t) {
+    const auto [k, i] = tasks[size_t(t)];
+    Chunked& c = layout[k];
+    // An edge chunk is stored at full size, zero-padded past the dataset's last row.
+    const int64_t values = c.rows_per_chunk * c.width;
+    const int64_t first = i * values, count = std::min(values, N * c.width - first);
+    std::string raw(size_t(values * c.elem), '\0');
+    const int32_t* src = data[k]->data() + first;
+    if (c.elem == 4)
+      std::memcpy(raw.data(), src, size_t(count) * 4);
+    else
+      for (int64_t j = 0; j < count; ++j) raw[size_t(j)] = char(int8_t(src[j]));  // checked to be 0/1 above
+    uLongf bound = compressBound(uLong(raw.size()));
+    std::string& out = c.chunks[size_t(i)];
+    out.resize(bound);
+    if (compress2(reinterpret_cast<Bytef*>(out.data()), &bound, reinterpret_cast<const Bytef*>(raw.data()),
+                  uLong(raw.size()), 4) != Z_OK)
+      throw Error("write_shard: zlib failed on a chunk of '", kDatasets[k].name, "' for ", path);
+    out.resize(bound);
+  });
 
   std::string image;
   {
@@ -239,17 +289,14 @@ void write_shard(const std::string& path, const PretrainShard& shard) {
     H5Pset_fapl_core(fapl.get(), size_t(4) << 20, /*backing_store=*/0);
     H5Id file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     if (!file.ok()) throw Error("write_shard: cannot create an in-memory HDF5 file for ", path);
-    for (size_t k = 0; k < std::size(kDatasets); ++k) {
+    for (size_t k = 0; k < kNumDatasets; ++k) {
       const DatasetSpec& spec = kDatasets[k];
-      const hsize_t width = hsize_t(widths[k]);
-      hsize_t dims[2] = {hsize_t(N), width}, maxdims[2] = {hsize_t(N), width};
+      const Chunked& c = layout[k];
+      hsize_t dims[2] = {hsize_t(N), hsize_t(widths[k])}, maxdims[2] = {hsize_t(N), hsize_t(widths[k])};
       // An empty shard still needs a chunk of at least one row: let the first axis grow.
       if (N == 0) maxdims[0] = H5S_UNLIMITED;
       H5Id space(H5Screate_simple(spec.rank, dims, maxdims), H5Sclose);
-      // Chunks of about 256 KB of rows, gzip level 4 (h5py's default for compression='gzip').
-      const hsize_t row_bytes = std::max<hsize_t>(1, width * H5Tget_size(spec.file_type()));
-      hsize_t chunk[2] = {std::clamp<hsize_t>((hsize_t(256) << 10) / row_bytes, 1, std::max<hsize_t>(1, hsize_t(N))),
-                          std::max<hsize_t>(1, width)};
+      hsize_t chunk[2] = {hsize_t(c.rows_per_chunk), hsize_t(c.width)};
       H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
       H5Pset_chunk(dcpl.get(), spec.rank, chunk);
       H5Pset_deflate(dcpl.get(), 4);
@@ -257,9 +304,12 @@ void write_shard(const std::string& path, const PretrainShard& shard) {
       H5Id ds(H5Dcreate2(file.get(), spec.name, spec.file_type(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
               H5Dclose);
       if (!ds.ok()) throw Error("write_shard: cannot create dataset '", spec.name, "' for ", path);
-      if (N > 0 && width > 0 &&
-          H5Dwrite(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, data[k]->data()) < 0)
-        throw Error("write_shard: writing dataset '", spec.name, "' for ", path, " failed");
+      for (int64_t i = 0; i < c.num_chunks; ++i) {
+        const hsize_t offset[2] = {hsize_t(i * c.rows_per_chunk), 0};
+        const std::string& bytes = c.chunks[size_t(i)];
+        if (H5Dwrite_chunk(ds.get(), H5P_DEFAULT, /*filters applied: all*/ 0, offset, bytes.size(), bytes.data()) < 0)
+          throw Error("write_shard: writing dataset '", spec.name, "' for ", path, " failed");
+      }
     }
     H5Fflush(file.get(), H5F_SCOPE_GLOBAL);
     const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);

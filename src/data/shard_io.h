@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "data/pretrain_data.h"
+
 namespace unmask::data {
 
 /// The sizes of a shard, from its metadata only (no data is read).
@@ -20,6 +22,10 @@ struct ShardInfo {
 /// Opens `path` and checks what read_shard checks that needs no data: every key present, an
 /// integer type, the ranks, and equal first dimensions (and S / P across the datasets).
 ShardInfo inspect_shard(const std::string& path);
+
+/// write_shard with the chunk compression spread over num_threads threads (the public
+/// write_shard uses one). The file is the same for any thread count.
+void write_shard(const std::string& path, const PretrainShard& shard, int num_threads);
 
 /// The process-wide lock around HDF5 calls (see above).
 std::mutex& hdf5_lock();

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "data/parallel.h"
 #include "data/progress.h"
 #include "io/file.h"
 #include "text/unicode.h"
@@ -210,34 +211,6 @@ std::vector<std::string_view> split_sentences(std::string_view text) {
   }
   if (auto s = trim(text.substr(start)); !s.empty()) out.push_back(s);
   return out;
-}
-
-void parallel_chunks(int64_t n, int64_t chunk, int num_threads, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n <= 0) return;
-  chunk = std::max<int64_t>(1, chunk);
-  const int64_t num_chunks = (n + chunk - 1) / chunk;
-  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads, num_chunks)));
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto work = [&] {
-    for (;;) {
-      const int64_t c = next.fetch_add(1);
-      if (c >= num_chunks) return;
-      try {
-        fn(c * chunk, std::min(n, (c + 1) * chunk));
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        next = num_chunks;  // stop handing out work
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
 }
 
 // ---- reading and tokenizing -----------------------------------------------------------------

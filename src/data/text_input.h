@@ -18,7 +18,6 @@
 // cannot inject a real [SEP] or [MASK] into an instance.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,9 +55,5 @@ struct CorpusStats {
 /// Progress (when given) counts input bytes.
 Corpus read_corpus(const std::vector<std::string>& files, TextFormat format, const text::WordPieceTokenizer& tokenizer,
                    int num_threads, Progress* progress, CorpusStats& stats);
-
-/// Runs fn(begin, end) over [0, n) in chunks of `chunk` items handed out dynamically to
-/// num_threads threads (the caller's thread included); rethrows the first exception.
-void parallel_chunks(int64_t n, int64_t chunk, int num_threads, const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace unmask::data
