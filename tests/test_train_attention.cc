@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cpu/blas.h"
 #include "cpu/kernels.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
@@ -27,6 +29,11 @@ namespace {
 struct IsaScope {
   explicit IsaScope(std::string_view isa) { cpu::kernels_override_for_testing(isa); }
   ~IsaScope() { cpu::kernels_override_for_testing(""); }
+};
+
+struct BackendScope {
+  explicit BackendScope(cpu::GemmBackend b) { cpu::gemm_backend_override_for_testing(b); }
+  ~BackendScope() { cpu::gemm_backend_override_for_testing(cpu::GemmBackend::openblas, true); }
 };
 
 template <typename Fn> std::string error_of(Fn&& fn) {
@@ -150,14 +157,21 @@ TEST(TrainAttentionRef, DropoutBackwardMatchesCentralDifferences) {
   }
 }
 
-TEST(TrainAttention, ForwardAndBackwardMatchReferenceEveryIsa) {
+TEST(TrainAttention, ForwardAndBackwardMatchReferenceEveryIsaAndBackend) {
   TestRng rng;
   SCOPED_TRACE(rng.note());
   Context ctx({.num_threads = 2});
-  for (auto isa : cpu::available_isas()) {
+  // Every row-kernel ISA with the default GEMM backend, and every other backend with the best ISA.
+  std::vector<std::pair<std::string_view, cpu::GemmBackend>> runs;
+  for (auto isa : cpu::available_isas()) runs.push_back({isa, cpu::gemm_backend()});
+  for (auto b : {cpu::GemmBackend::openblas, cpu::GemmBackend::onednn})
+    if (b != cpu::gemm_backend() && cpu::gemm_backend_available(b))
+      runs.push_back({cpu::available_isas().back(), b});
+  for (const auto& [isa, backend] : runs) {
     IsaScope scope(isa);
+    BackendScope backend_scope(backend);
     for (const Case& c : kCases) {
-      SCOPED_TRACE(std::string(isa) + " " + c.name);
+      SCOPED_TRACE(std::string(isa) + " " + cpu::gemm_backend_name(backend) + " " + c.name);
       const double scale = 1.0 / std::sqrt(double(c.HS));
       AttnSetup s(c, scale);
       Fused in(s.N, s.C), grads(s.N, s.C);
