@@ -400,7 +400,7 @@ TEST(BertTrain, TaskStepsRunAndLearn) {
     o.hidden_dropout = 0.05f;
     o.attention_dropout = 0.0f;
     std::vector<double> losses;
-    for (int step = 0; step < 6; ++step) {
+    for (int step = 0; step < 12; ++step) {
       o.step = step;
       m.zero_grad();
       TaskResult r = m.task_step(ctx, batch, task, o);
@@ -412,7 +412,7 @@ TEST(BertTrain, TaskStepsRunAndLearn) {
         EXPECT_EQ(r.count, task == Task::qa ? 2 : task == Task::seqcls ? 3 : 21);
       }
       for (Param& p : m.params())  // SGD
-        for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] -= 0.5f * p.grad.data<float>()[i];
+        for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] -= 0.2f * p.grad.data<float>()[i];
     }
     EXPECT_LT(losses.back(), 0.8 * losses.front()) << losses.front() << " -> " << losses.back();
     // evaluation without labels returns logits only
