@@ -41,7 +41,9 @@ void install_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action (terminate)
+  // SA_RESETHAND: the second signal takes the default action (terminate); SA_RESTART: reads and
+  // writes in flight (shards, checkpoints) resume instead of failing with EINTR.
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }

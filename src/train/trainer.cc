@@ -154,6 +154,15 @@ TrainResult pretrain(const TrainerOptions& options) {
   }
   remove_stale_checkpoint_temporaries(run_dir);
 
+  // init_checkpoint may name a checkpoint (an HF directory) or a run directory (its latest one).
+  if (!cfg.init_checkpoint.empty() && resume_dir.empty() && !io::file_exists(cfg.init_checkpoint + "/config.json")) {
+    std::string last = is_dir(cfg.init_checkpoint) ? latest_checkpoint(cfg.init_checkpoint) : "";
+    if (last.empty())
+      throw Error(cfg.origin.count("init_checkpoint") ? cfg.origin.at("init_checkpoint") : "config", ": init_checkpoint ",
+                  cfg.init_checkpoint, " is neither a model directory (config.json) nor a run directory with checkpoints",
+                  Hint("run phase 1 first, or point init_checkpoint at one of its checkpoints/step-* directories"));
+    cfg.init_checkpoint = last;
+  }
   const BertHeads heads{.pooler = true, .mlm = true, .nsp = true};
   const bool random_model = cfg.model.rfind("random:", 0) == 0;
   std::string weights_dir = !resume_dir.empty() ? resume_dir : !cfg.init_checkpoint.empty() ? cfg.init_checkpoint
@@ -319,7 +328,14 @@ TrainResult pretrain(const TrainerOptions& options) {
     };
     if (!std::isfinite(loss)) non_finite("the loss is " + std::to_string(loss));
     const double lr = cfg.lr * lr_multiplier(sched, opt.step_count());
-    OptimizerStepStats os = opt.step(ctx, float(lr));
+    OptimizerStepStats os;
+    try {
+      os = opt.step(ctx, float(lr));
+    } catch (const Error& e) {
+      // The optimizer refuses a non-finite gradient norm (and leaves the parameters as they were).
+      if (!first_non_finite(model).empty()) non_finite(std::string("the optimizer refused the step (") + e.what() + ")");
+      throw;
+    }
     if (!std::isfinite(os.grad_norm)) non_finite("the gradient norm is " + std::to_string(os.grad_norm));
     const double step_s = now_s() - t0;
     ++step;

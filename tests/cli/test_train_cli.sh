@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# `unmask pretrain` and `unmask bench train` from the command line, end to end:
+#   bash tests/cli/test_train_cli.sh [build/unmask]
+# Writes a small vocab and corpus, makes shards with `unmask prepare-text`, pretrains a random
+# tiny BERT to the end (checkpoints, metrics.jsonl, loss.svg, `unmask infer` on the result),
+# interrupts a run with SIGINT (exit 130, a checkpoint) and resumes it to the end, and checks
+# the error message of bad configs. No case may crash (exit >= 128 unless expected) or hang
+# (each runs under a timeout).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+U=$(readlink -f "${1:-build/unmask}")
+W=$(mktemp -d /tmp/unmask-train-cli-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+pass=0; fail=0
+
+# expect CODE SUBSTRING -- command...   (CODE: exact exit code; SUBSTRING: in stdout+stderr)
+expect() {
+  local code=$1 want=$2; shift 3
+  local out rc
+  out=$(timeout 120 "$@" 2>&1); rc=$?
+  if [[ $rc == "$code" && "$out" == *"$want"* ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $* -> exit $rc (want $code), output:"; echo "$out" | tail -5; echo "(wanted: $want)"
+  fi
+}
+check() {  # check DESCRIPTION test-args...
+  local what=$1; shift
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what"; fi
+}
+
+# ---- vocab, corpus, shards -------------------------------------------------------------------
+{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$W/vocab.txt"
+RANDOM=7
+for d in $(seq 1 40); do
+  for s in $(seq 1 $((4 + RANDOM % 5))); do
+    line=""
+    for w in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
+    echo "$line."
+  done
+  echo
+done > "$W/corpus.txt"
+expect 0 "" -- "$U" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" \
+  --max-seq 32 --max-pred 5 --dupe-factor 2
+
+cat > "$W/tiny.toml" <<EOF
+# the test's run
+model = "random:tiny"
+vocab = "$W/vocab.txt"
+data = "$W/shards"
+output = "$W/run"
+steps = 8
+batch = 4
+accumulation = 2
+max_seq = 32
+max_pred = 5
+lr = 1e-3
+warmup = 0.25
+checkpoint_every = 3
+keep_checkpoints = 2
+threads = 2
+log_every = 1
+peak_gflops = 1
+
+[phase2]
+init_checkpoint = "$W/run"
+output = "$W/phase2"
+steps = 2
+lr = 4e-3
+EOF
+
+# ---- a run to the end ------------------------------------------------------------------------
+expect 0 "pretrained 8 steps (step 0 -> 8 of 8)" -- "$U" pretrain --config "$W/tiny.toml"
+check "final checkpoint" test -f "$W/run/checkpoints/step-000008/model.safetensors"
+check "optimizer state" test -f "$W/run/checkpoints/step-000008/optimizer.safetensors"
+check "keep_checkpoints = 2" test "$(ls "$W/run/checkpoints" | tr '\n' ' ')" = "step-000006 step-000008 "
+check "metrics.jsonl has 8 rows" test "$(wc -l < "$W/run/metrics.jsonl")" = 8
+check "loss.svg" grep -q "</svg>" "$W/run/loss.svg"
+expect 0 "[MASK] at position" -- "$U" infer --model "$W/run/checkpoints/step-000008" --text "tok1 tok2 [MASK] tok4"
+expect 1 "already holds checkpoints" -- "$U" pretrain --config "$W/tiny.toml"
+expect 1 "has already done 8 of steps = 8" -- "$U" pretrain --config "$W/tiny.toml" --resume
+expect 0 "pretrained 4 steps (step 8 -> 12 of 12)" -- "$U" pretrain --config "$W/tiny.toml" --resume --set steps=12 --quiet
+expect 0 "steps = 12" -- "$U" pretrain --config "$W/tiny.toml" --steps 12 --print-config
+# phase 2 from the latest checkpoint of the run, the optimizer step back at 0
+expect 0 "starting from the weights of $W/run/checkpoints/step-000012" -- "$U" pretrain --config "$W/tiny.toml" --phase 2
+check "phase 2 optimizer step restarts at 0" grep -q '"optimizer_step": 2,' "$W/phase2/checkpoints/step-000002/trainer_state.json"
+
+# ---- SIGINT mid-run: the step finishes, a checkpoint is written, exit 130; --resume finishes ----
+"$U" pretrain --config "$W/tiny.toml" --output "$W/sig" --set steps=100000 --set checkpoint_every=0 \
+  > "$W/sig.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [[ -f "$W/sig/metrics.jsonl" && $(wc -l < "$W/sig/metrics.jsonl") -ge 3 ]] && break
+  sleep 0.1
+done
+kill -INT "$pid"
+wait "$pid"; rc=$?
+check "SIGINT exits 130 (got $rc)" test "$rc" = 130
+check "SIGINT message" grep -q "stopped after" "$W/sig.out"
+last=$(ls "$W/sig/checkpoints" 2>/dev/null | tail -1); last=${last:-step-000000}
+check "checkpoint after SIGINT ($last)" test -f "$W/sig/checkpoints/$last/trainer_state.json"
+done_steps=$((10#${last#step-}))
+check "metrics rows = steps done ($done_steps)" test "$(wc -l < "$W/sig/metrics.jsonl")" = "$done_steps"
+expect 0 "resumed from $W/sig/checkpoints/$last" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/sig" \
+  --set checkpoint_every=0 --set steps=$((done_steps + 3)) --resume
+check "metrics rows after resume" test "$(wc -l < "$W/sig/metrics.jsonl")" = $((done_steps + 3))
+
+# ---- a failing checkpoint write: error, nothing half-written ---------------------------------
+UNMASK_CHECKPOINT_FAULT=optimizer expect 1 "No space left on device" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/full"
+check "no checkpoint after a failed write" test -z "$(ls -A "$W/full/checkpoints" 2>/dev/null)"
+
+# ---- bad configs -----------------------------------------------------------------------------
+printf 'steps = 5\nwarmpu = 0.1\n' > "$W/bad1.toml"
+expect 1 "bad1.toml:2: unknown key 'warmpu' (hint: did you mean 'warmup'?)" -- "$U" pretrain --config "$W/bad1.toml"
+printf 'data = "x"\noutput = "y"\nlr = fast\n' > "$W/bad2.toml"
+expect 1 "bad2.toml:3: lr: cannot read the value fast" -- "$U" pretrain --config "$W/bad2.toml"
+printf 'steps = 2.5\n' > "$W/bad3.toml"
+expect 1 "bad3.toml:1: steps must be an integer >= 1, got 2.5" -- "$U" pretrain --config "$W/bad3.toml"
+expect 1 "config file $W/nope.toml not found" -- "$U" pretrain --config "$W/nope.toml"
+expect 1 "--config is required" -- "$U" pretrain
+expect 1 "did you mean 'batch'" -- "$U" pretrain --config "$W/tiny.toml" --set bach=4
+expect 1 "max_seq = 64 but the shards" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/o2" --set max_seq=64
+expect 1 "cannot resume from $W/empty: no such directory" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/empty" --resume
+mkdir -p "$W/empty"
+expect 1 "holds no complete checkpoint" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/empty" --resume
+expect 1 "--phase must be 1 or 2" -- "$U" pretrain --config "$W/tiny.toml" --phase 3
+expect 0 "config keys" -- "$U" pretrain --help
+
+# ---- bench train -----------------------------------------------------------------------------
+expect 0 "| devices | seq | batch |" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1
+expect 0 "\"seq_per_s\"" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --format json
+expect 1 "--optimizer must be adamw or lamb" -- "$U" bench train --optimizer sgd
+expect 1 "exceeds the model's max_position_embeddings" -- "$U" bench train --model random:tiny --seq 1024 --peak-gflops 1
+
+echo "$pass passed, $fail failed"
+[[ $fail == 0 ]]

@@ -1,0 +1,603 @@
+// tests/test_trainer.cc: the pretraining config, checkpoints, metrics and the training loop,
+// above all that a resumed run computes bit-identically what an uninterrupted one does.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "data/pretrain_data.h"
+#include "io/file.h"
+#include "op_test_util.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace unmask {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TestRng;
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "unmask-trainer-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string expect_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return "";
+}
+
+// ---- config ----------------------------------------------------------------------------------
+
+TEST(TrainConfig, ParsesEveryValueKind) {
+  const std::string text =
+      "# comment line\n"
+      "model = \"random:mini\"   # trailing comment\n"
+      "vocab = 'v # not a comment.txt'\n"
+      "data = \"d\\\"q\"\n"
+      "output = \"out\"\n"
+      "optimizer = \"adamw\"\n"
+      "lr = 1.5e-3\n"
+      "steps = 1_000\n"
+      "warmup = 0\n"
+      "dynamic_masking = true\n"
+      "schedule = \"cosine\"\n"
+      "max_grad_norm = -1\n"
+      "\n"
+      "[phase2]\n"
+      "lr = 4e-3\n"
+      "max_seq = 512\n";
+  train::PretrainConfig c = train::parse_config(text, "x.toml", 1);
+  EXPECT_EQ(c.model, "random:mini");
+  EXPECT_EQ(c.vocab, "v # not a comment.txt");
+  EXPECT_EQ(c.data, "d\"q");
+  EXPECT_EQ(c.optimizer, OptimizerKind::adamw);
+  EXPECT_EQ(c.lr, 1.5e-3);
+  EXPECT_EQ(c.steps, 1000);
+  EXPECT_EQ(c.warmup, 0.0);
+  EXPECT_TRUE(c.dynamic_masking);
+  EXPECT_EQ(c.schedule, ScheduleConfig::Kind::cosine);
+  EXPECT_EQ(c.max_grad_norm, -1.0);
+  EXPECT_EQ(c.max_seq, 128);  // [phase2] not applied in phase 1
+  EXPECT_EQ(c.origin.at("lr"), "x.toml:7");
+
+  train::PretrainConfig p2 = train::parse_config(text, "x.toml", 2);
+  EXPECT_EQ(p2.lr, 4e-3);
+  EXPECT_EQ(p2.max_seq, 512);
+  EXPECT_EQ(p2.steps, 1000);  // inherited from the top level
+  EXPECT_EQ(p2.origin.at("lr"), "x.toml:15");
+  EXPECT_NE(c.numeric_hash(), p2.numeric_hash());
+
+  // The canonical dump reads back to the same config.
+  train::PretrainConfig again = train::parse_config(c.to_toml(), "dump", 1);
+  EXPECT_EQ(again.to_map(), c.to_map());
+  EXPECT_EQ(again.numeric_hash(), c.numeric_hash());
+}
+
+TEST(TrainConfig, UnknownKeyNamesNearest) {
+  std::string e = expect_error([] { train::parse_config("lr = 1e-3\nwarmpu = 0.1\n", "run.toml", 1); });
+  EXPECT_NE(e.find("run.toml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'warmpu'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'warmup'"), std::string::npos) << e;
+  e = expect_error([] { train::parse_config("[phase2]\nkeep_checkpoint = 2\n", "run.toml", 1); });
+  EXPECT_NE(e.find("run.toml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'keep_checkpoints'"), std::string::npos) << e;
+  e = expect_error([] { train::parse_config("[phase3]\n", "run.toml", 1); });
+  EXPECT_NE(e.find("unknown section [phase3]"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, BadValuesNameFileAndLine) {
+  struct Case {
+    std::string text, want;
+  } cases[] = {
+      {"steps = 10\nlr = \"fast\"\n", "run.toml:2: lr must be a number > 0, got \"fast\""},
+      {"lr = -1\n", "run.toml:1: lr must be a number > 0"},
+      {"steps = 1.5\n", "run.toml:1: steps must be an integer >= 1, got 1.5"},
+      {"\n\noptimizer = \"sgd\"\n", "run.toml:3: optimizer must be one of lamb,adamw"},
+      {"dynamic_masking = 1\n", "run.toml:1: dynamic_masking must be true or false"},
+      {"data = out\n", "run.toml:1: data: cannot read the value out"},
+      {"warmup = 1.0\n", "run.toml:1: warmup must be a number in [0, 1)"},
+      {"lr = 1\nlr = 2\n", "run.toml:2: 'lr' is set twice"},
+      {"lr 1\n", "run.toml:1: expected key = value"},
+      {"data = \"abc\n", "unterminated string"},
+      {"[phase2]\nbatch = 0\n", "run.toml:2: batch must be an integer >= 1"},  // checked in phase 1 too
+  };
+  for (const auto& c : cases) {
+    std::string e = expect_error([&] { train::parse_config(c.text, "run.toml", 1); });
+    EXPECT_NE(e.find(c.want), std::string::npos) << "config:\n" << c.text << "error: " << e << "\nwant: " << c.want;
+  }
+}
+
+TEST(TrainConfig, SetOverrides) {
+  train::PretrainConfig c = train::parse_config("lr = 6e-3\ndata = \"a\"\n", "run.toml", 1);
+  train::apply_override(c, "lr=1e-3", "--set");
+  train::apply_override(c, "data=some/dir", "--set");  // a bare string on the command line
+  train::apply_override(c, "output=\"quoted dir\"", "--set");
+  train::apply_override(c, "dynamic_masking=true", "--set");
+  train::apply_override(c, "steps = 7", "--set");
+  EXPECT_EQ(c.lr, 1e-3);
+  EXPECT_EQ(c.data, "some/dir");
+  EXPECT_EQ(c.output, "quoted dir");
+  EXPECT_TRUE(c.dynamic_masking);
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.origin.at("lr"), "--set lr");
+  std::string e = expect_error([&] { train::apply_override(c, "acumulation=4", "--set"); });
+  EXPECT_NE(e.find("did you mean 'accumulation'"), std::string::npos) << e;
+  e = expect_error([&] { train::apply_override(c, "steps=many", "--set"); });
+  EXPECT_NE(e.find("--set steps: steps must be an integer"), std::string::npos) << e;
+  e = expect_error([&] { train::apply_override(c, "steps", "--set"); });
+  EXPECT_NE(e.find("expected key=value"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, ValidateAndShippedConfigs) {
+  train::PretrainConfig c;
+  c.output = "o";
+  std::string e = expect_error([&] { c.validate(); });
+  EXPECT_NE(e.find("'data'"), std::string::npos) << e;
+  c.data = "d";
+  e = expect_error([&] { c.validate(); });
+  EXPECT_NE(e.find("needs 'vocab'"), std::string::npos) << e;
+  c.vocab = "v";
+  c.model = "random:huge";
+  e = expect_error([&] { c.validate(); });
+  EXPECT_NE(e.find("unknown model size 'huge'"), std::string::npos) << e;
+  // The configs in the repository parse in both phases and document every key.
+  for (const char* name : {"pretrain-tiny.toml", "bert-base-phase1.toml", "bert-base-phase2.toml"}) {
+    const std::string path = std::string(UNMASK_SOURCE_DIR) + "/configs/" + name;
+    for (int phase : {1, 2}) EXPECT_NO_THROW(train::load_config(path, phase).validate()) << path;
+  }
+  train::PretrainConfig tiny = train::load_config(std::string(UNMASK_SOURCE_DIR) + "/configs/pretrain-tiny.toml", 1);
+  for (const auto& k : train::config_keys()) EXPECT_TRUE(tiny.origin.count(k.name)) << "pretrain-tiny.toml lacks " << k.name;
+  train::PretrainConfig p1 = train::load_config(std::string(UNMASK_SOURCE_DIR) + "/configs/bert-base-phase1.toml", 1);
+  train::PretrainConfig p2 = train::load_config(std::string(UNMASK_SOURCE_DIR) + "/configs/bert-base-phase2.toml", 1);
+  EXPECT_EQ(p1.max_seq, 128);
+  EXPECT_EQ(p1.max_pred, 20);
+  EXPECT_EQ(p1.lr, 6e-3);
+  EXPECT_EQ(p1.warmup, 0.2843);
+  EXPECT_EQ(p2.max_seq, 512);
+  EXPECT_EQ(p2.max_pred, 80);
+  EXPECT_EQ(p2.lr, 4e-3);
+  EXPECT_EQ(p2.warmup, 0.128);
+}
+
+TEST(TrainConfig, EditDistance) {
+  EXPECT_EQ(train::edit_distance("", "abc"), 3u);
+  EXPECT_EQ(train::edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(train::edit_distance("warmpu", "warmup"), 2u);
+  EXPECT_EQ(train::edit_distance("lr", "lr"), 0u);
+}
+
+// ---- metrics ---------------------------------------------------------------------------------
+
+TEST(TrainMetrics, JsonLineRoundTripAndPlot) {
+  train::StepMetrics m;
+  m.step = 7, m.loss = 6.25, m.mlm_loss = 5.5, m.nsp_loss = 0.75, m.lr = 1e-3, m.seq_per_s = 12.5;
+  m.grad_norm = std::nan("");
+  train::StepMetrics back = train::parse_metrics_line(train::metrics_json_line(m));
+  EXPECT_EQ(back.step, 7);
+  EXPECT_EQ(back.loss, 6.25);
+  EXPECT_EQ(back.lr, 1e-3);
+  EXPECT_TRUE(std::isnan(back.grad_norm));  // written as null
+
+  std::vector<train::StepMetrics> h;
+  for (int i = 1; i <= 40; ++i) {
+    train::StepMetrics s;
+    s.step = i, s.loss = 10.0 / i, s.mlm_loss = 9.0 / i, s.nsp_loss = 0.7, s.seq_per_s = 20 + i % 3;
+    h.push_back(s);
+  }
+  std::string svg = train::render_loss_svg(h, "run <a&b>");
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("run &lt;a&amp;b&gt;"), std::string::npos);
+  size_t polylines = 0;
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++polylines;
+  EXPECT_EQ(polylines, 4u);  // loss, MLM, NSP; sequences/s
+  EXPECT_NE(svg.find(">sequences / s<"), std::string::npos);
+  EXPECT_NE(svg.find(">40<"), std::string::npos);  // an x tick label at the last step
+  EXPECT_EQ(train::format_duration(3725), "1h02m");
+  EXPECT_EQ(train::format_duration(312), "5m12s");
+}
+
+TEST(TrainMetrics, LogKeepsRowsUpToTheResumedStep) {
+  TempDir dir;
+  {
+    train::MetricsLog log(dir.path(), 0);
+    for (int i = 1; i <= 5; ++i) {
+      train::StepMetrics m;
+      m.step = i, m.loss = i;
+      log.append(m);
+    }
+  }
+  {
+    std::ofstream(dir / "metrics.jsonl", std::ios::app) << "{\"step\": 6, \"lo";  // torn last line
+  }
+  train::MetricsLog log(dir.path(), 3);
+  ASSERT_EQ(log.history().size(), 3u);
+  EXPECT_EQ(log.history().back().step, 3);
+  train::StepMetrics m;
+  m.step = 4;
+  log.append(m);
+  std::istringstream in(io::read_file(dir / "metrics.jsonl"));
+  std::string line;
+  std::vector<int64_t> steps;
+  while (std::getline(in, line)) steps.push_back(train::parse_metrics_line(line).step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  log.write_plot("t");
+  EXPECT_TRUE(io::file_exists(dir / "loss.svg"));
+}
+
+// ---- a tiny model and tiny shards ------------------------------------------------------------
+
+constexpr int64_t kVocab = 120;
+constexpr int32_t kPad = 0, kCls = 2, kSep = 3, kMask = 4;
+
+std::string write_vocab(const TempDir& dir) {
+  std::string text = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  for (int64_t i = 5; i < kVocab; ++i) text += "w" + std::to_string(i) + "\n";
+  io::write_file_atomic(dir / "vocab.txt", text);
+  return dir / "vocab.txt";
+}
+
+// Instances in DLE's layout: [CLS] A [SEP] B [SEP] pad..., static masks at sorted positions.
+data::PretrainShard synthetic_shard(std::mt19937_64& rng, int64_t n, int64_t S, int64_t P) {
+  data::PretrainShard s;
+  s.num_instances = n, s.seq_length = S, s.max_predictions = P;
+  s.input_ids.assign(size_t(n * S), 0), s.input_mask.assign(size_t(n * S), 0), s.segment_ids.assign(size_t(n * S), 0);
+  s.masked_lm_positions.assign(size_t(n * P), 0), s.masked_lm_ids.assign(size_t(n * P), 0);
+  s.next_sentence_labels.assign(size_t(n), 0);
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t len = 8 + int64_t(rng() % uint64_t(S - 7));  // [8, S]
+    int64_t a = 2 + int64_t(rng() % uint64_t(len - 5));  // tokens of A
+    for (int64_t t = 0; t < len; ++t) {
+      int32_t id = t == 0 ? kCls : (t == a + 1 || t == len - 1) ? kSep : int32_t(5 + rng() % uint64_t(kVocab - 5));
+      s.input_ids[size_t(r * S + t)] = id;
+      s.input_mask[size_t(r * S + t)] = 1;
+      s.segment_ids[size_t(r * S + t)] = t > a + 1 ? 1 : 0;
+    }
+    std::vector<int64_t> cand;
+    for (int64_t t = 1; t < len - 1; ++t)
+      if (t != a + 1) cand.push_back(t);
+    std::shuffle(cand.begin(), cand.end(), rng);
+    int64_t k = std::min<int64_t>(P, std::max<int64_t>(1, int64_t(cand.size()) / 6));
+    std::sort(cand.begin(), cand.begin() + k);
+    for (int64_t j = 0; j < k; ++j) {
+      s.masked_lm_positions[size_t(r * P + j)] = int32_t(cand[size_t(j)]);
+      s.masked_lm_ids[size_t(r * P + j)] = s.input_ids[size_t(r * S + cand[size_t(j)])];
+      s.input_ids[size_t(r * S + cand[size_t(j)])] = kMask;
+    }
+    s.next_sentence_labels[size_t(r)] = int32_t(rng() % 2);
+  }
+  return s;
+}
+
+// A run directory layout: vocab, two shards of seq 16 / 3 predictions, and a config.
+struct TinySetup {
+  TempDir dir;
+  train::PretrainConfig config;
+  TinySetup(uint64_t seed, int64_t steps) {
+    std::mt19937_64 rng(seed);
+    fs::create_directories(dir / "shards");
+    data::write_shard(dir / "shards/a.hdf5", synthetic_shard(rng, 10, 16, 3));
+    data::write_shard(dir / "shards/b.hdf5", synthetic_shard(rng, 7, 16, 3));
+    config.model = "random:tiny";
+    config.vocab = write_vocab(dir);
+    config.data = dir / "shards";
+    config.output = dir / "run";
+    config.steps = steps;
+    config.batch = 3;
+    config.accumulation = 2;
+    config.max_seq = 16;
+    config.max_pred = 3;
+    config.dynamic_masking = true;
+    config.hidden_dropout = 0.1;
+    config.attention_dropout = 0.1;
+    config.lr = 1e-3;
+    config.warmup = 0.3;
+    config.seed = seed;
+    config.threads = 2;
+    config.checkpoint_every = 2;
+    config.keep_checkpoints = 2;
+    config.peak_gflops = 1;  // no FMA measurement in tests
+  }
+};
+
+train::TrainerOptions quiet(const train::PretrainConfig& c) {
+  train::TrainerOptions o;
+  o.config = c;
+  o.progress = false;
+  return o;
+}
+
+std::vector<double> losses(const std::vector<train::StepMetrics>& steps) {
+  std::vector<double> out;
+  for (const auto& s : steps) out.push_back(s.loss);
+  return out;
+}
+
+// ---- checkpoints -----------------------------------------------------------------------------
+
+TEST(TrainCheckpoint, WritesKeepsLastAndReadsBack) {
+  TempDir dir;
+  const std::string vocab = write_vocab(dir);
+  BertTrainModel model = BertTrainModel::random(train::random_model_config("tiny", kVocab),
+                                                {.pooler = true, .mlm = true, .nsp = true}, 7);
+  Optimizer opt(OptimizerConfig{}, model.params());
+  Context ctx({.num_threads = 1});
+  // Non-zero moments: one update from a made-up gradient.
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  for (Param& p : model.params()) rng.fill(p.grad.data<float>(), p.grad.numel(), test::Fill::normal);
+  opt.step(ctx, 1e-3f);
+  train::TrainerState st;
+  st.seed = 7;
+  st.loader = {2, 1, 5};
+  st.config = {{"lr", "0.001"}};
+  st.config_hash = "abc";
+  st.metrics.loss = 3.5;
+  const std::string run = dir / "run";
+  for (int64_t step : {10, 20, 30, 40}) {
+    st.step = st.optimizer_step = step;
+    std::string out = train::write_checkpoint(run, model, opt, st, {.vocab_path = vocab, .keep_last = 2});
+    EXPECT_EQ(out, run + "/checkpoints/" + train::checkpoint_name(step));
+  }
+  auto all = train::list_checkpoints(run);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(fs::path(all[0]).filename(), "step-000030");
+  EXPECT_EQ(train::latest_checkpoint(run), run + "/checkpoints/step-000040");
+  EXPECT_EQ(train::resolve_checkpoint(run), run + "/checkpoints/step-000040");
+  EXPECT_EQ(train::resolve_checkpoint(all[0]), all[0]);
+
+  train::TrainerState back = train::read_trainer_state(all[1]);
+  EXPECT_EQ(back.step, 40);
+  EXPECT_EQ(back.loader.epoch, 2);
+  EXPECT_EQ(back.loader.file_index, 1);
+  EXPECT_EQ(back.loader.sample_index, 5);
+  EXPECT_EQ(back.config.at("lr"), "0.001");
+  EXPECT_EQ(back.metrics.loss, 3.5);
+  EXPECT_TRUE(std::isnan(back.metrics.first_loss));
+
+  // The model directory loads to the same parameters; the optimizer state round-trips exactly.
+  BertTrainModel loaded = BertTrainModel::load(all[1], {.pooler = true, .mlm = true, .nsp = true}, 0);
+  ASSERT_EQ(loaded.params().size(), model.params().size());
+  for (size_t i = 0; i < model.params().size(); ++i) {
+    const Param &a = model.params()[i], &b = loaded.params()[i];
+    ASSERT_EQ(a.name, b.name);
+    ASSERT_EQ(a.value.shape(), b.value.shape());
+    EXPECT_EQ(0, std::memcmp(a.value.contiguous().raw(), b.value.contiguous().raw(), a.value.nbytes())) << a.name;
+  }
+  std::string kind;
+  OptimizerState os = train::read_optimizer_state(all[1], &kind);
+  OptimizerState want = opt.state();
+  EXPECT_EQ(kind, "lamb");
+  EXPECT_EQ(os.step, 1);
+  ASSERT_EQ(os.tensors.size(), want.tensors.size());
+  std::map<std::string, Tensor> by_name(os.tensors.begin(), os.tensors.end());
+  for (const auto& [name, t] : want.tensors) {
+    ASSERT_TRUE(by_name.count(name)) << name;
+    EXPECT_EQ(0, std::memcmp(by_name[name].contiguous().raw(), t.contiguous().raw(), t.nbytes())) << name;
+  }
+  EXPECT_TRUE(io::file_exists(all[1] + "/vocab.txt"));
+  EXPECT_TRUE(io::file_exists(all[1] + "/config.json"));
+}
+
+TEST(TrainCheckpoint, FailureLeavesThePreviousOneIntact) {
+  TempDir dir;
+  const std::string vocab = write_vocab(dir);
+  BertTrainModel model = BertTrainModel::random(train::random_model_config("tiny", kVocab),
+                                                {.pooler = true, .mlm = true, .nsp = true}, 3);
+  Optimizer opt(OptimizerConfig{}, model.params());
+  const std::string run = dir / "run";
+  train::TrainerState st;
+  st.step = 1;
+  train::write_checkpoint(run, model, opt, st, {.vocab_path = vocab, .keep_last = 1});
+  const std::string before = io::read_file(run + "/checkpoints/step-000001/model.safetensors");
+  for (const char* stage : {"model", "optimizer", "state", "publish"}) {
+    SCOPED_TRACE(stage);
+    train::set_checkpoint_fault(stage);
+    st.step = 2;
+    std::string e = expect_error([&] { train::write_checkpoint(run, model, opt, st, {.vocab_path = vocab, .keep_last = 1}); });
+    train::set_checkpoint_fault("");
+    EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("(") + stage + " stage failed)"), std::string::npos) << e;
+    EXPECT_NE(e.find("previous checkpoint " + run + "/checkpoints/step-000001 is intact"), std::string::npos) << e;
+    EXPECT_EQ(train::latest_checkpoint(run), run + "/checkpoints/step-000001");
+    EXPECT_EQ(io::read_file(run + "/checkpoints/step-000001/model.safetensors"), before);
+    // Nothing half-written is left behind.
+    for (const auto& entry : fs::directory_iterator(run + "/checkpoints"))
+      EXPECT_EQ(entry.path().filename(), "step-000001");
+  }
+  // And the next write works (pruning step 1 only once step 2 is complete).
+  train::write_checkpoint(run, model, opt, st, {.vocab_path = vocab, .keep_last = 1});
+  EXPECT_EQ(train::list_checkpoints(run), std::vector<std::string>{run + "/checkpoints/step-000002"});
+}
+
+// ---- the loop --------------------------------------------------------------------------------
+
+// THE resume test: 6 steps straight vs 3 steps, a (simulated) SIGINT, a resume, 3 more steps,
+// with dropout, accumulation 2, dynamic masking and prefetch on: every loss and the final
+// weights are bit-identical.
+TEST(Trainer, ResumeIsBitIdentical) {
+  TinySetup straight(11, 6), split(11, 6);
+  split.config.data = straight.config.data;  // the very same shards
+  split.config.vocab = straight.config.vocab;
+
+  train::TrainResult a = train::pretrain(quiet(straight.config));
+  ASSERT_EQ(a.steps.size(), 6u);
+  EXPECT_EQ(a.end_step, 6);
+  for (const auto& s : a.steps) EXPECT_TRUE(std::isfinite(s.loss) && s.loss > 0);
+  EXPECT_NE(a.steps[0].loss, a.steps[1].loss);
+
+  std::atomic<int> stop{0};
+  train::TrainerOptions first = quiet(split.config);
+  first.stop_signal = &stop;
+  first.before_step = [&](BertTrainModel&, int64_t step) {
+    if (step == 2) stop.store(SIGINT);  // arrives during step 3: it finishes, then the loop stops
+  };
+  train::TrainResult b1 = train::pretrain(first);
+  EXPECT_EQ(b1.stopped_by_signal, SIGINT);
+  EXPECT_EQ(b1.end_step, 3);
+  EXPECT_EQ(b1.checkpoint, split.config.output + "/checkpoints/step-000003");
+
+  train::TrainerOptions second = quiet(split.config);
+  second.resume = split.config.output;
+  train::TrainResult b2 = train::pretrain(second);
+  EXPECT_EQ(b2.start_step, 3);
+  EXPECT_EQ(b2.end_step, 6);
+  EXPECT_EQ(b2.resumed_from, split.config.output + "/checkpoints/step-000003");
+  EXPECT_EQ(b2.first_loss, a.steps[0].loss);
+
+  std::vector<double> resumed = losses(b1.steps), tail = losses(b2.steps);
+  resumed.insert(resumed.end(), tail.begin(), tail.end());
+  std::vector<double> want = losses(a.steps);
+  ASSERT_EQ(resumed.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(resumed[i], want[i]) << "step " << i + 1;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(b2.steps[i].grad_norm, a.steps[i + 3].grad_norm) << "step " << i + 4;
+
+  // The final weights and optimizer state are the same bytes.
+  const std::string wa = straight.config.output + "/checkpoints/step-000006", wb = split.config.output + "/checkpoints/step-000006";
+  EXPECT_EQ(io::read_file(wa + "/model.safetensors"), io::read_file(wb + "/model.safetensors"));
+  EXPECT_EQ(io::read_file(wa + "/optimizer.safetensors"), io::read_file(wb + "/optimizer.safetensors"));
+  EXPECT_EQ(train::read_trainer_state(wa).loader.sample_index, train::read_trainer_state(wb).loader.sample_index);
+
+  // metrics.jsonl of the split run lists steps 1..6 once each; keep_checkpoints = 2 kept 4 and 6.
+  std::istringstream in(io::read_file(split.config.output + "/metrics.jsonl"));
+  std::vector<double> logged;
+  for (std::string line; std::getline(in, line);) logged.push_back(train::parse_metrics_line(line).loss);
+  EXPECT_EQ(logged, want);
+  EXPECT_EQ(train::list_checkpoints(split.config.output).size(), 2u);
+  EXPECT_TRUE(io::file_exists(split.config.output + "/loss.svg"));
+}
+
+TEST(Trainer, ScheduleWiringAndConfigChecks) {
+  TinySetup s(5, 4);
+  s.config.lr = 2e-3;
+  s.config.warmup = 0.5;
+  s.config.checkpoint_every = 0;
+  s.config.dynamic_masking = false;
+  train::TrainResult r = train::pretrain(quiet(s.config));
+  ASSERT_EQ(r.steps.size(), 4u);
+  // DLE's PolyWarmUpScheduler, written out: p = (k+1)/total; p < warmup: p/warmup; else (1-p)^0.5.
+  for (int64_t k = 0; k < 4; ++k) {
+    double p = double(k + 1) / 4.0, mult = p < 0.5 ? p / 0.5 : std::pow(1.0 - p, 0.5);
+    EXPECT_NEAR(r.steps[size_t(k)].lr, 2e-3 * mult, 1e-15) << "step " << k + 1;
+    EXPECT_EQ(r.steps[size_t(k)].sequences, 6);  // batch 3 x accumulation 2
+  }
+  EXPECT_EQ(train::list_checkpoints(s.config.output).size(), 1u);  // only at the end
+  // Starting again in the same run directory without --resume is refused.
+  std::string e = expect_error([&] { train::pretrain(quiet(s.config)); });
+  EXPECT_NE(e.find("already holds checkpoints"), std::string::npos) << e;
+  // max_seq / max_pred must match the shards.
+  s.config.output = s.dir / "run2";
+  s.config.max_seq = 32;
+  e = expect_error([&] { train::pretrain(quiet(s.config)); });
+  EXPECT_NE(e.find("max_seq = 32 but the shards"), std::string::npos) << e;
+  s.config.max_seq = 16;
+  s.config.max_pred = 5;
+  e = expect_error([&] { train::pretrain(quiet(s.config)); });
+  EXPECT_NE(e.find("max_pred = 5 but the shards"), std::string::npos) << e;
+}
+
+// DLE's phase 2: the weights and optimizer moments of phase 1's last checkpoint, the optimizer
+// step (and so the schedule) starting again at 0.
+TEST(Trainer, InitCheckpointStartsPhaseTwoAtStepZero) {
+  TinySetup s(13, 3);
+  s.config.checkpoint_every = 0;
+  train::pretrain(quiet(s.config));
+  const std::string phase1 = s.config.output + "/checkpoints/step-000003";
+  BertTrainModel want = BertTrainModel::load(phase1, {.pooler = true, .mlm = true, .nsp = true}, 0);
+
+  train::PretrainConfig p2 = s.config;
+  p2.phase = 2;
+  p2.output = s.dir / "phase2";
+  p2.init_checkpoint = s.config.output;  // the run directory: its latest checkpoint
+  p2.steps = 2;
+  p2.lr = 4e-3;
+  p2.warmup = 0.5;
+  train::TrainerOptions o = quiet(p2);
+  bool checked = false;
+  o.before_step = [&](BertTrainModel& m, int64_t step) {
+    if (step != 0) return;
+    checked = true;
+    for (size_t i = 0; i < m.params().size(); ++i)
+      ASSERT_EQ(0, std::memcmp(m.params()[i].value.contiguous().raw(), want.params()[i].value.contiguous().raw(),
+                               want.params()[i].value.nbytes()))
+          << m.params()[i].name;
+  };
+  train::TrainResult r = train::pretrain(o);
+  EXPECT_TRUE(checked);
+  ASSERT_EQ(r.steps.size(), 2u);
+  // Optimizer step 0: p = 1/2 (not warmup any more), (1 - p)^0.5; a step count carried over from
+  // phase 1 (3) would give p > 1 and lr 0.
+  EXPECT_NEAR(r.steps[0].lr, 4e-3 * std::sqrt(0.5), 1e-15);
+  train::TrainerState st = train::read_trainer_state(p2.output + "/checkpoints/step-000002");
+  EXPECT_EQ(st.optimizer_step, 2);
+  EXPECT_EQ(st.phase, 2);
+  std::string kind;
+  EXPECT_EQ(train::read_optimizer_state(p2.output + "/checkpoints/step-000002", &kind).step, 2);
+}
+
+// A NaN in a parameter stops the run at that step, naming the parameter (parameters are scanned
+// before gradients), and nothing is written over the last good checkpoint.
+void expect_nan_stop(const std::string& victim, const std::string& shape, const std::vector<std::string>& one_of) {
+  SCOPED_TRACE(victim);
+  TinySetup s(9, 5);
+  s.config.checkpoint_every = 1;
+  train::TrainerOptions o = quiet(s.config);
+  o.before_step = [&](BertTrainModel& m, int64_t step) {
+    if (step != 2) return;
+    for (Param& p : m.params())
+      if (p.name == victim) p.value.data<float>()[5] = std::nanf("");
+  };
+  std::string e = expect_error([&] { train::pretrain(o); });
+  bool said = false;
+  for (const auto& w : one_of) said = said || e.find(w) != std::string::npos;
+  EXPECT_TRUE(said) << e;
+  EXPECT_NE(e.find("first non-finite tensor: parameter " + victim + " element 5 of " + shape + " = nan"), std::string::npos) << e;
+  EXPECT_NE(e.find("the last good checkpoint is " + s.config.output + "/checkpoints/step-000002"), std::string::npos) << e;
+  EXPECT_EQ(train::latest_checkpoint(s.config.output), s.config.output + "/checkpoints/step-000002");
+  std::istringstream in(io::read_file(s.config.output + "/metrics.jsonl"));
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) ++rows;
+  EXPECT_EQ(rows, 2);  // the failed step is not logged
+}
+
+TEST(Trainer, NonFiniteLossNamesTheParameterAndSavesNothing) {
+  // A NaN in the FFN output weight reaches the loss.
+  expect_nan_stop("bert.encoder.layer.1.output.dense.weight", "[128,512]", {"step 3: the loss is nan"});
+  // One in a query weight: the CPU attention forward's clamped exp turns NaN scores into ~0
+  // probabilities, so the loss can stay finite while the gradients are NaN; the step is stopped
+  // either way.
+  expect_nan_stop("bert.encoder.layer.1.attention.self.query.weight", "[128,128]",
+                  {"step 3: the loss is nan", "step 3: the optimizer refused the step"});
+}
+
+}  // namespace
+}  // namespace unmask
