@@ -385,6 +385,10 @@ TEST(FinetuneSquadInput, MismatchedAnswerIsSkippedWithWarning) {
   SquadReadReport r2;
   EXPECT_TRUE(parse_squad(one_question_json(kContext, "1895", 999), "m.json", true, &r2).empty());
   EXPECT_NE(r2.warnings.at(0).find("outside the context"), std::string::npos);
+  // An answer of whitespace only, in a context of whitespace only.
+  SquadReadReport r3;
+  EXPECT_TRUE(parse_squad(one_question_json("   ", " ", 1), "m.json", true, &r3).empty());
+  EXPECT_NE(r3.warnings.at(0).find("only whitespace"), std::string::npos);
   // Evaluation keeps every question.
   EXPECT_EQ(parse_squad(one_question_json(kContext, "1895", 0), "m.json", false).size(), 1u);
 }

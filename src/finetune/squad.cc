@@ -251,6 +251,10 @@ std::vector<SquadExample> parse_squad(const std::string& json_text, const std::s
             span_words.push_back(unicode::decode_utf8(words.words[size_t(w)]));
           const std::u32string actual = join(span_words, U' ');
           const std::u32string cleaned = join(python_split(answer_cps), U' ');
+          if (cleaned.empty()) {
+            skip("the answer text is only whitespace");
+            continue;
+          }
           if (actual.find(cleaned) == std::u32string::npos) {
             skip("could not find answer: '" + unicode::encode_utf8(actual) + "' vs. '" + unicode::encode_utf8(cleaned) + "'");
             continue;
@@ -329,7 +333,7 @@ std::vector<SquadFeature> squad_features(const std::vector<SquadExample>& exampl
     const int64_t n_pieces = int64_t(doc_pieces.size());
 
     int64_t tok_start = -1, tok_end = -1;
-    if (training && ex.start_word >= 0) {
+    if (training && ex.start_word >= 0 && ex.start_word < int64_t(word_to_tok.size())) {
       tok_start = word_to_tok[size_t(ex.start_word)];
       tok_end = ex.end_word + 1 < int64_t(ex.doc_words.size()) ? word_to_tok[size_t(ex.end_word + 1)] - 1 : n_pieces - 1;
       std::tie(tok_start, tok_end) =
