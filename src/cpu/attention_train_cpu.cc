@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "cpu/blas.h"
@@ -131,8 +132,8 @@ void for_items(Context& ctx, const std::vector<Item>& items, size_t floats, Fn&&
   std::atomic<size_t> next{0};
   const int64_t workers = std::min<int64_t>(ctx.num_threads(), int64_t(items.size()));
   ctx.parallel_for(workers, [&](int64_t, int64_t) {
-    std::vector<float> scratch(floats);
-    for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) fn(items[i], scratch.data());
+    const std::unique_ptr<float[]> scratch(new float[floats]);  // uninitialised: written before read
+    for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) fn(items[i], scratch.get());
   });
 }
 
