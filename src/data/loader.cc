@@ -218,6 +218,8 @@ PretrainLoader::PretrainLoader(const LoaderOptions& options, const LoaderPositio
   m.make_current();
 }
 
+PretrainLoader::PretrainLoader(PretrainLoader&&) noexcept = default;
+PretrainLoader& PretrainLoader::operator=(PretrainLoader&&) noexcept = default;
 PretrainLoader::~PretrainLoader() = default;
 
 PretrainBatch PretrainLoader::next() {

@@ -129,7 +129,9 @@ struct LoaderPosition {
 class PretrainLoader {
  public:
   explicit PretrainLoader(const LoaderOptions& options, const LoaderPosition& start = {});
-  ~PretrainLoader();
+  PretrainLoader(PretrainLoader&&) noexcept;
+  PretrainLoader& operator=(PretrainLoader&&) noexcept;
+  ~PretrainLoader();  // joins the prefetch thread
   PretrainBatch next();
   /// The position of the next batch next() will return (normalized: sample_index is always
   /// inside a non-empty file).
