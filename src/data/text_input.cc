@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -296,7 +297,7 @@ Corpus read_corpus(const std::vector<std::string>& files, TextFormat format, con
   Corpus corpus;
   size_t next_file = 0;
   while (next_file < files.size()) {
-    std::vector<std::string> texts;
+    std::deque<std::string> texts;  // a deque: Line views into earlier texts stay valid on push_back
     std::vector<Line> lines;
     size_t batch_bytes = 0;
     while (next_file < files.size() && batch_bytes < kBatchBytes) {
