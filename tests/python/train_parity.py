@@ -19,6 +19,9 @@ with id 0 = [PAD] to exercise padding_idx, mixed NSP labels), then:
   2. AdamW: `unmask train-step --steps 10 --optimizer adamw` against torch.optim.AdamW on the same
      batch (lr 1e-3, betas (0.9, 0.999), eps 1e-6, weight decay 0.01 except names with bias /
      LayerNorm; no clipping): every step's loss within 1e-4 relative (--curve-tol).
+  3. The model train-step saved (--save) after those steps is read by the reference loader (HF
+     names and shapes; config architectures BertForPreTraining) and its loss, evaluated by torch,
+     must match the torch-trained model's within 1e-4 relative.
 Also reported (not a criterion): the torch fp32 gradient against torch fp64, the floor an fp32
 engine can reach. Prints a table; exits 1 on any failure, 2 when the binary is missing.
 """
@@ -92,7 +95,8 @@ def torch_grads(model_dir: str, batch: dict, dtype) -> "tuple[float, dict]":
     return float(loss), {n: p.grad.detach().double().numpy() for n, p in m.hf.items()}
 
 
-def torch_adamw_curve(model_dir: str, batch: dict, steps: int) -> "list[float]":
+def torch_adamw_curve(model_dir: str, batch: dict, steps: int) -> "tuple[list[float], float]":
+    """Losses before each of `steps` AdamW updates, and the loss after the last one."""
     cfg, weights = load_checkpoint(model_dir)
     m = BertPretrainRef(cfg, weights, torch.float32)
     decay = [p for n, p in m.hf.items() if not m.no_decay(n)]
@@ -107,7 +111,16 @@ def torch_adamw_curve(model_dir: str, batch: dict, steps: int) -> "list[float]":
         loss.backward()
         opt.step()
         losses.append(float(loss))
-    return losses
+    with torch.no_grad():
+        final = float(m.pretraining_loss(*inputs)[0])
+    return losses, final
+
+
+def torch_loss_of(model_dir: str, batch: dict) -> float:
+    """The loss of a saved checkpoint, read by the reference loader (HF names and shapes)."""
+    cfg, weights = load_checkpoint(model_dir)
+    with torch.no_grad():
+        return float(BertPretrainRef(cfg, weights, torch.float64).pretraining_loss(*torch_inputs(batch))[0])
 
 
 def run_unmask(exe: str, model_dir: str, batch_dir: str, out: str, steps: int, optimizer: str) -> "list[dict]":
@@ -116,6 +129,8 @@ def run_unmask(exe: str, model_dir: str, batch_dir: str, out: str, steps: int, o
            "--lr", repr(LR), "--weight-decay", repr(WD), "--eps", repr(EPS), "--max-grad-norm", "0", "--losses", losses]
     if optimizer == "none":
         cmd += ["--dump-grads", os.path.join(out, "grads")]
+    else:
+        cmd += ["--save", os.path.join(out, "saved")]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
@@ -169,7 +184,7 @@ def main(argv=None) -> int:
         loss64, g64 = torch_grads(model_dir, batch, torch.float64)
         row(name, "loss (rel)", abs(u[0]["loss"] - loss32) / abs(loss32), a.grad_tol,
             f"unmask {u[0]['loss']:.7f} torch {loss32:.7f}")
-        worst, worst_name, worst64, zero_worst, zero_names = 0.0, "", 0.0, 0.0, []
+        worst, worst_name, worst64, zero_worst, zero_names, u64, u64_name = 0.0, "", 0.0, 0.0, [], 0.0, ""
         names = hf_param_order(cfg)
         total64 = float(np.sqrt(sum(np.sum(g * g) for g in g64.values())))
         dumped = sorted(f[:-4] for f in os.listdir(os.path.join(out, "grads")))
@@ -199,17 +214,20 @@ def main(argv=None) -> int:
             if r >= worst:
                 worst, worst_name = r, n
             worst64 = max(worst64, rel_norm(g32[n], g64[n]))
+            if rel_norm(gu, g64[n]) >= u64:
+                u64, u64_name = rel_norm(gu, g64[n]), n
         row(name, f"grad worst of {len(names) - len(zero_names)}", worst, a.grad_tol, worst_name)
         if zero_names:
             row(name, f"grad of {len(zero_names)} zero tensors, |g|/|G|", zero_worst, a.grad_tol,
                 "exactly 0 in exact arithmetic: " + ", ".join(sorted({z.split('.', 4)[-1] for z in zero_names})))
         row(name, "torch fp32 vs fp64 grad worst", worst64, None, "the fp32 floor")
+        row(name, "unmask vs torch fp64 grad worst", u64, None, u64_name)
 
         # 2. the AdamW loss curve
         out = os.path.join(d, "adamw-run")
         os.makedirs(out, exist_ok=True)
         u = run_unmask(a.unmask, model_dir, batch_dir, out, a.steps, "adamw")
-        t = torch_adamw_curve(model_dir, batch, a.steps)
+        t, t_final = torch_adamw_curve(model_dir, batch, a.steps)
         if len(u) != a.steps:
             failures += 1
             rows.append((name, "adamw steps", str(len(u)), str(a.steps), "FAIL", ""))
@@ -218,6 +236,16 @@ def main(argv=None) -> int:
             i = int(np.argmax(errs))
             row(name, f"adamw {a.steps}-step loss curve (worst)", errs[i], a.curve_tol,
                 f"step {i}: unmask {u[i]['loss']:.6f} torch {t[i]:.6f}; {t[0]:.4f} -> {t[-1]:.4f}")
+        # 3. the model unmask saved after those steps, loaded by the reference (HF names/shapes)
+        saved = os.path.join(out, "saved")
+        with open(os.path.join(saved, "config.json")) as f:
+            arch = json.load(f).get("architectures")
+        if arch != ["BertForPreTraining"]:
+            failures += 1
+            rows.append((name, "saved architectures", str(arch), "-", "FAIL", ""))
+        u_final = torch_loss_of(saved, batch)
+        row(name, f"saved model's loss after {a.steps} steps", abs(u_final - t_final) / abs(t_final), a.curve_tol,
+            f"unmask-trained {u_final:.6f}, torch-trained {t_final:.6f} (both evaluated by torch)")
 
     w = [max(len(str(r[i])) for r in rows + [("config", "check", "value", "tol", "result", "note")]) for i in range(6)]
     header = ("config", "check", "value", "tol", "result", "note")
