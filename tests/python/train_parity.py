@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,7 +253,11 @@ def main(argv=None) -> int:
     for r in [header] + rows:
         print("  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip())
     passed = sum(1 for r in rows if r[4] == "ok")
-    print(f"train_parity: {passed} passed, {failures} failed ({time.time() - t_start:.1f} s, work dir {work})")
+    kept = failures or a.workdir
+    print(f"train_parity: {passed} passed, {failures} failed ({time.time() - t_start:.1f} s"
+          + (f", work dir kept: {work})" if kept else ")"))
+    if not kept:
+        shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
 
 
