@@ -119,12 +119,11 @@ PrepareReport prepare_text(const PrepareOptions& options) {
     progress.add(end - begin);
   });
   progress.finish();
-  InstanceBuffer all;
-  for (InstanceBuffer& part : parts) {
-    all.append(part);
-    part = InstanceBuffer();
-  }
-  report.instances = all.size();
+  // Instance i (in (dupe, document) order) is instance i - part_begin[p] of parts[p]; the parts
+  // are indexed in place rather than concatenated.
+  std::vector<int64_t> part_begin{0};
+  for (const InstanceBuffer& part : parts) part_begin.push_back(part_begin.back() + part.size());
+  report.instances = part_begin.back();
   if (report.instances < options.num_shards)
     throw Error("only ", report.instances, " instances for ", options.num_shards, " shards",
                 Hint("use fewer --shards or more text"));
@@ -148,16 +147,19 @@ PrepareReport prepare_text(const PrepareOptions& options) {
     sh.masked_lm_ids.assign(size_t(sh.num_instances * P), 0);
     sh.next_sentence_labels.assign(size_t(sh.num_instances), 0);
     for (int64_t r = 0; r < sh.num_instances; ++r) {
-      const int64_t i = order[size_t(lo + r)];
-      const int64_t n = all.length(i), m = all.num_masked(i);
-      const int32_t* t = all.tokens.data() + all.token_begin[size_t(i)];
+      const int64_t g = order[size_t(lo + r)];
+      const size_t p = size_t(std::upper_bound(part_begin.begin(), part_begin.end(), g) - part_begin.begin() - 1);
+      const InstanceBuffer& part = parts[p];
+      const int64_t i = g - part_begin[p];
+      const int64_t n = part.length(i), m = part.num_masked(i);
+      const int32_t* t = part.tokens.data() + part.token_begin[size_t(i)];
       std::copy(t, t + n, sh.input_ids.begin() + r * S);
       std::fill_n(sh.input_mask.begin() + r * S, n, 1);
-      std::fill(sh.segment_ids.begin() + r * S + all.a_length[size_t(i)] + 2, sh.segment_ids.begin() + r * S + n, 1);
-      const size_t mb = size_t(all.masked_begin[size_t(i)]);
-      std::copy_n(all.masked_positions.begin() + mb, m, sh.masked_lm_positions.begin() + r * P);
-      std::copy_n(all.masked_ids.begin() + mb, m, sh.masked_lm_ids.begin() + r * P);
-      sh.next_sentence_labels[size_t(r)] = all.is_random_next[size_t(i)];
+      std::fill(sh.segment_ids.begin() + r * S + part.a_length[size_t(i)] + 2, sh.segment_ids.begin() + r * S + n, 1);
+      const size_t mb = size_t(part.masked_begin[size_t(i)]);
+      std::copy_n(part.masked_positions.begin() + mb, m, sh.masked_lm_positions.begin() + r * P);
+      std::copy_n(part.masked_ids.begin() + mb, m, sh.masked_lm_ids.begin() + r * P);
+      sh.next_sentence_labels[size_t(r)] = part.is_random_next[size_t(i)];
     }
     const std::string path = shard_name(options.output_dir, k);
     write_shard(path, sh, threads);
