@@ -116,6 +116,10 @@ void draw_panel(std::ostringstream& o, const std::vector<StepMetrics>& h, const 
   // At most ~2000 points per line: every k-th step (the last one always).
   const size_t stride = std::max<size_t>(1, h.size() / 2000);
   double legend_x = x0 + w - 10;
+  std::ostringstream legend;  // drawn last, on a backdrop over the lines
+  if (series.size() > 1)
+    legend << "<rect x='" << legend_x - 116 << "' y='" << y0 + 4 << "' width='" << 122 << "' height='"
+           << 16 * double(series.size()) + 6 << "' fill='white' fill-opacity='0.9' stroke='#ccc'/>\n";
   for (size_t si = series.size(); si-- > 0;) {
     const auto& s = series[si];
     std::ostringstream pts;
@@ -138,11 +142,12 @@ void draw_panel(std::ostringstream& o, const std::vector<StepMetrics>& h, const 
     }
     if (series.size() > 1) {
       double ly = y0 + 16 + 16 * double(si);
-      o << "<line x1='" << legend_x - 110 << "' y1='" << ly - 4 << "' x2='" << legend_x - 90 << "' y2='" << ly - 4
-        << "' stroke='" << s.color << "' stroke-width='2'/>\n";
-      o << "<text x='" << legend_x - 85 << "' y='" << ly << "'>" << xml_escape(s.name) << "</text>\n";
+      legend << "<line x1='" << legend_x - 110 << "' y1='" << ly - 4 << "' x2='" << legend_x - 90 << "' y2='" << ly - 4
+             << "' stroke='" << s.color << "' stroke-width='2'/>\n";
+      legend << "<text x='" << legend_x - 85 << "' y='" << ly << "'>" << xml_escape(s.name) << "</text>\n";
     }
   }
+  o << legend.str();
 }
 
 }  // namespace

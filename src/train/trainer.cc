@@ -270,7 +270,7 @@ TrainResult pretrain(const TrainerOptions& options) {
   int64_t saved_step = -1;
   auto save = [&](const StepMetrics* last) {
     if (saved_step == step) return;
-    progress.message("saving checkpoint " + checkpoint_name(step) + " ...");
+    if (options.progress) progress.message("saving checkpoint " + checkpoint_name(step) + " ...");
     result.checkpoint = write_checkpoint(run_dir, model, opt, make_state(last),
                                          {.vocab_path = vocab_path, .keep_last = cfg.keep_checkpoints});
     log.write_plot(title);
