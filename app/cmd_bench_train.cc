@@ -110,7 +110,10 @@ int bench_train(int argc, char** argv) {
   else throw Error("--model must be bert-base, bert-large or random:SIZE, got '", model_arg, "'");
 
   Context ctx({.num_threads = int(args->get_int("threads"))});
-  const double peak = args->has("peak-gflops") ? std::stod(args->get("peak-gflops")) : train::measure_peak_gflops(ctx.num_threads());
+  // The FMA peak is measured before the first row and again after each one, and the best so far
+  // is used: a measurement taken while another process shares the cores reads low.
+  const bool fixed_peak = args->has("peak-gflops");
+  double peak = fixed_peak ? std::stod(args->get("peak-gflops")) : train::measure_peak_gflops(ctx.num_threads());
   BertTrainModel model = BertTrainModel::random(cfg, {.pooler = true, .mlm = true, .nsp = true}, seed);
   OptimizerConfig oc = opt_name == "adamw" ? OptimizerConfig{.kind = OptimizerKind::adamw, .lr = 1e-4f}
                                            : OptimizerConfig{.kind = OptimizerKind::lamb, .lr = 6e-3f};
@@ -122,9 +125,10 @@ int bench_train(int argc, char** argv) {
   for (const Param& p : model.params()) num_params += p.value.numel();
   if (format == "table") {
     std::printf("# unmask bench train: %s (%lld layers, hidden %lld, %lld parameters), %s, dropout %.2g, %s kernels, "
-                "peak %.0f GFLOP/s\n",
+                "fp32 peak %.0f GFLOP/s%s\n",
                 model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, num_params,
-                opt_name.c_str(), dropout, ctx.cpu_isa(), peak);
+                opt_name.c_str(), dropout, ctx.cpu_isa(), peak,
+                fixed_peak ? " (given)" : " (FMA loop; measured again after each row, the best is used)");
     std::printf("| devices | seq | batch | masked | precision | sequences/s | step (ms) | GFLOP/s | MFU |\n");
     std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|\n");
   } else if (format == "csv") {
@@ -157,6 +161,7 @@ int bench_train(int argc, char** argv) {
         if (i >= warmup) times.push_back(dt);
       }
       std::sort(times.begin(), times.end());
+      if (!fixed_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];
       const double flops = bert_train_flops(cfg, std::vector<int64_t>(size_t(batch), seq), batch * P);
       const double gflops = flops / med / 1e9, sps = double(batch) / med;
@@ -177,6 +182,7 @@ int bench_train(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  if (format == "table") std::printf("# MFU against a peak of %.0f GFLOP/s\n", peak);
   return 0;
 }
 
