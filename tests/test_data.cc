@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -142,8 +143,8 @@ struct BigRun {
 };
 
 BigRun* big_run() {
-  static BigRun* run = [] {
-    auto* r = new BigRun;
+  static std::unique_ptr<BigRun> run = [] {  // destroyed at exit, which removes its directory
+    auto r = std::make_unique<BigRun>();
     r->corpus = make_corpus(1300, 11);
     write_text(r->dir / "corpus.txt", r->corpus.text);
     PrepareOptions o;
@@ -158,7 +159,7 @@ BigRun* big_run() {
     r->shard = read_shard(r->report.shards.at(0));
     return r;
   }();
-  return run;
+  return run.get();
 }
 
 #define SKIP_WITHOUT_VOCAB() \
