@@ -111,7 +111,7 @@ const std::vector<KeyDef>& keys() {
   static const std::vector<KeyDef> table = [] {
     std::vector<KeyDef> t;
     t.push_back({"model", "string", true,
-                 "HF model directory to start from, or random:tiny|mini|small|base|large (vocab size from `vocab`)",
+                 "HF model directory to start from, or random:tiny|mini|small|medium|base|large (vocab size from `vocab`)",
                  [](PretrainConfig& c, const Value& v) { c.model = v.s; },
                  [](const PretrainConfig& c) { return quoted(c.model); }});
     t.push_back(STR_KEY(vocab, true, "vocab.txt (default: the model directory's vocab.txt)"));

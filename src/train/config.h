@@ -26,7 +26,7 @@ namespace unmask::train {
 
 struct PretrainConfig {
   // -- what to train, on what, where
-  std::string model = "random:tiny";  // HF dir to start from, or "random:tiny|mini|small|base|large"
+  std::string model = "random:tiny";  // HF dir to start from, or "random:tiny|mini|small|medium|base|large"
   std::string vocab;                  // vocab.txt (default: <model>/vocab.txt for an HF dir)
   std::string data;                   // shard directory (or one shard file)
   std::string output;                 // run directory: checkpoints/, metrics.jsonl, loss.svg
@@ -91,7 +91,7 @@ const std::vector<ConfigKeyInfo>& config_keys();
 size_t edit_distance(const std::string& a, const std::string& b);
 
 /// Parses a model spec's size ("random:base" -> BertConfig::base() with the given vocab size).
-/// Sizes: tiny (2 x 128, 2 heads), mini (4 x 256, 4), small (4 x 512, 8), base, large.
+/// Sizes: tiny (2 x 128, 2 heads), mini (4 x 256, 4), small (4 x 512, 8), medium (8 x 512, 8), base, large.
 BertConfig random_model_config(const std::string& size, int64_t vocab_size);
 
 const char* optimizer_name(OptimizerKind k);

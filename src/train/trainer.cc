@@ -169,7 +169,7 @@ TrainResult pretrain(const TrainerOptions& options) {
                             : random_model ? "" : cfg.model;
   if (!weights_dir.empty() && !is_dir(weights_dir))
     throw Error("model directory ", weights_dir, " not found",
-                Hint("model is an HF directory (config.json, model.safetensors) or random:tiny|mini|small|base|large"));
+                Hint("model is an HF directory (config.json, model.safetensors) or random:tiny|mini|small|medium|base|large"));
   const std::string vocab_path = choose_vocab(cfg, weights_dir.empty() ? "" : weights_dir);
   VocabInfo vocab;
   if (!vocab_path.empty()) vocab = read_vocab(vocab_path);
