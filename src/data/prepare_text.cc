@@ -134,9 +134,9 @@ PrepareReport prepare_text(const PrepareOptions& options) {
 
   const int64_t S = options.max_seq_length, P = options.max_predictions_per_seq;
   progress.start("writing", report.instances);
+  PretrainShard sh;  // reused: its buffers keep their pages from one shard to the next
   for (int64_t k = 0; k < options.num_shards; ++k) {
     const int64_t lo = report.instances * k / options.num_shards, hi = report.instances * (k + 1) / options.num_shards;
-    PretrainShard sh;
     sh.num_instances = hi - lo;
     sh.seq_length = S;
     sh.max_predictions = P;
