@@ -13,6 +13,11 @@
 // Shards use exactly DLE's (legacy, create_pretraining_data.py / h5py) layout: datasets
 // input_ids i4 [N, S], input_mask i1 [N, S], segment_ids i1 [N, S], masked_lm_positions i4
 // [N, P], masked_lm_ids i4 [N, P], next_sentence_labels i1 [N], every one gzip-compressed.
+//
+// Implementation map: data/text_input.* (reading, UTF-8 checks, sentence splitter,
+// tokenizing), data/instances.* (Google's instance and masking rules), data/prepare_text.cc,
+// data/shard_io.* (HDF5), data/loader.cc, data/rng.h (the counter-based SplitMix64 streams every
+// random draw comes from), data/progress.* and data/parallel.h.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,7 +36,8 @@ enum class TextFormat : uint8_t {
 };
 
 struct PrepareOptions {
-  std::vector<std::string> inputs;   // text files (or directories: every regular file, sorted)
+  std::vector<std::string> inputs;   // text files, or directories: every regular file below them
+                                     // (recursively, names starting with '.' skipped), sorted
   std::string vocab;                 // vocab.txt
   bool lower_case = true;
   TextFormat format = TextFormat::sentences;
