@@ -487,35 +487,40 @@ TEST(DISABLED_BertTrainTiming, BaseSeq128Batch8) {
   batch.next_sentence_labels = i32({B}, nsp);
   auto now = [] { return std::chrono::steady_clock::now(); };
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  m.zero_grad();
-  m.pretrain_step(ctx, batch, TrainStepOptions{});  // warm-up (allocations)
-  const int reps = 3;
-  double zg = 0, fb = 0, fwd = 0;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = now();
-    m.zero_grad();
-    auto t1 = now();
-    m.pretrain_step(ctx, batch, TrainStepOptions{});
-    auto t2 = now();
-    TrainStepOptions e;
-    e.backward = false;
-    m.pretrain_step(ctx, batch, e);
-    auto t3 = now();
-    zg += secs(t0, t1);
-    fb += secs(t1, t2);
-    fwd += secs(t2, t3);
-  }
-  zg /= reps, fb /= reps, fwd /= reps;
-  std::printf("BERT-base seq %lld batch %lld, %d threads: forward+backward %.3f s (forward alone %.3f s), zero_grad %.3f s"
-              " -> %.2f seq/s (without optimizer)\n",
-              (long long)T, (long long)B, threads, fb, fwd, zg, double(B) / (fb + zg));
+  // Minimum over repetitions: the box is shared, and contention only ever adds time.
+  const int reps = std::getenv("UNMASK_REPS") ? std::atoi(std::getenv("UNMASK_REPS")) : 5;
+  auto best = [&](const std::function<void()>& fn) {
+    fn();  // warm-up (workspace allocation)
+    double b = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = now();
+      fn();
+      b = std::min(b, secs(t0, now()));
+    }
+    return b;
+  };
+  TrainStepOptions fwd_only;
+  fwd_only.backward = false;
+  TrainStepOptions fwd_only0 = no_dropout();
+  fwd_only0.backward = false;
+  Optimizer adamw(OptimizerConfig{.kind = OptimizerKind::adamw, .lr = 1e-4f}, m.params());
+  Optimizer lamb(OptimizerConfig{.kind = OptimizerKind::lamb, .lr = 1e-4f}, m.params());
+  const double zg = best([&] { m.zero_grad(); });
+  const double fb = best([&] { m.pretrain_step(ctx, batch, TrainStepOptions{}); });
+  const double fw = best([&] { m.pretrain_step(ctx, batch, fwd_only); });
+  const double fb0 = best([&] { m.pretrain_step(ctx, batch, no_dropout()); });
+  const double fw0 = best([&] { m.pretrain_step(ctx, batch, fwd_only0); });
+  const double oa = best([&] { adamw.step(ctx, 1e-4f); });
+  const double ol = best([&] { lamb.step(ctx, 1e-4f); });
+  std::printf("BERT-base seq %lld batch %lld, %d threads, best of %d:\n", (long long)T, (long long)B, threads, reps);
+  std::printf("  dropout 0.1: forward+backward %.3f s (forward alone %.3f s)\n", fb, fw);
+  std::printf("  dropout 0:   forward+backward %.3f s (forward alone %.3f s)\n", fb0, fw0);
+  std::printf("  zero_grad %.3f s, AdamW step %.3f s, LAMB step %.3f s\n", zg, oa, ol);
+  std::printf("  -> %.2f seq/s with dropout and LAMB (%.2f with AdamW)\n", double(B) / (zg + fb + ol), double(B) / (zg + fb + oa));
 
   // Breakdown: each op alone at the step's shapes (x 12 layers where it repeats).
   auto time = [&](const char* what, int64_t times, const std::function<void()>& fn) {
-    fn();
-    auto t0 = now();
-    for (int r = 0; r < 3; ++r) fn();
-    const double s = secs(t0, now()) / 3 * double(times);
+    const double s = best(fn) * double(times);
     std::printf("  %-44s %7.1f ms\n", what, s * 1e3);
     return s;
   };
@@ -582,5 +587,5 @@ TEST(DISABLED_BertTrainTiming, BaseSeq128Batch8) {
   });
   Tensor ids_t = i32({N}, ids);
   total += time("embedding backward (word, pos, type)", 3, [&] { ops::embedding_backward(ctx, ids_t, x, word_g); });
-  std::printf("  %-44s %7.1f ms (sum of the parts; the step measured %.1f ms)\n", "total", total * 1e3, (fb + zg) * 1e3);
+  std::printf("  %-44s %7.1f ms (sum of the parts; the step without dropout measured %.1f ms)\n", "total", total * 1e3, fb0 * 1e3);
 }

@@ -207,7 +207,7 @@ std::unique_ptr<BertTrainModel::Impl> impl_from_weights(const BertWeights& w, co
     I.pooler_w = from_or(w.pooler_w, {C, C}, normal);
     I.pooler_b = from_or(w.pooler_b, {C}, zeros);
   }
-  if (want.mlm) {
+  if (want.mlm) {  // the decoder is always the word embedding (HF ties an untied save on load too)
     const bool have = w.heads.mlm;
     I.mlm_dense_w = from_or(have ? w.mlm_dense_w : Tensor(), {C, C}, normal);
     I.mlm_dense_b = from_or(have ? w.mlm_dense_b : Tensor(), {C}, zeros);
@@ -252,9 +252,9 @@ BertTrainModel BertTrainModel::random(const BertConfig& config, const BertHeads&
   config.validate("random model");
   BertHeads all = heads;
   if (all.seqcls && all.tokcls) all.tokcls = false;  // reported by impl_from_weights
+  // bert_weights_random draws every requested head too (normal(0, 0.02), biases 0, LayerNorm 1/0).
   std::unique_ptr<BertWeights> w = bert_weights_random(config, all, seed);
-  // bert_weights_random starts biases and LayerNorms at 0/1; heads come from the same seed.
-  return BertTrainModel(impl_from_weights(*w, heads, seed ^ 0x68656164ull));
+  return BertTrainModel(impl_from_weights(*w, heads, seed));
 }
 
 const BertConfig& BertTrainModel::config() const { return impl_->config; }
