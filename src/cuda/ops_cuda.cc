@@ -69,6 +69,10 @@ bool supports(std::string_view op, DType dtype) {
   if (op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" || op == "embedding" ||
       op == "attention" || op == "embedding_layernorm")
     return f;
+  if (op == "layernorm_backward" || op == "activation_backward" || op == "bias_grad" || op == "softmax_backward" ||
+      op == "embedding_backward" || op == "cross_entropy" || op == "dropout" || op == "dropout_backward" ||
+      op == "adamw_update" || op == "lamb_moments" || op == "axpy" || op == "sum_squares" || op == "scale_inplace")
+    return dtype == DType::f32;  // training kernels (train_ops.cu, train_loss.cu, optim.cu)
   return false;
 }
 

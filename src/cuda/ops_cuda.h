@@ -27,7 +27,9 @@ namespace unmask::cuda {
 
 /// Whether the CUDA backend implements `op` for `dtype` (ops::supports answers for cuda
 /// with this). Ops: gemm, layernorm, activation, softmax, embedding, attention,
-/// embedding_layernorm.
+/// embedding_layernorm (f32, bf16, f16); training (f32, the front-ends' dtype): layernorm_backward,
+/// activation_backward, bias_grad, softmax_backward, embedding_backward, cross_entropy, dropout,
+/// dropout_backward, adamw_update, lamb_moments, axpy, sum_squares, scale_inplace.
 bool supports(std::string_view op, DType dtype);
 
 /// c = act(alpha * op(a) @ op(b) + bias + beta * c); 2-D or 3-D (batched, b may have batch 1).
@@ -80,5 +82,44 @@ void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, i
 /// (range-checked, uploaded) or device memory (trusted).
 void embedding(Context& ctx, const float* table, int64_t ldt, int64_t V, const void* ids, DType id_dtype, float* out,
                int64_t ldo, int64_t N, int64_t C, bool accumulate);
+
+// ---- training (f32 raw-pointer forms; ops_cuda_train.cc, kernels in train_kernels.h) --------
+// Semantics of the ops.h "training" section; called by the front-ends after validation.
+// Parameter gradients (dgamma, dbeta, dbias, dtable) accumulate (+=) and are deterministic
+// (no float atomics: run twice, the same bits).
+
+/// layernorm with the row statistics mean, rstd (f32 [N]); y must not alias x or residual.
+void layernorm_stats(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr, const float* gamma,
+                     const float* beta, float eps, float* y, int64_t ldy, float* mean, float* rstd, int64_t N,
+                     int64_t C);
+void layernorm_backward(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr,
+                        const float* gamma, const float* mean, const float* rstd, const float* dy, int64_t lddy,
+                        float* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C);
+void activation_backward(Context& ctx, const float* x, int64_t ldx, const float* dy, int64_t lddy, float* dx,
+                         int64_t lddx, int64_t N, int64_t C, ops::Activation act);
+void bias_grad(Context& ctx, const float* dy, int64_t lddy, float* dbias, int64_t N, int64_t C);
+void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy, int64_t lddy, float* dx,
+                      int64_t lddx, int64_t N, int64_t C);
+/// Dropout (and its backward: the same call on dy): the CPU's Philox mask bit for bit.
+void dropout(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C, float p,
+             uint64_t seed, uint64_t offset);
+/// ids: i32/i64 [N] in device memory (trusted: an id outside [0, V) is skipped) or host
+/// memory (range-checked, uploaded).
+void embedding_backward(Context& ctx, const void* ids, DType id_dtype, const float* dout, int64_t ldo, float* dtable,
+                        int64_t ldt, int64_t V, int64_t N, int64_t C);
+/// targets: i32 [M] on the device (a target >= V throws after the kernels ran, as on the CPU);
+/// losses may be null (a scratch buffer is used). Synchronises the stream (returns host totals).
+ops::CrossEntropyStats cross_entropy(Context& ctx, const float* logits, int64_t ld, const int32_t* targets,
+                                     float* losses, float* dlogits, int64_t lddl, float grad_scale, int64_t M,
+                                     int64_t V);
+// Optimizer updates on contiguous f32 arrays of n elements (scalars computed as the CPU op).
+void adamw_update(Context& ctx, float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                  const ops::AdamArgs& args);
+void lamb_moments(Context& ctx, const float* p, const float* g, float* m, float* v, float* update, int64_t n,
+                  const ops::AdamArgs& args);
+void axpy(Context& ctx, float alpha, const float* x, float* y, int64_t n);
+/// Deterministic double sum of squares; synchronises the stream.
+double sum_squares(Context& ctx, const float* x, int64_t n);
+void scale_inplace(Context& ctx, float* x, int64_t n, float s);
 
 }  // namespace unmask::cuda

@@ -91,7 +91,12 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
       });
       return;
     case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::activation_backward(ctx, x.data<float>(), rx.ld, dy.data<float>(), rdy.ld,
+                                       dx.data<float>(), rdx.ld, rx.N, rx.C, act);
+#else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
+#endif
   }
 }
 
@@ -119,7 +124,11 @@ void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias) {
       });
       return;
     case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::bias_grad(ctx, dy.data<float>(), r.ld, dbias.data<float>(), r.N, r.C);
+#else
       detail::throw_unsupported(op, Device::cuda, dy.dtype());
+#endif
   }
 }
 

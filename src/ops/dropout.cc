@@ -9,6 +9,9 @@
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
 #include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
 
 namespace unmask::ops {
 namespace {
@@ -43,7 +46,13 @@ void dropout_impl(const char* op, const char* in_name, const char* out_name, Con
       });
       return;
     case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      if (p == 0.0f && detail::same_view(x, y)) return;
+      return cuda::dropout(ctx, x.data<float>(), rx.ld, y.data<float>(), ry.ld, rx.N, rx.C, p, seed,
+                           offset);
+#else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
+#endif
   }
 }
 

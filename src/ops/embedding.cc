@@ -116,7 +116,12 @@ void embedding_backward(Context& ctx, const Tensor& ids, const Tensor& dout, Ten
       });
       return;
     case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::embedding_backward(ctx, ids.raw(), ids.dtype(), dout.data<float>(), ro.ld,
+                                      dtable.data<float>(), rt.ld, V, N, C);
+#else
       detail::throw_unsupported(op, Device::cuda, dtable.dtype());
+#endif
   }
 }
 

@@ -75,7 +75,10 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
       return;
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
-      if (stats) throw Unsupported(op, ": the statistics outputs (training) have no CUDA kernel yet");
+      if (stats)
+        return cuda::layernorm_stats(ctx, x.data<float>(), rx.ld, rp, rr.ld, gamma.data<float>(),
+                                     beta.data<float>(), eps, y.data<float>(), ry.ld,
+                                     mean->data<float>(), rstd->data<float>(), rx.N, rx.C);
       return cuda::layernorm(ctx, x.data<float>(), rx.ld, rp, rr.ld, gamma.data<float>(),
                              beta.data<float>(), eps, y.data<float>(), ry.ld, rx.N, rx.C);
 #else
@@ -156,7 +159,15 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
       });
       return;
     case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::layernorm_backward(ctx, x.data<float>(), rx.ld,
+                                      residual ? residual->data<float>() : nullptr, rr.ld,
+                                      gamma.data<float>(), mean.data<float>(), rstd.data<float>(),
+                                      dy.data<float>(), rdy.ld, dx.data<float>(), rdx.ld,
+                                      dgamma.data<float>(), dbeta.data<float>(), N, C);
+#else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
+#endif
   }
 }
 

@@ -10,6 +10,9 @@
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
 #include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
 
 namespace unmask::ops {
 
@@ -75,7 +78,13 @@ CrossEntropyStats cross_entropy(Context& ctx, const Tensor& logits, const Tensor
       return stats;
     }
     case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::cross_entropy(ctx, logits.data<float>(), rl.ld, targets.data<int32_t>(),
+                                 losses ? losses->data<float>() : nullptr,
+                                 dlogits ? dlogits->data<float>() : nullptr, rd.ld, grad_scale, M, V);
+#else
       detail::throw_unsupported(op, Device::cuda, logits.dtype());
+#endif
   }
   return stats;
 }

@@ -17,6 +17,9 @@
 
 #include "ops/op_common.h"
 #include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
 
 namespace unmask::ops {
 namespace {
@@ -171,6 +174,13 @@ double sum_squares_chunk(const float* x, int64_t n) {
   return (acc0 + acc1) + (acc2 + acc3);
 }
 
+// Device::cuda without the CUDA backend compiled in: throws Unsupported naming the op.
+void require_cuda_backend([[maybe_unused]] const char* op) {
+#ifndef UNMASK_WITH_CUDA
+  detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
+}
+
 // ---- validation -------------------------------------------------------------------------------
 
 // t: f32, contiguous, with the shape and device of `ref` (the first operand, named ref_name).
@@ -216,7 +226,7 @@ void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v
   check_operand(op, "v", v, "p", p);
   check_adam_args(op, args);
   UNMASK_CHECK(std::isfinite(lr), op, ": lr must be finite, got ", lr);
-  if (p.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, p.dtype());
+  if (p.device() == Device::cuda) require_cuda_backend(op);
   if (p.numel() == 0) return;
   check_no_overlap(op, "p", p, "g", g);
   check_no_overlap(op, "p", p, "m", m);
@@ -224,6 +234,11 @@ void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v
   check_no_overlap(op, "m", m, "g", g);
   check_no_overlap(op, "m", m, "v", v);
   check_no_overlap(op, "v", v, "g", g);
+#ifdef UNMASK_WITH_CUDA
+  if (p.device() == Device::cuda)
+    return cuda::adamw_update(ctx, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
+                              p.numel(), lr, args);
+#endif
   const AdamWScalars s = adamw_scalars(lr, args);
   float* pp = p.data<float>();
   const float* gp = g.data<float>();
@@ -243,7 +258,7 @@ void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Ten
   check_operand(op, "v", v, "p", p);
   check_operand(op, "update", update, "p", p);
   check_adam_args(op, args);
-  if (p.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, p.dtype());
+  if (p.device() == Device::cuda) require_cuda_backend(op);
   if (p.numel() == 0) return;
   check_no_overlap(op, "m", m, "p", p);
   check_no_overlap(op, "m", m, "g", g);
@@ -254,6 +269,11 @@ void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Ten
   check_no_overlap(op, "update", update, "g", g);
   check_no_overlap(op, "update", update, "m", m);
   check_no_overlap(op, "update", update, "v", v);
+#ifdef UNMASK_WITH_CUDA
+  if (p.device() == Device::cuda)
+    return cuda::lamb_moments(ctx, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
+                              update.data<float>(), p.numel(), args);
+#endif
   const LambScalars s = lamb_scalars(args);
   const float* pp = p.data<float>();
   const float* gp = g.data<float>();
@@ -270,9 +290,12 @@ void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
   check_operand(op, "x", x, "x", x);
   check_operand(op, "y", y, "x", x);
   UNMASK_CHECK(std::isfinite(alpha), op, ": alpha must be finite, got ", alpha);
-  if (x.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, x.dtype());
+  if (x.device() == Device::cuda) require_cuda_backend(op);
   if (x.numel() == 0) return;
   check_no_overlap(op, "y", y, "x", x);
+#ifdef UNMASK_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda::axpy(ctx, alpha, x.data<float>(), y.data<float>(), x.numel());
+#endif
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   ctx.parallel_for(x.numel(), [&](int64_t b, int64_t e) { axpy_kernel(alpha, xp + b, yp + b, e - b); },
@@ -282,9 +305,12 @@ void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
 double sum_squares(Context& ctx, const Tensor& x) {
   constexpr const char* op = "sum_squares";
   check_operand(op, "x", x, "x", x);
-  if (x.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, x.dtype());
+  if (x.device() == Device::cuda) require_cuda_backend(op);
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
+#ifdef UNMASK_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda::sum_squares(ctx, x.data<float>(), n);
+#endif
   const float* xp = x.data<float>();
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
   std::vector<double> partial(size_t(chunks), 0.0);  // [chunks], one per fixed chunk
@@ -303,8 +329,11 @@ void scale_inplace(Context& ctx, Tensor& x, float s) {
   constexpr const char* op = "scale_inplace";
   check_operand(op, "x", x, "x", x);
   UNMASK_CHECK(std::isfinite(s), op, ": s must be finite, got ", s);
-  if (x.device() == Device::cuda) detail::throw_unsupported(op, Device::cuda, x.dtype());
+  if (x.device() == Device::cuda) require_cuda_backend(op);
   if (x.numel() == 0) return;
+#ifdef UNMASK_WITH_CUDA
+  if (x.device() == Device::cuda) return cuda::scale_inplace(ctx, x.data<float>(), x.numel(), s);
+#endif
   float* xp = x.data<float>();
   ctx.parallel_for(x.numel(), [&](int64_t b, int64_t e) { scale_kernel(xp + b, e - b, s); }, kGrain);
 }

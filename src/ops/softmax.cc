@@ -65,7 +65,12 @@ void softmax_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& d
       });
       return;
     case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::softmax_backward(ctx, y.data<float>(), ry.ld, dy.data<float>(), rdy.ld,
+                                    dx.data<float>(), rdx.ld, ry.N, ry.C);
+#else
       detail::throw_unsupported(op, Device::cuda, y.dtype());
+#endif
   }
 }
 

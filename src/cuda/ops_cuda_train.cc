@@ -1,0 +1,151 @@
+// cuda/ops_cuda_train.cc: the training entry points of the CUDA backend (ops_cuda.h, section
+// "training"): the context's stream and the per-step scalars, then one launcher each
+// (train_kernels.h).
+#include <cmath>
+#include <memory>
+
+#include "cuda/check.h"
+#include "cuda/cuda_state.h"
+#include "cuda/ops_cuda.h"
+#include "cuda/train_kernels.h"
+
+namespace unmask::cuda {
+
+void layernorm_stats(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr, const float* gamma,
+                     const float* beta, float eps, float* y, int64_t ldy, float* mean, float* rstd, int64_t N,
+                     int64_t C) {
+  CudaState& st = cuda_state(ctx);
+  layernorm_forward_stats(y, ldy, mean, rstd, x, ldx, residual, ldr, gamma, beta, eps, N, C, DType::f32, st.stream);
+}
+
+void layernorm_backward(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr,
+                        const float* gamma, const float* mean, const float* rstd, const float* dy, int64_t lddy,
+                        float* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C) {
+  CudaState& st = cuda_state(ctx);
+  layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, DType::f32,
+                          st.stream);
+}
+
+void activation_backward(Context& ctx, const float* x, int64_t ldx, const float* dy, int64_t lddy, float* dx,
+                         int64_t lddx, int64_t N, int64_t C, ops::Activation act) {
+  CudaState& st = cuda_state(ctx);
+  activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, DType::f32, st.stream);
+}
+
+void bias_grad(Context& ctx, const float* dy, int64_t lddy, float* dbias, int64_t N, int64_t C) {
+  CudaState& st = cuda_state(ctx);
+  bias_grad_cols(dbias, dy, lddy, N, C, DType::f32, st.stream);
+}
+
+void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy, int64_t lddy, float* dx,
+                      int64_t lddx, int64_t N, int64_t C) {
+  CudaState& st = cuda_state(ctx);
+  softmax_backward_rows(dx, lddx, y, ldy, dy, lddy, N, C, DType::f32, st.stream);
+}
+
+void dropout(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C, float p,
+             uint64_t seed, uint64_t offset) {
+  CudaState& st = cuda_state(ctx);
+  dropout_rows(y, ldy, x, ldx, N, C, p, seed, offset, DType::f32, st.stream);
+}
+
+void embedding_backward(Context& ctx, const void* ids, DType id_dtype, const float* dout, int64_t ldo, float* dtable,
+                        int64_t ldt, int64_t V, int64_t N, int64_t C) {
+  CudaState& st = cuda_state(ctx);
+  UNMASK_CHECK(id_dtype == DType::i32 || id_dtype == DType::i64, "embedding_backward (cuda): ids must be i32 or i64, got ",
+               dtype_name(id_dtype));
+  if (N == 0 || C == 0) return;
+  cudaPointerAttributes attr{};
+  CUDA_CHECK(cudaPointerGetAttributes(&attr, ids));
+  const void* dev_ids = ids;
+  std::unique_ptr<ScratchBuffer> upload;
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {  // host ids: check, upload
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t id = id_dtype == DType::i64 ? static_cast<const int64_t*>(ids)[i] : static_cast<const int32_t*>(ids)[i];
+      if (id < 0 || id >= V)
+        throw Error("embedding_backward: ids[", i, "] = ", id, " is outside [0, ", V, ") (table has ", V, " rows)");
+    }
+    const size_t bytes = size_t(N) * dtype_size(id_dtype);
+    upload = std::make_unique<ScratchBuffer>(bytes, st.stream);
+    CUDA_CHECK(cudaMemcpyAsync(upload->ptr, ids, bytes, cudaMemcpyHostToDevice, st.stream));
+    CUDA_CHECK(cudaStreamSynchronize(st.stream));  // the host ids may be freed after we return
+    dev_ids = upload->ptr;
+  }
+  embedding_backward_rows(dtable, ldt, V, dev_ids, id_dtype, dout, ldo, N, C, st.stream);
+}
+
+ops::CrossEntropyStats cross_entropy(Context& ctx, const float* logits, int64_t ld, const int32_t* targets,
+                                     float* losses, float* dlogits, int64_t lddl, float grad_scale, int64_t M,
+                                     int64_t V) {
+  CudaState& st = cuda_state(ctx);
+  ops::CrossEntropyStats stats;
+  if (M == 0) return stats;
+  std::unique_ptr<ScratchBuffer> own_losses;
+  if (!losses) {
+    own_losses = std::make_unique<ScratchBuffer>(size_t(M) * sizeof(float), st.stream);
+    losses = own_losses->as<float>();
+  }
+  const CrossEntropyTotals t = cross_entropy_rows(logits, ld, targets, losses, dlogits, lddl, grad_scale, M, V, st.stream);
+  if (t.first_bad_row >= 0) {
+    int32_t bad = 0;
+    CUDA_CHECK(cudaMemcpy(&bad, targets + t.first_bad_row, sizeof bad, cudaMemcpyDeviceToHost));
+    throw Error("cross_entropy: targets[", t.first_bad_row, "] = ", bad, " is not a class of logits with V = ", V,
+                " columns", Hint("targets must be in [0, V), or negative to ignore the row"));
+  }
+  stats.loss_sum = t.loss_sum;
+  stats.count = t.count;
+  stats.correct = t.correct;
+  return stats;
+}
+
+// The per-step scalars exactly as ops/optim_ops.cc computes them (double, rounded to f32).
+void adamw_update(Context& ctx, float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                  const ops::AdamArgs& a) {
+  CudaState& st = cuda_state(ctx);
+  const double t = double(a.step);
+  AdamWScalarsDev s;
+  s.grad_scale = a.grad_scale;
+  s.beta1 = a.beta1;
+  s.one_minus_beta1 = float(1.0 - double(a.beta1));
+  s.beta2 = a.beta2;
+  s.one_minus_beta2 = float(1.0 - double(a.beta2));
+  s.decay = float(1.0 - double(lr) * double(a.weight_decay));
+  s.step_size = float(double(lr) / (1.0 - std::pow(double(a.beta1), t)));
+  s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(double(a.beta2), t)));
+  s.eps = a.eps;
+  adamw_update_n(p, g, m, v, n, s, st.stream);
+}
+
+void lamb_moments(Context& ctx, const float* p, const float* g, float* m, float* v, float* update, int64_t n,
+                  const ops::AdamArgs& a) {
+  CudaState& st = cuda_state(ctx);
+  const double t = double(a.step);
+  LambScalarsDev s;
+  s.grad_scale = a.grad_scale;
+  s.beta1 = a.beta1;
+  s.beta3 = float(1.0 - double(a.beta1));
+  s.beta2 = a.beta2;
+  s.one_minus_beta2 = float(1.0 - double(a.beta2));
+  s.bias1 = float(1.0 - std::pow(double(a.beta1), t));
+  s.bias2 = float(1.0 - std::pow(double(a.beta2), t));
+  s.eps = a.eps;
+  s.weight_decay = a.weight_decay;
+  lamb_moments_n(p, g, m, v, update, n, s, st.stream);
+}
+
+void axpy(Context& ctx, float alpha, const float* x, float* y, int64_t n) {
+  CudaState& st = cuda_state(ctx);
+  axpy_n(alpha, x, y, n, st.stream);
+}
+
+double sum_squares(Context& ctx, const float* x, int64_t n) {
+  CudaState& st = cuda_state(ctx);
+  return sum_squares_n(x, n, st.stream);
+}
+
+void scale_inplace(Context& ctx, float* x, int64_t n, float s) {
+  CudaState& st = cuda_state(ctx);
+  scale_n(x, n, s, st.stream);
+}
+
+}  // namespace unmask::cuda

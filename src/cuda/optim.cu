@@ -1,0 +1,152 @@
+// cuda/optim.cu: the elementwise optimizer updates (AdamW, LAMB stage 1), axpy, in-place
+// scaling and a deterministic sum of squares, on contiguous f32 arrays of n elements.
+//
+// The updates follow ops/optim_ops.cc operation by operation, with the per-step scalars
+// computed on the host the same way; products and sums are spelled with __fmul_rn/__fadd_rn
+// so nvcc does not contract them into FMAs (the CPU build does not either), and sqrtf and
+// '/' are IEEE-rounded (no fast-math), so the results match the CPU op bit for bit up to the
+// compilers' choices (the tests allow 1e-6 relative).
+//
+// sum_squares: block k sums chunk k (kSumSquaresChunk elements: thread i takes elements i,
+// i + 256, ... in order, in double; squares of floats are exact in double) and reduces its 256
+// partials in a fixed tree; one block then adds the chunk partials (fixed stride, fixed tree).
+// The chunking depends on n only, so the bits do not depend on the device or on scheduling.
+#include <algorithm>
+
+#include "cuda/common.cuh"
+#include "cuda/train_kernels.h"
+
+namespace unmask::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kFinalThreads = 1024;
+
+int grid_for(int64_t n) { return int(std::max<int64_t>(1, std::min<int64_t>(ceil_div(n, kThreads), int64_t(1) << 16))); }
+
+#define UNMASK_GRID_STRIDE(i, n) \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+/// torch.optim.AdamW element update (optim_ops.cc adamw_kernel).
+__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                             float* __restrict__ v, int64_t n, AdamWScalarsDev s) {
+  UNMASK_GRID_STRIDE(i, n) {
+    const float gi = __fmul_rn(s.grad_scale, g[i]);
+    const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.one_minus_beta1, gi));
+    const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float d = __fadd_rn(sqrtf(vi) / s.bias2_sqrt, s.eps);
+    p[i] = __fsub_rn(__fmul_rn(p[i], s.decay), __fmul_rn(s.step_size, mi / d));
+  }
+}
+
+/// apex LAMB stage 1 element update (optim_ops.cc lamb_moments_kernel).
+__global__ void lamb_moments_kernel(const float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                                    float* __restrict__ v, float* __restrict__ u, int64_t n, LambScalarsDev s) {
+  UNMASK_GRID_STRIDE(i, n) {
+    const float gi = __fmul_rn(s.grad_scale, g[i]);
+    const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.beta3, gi));
+    const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = sqrtf(vi / s.bias2);
+    u[i] = __fadd_rn((mi / s.bias1) / __fadd_rn(denom, s.eps), __fmul_rn(s.weight_decay, p[i]));
+  }
+}
+
+__global__ void axpy_kernel(float alpha, const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  UNMASK_GRID_STRIDE(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  UNMASK_GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
+}
+
+/// Fixed-shape tree over blockDim.x (a power of two) doubles in shared memory; thread 0 gets it.
+__device__ double block_tree_sum(double v, double* s) {
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) s[threadIdx.x] += s[threadIdx.x + half];
+    __syncthreads();
+  }
+  return s[0];
+}
+
+/// partial[k] = sum of x[i]^2 over chunk k = [k * chunk, min(n, (k+1) * chunk)).
+__global__ void __launch_bounds__(kThreads) sum_squares_chunks_kernel(const float* x, int64_t n, double* partial) {
+  __shared__ double s[kThreads];
+  const int64_t begin = int64_t(blockIdx.x) * kSumSquaresChunk;
+  const int64_t end = min(n, begin + kSumSquaresChunk);
+  double acc = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  const double total = block_tree_sum(acc, s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+/// *out = sum of partial[0..chunks): thread k adds k, k + 1024, ... then a fixed tree.
+__global__ void __launch_bounds__(kFinalThreads) sum_partials_kernel(const double* partial, int64_t chunks, double* out) {
+  __shared__ double s[kFinalThreads];
+  double acc = 0.0;
+  for (int64_t k = threadIdx.x; k < chunks; k += kFinalThreads) acc += partial[k];
+  const double total = block_tree_sum(acc, s);
+  if (threadIdx.x == 0) *out = total;
+}
+
+void check_n(const char* op, int64_t n) { UNMASK_CHECK(n >= 0, op, " (cuda): bad size n=", n); }
+
+}  // namespace
+
+void adamw_update_n(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalarsDev& s,
+                    cudaStream_t stream) {
+  check_n("adamw_update", n);
+  if (n == 0) return;
+  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(p, g, m, v, n, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+void lamb_moments_n(const float* p, const float* g, float* m, float* v, float* update, int64_t n,
+                    const LambScalarsDev& s, cudaStream_t stream) {
+  check_n("lamb_moments", n);
+  if (n == 0) return;
+  lamb_moments_kernel<<<grid_for(n), kThreads, 0, stream>>>(p, g, m, v, update, n, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+void axpy_n(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream) {
+  check_n("axpy", n);
+  if (n == 0) return;
+  axpy_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, x, y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scale_n(float* x, int64_t n, float s, cudaStream_t stream) {
+  check_n("scale_inplace", n);
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+double sum_squares_n(const float* x, int64_t n, cudaStream_t stream) {
+  check_n("sum_squares", n);
+  if (n == 0) return 0.0;
+  const int64_t chunks = ceil_div(n, kSumSquaresChunk);
+  UNMASK_CHECK(chunks < (int64_t(1) << 31), "sum_squares (cuda): too many elements n=", n);
+  ScratchBuffer partial(size_t(chunks + 1) * sizeof(double), stream);  // [chunks] partials | total
+  double* pp = partial.as<double>();
+  sum_squares_chunks_kernel<<<unsigned(chunks), kThreads, 0, stream>>>(x, n, pp);
+  CUDA_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kFinalThreads, 0, stream>>>(pp, chunks, pp + chunks);
+  CUDA_CHECK_LAUNCH();
+  double total = 0.0;
+  CUDA_CHECK(cudaMemcpyAsync(&total, pp + chunks, sizeof total, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return total;
+}
+
+}  // namespace unmask::cuda

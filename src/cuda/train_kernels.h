@@ -1,0 +1,119 @@
+// cuda/train_kernels.h: the launchers of the CUDA backend's training kernels (train_ops.cu,
+// train_loss.cu, optim.cu): backward passes, cross-entropy, dropout, optimizer updates.
+//
+// Same layer rules as cuda/kernels.h: raw device pointers, explicit sizes and row strides
+// (ld*, in elements; innermost stride 1), an explicit stream, preconditions checked here,
+// shape validation in the op front-ends (src/ops) and ops_cuda_train.cc.
+//
+// Storage dtypes: the row kernels take f32, bf16 or f16 activations (`dtype`) with fp32
+// arithmetic; statistics (mean, rstd), parameter gradients (dgamma, dbeta, dbias, dtable),
+// gamma, losses and the optimizer tensors are f32.
+//
+// Determinism: no floating-point atomics anywhere. Column reductions (dgamma, dbeta, dbias)
+// sum fixed chunks of rows (the chunking depends on N only) into partial rows, then add the
+// partials in chunk order; embedding_backward sorts the ids stably and adds each id's rows in
+// row order (bitwise the CPU's order); the cross-entropy and sum-of-squares totals are double
+// sums over fixed per-thread strides and fixed reduction trees. Run twice: the same bits.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/allocator.h"
+#include "ops/ops.h"
+#include "unmask/dtype.h"
+
+namespace unmask::cuda {
+
+/// A stream-ordered scratch buffer from the caching allocator (partial sums, sort buffers).
+struct ScratchBuffer {
+  void* ptr = nullptr;
+  ScratchBuffer(size_t bytes, cudaStream_t stream) : ptr(device_malloc(bytes, stream)) {}
+  ~ScratchBuffer() { device_free(ptr); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  template <typename T> T* as() const { return static_cast<T*>(ptr); }
+};
+
+// ---- train_ops.cu ---------------------------------------------------------------------------
+
+/// y = LayerNorm(x + residual) * gamma + beta and the row statistics mean[n], rstd[n]
+/// (= 1 / sqrt(var + eps)) of s = x + residual, one warp per row, two-pass fp32.
+///   x, residual (or null), y: [N, C] of dtype (ld*); gamma, beta: f32 [C]; mean, rstd: f32 [N].
+///   y must not alias x or residual.
+void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, const void* x, int64_t ldx,
+                             const void* residual, int64_t ldr, const float* gamma, const float* beta, float eps,
+                             int64_t N, int64_t C, DType dtype, cudaStream_t stream);
+
+/// Backward of layernorm_forward_stats: dx (overwritten, may alias dy) and dgamma, dbeta
+/// (f32 [C], accumulated +=, deterministic two-stage column sums).
+///   xhat = (x + residual - mean) rstd, g = dy gamma
+///   dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)); dgamma += sum_n dy xhat; dbeta += sum_n dy
+void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
+                        const void* residual, int64_t ldr, const float* gamma, const float* mean, const float* rstd,
+                        const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream);
+
+/// dx = dy * act'(x) elementwise (x the pre-activation); dx may alias dy or x.
+void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx, const void* dy, int64_t lddy, int64_t N,
+                         int64_t C, ops::Activation act, DType dtype, cudaStream_t stream);
+
+/// dbias[c] += sum_n dy[n, c] (f32 dbias, deterministic). dy: [N, C] of dtype (lddy).
+void bias_grad_cols(float* dbias, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream);
+
+/// dx = y * (dy - rowsum(dy * y)), one warp per row; dx may alias dy (not y).
+void softmax_backward_rows(void* dx, int64_t lddx, const void* y, int64_t ldy, const void* dy, int64_t lddy, int64_t N,
+                      int64_t C, DType dtype, cudaStream_t stream);
+
+/// y[n, c] = philox_uniform(seed, offset + n*C + c) >= p ? x[n, c] / (1 - p) : 0 (the CPU's
+/// mask bit for bit: one Philox block per thread, four consecutive counters). y may alias x.
+/// The backward is the same call on dy.
+void dropout_rows(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int64_t C, float p, uint64_t seed,
+             uint64_t offset, DType dtype, cudaStream_t stream);
+
+// ---- train_loss.cu --------------------------------------------------------------------------
+
+/// dtable[ids[n], :] += dout[n, :] (f32), repeated ids summed in row order: the ids are sorted
+/// stably on the device (cub radix sort) and one thread per (id, column) adds its rows in
+/// order, so the result is bitwise the CPU's. ids: i32 or i64 [N] on the device; an id
+/// outside [0, V) is skipped (trusted, as the forward trusts device ids).
+void embedding_backward_rows(float* dtable, int64_t ldt, int64_t V, const void* ids, DType id_dtype, const float* dout,
+                        int64_t ldo, int64_t N, int64_t C, cudaStream_t stream);
+
+/// The totals of cross_entropy, produced on the device.
+struct CrossEntropyTotals {
+  double loss_sum = 0;
+  int64_t count = 0, correct = 0;
+  int64_t first_bad_row = -1;  // first row whose target is >= V (treated as ignored), or -1
+};
+
+/// Softmax cross-entropy per row of logits [M, V] (ld), one block per row (ops::cross_entropy
+/// semantics): losses[m] (f32 [M], required: a scratch buffer when the caller wants none),
+/// dlogits = grad_scale (softmax - onehot) when dl is not null (may alias logits). The totals
+/// are reduced on the device and copied back: this call synchronises the stream.
+CrossEntropyTotals cross_entropy_rows(const float* logits, int64_t ld, const int32_t* targets, float* losses, float* dl,
+                                 int64_t lddl, float grad_scale, int64_t M, int64_t V, cudaStream_t stream);
+
+// ---- optim.cu (f32, contiguous [n]) -----------------------------------------------------------
+
+/// Per-step scalars of AdamW, computed on the host exactly as the CPU op does (optim_ops.cc).
+struct AdamWScalarsDev {
+  float grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, decay, step_size, bias2_sqrt, eps;
+};
+/// Per-step scalars of LAMB stage 1 (as optim_ops.cc).
+struct LambScalarsDev {
+  float grad_scale, beta1, beta3, beta2, one_minus_beta2, bias1, bias2, eps, weight_decay;
+};
+void adamw_update_n(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalarsDev& s,
+                  cudaStream_t stream);
+void lamb_moments_n(const float* p, const float* g, float* m, float* v, float* update, int64_t n,
+                  const LambScalarsDev& s, cudaStream_t stream);
+/// y += alpha x.
+void axpy_n(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);
+/// x *= s.
+void scale_n(float* x, int64_t n, float s, cudaStream_t stream);
+/// sum x^2 in double: fixed chunks of kSumSquaresChunk elements per block (fixed tree inside),
+/// then one block adds the chunk partials in a fixed tree. Synchronises the stream.
+constexpr int64_t kSumSquaresChunk = 8192;
+double sum_squares_n(const float* x, int64_t n, cudaStream_t stream);
+
+}  // namespace unmask::cuda

@@ -1,0 +1,360 @@
+// cuda/train_ops.cu: the training row kernels: LayerNorm forward with statistics and its
+// backward, activation backward, bias gradient, softmax backward, dropout.
+//
+// Memory-bound row and column sweeps with fp32 arithmetic on f32/bf16/f16 storage. The
+// parameter gradients (dgamma, dbeta, dbias) are column sums over all rows, formed without
+// atomics in two stages so that the bits never depend on scheduling:
+//   1. column_partials_kernel: block (column tile, row chunk) sums its chunk's rows for 32
+//      columns (8 row lanes in a fixed interleave, combined in a fixed order) into
+//      partial[chunk, c];
+//   2. finish_columns_kernel: one thread per column adds partial[0..chunks) in order to out[c].
+// The chunking depends on N only (kChunkRows, at most kMaxChunks chunks).
+//
+// Float64 references: ref::layernorm_forward/backward (src/ref/ref_ops.h), ref::dropout_forward
+// (train_ref.h); the CPU kernels (cpu/kernels_train_impl.inc) use the same formulas.
+#include <algorithm>
+#include <cmath>
+
+#include "core/philox.h"
+#include "cuda/common.cuh"
+#include "cuda/train_kernels.h"
+
+namespace unmask::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;  // row kernels: one warp per row, 8 rows per block
+constexpr int kColTile = 32;       // column reductions: 32 columns x 8 row lanes per block
+constexpr int kRowLanes = 8;
+constexpr int64_t kChunkRows = 128;
+constexpr int64_t kMaxChunks = 1024;
+
+/// Rows per chunk of the column reductions: a function of N only (determinism).
+int64_t chunk_rows_for(int64_t N) { return std::max<int64_t>(kChunkRows, ceil_div(N, kMaxChunks)); }
+
+void check_rows(const char* op, int64_t N, int64_t C) {
+  UNMASK_CHECK(N >= 0 && C >= 0 && C < (int64_t(1) << 31), op, " (cuda): bad sizes N=", N, " C=", C);
+  UNMASK_CHECK(ceil_div(N, kWarpsPerBlock) < (int64_t(1) << 31), op, " (cuda): too many rows N=", N);
+}
+
+// ---- layernorm ------------------------------------------------------------------------------
+
+/// y, mean, rstd from x (+ residual): one warp per row, two-pass statistics.
+///   x, residual, y: [N, C] (ld*); gamma, beta: [C]; mean, rstd: [N].
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    layernorm_stats_kernel(T* y, int64_t ldy, float* mean, float* rstd, const T* x, int64_t ldx, const T* residual,
+                           int64_t ldr, const float* gamma, const float* beta, float eps, int64_t N, int C) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;
+  const T* xr = x + row * ldx;
+  const T* rr = residual ? residual + row * ldr : nullptr;
+  auto load = [&](int c) { return to_float(xr[c]) + (rr ? to_float(rr[c]) : 0.0f); };
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) sum += load(c);
+  const float mu = warp_sum(sum) / float(C);
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float d = load(c) - mu;
+    sq += d * d;
+  }
+  const float rs = 1.0f / sqrtf(warp_sum(sq) / float(C) + eps);
+  T* yr = y + row * ldy;
+  for (int c = lane; c < C; c += kWarpSize) yr[c] = from_float<T>((load(c) - mu) * rs * gamma[c] + beta[c]);
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+/// dx of LayerNorm, one warp per row (the parameter sums are column_partials_kernel's):
+///   xhat = (s - mean) rstd, g = dy gamma, dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)).
+/// dx may alias dy: each lane reads dy[c] before writing dx[c].
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    layernorm_backward_dx_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* residual, int64_t ldr,
+                                 const float* gamma, const float* mean, const float* rstd, const T* dy, int64_t lddy,
+                                 int64_t N, int C) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;
+  const T* xr = x + row * ldx;
+  const T* rr = residual ? residual + row * ldr : nullptr;
+  const T* dyr = dy + row * lddy;
+  const float mu = mean[row], rs = rstd[row];
+  auto xhat = [&](int c) { return (to_float(xr[c]) + (rr ? to_float(rr[c]) : 0.0f) - mu) * rs; };
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float g = to_float(dyr[c]) * gamma[c];
+    sum_g += g;
+    sum_gx += g * xhat(c);
+  }
+  const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
+  T* dxr = dx + row * lddx;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float g = to_float(dyr[c]) * gamma[c];
+    dxr[c] = from_float<T>(rs * (g - mg - xhat(c) * mgx));
+  }
+}
+
+// ---- deterministic column sums ----------------------------------------------------------------
+
+/// Stage 1 of the column sums. Block (column tile bx, chunk by), threads (32 columns, 8 row
+/// lanes): row lane ty sums rows r0+ty, r0+ty+8, ... of the chunk; the 8 lane sums are added in
+/// lane order. kLayerNorm: partial[chunk][0..C) = sum dy xhat (dgamma), [C..2C) = sum dy (dbeta),
+/// partial rows of 2C; otherwise partial[chunk][0..C) = sum dy (dbias), rows of C.
+template <typename T, bool kLayerNorm>
+__global__ void __launch_bounds__(kColTile * kRowLanes)
+    column_partials_kernel(float* partial, const T* dy, int64_t lddy, const T* x, int64_t ldx, const T* residual,
+                           int64_t ldr, const float* mean, const float* rstd, int64_t N, int64_t C,
+                           int64_t chunk_rows) {
+  __shared__ float s_a[kRowLanes][kColTile + 1], s_b[kRowLanes][kColTile + 1];
+  const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
+  const int64_t c = int64_t(blockIdx.x) * kColTile + tx;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * chunk_rows, r1 = min(N, r0 + chunk_rows);
+  float a = 0.0f, b = 0.0f;  // a: sum dy xhat (layernorm only), b: sum dy
+  if (c < C) {
+    for (int64_t n = r0 + ty; n < r1; n += kRowLanes) {
+      const float d = to_float(dy[n * lddy + c]);
+      b += d;
+      if constexpr (kLayerNorm) {
+        const float s = to_float(x[n * ldx + c]) + (residual ? to_float(residual[n * ldr + c]) : 0.0f);
+        a += d * ((s - mean[n]) * rstd[n]);
+      }
+    }
+  }
+  s_a[ty][tx] = a;
+  s_b[ty][tx] = b;
+  __syncthreads();
+  if (ty != 0 || c >= C) return;
+  for (int k = 1; k < kRowLanes; ++k) {
+    a += s_a[k][tx];
+    b += s_b[k][tx];
+  }
+  if constexpr (kLayerNorm) {
+    partial[chunk * 2 * C + c] = a;
+    partial[chunk * 2 * C + C + c] = b;
+  } else {
+    partial[chunk * C + c] = b;
+  }
+}
+
+/// Stage 2: out[c] += sum_{k < chunks} partial[k * pstride + c], in chunk order.
+__global__ void finish_columns_kernel(float* out, const float* partial, int64_t pstride, int64_t chunks, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * pstride + c];
+  out[c] += s;
+}
+
+void finish_columns(float* out, const float* partial, int64_t pstride, int64_t chunks, int64_t C, cudaStream_t stream) {
+  finish_columns_kernel<<<unsigned(ceil_div(C, 256)), 256, 0, stream>>>(out, partial, pstride, chunks, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+// ---- activation backward, softmax backward ------------------------------------------------------
+
+/// d act(x) / dx, the CPU kernel's formulas (cpu/kernels_train_impl.inc, v_act_grad).
+__device__ __forceinline__ float act_grad(float x, ops::Activation act) {
+  switch (act) {
+    case ops::Activation::none: return 1.0f;
+    case ops::Activation::gelu: {
+      const float x2 = x * x;
+      const float pdf = x2 < 160.0f ? expf(-0.5f * x2) * 0.39894228040143267794f : 0.0f;
+      return normcdff(x) + x * pdf;
+    }
+    case ops::Activation::gelu_tanh: {
+      const float x2 = x * x;
+      const float k = 0.79788456080286535588f;
+      const float u = x * k * (1.0f + 0.044715f * x2);
+      const float du = k * (1.0f + 3.0f * 0.044715f * x2);
+      const float e = expf(fminf(fmaxf(-2.0f * u, -80.0f), 80.0f));
+      const float s = 1.0f / (1.0f + e);
+      return s + 2.0f * x * du * (s * (e * s));
+    }
+    case ops::Activation::tanh: {
+      const float t = tanhf(x);
+      return 1.0f - t * t;
+    }
+  }
+  return 1.0f;
+}
+
+/// dx[n, c] = dy[n, c] * act'(x[n, c]); grid-stride over the N x C elements.
+template <typename T>
+__global__ void activation_backward_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* dy, int64_t lddy,
+                                           int64_t N, int64_t C, ops::Activation act) {
+  const int64_t total = N * C;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t n = i / C, c = i - n * C;
+    dx[n * lddx + c] = from_float<T>(to_float(dy[n * lddy + c]) * act_grad(to_float(x[n * ldx + c]), act));
+  }
+}
+
+/// dx = y * (dy - sum_c dy y), one warp per row. dx may alias dy (read before written, same lane).
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    softmax_backward_kernel(T* dx, int64_t lddx, const T* y, int64_t ldy, const T* dy, int64_t lddy, int64_t N,
+                            int C) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;
+  const T* yr = y + row * ldy;
+  const T* dyr = dy + row * lddy;
+  float dot = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) dot += to_float(dyr[c]) * to_float(yr[c]);
+  dot = warp_sum(dot);
+  T* dxr = dx + row * lddx;
+  for (int c = lane; c < C; c += kWarpSize) dxr[c] = from_float<T>(to_float(yr[c]) * (to_float(dyr[c]) - dot));
+}
+
+// ---- dropout ----------------------------------------------------------------------------------
+
+/// One Philox block (four consecutive counters) per thread step. Element j of the flat N x C
+/// range has counter offset + j; thread step t covers the counters of block (offset >> 2) + t,
+/// i.e. j = 4t + w - (offset & 3) for w = 0..3 (those inside [0, N*C)). Block numbers wrap
+/// modulo 2^62 exactly as the counters wrap modulo 2^64 (philox_uniform(seed, counter) uses
+/// block counter >> 2).
+template <typename T>
+__global__ void dropout_kernel(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t N, int64_t C, float p, float scale,
+                               uint64_t seed, uint64_t offset, int64_t nblocks) {
+  const uint64_t first = offset >> 2;
+  const int64_t head = int64_t(offset & 3), total = N * C;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < nblocks; t += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t block = (first + uint64_t(t)) & ((uint64_t(1) << 62) - 1);
+    const Philox4x32 r = philox_block(seed, block);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int64_t j = 4 * t + w - head;
+      if (j < 0 || j >= total) continue;
+      const int64_t n = j / C, c = j - n * C;
+      const float u = philox_uniform_from_bits(r.w[w]);
+      const float v = to_float(x[n * ldx + c]);
+      y[n * ldy + c] = from_float<T>(u >= p ? v * scale : 0.0f);
+    }
+  }
+}
+
+/// Calls f(T{}) with T the storage type of dtype.
+template <typename F>
+void dispatch_storage(const char* op, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::bf16: return f(__nv_bfloat16{});
+    case DType::f16: return f(__half{});
+    default: throw Unsupported(op, " (cuda): dtype ", dtype_name(dtype), " (f32, bf16, f16 only)");
+  }
+}
+
+int grid_stride_blocks(int64_t work, int threads) {
+  return int(std::max<int64_t>(1, std::min<int64_t>(ceil_div(work, threads), int64_t(1) << 16)));
+}
+
+}  // namespace
+
+void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, const void* x, int64_t ldx,
+                             const void* residual, int64_t ldr, const float* gamma, const float* beta, float eps,
+                             int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
+  check_rows("layernorm", N, C);
+  UNMASK_CHECK(N <= 1 || (ldx >= C && ldy >= C && (!residual || ldr >= C)), "layernorm (cuda): row strides ldx=", ldx,
+               " ldr=", ldr, " ldy=", ldy, " smaller than C=", C);
+  UNMASK_CHECK(gamma && beta && mean && rstd, "layernorm (cuda): gamma, beta, mean and rstd are required");
+  if (N == 0 || C == 0) return;
+  dispatch_storage("layernorm", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_stats_kernel<T><<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+        static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual), ldr,
+        gamma, beta, eps, N, int(C));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
+                             const void* residual, int64_t ldr, const float* gamma, const float* mean,
+                             const float* rstd, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
+                             cudaStream_t stream) {
+  check_rows("layernorm_backward", N, C);
+  UNMASK_CHECK(N <= 1 || (ldx >= C && lddy >= C && lddx >= C && (!residual || ldr >= C)),
+               "layernorm_backward (cuda): row strides ldx=", ldx, " ldr=", ldr, " lddy=", lddy, " lddx=", lddx,
+               " smaller than C=", C);
+  if (N == 0 || C == 0) return;
+  const int64_t chunk_rows = chunk_rows_for(N), chunks = ceil_div(N, chunk_rows);
+  ScratchBuffer partial(size_t(chunks * 2 * C) * sizeof(float), stream);  // [chunks][dgamma C | dbeta C]
+  dispatch_storage("layernorm_backward", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x);
+    const T* rp = static_cast<const T*>(residual);
+    const T* dyp = static_cast<const T*>(dy);
+    // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
+    const dim3 grid(unsigned(ceil_div(C, kColTile)), unsigned(chunks));
+    column_partials_kernel<T, true><<<grid, kColTile * kRowLanes, 0, stream>>>(partial.as<float>(), dyp, lddy, xp, ldx,
+                                                                               rp, ldr, mean, rstd, N, C, chunk_rows);
+    CUDA_CHECK_LAUNCH();
+    layernorm_backward_dx_kernel<T><<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+        static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C));
+    CUDA_CHECK_LAUNCH();
+  });
+  finish_columns(dgamma, partial.as<float>(), 2 * C, chunks, C, stream);
+  finish_columns(dbeta, partial.as<float>() + C, 2 * C, chunks, C, stream);
+}
+
+void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx, const void* dy, int64_t lddy,
+                              int64_t N, int64_t C, ops::Activation act, DType dtype, cudaStream_t stream) {
+  check_rows("activation_backward", N, C);
+  if (N == 0 || C == 0) return;
+  dispatch_storage("activation_backward", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    activation_backward_kernel<T><<<grid_stride_blocks(N * C, 256), 256, 0, stream>>>(
+        static_cast<T*>(dx), lddx, static_cast<const T*>(x), ldx, static_cast<const T*>(dy), lddy, N, C, act);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void bias_grad_cols(float* dbias, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
+                    cudaStream_t stream) {
+  check_rows("bias_grad", N, C);
+  if (N == 0 || C == 0) return;
+  const int64_t chunk_rows = chunk_rows_for(N), chunks = ceil_div(N, chunk_rows);
+  ScratchBuffer partial(size_t(chunks * C) * sizeof(float), stream);  // [chunks][C]
+  dispatch_storage("bias_grad", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const dim3 grid(unsigned(ceil_div(C, kColTile)), unsigned(chunks));
+    column_partials_kernel<T, false><<<grid, kColTile * kRowLanes, 0, stream>>>(
+        partial.as<float>(), static_cast<const T*>(dy), lddy, nullptr, 0, nullptr, 0, nullptr, nullptr, N, C,
+        chunk_rows);
+    CUDA_CHECK_LAUNCH();
+  });
+  finish_columns(dbias, partial.as<float>(), C, chunks, C, stream);
+}
+
+void softmax_backward_rows(void* dx, int64_t lddx, const void* y, int64_t ldy, const void* dy, int64_t lddy, int64_t N,
+                           int64_t C, DType dtype, cudaStream_t stream) {
+  check_rows("softmax_backward", N, C);
+  if (N == 0 || C == 0) return;
+  dispatch_storage("softmax_backward", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    softmax_backward_kernel<T><<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+        static_cast<T*>(dx), lddx, static_cast<const T*>(y), ldy, static_cast<const T*>(dy), lddy, N, int(C));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void dropout_rows(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int64_t C, float p, uint64_t seed,
+                  uint64_t offset, DType dtype, cudaStream_t stream) {
+  check_rows("dropout", N, C);
+  UNMASK_CHECK(p >= 0.0f && p < 1.0f, "dropout (cuda): p must be in [0, 1), got ", p);
+  if (N == 0 || C == 0) return;
+  const int64_t nblocks = ceil_div(int64_t(offset & 3) + N * C, 4);
+  const float scale = 1.0f / (1.0f - p);
+  dispatch_storage("dropout", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dropout_kernel<T><<<grid_stride_blocks(nblocks, 256), 256, 0, stream>>>(
+        static_cast<T*>(y), ldy, static_cast<const T*>(x), ldx, N, C, p, scale, seed, offset, nblocks);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace unmask::cuda

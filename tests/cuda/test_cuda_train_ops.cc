@@ -1,0 +1,414 @@
+// tests/cuda/test_cuda_train_ops.cc: the CUDA training ops (ops.h section "training") against
+// the CPU ops, through the same front-ends (src/ops), on random data with odd sizes.
+//
+// The CPU ops are themselves tested against the float64 references (tests/test_train_ops.cc,
+// tests/test_optimizer.cc), so agreement here within fp32 tolerances ties the CUDA kernels to
+// the references. Where the CUDA kernel promises the CPU's exact arithmetic the test demands
+// equal bits: the dropout mask and values, the embedding scatter (same order of additions).
+// Determinism: the reductions (dgamma, dbeta, dbias, cross-entropy totals, sum of squares)
+// run twice and must give the same bits. Outputs are poisoned with NaN first, so an element a
+// kernel forgets fails. Without a CUDA device every test skips.
+//
+// Seed: UNMASK_TEST_SEED (decimal or 0x hex), else a fixed default; each test mixes in its name.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/ops_cuda.h"
+#include "ops/ops.h"
+#include "test_harness.h"
+#include "unmask/context.h"
+#include "unmask/tensor.h"
+
+using namespace unmask;
+using ops::Activation;
+
+namespace {
+
+bool has_cuda() {
+  static const bool ok = [] {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess && count > 0;
+  }();
+  return ok;
+}
+
+#define REQUIRE_CUDA_DEVICE() \
+  if (!has_cuda()) GTEST_SKIP() << "no CUDA device"
+
+Context& gpu() {
+  static Context ctx(ContextOptions{.num_threads = 1, .device = Device::cuda});
+  return ctx;
+}
+Context& cpu() {
+  static Context ctx(ContextOptions{.num_threads = 2});
+  return ctx;
+}
+
+uint64_t base_seed() {
+  const char* env = std::getenv("UNMASK_TEST_SEED");
+  return env && *env ? std::strtoull(env, nullptr, 0) : 0x7a1a5eedull;
+}
+
+struct Rng {
+  std::mt19937_64 gen;
+  uint64_t seed;
+  explicit Rng(const char* test) {
+    uint64_t h = base_seed();
+    for (const char* c = test; *c; ++c) h = (h ^ uint64_t(uint8_t(*c))) * 0x100000001b3ull;
+    seed = h;
+    gen.seed(h);
+  }
+  std::string note() const { return "seed " + std::to_string(base_seed()) + " (UNMASK_TEST_SEED)"; }
+  float normal(float sd = 1.0f) { return std::normal_distribution<float>(0.0f, sd)(gen); }
+  int64_t integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); }
+  /// A host f32 tensor of N(mean, sd) values, every 13th value x6 (ranges).
+  Tensor tensor(const Shape& shape, float sd = 1.0f, float mean = 0.0f) {
+    Tensor t = Tensor::empty(shape, DType::f32);
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = mean + normal(sd) * (i % 13 == 4 ? 6.0f : 1.0f);
+    return t;
+  }
+};
+
+/// The values of a (possibly strided, device) tensor, row-major.
+std::vector<float> values(const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  h.copy_from(t);
+  const float* p = h.data<float>();
+  return std::vector<float>(p, p + h.numel());
+}
+
+/// A device tensor of t's shape filled with NaN (a kernel that skips an element fails).
+Tensor nan_device(const Shape& shape) {
+  Tensor h = Tensor::empty(shape, DType::f32);
+  std::fill(h.data<float>(), h.data<float>() + h.numel(), std::numeric_limits<float>::quiet_NaN());
+  return h.to(Device::cuda);
+}
+
+/// |got - want| <= atol + rtol |want| elementwise (NaN never passes); reports the worst.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0, worst = -1;
+  double worst_excess = 0.0, max_err = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - double(want[i])), tol = atol + rtol * std::fabs(double(want[i]));
+    if (!(err <= tol)) {
+      ++bad;
+      const double excess = std::isnan(err) ? INFINITY : err - tol;
+      if (worst < 0 || excess > worst_excess) worst = int64_t(i), worst_excess = excess;
+    }
+    if (err > max_err) max_err = err;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements off; worst ["
+                    << worst << "] got " << (worst >= 0 ? got[size_t(worst)] : 0.0f) << " want "
+                    << (worst >= 0 ? want[size_t(worst)] : 0.0f) << " (max err " << max_err << ")";
+}
+
+/// Bitwise equality of two float vectors; reports the first difference.
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&b, &want[i], 4);
+    if (a != b) {
+      EXPECT_EQ(a, b) << what << ": first difference at [" << i << "]: got " << got[i] << " want " << want[i];
+      return;
+    }
+  }
+}
+
+/// t as a [N, C] column slice at column 3 of a wider [N, C + 5] buffer (a row stride).
+Tensor strided(const Tensor& t) {
+  const int64_t N = t.size(0), C = t.size(1);
+  Tensor wide = Tensor::zeros({N, C + 5}, DType::f32, t.device());
+  Tensor view = wide.slice(1, 3, 3 + C);
+  view.copy_from(t);
+  return view;
+}
+
+}  // namespace
+
+TEST(CudaTrainOps, SupportsTable) {
+  for (const char* op : {"layernorm_backward", "activation_backward", "bias_grad", "softmax_backward",
+                         "embedding_backward", "cross_entropy", "dropout", "dropout_backward", "adamw_update",
+                         "lamb_moments", "axpy", "sum_squares", "scale_inplace"}) {
+    EXPECT_TRUE(cuda::supports(op, DType::f32)) << op;
+    EXPECT_FALSE(cuda::supports(op, DType::bf16)) << op;
+  }
+}
+
+TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainLayerNorm");
+  for (int64_t C : {1, 7, 768, 1031})
+    for (int64_t N : {1, 37, 300})  // 300 rows: three 128-row chunks of the column sums
+      for (int variant = 0; variant < 3; ++variant) {
+        // 0: no residual; 1: residual; 2: residual, x and dy strided, dx aliases dy.
+        SCOPED_TRACE(rng.note());
+        const std::string what = "C=" + std::to_string(C) + " N=" + std::to_string(N) + " variant=" + std::to_string(variant);
+        const bool use_res = variant >= 1;
+        Tensor x = rng.tensor({N, C}, 2.0f, 0.7f), r = rng.tensor({N, C}), g = rng.tensor({C}, 0.5f, 1.0f),
+               b = rng.tensor({C}), dy = rng.tensor({N, C}), dg0 = rng.tensor({C}), db0 = rng.tensor({C});
+        // CPU.
+        Tensor y_c = Tensor::empty({N, C}, DType::f32), mean_c = Tensor::empty({N}, DType::f32),
+               rstd_c = Tensor::empty({N}, DType::f32), dx_c = Tensor::empty({N, C}, DType::f32);
+        Tensor dg_c = Tensor::empty({C}, DType::f32), db_c = Tensor::empty({C}, DType::f32);
+        dg_c.copy_from(dg0);
+        db_c.copy_from(db0);
+        ops::layernorm(cpu(), x, use_res ? &r : nullptr, g, b, 1e-5f, y_c, &mean_c, &rstd_c);
+        ops::layernorm_backward(cpu(), x, use_res ? &r : nullptr, g, mean_c, rstd_c, dy, dx_c, dg_c, db_c);
+        // CUDA, twice (determinism of dgamma/dbeta).
+        std::vector<float> first_dg, first_db, first_dx;
+        for (int run = 0; run < 2; ++run) {
+          Tensor xd = variant == 2 ? strided(x.to(Device::cuda)) : x.to(Device::cuda);
+          Tensor rd = r.to(Device::cuda), gd = g.to(Device::cuda), bd = b.to(Device::cuda);
+          Tensor dyd = variant == 2 ? strided(dy.to(Device::cuda)) : dy.to(Device::cuda);
+          Tensor yd = nan_device({N, C}), meand = nan_device({N}), rstdd = nan_device({N});
+          ops::layernorm(gpu(), xd, use_res ? &rd : nullptr, gd, bd, 1e-5f, yd, &meand, &rstdd);
+          Tensor dgd = dg0.to(Device::cuda), dbd = db0.to(Device::cuda);
+          Tensor dxd = variant == 2 ? dyd : nan_device({N, C});
+          ops::layernorm_backward(gpu(), xd, use_res ? &rd : nullptr, gd, meand, rstdd, dyd, dxd, dgd, dbd);
+          if (run == 0) {
+            expect_close(values(yd), values(y_c), 2e-5, 2e-5, what + " y");
+            expect_close(values(meand), values(mean_c), 1e-5, 1e-5, what + " mean");
+            expect_close(values(rstdd), values(rstd_c), 1e-6, 2e-5, what + " rstd");
+            expect_close(values(dxd), values(dx_c), 5e-5, 1e-4, what + " dx");
+            const double sum_tol = 2e-5 * std::sqrt(double(N)) * 6.0;
+            expect_close(values(dgd), values(dg_c), sum_tol, 1e-4, what + " dgamma");
+            expect_close(values(dbd), values(db_c), sum_tol, 1e-4, what + " dbeta");
+            first_dg = values(dgd);
+            first_db = values(dbd);
+            first_dx = values(dxd);
+          } else {
+            expect_bits(values(dgd), first_dg, what + " dgamma run 2");
+            expect_bits(values(dbd), first_db, what + " dbeta run 2");
+            expect_bits(values(dxd), first_dx, what + " dx run 2");
+          }
+        }
+      }
+}
+
+TEST(CudaTrainActivation, BackwardMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainActivation");
+  for (Activation act : {Activation::none, Activation::gelu, Activation::gelu_tanh, Activation::tanh})
+    for (int64_t C : {1, 5, 3072})
+      for (bool alias : {false, true}) {
+        SCOPED_TRACE(rng.note());
+        const int64_t N = 9;
+        const std::string what = std::string(ops::activation_name(act)) + " C=" + std::to_string(C) +
+                                 (alias ? " dx=dy" : "");
+        Tensor x = rng.tensor({N, C}, 3.0f), dy = rng.tensor({N, C});
+        Tensor dx_c = Tensor::empty({N, C}, DType::f32);
+        ops::activation_backward(cpu(), x, dy, dx_c, act);
+        Tensor xd = x.to(Device::cuda), dyd = alias ? strided(dy.to(Device::cuda)) : dy.to(Device::cuda);
+        Tensor dxd = alias ? dyd : nan_device({N, C});
+        ops::activation_backward(gpu(), xd, dyd, dxd, act);
+        expect_close(values(dxd), values(dx_c), 2e-6, 2e-5, what);
+      }
+}
+
+TEST(CudaTrainBiasGrad, MatchesCpuAndIsDeterministic) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainBiasGrad");
+  for (int64_t N : {1, 100, 1000})
+    for (int64_t C : {3, 768, 1000}) {
+      SCOPED_TRACE(rng.note());
+      const std::string what = "N=" + std::to_string(N) + " C=" + std::to_string(C);
+      Tensor dy = rng.tensor({N, C}), db0 = rng.tensor({C});
+      Tensor db_c = Tensor::empty({C}, DType::f32);
+      db_c.copy_from(db0);
+      ops::bias_grad(cpu(), dy, db_c);
+      Tensor dyd = strided(dy.to(Device::cuda));
+      Tensor db1 = db0.to(Device::cuda), db2 = db0.to(Device::cuda);
+      ops::bias_grad(gpu(), dyd, db1);
+      ops::bias_grad(gpu(), dyd, db2);
+      expect_close(values(db1), values(db_c), 1e-5 * std::sqrt(double(N)) * 6.0, 1e-5, what);
+      expect_bits(values(db2), values(db1), what + " run 2");
+    }
+}
+
+TEST(CudaTrainSoftmax, BackwardMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainSoftmax");
+  for (int64_t C : {1, 3, 100, 4096})
+    for (bool alias : {false, true}) {
+      SCOPED_TRACE(rng.note());
+      const int64_t N = 11;
+      const std::string what = "C=" + std::to_string(C) + (alias ? " dx=dy" : "");
+      Tensor x = rng.tensor({N, C}, 3.0f), dy = rng.tensor({N, C});
+      Tensor y = Tensor::empty({N, C}, DType::f32), dx_c = Tensor::empty({N, C}, DType::f32);
+      ops::softmax(cpu(), x, y);
+      ops::softmax_backward(cpu(), y, dy, dx_c);
+      Tensor yd = y.to(Device::cuda), dyd = dy.to(Device::cuda);
+      Tensor dxd = alias ? dyd : nan_device({N, C});
+      ops::softmax_backward(gpu(), yd, dyd, dxd);
+      expect_close(values(dxd), values(dx_c), 1e-6, 1e-4, what);
+    }
+}
+
+TEST(CudaTrainEmbedding, BackwardBitwiseEqualsCpu) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainEmbedding");
+  struct Case {
+    int64_t V, N, C;
+  };
+  // Repeated ids (V < N), a two-row table (token types: long runs), a wide vocabulary.
+  for (const Case cs : {Case{50, 333, 17}, Case{2, 5000, 40}, Case{30522, 777, 200}, Case{7, 9, 1}})
+    for (DType id_dt : {DType::i32, DType::i64}) {
+      SCOPED_TRACE(rng.note());
+      const std::string what = "V=" + std::to_string(cs.V) + " N=" + std::to_string(cs.N) + " C=" +
+                               std::to_string(cs.C) + " " + std::string(dtype_name(id_dt));
+      Tensor ids = Tensor::empty({cs.N}, id_dt);
+      for (int64_t i = 0; i < cs.N; ++i) {
+        const int64_t id = rng.integer(0, std::min<int64_t>(cs.V - 1, 3 * cs.N));
+        if (id_dt == DType::i32) ids.data<int32_t>()[i] = int32_t(id);
+        else ids.data<int64_t>()[i] = id;
+      }
+      Tensor dout = rng.tensor({cs.N, cs.C}), table0 = rng.tensor({cs.V, cs.C});
+      Tensor dt_c = Tensor::empty({cs.V, cs.C}, DType::f32);
+      dt_c.copy_from(table0);
+      ops::embedding_backward(cpu(), ids, dout, dt_c);
+      Tensor dtd = table0.to(Device::cuda);
+      ops::embedding_backward(gpu(), ids.to(Device::cuda), strided(dout.to(Device::cuda)), dtd);
+      expect_bits(values(dtd), values(dt_c), what);
+    }
+}
+
+TEST(CudaTrainCrossEntropy, MatchesCpuAndIsDeterministic) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainCrossEntropy");
+  for (int64_t V : {1, 7, 1000, 30522})
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: losses + separate dlogits; 1: dlogits aliases logits; 2: no losses, no dlogits.
+      SCOPED_TRACE(rng.note());
+      const int64_t M = 67;
+      const std::string what = "V=" + std::to_string(V) + " variant=" + std::to_string(variant);
+      Tensor logits = rng.tensor({M, V}, 3.0f);
+      Tensor targets = Tensor::empty({M}, DType::i32);
+      for (int64_t m = 0; m < M; ++m) targets.data<int32_t>()[m] = m % 5 == 3 ? -1 : int32_t(rng.integer(0, V - 1));
+      // Row 1: a constant row (argmax = first column); row 2: its maximum is the target.
+      for (int64_t c = 0; c < V; ++c) logits.data<float>()[V + c] = 0.25f;
+      targets.data<int32_t>()[1] = 0;
+      targets.data<int32_t>()[2] = int32_t(V - 1);
+      logits.data<float>()[2 * V + V - 1] = 40.0f;
+      const float grad_scale = 1.0f / 37.0f;
+      Tensor loss_c = Tensor::empty({M}, DType::f32), dl_c = Tensor::empty({M, V}, DType::f32);
+      const ops::CrossEntropyStats sc = ops::cross_entropy(cpu(), logits, targets, &loss_c, &dl_c, grad_scale);
+      ops::CrossEntropyStats first;
+      for (int run = 0; run < 2; ++run) {
+        Tensor ld = logits.to(Device::cuda), td = targets.to(Device::cuda);
+        Tensor lossd = nan_device({M});
+        Tensor dld = variant == 1 ? ld : nan_device({M, V});
+        const ops::CrossEntropyStats sg = ops::cross_entropy(gpu(), ld, td, variant == 2 ? nullptr : &lossd,
+                                                             variant == 2 ? nullptr : &dld, grad_scale);
+        EXPECT_EQ(sg.count, sc.count) << what;
+        EXPECT_EQ(sg.correct, sc.correct) << what;
+        EXPECT_NEAR(sg.loss_sum, sc.loss_sum, 1e-5 * (1.0 + std::fabs(sc.loss_sum))) << what;
+        if (run == 0) {
+          first = sg;
+          if (variant != 2) {
+            expect_close(values(lossd), values(loss_c), 1e-5, 1e-5, what + " losses");
+            expect_close(values(dld), values(dl_c), 1e-7, 1e-5, what + " dlogits");
+          }
+        } else {
+          EXPECT_EQ(std::memcmp(&sg.loss_sum, &first.loss_sum, sizeof(double)), 0) << what << ": loss_sum differs between runs";
+        }
+      }
+    }
+  // A target outside [0, V) throws, as on the CPU.
+  Tensor logits = Rng("CudaTrainCrossEntropyBad").tensor({3, 5}).to(Device::cuda);
+  Tensor targets = Tensor::empty({3}, DType::i32);
+  targets.data<int32_t>()[0] = 1;
+  targets.data<int32_t>()[1] = 5;
+  targets.data<int32_t>()[2] = -1;
+  EXPECT_THROW(ops::cross_entropy(gpu(), logits, targets.to(Device::cuda), nullptr, nullptr, 1.0f), Error);
+}
+
+TEST(CudaTrainDropout, MaskAndValuesBitIdenticalToCpu) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainDropout");
+  for (int64_t C : {1, 5, 64, 1001})
+    for (uint64_t offset : {uint64_t(0), uint64_t(1), uint64_t(3), uint64_t(12345), ~uint64_t(0) - 6})
+      for (float p : {0.0f, 0.1f, 0.5f}) {
+        SCOPED_TRACE(rng.note());
+        const int64_t N = 37;
+        const uint64_t seed = rng.gen();
+        const std::string what = "C=" + std::to_string(C) + " offset=" + std::to_string(offset) + " p=" + std::to_string(p);
+        Tensor x = rng.tensor({N, C});
+        Tensor y_c = Tensor::empty({N, C}, DType::f32), dx_c = Tensor::empty({N, C}, DType::f32);
+        ops::dropout(cpu(), x, y_c, p, seed, offset);
+        ops::dropout_backward(cpu(), x, dx_c, p, seed, offset);
+        Tensor xd = strided(x.to(Device::cuda)), yd = nan_device({N, C});
+        ops::dropout(gpu(), xd, yd, p, seed, offset);
+        expect_bits(values(yd), values(y_c), what + " forward");
+        Tensor dyd = x.to(Device::cuda);
+        ops::dropout_backward(gpu(), dyd, dyd, p, seed, offset);  // in place
+        expect_bits(values(dyd), values(dx_c), what + " backward in place");
+      }
+}
+
+TEST(CudaTrainOptim, UpdatesMatchCpuAndSumSquaresIsDeterministic) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainOptim");
+  for (int64_t n : {1, 1000, 100003}) {
+    SCOPED_TRACE(rng.note());
+    const std::string what = "n=" + std::to_string(n);
+    Tensor p = rng.tensor({n}), g = rng.tensor({n}, 0.1f), m = rng.tensor({n}, 0.01f), v = rng.tensor({n}, 0.001f);
+    for (int64_t i = 0; i < n; ++i) v.data<float>()[i] = std::fabs(v.data<float>()[i]);
+    ops::AdamArgs args{.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = 0.01f, .step = 7, .grad_scale = 0.5f};
+    auto copy = [](const Tensor& t) {
+      Tensor c = Tensor::empty(t.shape(), t.dtype());
+      c.copy_from(t);
+      return c;
+    };
+    {  // AdamW
+      Tensor pc = copy(p), mc = copy(m), vc = copy(v);
+      ops::adamw_update(cpu(), pc, g, mc, vc, 1e-3f, args);
+      Tensor pd = p.to(Device::cuda), md = m.to(Device::cuda), vd = v.to(Device::cuda);
+      ops::adamw_update(gpu(), pd, g.to(Device::cuda), md, vd, 1e-3f, args);
+      expect_close(values(pd), values(pc), 1e-7, 1e-6, what + " adamw p");
+      expect_close(values(md), values(mc), 1e-9, 1e-6, what + " adamw m");
+      expect_close(values(vd), values(vc), 1e-12, 1e-6, what + " adamw v");
+    }
+    {  // LAMB stage 1
+      Tensor mc = copy(m), vc = copy(v), uc = Tensor::empty({n}, DType::f32);
+      ops::lamb_moments(cpu(), p, g, mc, vc, uc, args);
+      Tensor md = m.to(Device::cuda), vd = v.to(Device::cuda), ud = nan_device({n});
+      ops::lamb_moments(gpu(), p.to(Device::cuda), g.to(Device::cuda), md, vd, ud, args);
+      expect_close(values(ud), values(uc), 1e-7, 1e-6, what + " lamb update");
+      expect_close(values(md), values(mc), 1e-9, 1e-6, what + " lamb m");
+      expect_close(values(vd), values(vc), 1e-12, 1e-6, what + " lamb v");
+    }
+    {  // axpy, scale_inplace
+      Tensor yc = copy(m);
+      ops::axpy(cpu(), -0.37f, g, yc);
+      ops::scale_inplace(cpu(), yc, 1.7f);
+      Tensor yd = m.to(Device::cuda);
+      ops::axpy(gpu(), -0.37f, g.to(Device::cuda), yd);
+      ops::scale_inplace(gpu(), yd, 1.7f);
+      expect_close(values(yd), values(yc), 1e-9, 1e-6, what + " axpy+scale");
+    }
+  }
+  for (int64_t n : {1, 8191, 8192, 8193, 1000003}) {
+    Tensor x = rng.tensor({n});
+    const double want = ops::sum_squares(cpu(), x);
+    Tensor xd = x.to(Device::cuda);
+    const double got1 = ops::sum_squares(gpu(), xd), got2 = ops::sum_squares(gpu(), xd);
+    EXPECT_NEAR(got1, want, 1e-12 * want) << "sum_squares n=" << n;
+    EXPECT_EQ(std::memcmp(&got1, &got2, sizeof(double)), 0) << "sum_squares n=" << n << " differs between runs";
+  }
+}
