@@ -1,26 +1,47 @@
 #!/usr/bin/env bash
-# Quick start: install Debian dependencies, build, and run the main job on CPU:
-#   - make a random-weight BERT-base checkpoint in Hugging Face layout with PyTorch
-#     (no weights can be downloaded here; the real HF loading code reads it),
-#   - fill-mask demo on it (`unmask infer`), with HF-named .npy outputs,
-#   - the AITemplate-style inference table (`unmask bench infer`) at seq 128.
-# The checkpoint has random weights, so the predicted tokens are arbitrary; point --model at a
-# real bert-base-uncased directory (config.json, model.safetensors, vocab.txt) for real ones.
+# Quick start, the main job: pretrain a small BERT on CPU from a real English corpus, then ask it
+# to fill in masked words.
+#   1. install the Debian dependencies and build `build/unmask`;
+#   2. corpus: the reStructuredText sources of the Python documentation, installed by Debian's
+#      python3.11-doc (/usr/share/doc/python3.11/html/_sources, 494 prose documents, 1.5M tokens);
+#   3. `unmask prepare-text`: WordPiece (the real bert-base-uncased vocabulary) and Google's
+#      create_pretraining_data rules -> DLE-format HDF5 shards (seq 128, 20 predictions);
+#   4. `unmask pretrain --config configs/quickstart.toml`: BERT-mini (4 x 256) from random weights,
+#      MLM + NSP, LAMB, 600 steps of 32 sequences; progress with the loss on stderr, metrics.jsonl
+#      and loss.svg in the run directory, HF-layout checkpoints;
+#   5. `unmask infer` on the last checkpoint: top-5 fill-mask predictions.
+# Environment: UNMASK_QUICKSTART_DIR (default /tmp/unmask-quickstart), UNMASK_QUICKSTART_STEPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j2
-MODEL=${UNMASK_QUICKSTART_MODEL:-/tmp/unmask-quickstart/bert-base}
-if [ ! -f "$MODEL/model.safetensors" ]; then
-  /usr/bin/python3 tests/python/make_bert_checkpoint.py --out "$MODEL" --size base --heads pretraining --seed 1
-fi
+cmake --build build -j2 --target unmask
+
+DIR=${UNMASK_QUICKSTART_DIR:-/tmp/unmask-quickstart}
+STEPS=${UNMASK_QUICKSTART_STEPS:-600}
+mkdir -p "$DIR"
+cp ../shared/data/bert-base-uncased-vocab.txt "$DIR/vocab.txt"  # the real bert-base-uncased vocabulary
+
+echo "== corpus: Python documentation (python3.11-doc)"
+[ -s "$DIR/python_docs.txt" ] || bash scripts/corpus_python_docs.sh "$DIR/python_docs.txt"
+
+echo "== unmask prepare-text"
+rm -rf "$DIR/shards128"
+build/unmask prepare-text --input "$DIR/python_docs.txt" --format documents --vocab "$DIR/vocab.txt" \
+  --output "$DIR/shards128" --max-seq 128 --max-pred 20 --shards 4
+
+echo "== unmask pretrain (BERT-mini, MLM + NSP, $STEPS steps)"
+rm -rf "$DIR/run"
+build/unmask pretrain --config configs/quickstart.toml --set "steps=$STEPS" \
+  --set "vocab=\"$DIR/vocab.txt\"" --set "data=\"$DIR/shards128\"" --set "output=\"$DIR/run\""
+
+CKPT=$(ls -d "$DIR"/run/checkpoints/step-* | sort | tail -1)
 echo
-echo "== unmask infer"
-build/unmask infer --model "$MODEL" --text "The quick brown fox [MASK] over the lazy dog." \
-  --pair "It was not amused." --top-k 5 --dump /tmp/unmask-quickstart/outputs
-ls /tmp/unmask-quickstart/outputs
+echo "== unmask infer on $CKPT"
+for text in "the [MASK] statement imports a module." \
+            "a list is a mutable [MASK] of items." \
+            "this function returns true if the object is [MASK] and false otherwise."; do
+  build/unmask infer --model "$CKPT" --text "$text" --top-k 5
+done
 echo
-echo "== unmask bench infer (BERT-base, fp32, seq 128)"
-build/unmask bench infer --model bert-base --batch 1,8 --seq 128 --min-time 3
-build/unmask bench infer --model bert-base --batch 32 --seq 128 --lengths uniform:16:128 --iters 3 --min-time 0
+echo "loss curve: $DIR/run/loss.svg   metrics: $DIR/run/metrics.jsonl"

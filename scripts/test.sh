@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (`bash .ci/run` calls this):
 #   1. Release build + unit tests (ctest: ops vs float64 references, tokenizer, IO, BERT)
-#   2. end-to-end parity with PyTorch (tests/python/parity.py, tiny and base checkpoints)
+#   2. end-to-end parity with PyTorch (tests/python/parity.py, tiny and base checkpoints), training
+#      parity with PyTorch autograd (tests/python/train_parity.py), and the command-line scripts
+#      (inference, prepare-text, pretrain with SIGINT/resume, finetune/eval)
 #   3. WordPiece parity with tokenizers.js (tests/js/run_parity.sh)
 #   4. libFuzzer targets for the safetensors parser and the tokenizer, bounded in time
 #   5. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -26,8 +28,13 @@ ctest --test-dir build --output-on-failure -j"$JOBS"
 
 stage "[2/6] parity with PyTorch (python3-torch)"
 /usr/bin/python3 tests/python/parity.py --unmask build/unmask --base
+stage "[2a/6] training parity with PyTorch autograd (losses, every gradient, 10 AdamW steps)"
+/usr/bin/python3 tests/python/train_parity.py --unmask build/unmask
 stage "[2b/6] command line: good and bad input"
 bash tests/cli/test_cli.sh build/unmask
+bash tests/cli/test_data_cli.sh build/unmask
+bash tests/cli/test_train_cli.sh build/unmask
+bash tests/cli/test_finetune_cli.sh build/unmask
 
 if [ "${UNMASK_SKIP_JS:-0}" != 1 ]; then
   stage "[3/6] WordPiece parity with tokenizers.js"

@@ -185,7 +185,13 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
             expect_close(values(yd), values(y_c), 2e-5, 2e-5, what + " y");
             expect_close(values(meand), values(mean_c), 1e-5, 1e-5, what + " mean");
             expect_close(values(rstdd), values(rstd_c), 1e-6, 2e-5, what + " rstd");
-            expect_close(values(dxd), values(dx_c), 5e-5, 1e-4, what + " dx");
+            if (C == 1) {
+              // One channel: x_hat = 0 and dx = 0 exactly; the CPU's own rounding, amplified by
+              // rstd = 1/sqrt(eps) ~ 316, reaches 7e-5 here, so compare with the exact answer.
+              expect_close(values(dxd), std::vector<float>(size_t(N), 0.0f), 1e-4, 0.0, what + " dx (exact 0)");
+            } else {
+              expect_close(values(dxd), values(dx_c), 5e-5, 1e-4, what + " dx");
+            }
             const double sum_tol = 2e-5 * std::sqrt(double(N)) * 6.0;
             expect_close(values(dgd), values(dg_c), sum_tol, 1e-4, what + " dgamma");
             expect_close(values(dbd), values(db_c), sum_tol, 1e-4, what + " dbeta");
