@@ -109,7 +109,8 @@ template <int W> [[gnu::always_inline]] inline Vec<W> vmin(const Vec<W>& a, cons
 template <int W> [[gnu::always_inline]] inline Vec<W> vexp2(const Vec<W>& x_in) {
   using V = Vec<W>;
   using I = typename SimdTypes<W>::I;
-  const V x = vmin<W>(vmax<W>(x_in, vbcast<W>(-127.0f)), vbcast<W>(127.0f));
+  // Bounds first: `a > b ? a : b` returns x_in when it is NaN, so NaN scores propagate.
+  const V x = vmin<W>(vbcast<W>(127.0f), vmax<W>(vbcast<W>(-127.0f), x_in));
   const V magic = vbcast<W>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
   V n = (x + magic) - magic;
   V f = x - n;
