@@ -1,4 +1,4 @@
-// unmask/train.h: training BERT on the op front-ends (CPU now; CUDA reuses it unchanged).
+// unmask/train.h: training BERT on the op front-ends (CPU, or CUDA after model.to(cuda_ctx)).
 //
 // Usage (one optimizer step of gradient accumulation over two micro-batches):
 //   unmask::Context ctx({.num_threads = 2});
@@ -100,6 +100,14 @@ class BertTrainModel {
   /// Every parameter once (the tied MLM decoder is the word embedding), in a fixed order.
   std::vector<Param>& params();
   void zero_grad();
+
+  /// Where the parameters live (load/random create them on the CPU).
+  Device device() const;
+  /// Moves the parameters and gradients to ctx.device() (e.g. a Context({.device =
+  /// Device::cuda})); a no-op when they are there. The Param tensors are replaced, so build the
+  /// Optimizer after this call. pretrain_step/task_step then need a context on that device;
+  /// batches stay host tensors. save_pretrained and to_inference_model copy to the host.
+  void to(Context& ctx);
 
   /// Forward + backward (unless options.backward is false) of loss = mean MLM cross-entropy over
   /// the masked positions + mean NSP cross-entropy. The MLM head runs on the masked rows only.

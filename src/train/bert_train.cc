@@ -262,7 +262,23 @@ const BertHeads& BertTrainModel::heads() const { return impl_->heads; }
 std::vector<Param>& BertTrainModel::params() { return impl_->params; }
 
 void BertTrainModel::zero_grad() {
-  for (PV* p : impl_->storages()) std::memset(p->grad.raw(), 0, p->grad.nbytes());
+  for (PV* p : impl_->storages()) train::zero_tensor(p->grad);
+}
+
+Device BertTrainModel::device() const { return impl_->emb.word.value.device(); }
+
+void BertTrainModel::to(Context& ctx) {
+  Impl& I = *impl_;
+  const Device device = ctx.device();
+  if (device == this->device()) return;
+  ctx.make_current();  // new device memory is tagged with ctx's stream
+  for (PV* p : I.storages()) *p = train::pv_to(*p, device);
+  I.build_params();  // the Params are views of the storages: rebuild them over the new copies
+  // Saved activations point into the old workspace; the next step re-takes them.
+  I.emb_saved = {};
+  for (train::LayerSaved& s : I.saved) s = {};
+  I.scratch = {};
+  I.ws.set_device(device);
 }
 
 BertModel BertTrainModel::to_inference_model() const {
@@ -270,7 +286,11 @@ BertModel BertTrainModel::to_inference_model() const {
   auto w = std::make_unique<BertWeights>();
   w->config = I.config;
   w->heads = I.heads;
-  auto copy = [](const PV& p) { return p.defined() ? p.value.contiguous() : Tensor(); };
+  // Host copies (the inference model runs on the CPU; to() moves it elsewhere).
+  auto copy = [](const PV& p) {
+    if (!p.defined()) return Tensor();
+    return p.value.device() == Device::cpu ? p.value.contiguous() : p.value.to(Device::cpu);
+  };
   w->word_emb = copy(I.emb.word);
   w->pos_emb = copy(I.emb.pos);
   w->type_emb = copy(I.emb.type);
@@ -360,7 +380,8 @@ void BertTrainModel::save_pretrained(const std::string& dir_in, const std::strin
   try {
     io::write_file_atomic(tmp + "/config.json", saved_config_json(impl_->config, impl_->heads));
     std::vector<std::pair<std::string, Tensor>> tensors;
-    for (const Param& p : impl_->params) tensors.emplace_back(p.name, p.value);
+    for (const Param& p : impl_->params)
+      tensors.emplace_back(p.name, p.value.device() == Device::cpu ? p.value : p.value.to(Device::cpu));
     io::write_safetensors(tmp + "/model.safetensors", tensors);
     if (!vocab_path.empty()) {
       io::write_file_atomic(tmp + "/vocab.txt", io::read_file(vocab_path));

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/copy.h"
+#endif
+
 namespace unmask::train {
 
 using ops::Activation;
@@ -20,12 +24,38 @@ PV make_pv(const Tensor& src) {
   return p;
 }
 
+PV pv_to(const PV& p, Device device) {
+  if (!p.defined() || p.value.device() == device) return p;
+  return PV{p.value.to(device), p.grad.to(device)};
+}
+
+void zero_tensor(Tensor& t) {
+  UNMASK_CHECK(t.is_contiguous(), "train: zero_tensor needs a contiguous tensor, got ", t.describe());
+  if (t.device() == Device::cpu) {
+    std::memset(t.raw(), 0, t.nbytes());
+    return;
+  }
+#ifdef UNMASK_WITH_CUDA
+  cuda::memset_zero(t.raw(), t.nbytes());
+#else
+  throw Unsupported("train: zeroing a ", device_name(t.device()), " tensor needs the CUDA backend");
+#endif
+}
+
 Tensor Workspace::get(int slot, const Shape& shape) {
   if (slot >= int(buffers_.size())) buffers_.resize(size_t(slot) + 1);
   Tensor& buf = buffers_[size_t(slot)];
   const int64_t n = shape.numel();
-  if (!buf.defined() || buf.numel() < n) buf = Tensor::empty({std::max<int64_t>(n + n / 4, 1)}, DType::f32);
+  if (!buf.defined() || buf.numel() < n) {
+    buf = Tensor();  // free the old buffer first (device memory is the scarce kind)
+    buf = Tensor::empty({std::max<int64_t>(n + n / 4, 1)}, DType::f32, device_);
+  }
   return buf.slice(0, 0, n).view(shape);
+}
+
+void Workspace::set_device(Device device) {
+  buffers_.clear();
+  device_ = device;
 }
 
 int64_t Workspace::bytes() const {
@@ -108,10 +138,14 @@ void embedding_backward(Context& ctx, EmbeddingParams& p, const PackedTokens& to
   ops::embedding_backward(ctx, tok.type_ids, dy, p.type.grad);
   // nn.Embedding(padding_idx): the padding row gets no gradient from the lookup. Real tokens
   // are rarely [PAD], so zeroing those rows of dy (no longer needed) is cheaper than a gather.
-  const int32_t* ids = tok.ids.data<int32_t>();
+  // The scan reads the host copy of the ids; a row is zeroed on dy's device.
+  const int32_t* ids = tok.host_ids.data<int32_t>();
   const int64_t C = dy.size(1);
-  for (int64_t r = 0; r < tok.N; ++r)
-    if (ids[r] == pad_id) std::memset(dy.data<float>() + r * dy.stride(0), 0, size_t(C) * sizeof(float));
+  for (int64_t r = 0; r < tok.N; ++r) {
+    if (ids[r] != pad_id) continue;
+    Tensor row = dy.slice(0, r, r + 1).view({C});
+    zero_tensor(row);
+  }
   ops::embedding_backward(ctx, tok.ids, dy, p.word.grad);
 }
 

@@ -31,8 +31,15 @@ struct PV {
   Tensor value, grad;
   bool defined() const { return value.defined(); }
 };
-/// An owned contiguous copy of `src` (any float layout already widened to f32) with a zero grad.
+/// An owned contiguous copy of `src` (any float layout already widened to f32) with a zero grad,
+/// on the CPU (BertTrainModel::to moves the PVs to a device).
 PV make_pv(const Tensor& src);
+/// `p`'s value and gradient copied to `device` (p itself when already there).
+PV pv_to(const PV& p, Device device);
+
+/// Zeroes a contiguous tensor on its device (CUDA: cudaMemset on the legacy default stream,
+/// ordered with a Context's blocking stream, see src/cuda/copy.h).
+void zero_tensor(Tensor& t);
 
 struct EmbeddingParams {
   PV word, pos, type;    // [V, C], [P, C], [type_vocab, C]
@@ -50,15 +57,19 @@ struct EncoderLayerParams {
 
 /// Growable scratch memory: slot s holds one flat f32 buffer, grown (with 25% headroom) when a
 /// request needs more elements. A view stays valid until the same slot is requested again with
-/// a larger size, so every tensor a step keeps gets its own slot.
+/// a larger size, so every tensor a step keeps gets its own slot. Buffers live on `device()`.
 class Workspace {
  public:
   /// A contiguous f32 view of `shape` over slot `slot` (uninitialised).
   Tensor get(int slot, const Shape& shape);
   int64_t bytes() const;
+  Device device() const { return device_; }
+  /// Frees every buffer; later requests allocate on `device`.
+  void set_device(Device device);
 
  private:
   std::vector<Tensor> buffers_;
+  Device device_ = Device::cpu;
 };
 
 /// Where a dropout site draws its mask (ops::dropout's seed and counter offset; p = 0: off).
@@ -90,8 +101,12 @@ struct LayerScratch {
 
 /// Packed token ids of a batch (i32 [N] each) and the attention arguments.
 struct PackedTokens {
-  Tensor ids, type_ids, pos_ids;
-  Tensor cu_seqlens;  // i32 [B+1]
+  Tensor ids, type_ids, pos_ids;  // on the model's device (the embedding ops read them there)
+  Tensor host_ids;    // ids on the host (the same tensor as ids on the CPU)
+  /// i32 [B+1], on the HOST on every device: the step's index arithmetic reads it, and the
+  /// attention front-end takes the longest sequence (its dropout stride) from it; the CUDA
+  /// attention uploads the B+1 values itself.
+  Tensor cu_seqlens;
   int64_t B = 0, N = 0, T = 0;  // T: the longest sequence
 };
 

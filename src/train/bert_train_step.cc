@@ -1,5 +1,12 @@
 // train/bert_train_step.cc: BertTrainModel::pretrain_step and task_step (forward + backward).
 //
+// Devices: the batch arrives on the host; the packing, the masked / [CLS] row numbers and the
+// labels are computed there, and the small index tensors are copied to the model's device (a
+// CUDA model: BertTrainModel::to). cu_seqlens stays on the host (see PackedTokens). Every
+// activation lives in the workspace on the model's device; the loss totals come back from
+// ops::cross_entropy as host scalars. The fine-tuning heads copy their small outputs ([N, 2]
+// QA logits, [B, L] / [N, L] class logits) to the host for TaskResult.
+//
 // A padded batch [B, T] is first PACKED: the real tokens (input_mask 1, which come first in
 // every row) of all sequences back to back, N rows, cu_seqlens [B+1]. Every layer then works on
 // the N real rows only. The heads gather the rows they need with ops::embedding (the activation
@@ -61,10 +68,17 @@ Tensor i32_tensor(const std::vector<int32_t>& v) {
   return t;
 }
 
-// Packs the real tokens of a right-padded [B, T] batch. mask / types may be undefined (all real,
-// all type 0).
+// A host tensor on `device`: itself on the CPU, else a copy (the small index tensors of a step).
+Tensor on_device(const Tensor& t, Device device) { return device == Device::cpu ? t : t.to(device); }
+// An i32 index vector as a tensor on `device`.
+Tensor i32_tensor(const std::vector<int32_t>& v, Device device) { return on_device(i32_tensor(v), device); }
+// A tensor on the host: itself on the CPU, else a copy (small head outputs the host reads).
+Tensor on_host(const Tensor& t) { return t.device() == Device::cpu ? t : t.to(Device::cpu); }
+
+// Packs the real tokens of a right-padded [B, T] batch (host tensors). mask / types may be
+// undefined (all real, all type 0). The ids land on `device`; cu_seqlens stays on the host.
 PackedTokens pack_tokens(const BertConfig& cfg, const Tensor& ids_t, const Tensor* types_t, const Tensor* mask_t,
-                         std::vector<int64_t>& lens) {
+                         std::vector<int64_t>& lens, Device device) {
   UNMASK_CHECK(ids_t.defined() && ids_t.ndim() == 2 && ids_t.size(0) >= 1 && ids_t.size(1) >= 1,
                "train: input_ids must be [B, T] with B, T >= 1, got ",
                ids_t.defined() ? ids_t.describe() : std::string("undefined"));
@@ -120,9 +134,10 @@ PackedTokens pack_tokens(const BertConfig& cfg, const Tensor& ids_t, const Tenso
   tok.B = B;
   tok.N = cu.back();
   tok.T = *std::max_element(lens.begin(), lens.end());
-  tok.ids = i32_tensor(id);
-  tok.type_ids = i32_tensor(ty);
-  tok.pos_ids = i32_tensor(pos);
+  tok.host_ids = i32_tensor(id);
+  tok.ids = on_device(tok.host_ids, device);
+  tok.type_ids = i32_tensor(ty, device);
+  tok.pos_ids = i32_tensor(pos, device);
   tok.cu_seqlens = i32_tensor(cu);
   return tok;
 }
@@ -250,7 +265,14 @@ void pooler_backward(Context& ctx, BertTrainModel::Impl& I, const Tensor& cls, c
   train::linear_backward(ctx, cls, I.pooler_w, I.pooler_b, dpooled, &dcls);
 }
 
-void zero(Tensor& t) { std::memset(t.raw(), 0, t.nbytes()); }
+// The context must run where the parameters live (BertTrainModel::to moves them).
+Device check_step_device(const char* op, const Context& ctx, const BertTrainModel::Impl& I) {
+  const Device model = I.emb.word.value.device();
+  UNMASK_CHECK(ctx.device() == model, op, ": the context runs on ", device_name(ctx.device()),
+               " but the model's parameters are on ", device_name(model),
+               Hint("call model.to(ctx) with a context on the device to train on"));
+  return model;
+}
 
 }  // namespace
 
@@ -261,10 +283,10 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
   const BertConfig& cfg = I.config;
   UNMASK_CHECK(I.heads.mlm, "pretrain_step: the model has no MLM head",
                Hint("load it with BertHeads{.pooler = true, .mlm = true, .nsp = true}"));
-  UNMASK_CHECK(ctx.device() == Device::cpu, "pretrain_step: training runs on the CPU context only for now");
+  const Device dev = check_step_device("pretrain_step", ctx, I);
   I.next_slot = 0;
   std::vector<int64_t> lens;
-  const PackedTokens tok = pack_tokens(cfg, batch.input_ids, &batch.segment_ids, &batch.input_mask, lens);
+  const PackedTokens tok = pack_tokens(cfg, batch.input_ids, &batch.segment_ids, &batch.input_mask, lens, dev);
   const int64_t B = tok.B, C = cfg.hidden_size, V = cfg.vocab_size;
 
   // Masked positions (DLE: the number of predictions is the index of the first position 0).
@@ -324,8 +346,8 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
   Tensor rows, targets, xm, tp, t, tn, mean, rstd, logits;
   double mlm_mean = 0;
   if (M > 0) {
-    rows = i32_tensor(mlm_rows);
-    targets = i32_tensor(mlm_targets);
+    rows = i32_tensor(mlm_rows, dev);
+    targets = i32_tensor(mlm_targets, dev);
     xm = I.take({M, C});
     tp = I.take({M, C});
     t = I.take({M, C});
@@ -349,8 +371,8 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
   Tensor crows, cls, pre, pooled, nlogits, ntargets;
   double nsp_mean = 0;
   if (nsp) {
-    crows = i32_tensor(cls_rows);
-    ntargets = i32_tensor(nsp_targets);
+    crows = i32_tensor(cls_rows, dev);
+    ntargets = i32_tensor(nsp_targets, dev);
     cls = I.take({B, C});
     pre = I.take({B, C});
     pooled = I.take({B, C});
@@ -370,7 +392,7 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
 
   // Backward: the heads scatter their row gradients into g [N, C], then the encoder.
   Tensor g = I.take({tok.N, C});
-  zero(g);
+  train::zero_tensor(g);
   if (M > 0) {
     Tensor dtn = I.take({M, C}), dxm = I.take({M, C});
     train::linear_backward(ctx, tn, I.emb.word, I.mlm_bias, logits, &dtn);  // word grad += dlogits^T tn
@@ -421,10 +443,10 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
   const bool has_head = task == Task::qa ? I.heads.qa : task == Task::seqcls ? I.heads.seqcls : I.heads.tokcls;
   UNMASK_CHECK(has_head, "task_step: the model has no ", names[int(task)], " head",
                Hint("load the model with that head in BertHeads (it is created when the checkpoint lacks it)"));
-  UNMASK_CHECK(ctx.device() == Device::cpu, "task_step: training runs on the CPU context only for now");
+  const Device dev = check_step_device("task_step", ctx, I);
   I.next_slot = 0;
   std::vector<int64_t> lens;
-  const PackedTokens tok = pack_tokens(cfg, batch.input_ids, &batch.token_type_ids, &batch.attention_mask, lens);
+  const PackedTokens tok = pack_tokens(cfg, batch.input_ids, &batch.token_type_ids, &batch.attention_mask, lens, dev);
   const int64_t B = tok.B, T = batch.input_ids.size(1), N = tok.N, C = cfg.hidden_size, L = cfg.num_labels;
   const int32_t* cu = tok.cu_seqlens.data<int32_t>();
   const DropoutPlan plan(options);
@@ -439,7 +461,8 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     train::linear_forward(ctx, x, I.qa_w, I.qa_b, se);
     res.logits = Tensor::zeros({B, T, 2}, DType::f32);  // padding positions stay 0
     float* out = res.logits.data<float>();
-    const float* s = se.data<float>();
+    const Tensor se_host = on_host(se);  // [N, 2]: the span logits are arranged on the host
+    const float* s = se_host.data<float>();
     for (int64_t b = 0; b < B; ++b)
       for (int64_t r = cu[b]; r < cu[b + 1]; ++r)
         for (int k = 0; k < 2; ++k) out[(b * T + (r - cu[b])) * 2 + k] = s[r * 2 + k];
@@ -453,7 +476,11 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     UNMASK_CHECK(batch.start_positions.numel() == B && batch.end_positions.defined() && batch.end_positions.numel() == B,
                  "task_step: start_positions and end_positions must have ", B, " elements");
     const int64_t Tm = tok.T;
-    Tensor span[2] = {I.take({B, Tm}), I.take({B, Tm})};
+    // Host [B, Tm] buffers (workspace views on the CPU), uploaded for the loss on a device.
+    auto host_take = [&](const Shape& shape) {
+      return dev == Device::cpu ? I.take(shape) : Tensor::empty(shape, DType::f32);
+    };
+    Tensor span[2] = {host_take({B, Tm}), host_take({B, Tm})};
     std::vector<int32_t> target[2];
     int64_t counts[2] = {0, 0};
     IntView pos[2] = {ints(batch.start_positions, "start_positions"), ints(batch.end_positions, "end_positions")};
@@ -470,30 +497,34 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
       }
     }
     double loss = 0;
+    Tensor span_dev[2];
     for (int k = 0; k < 2; ++k) {
       const float scale = counts[k] > 0 ? options.loss_scale / float(2 * counts[k]) : 0.0f;
-      ops::CrossEntropyStats ce =
-          ops::cross_entropy(ctx, span[k], i32_tensor(target[k]), nullptr, bwd ? &span[k] : nullptr, scale);
+      span_dev[k] = on_device(span[k], dev);
+      ops::CrossEntropyStats ce = ops::cross_entropy(ctx, span_dev[k], i32_tensor(target[k], dev), nullptr,
+                                                     bwd ? &span_dev[k] : nullptr, scale);
       if (counts[k] > 0) loss += 0.5 * ce.loss_sum / double(counts[k]);
     }
     res.loss = loss;
     res.count = counts[0];
     res.correct = std::count(hit.begin(), hit.end(), 2);
     if (!bwd) return res;
-    Tensor dse = I.take({N, 2});
+    Tensor dse = host_take({N, 2});
     float* d = dse.data<float>();
     for (int k = 0; k < 2; ++k) {
-      const float* m = span[k].data<float>();
+      const Tensor dspan = on_host(span_dev[k]);  // the loss gradient, [B, Tm]
+      const float* m = dspan.data<float>();
       for (int64_t b = 0; b < B; ++b)
         for (int64_t j = 0; j < lens[size_t(b)]; ++j) d[(cu[b] + j) * 2 + k] = m[b * Tm + j];
     }
+    dse = on_device(dse, dev);
     g = I.take({N, C});
     train::linear_backward(ctx, x, I.qa_w, I.qa_b, dse, &g);
   } else if (task == Task::seqcls) {
     UNMASK_CHECK(L >= 2, "task_step: seqcls with num_labels = ", L, " (regression) is not supported",
                  Hint("use num_labels >= 2 classes"));
     std::vector<int32_t> cls_rows(cu, cu + B);
-    Tensor crows = i32_tensor(cls_rows);
+    Tensor crows = i32_tensor(cls_rows, dev);
     Tensor cls = I.take({B, C}), pre = I.take({B, C}), pooled = I.take({B, C}), logits = I.take({B, L});
     gather_rows(ctx, x, crows, cls);
     pooler_forward(ctx, I, cls, pre, pooled);
@@ -504,7 +535,7 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
       ops::dropout(ctx, pooled, pooled_d, site.p, site.seed, site.offset);
     }
     train::linear_forward(ctx, pooled_d, I.cls_w, I.cls_b, logits);
-    res.logits = logits.contiguous();
+    res.logits = dev == Device::cpu ? logits.contiguous() : logits.to(Device::cpu);  // before the loss overwrites it
     if (!batch.labels.defined()) {
       UNMASK_CHECK(!bwd, "task_step: seqcls training needs labels");
       return res;
@@ -514,7 +545,7 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     std::vector<int32_t> y = read_labels(ints(batch.labels, "labels"), B, L, "labels");
     const int64_t count = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
     const float scale = count > 0 ? options.loss_scale / float(count) : 0.0f;
-    ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y), nullptr, bwd ? &logits : nullptr, scale);
+    ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y, dev), nullptr, bwd ? &logits : nullptr, scale);
     res.loss = count > 0 ? ce.loss_sum / double(count) : 0.0;
     res.count = ce.count;
     res.correct = ce.correct;
@@ -524,7 +555,7 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     if (site.p > 0.0f) ops::dropout_backward(ctx, dpooled, dpooled, site.p, site.seed, site.offset);
     pooler_backward(ctx, I, cls, pre, dpooled, dcls);
     g = I.take({N, C});
-    zero(g);
+    train::zero_tensor(g);
     ops::embedding_backward(ctx, crows, dcls, g);
   } else {  // tokcls: classifier(dropout(x)) on every real token
     const train::DropoutSite site = plan.site(plan.hidden, kHeadSite, N * C);
@@ -536,8 +567,9 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     Tensor logits = I.take({N, L});
     train::linear_forward(ctx, xd, I.cls_w, I.cls_b, logits);
     res.logits = Tensor::zeros({B, T, L}, DType::f32);  // padding positions stay 0
+    const Tensor logits_host = on_host(logits);
     for (int64_t b = 0; b < B; ++b)
-      std::memcpy(res.logits.data<float>() + b * T * L, logits.data<float>() + int64_t(cu[b]) * L,
+      std::memcpy(res.logits.data<float>() + b * T * L, logits_host.data<float>() + int64_t(cu[b]) * L,
                   size_t(lens[size_t(b)] * L) * sizeof(float));
     if (!batch.labels.defined()) {
       UNMASK_CHECK(!bwd, "task_step: tokcls training needs labels");
@@ -556,7 +588,7 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
       }
     const int64_t count = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
     const float scale = count > 0 ? options.loss_scale / float(count) : 0.0f;
-    ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y), nullptr, bwd ? &logits : nullptr, scale);
+    ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y, dev), nullptr, bwd ? &logits : nullptr, scale);
     res.loss = count > 0 ? ce.loss_sum / double(count) : 0.0;
     res.count = ce.count;
     res.correct = ce.correct;
