@@ -73,6 +73,7 @@ bool supports(std::string_view op, DType dtype) {
       op == "embedding_backward" || op == "cross_entropy" || op == "dropout" || op == "dropout_backward" ||
       op == "adamw_update" || op == "lamb_moments" || op == "axpy" || op == "sum_squares" || op == "scale_inplace")
     return dtype == DType::f32;  // training kernels (train_ops.cu, train_loss.cu, optim.cu)
+  if (op == "attention_forward_train" || op == "attention_backward") return dtype == DType::f32;  // attention_train.cu
   return false;
 }
 

@@ -29,7 +29,8 @@ namespace unmask::cuda {
 /// with this). Ops: gemm, layernorm, activation, softmax, embedding, attention,
 /// embedding_layernorm (f32, bf16, f16); training (f32, the front-ends' dtype): layernorm_backward,
 /// activation_backward, bias_grad, softmax_backward, embedding_backward, cross_entropy, dropout,
-/// dropout_backward, adamw_update, lamb_moments, axpy, sum_squares, scale_inplace.
+/// dropout_backward, adamw_update, lamb_moments, axpy, sum_squares, scale_inplace,
+/// attention_forward_train, attention_backward.
 bool supports(std::string_view op, DType dtype);
 
 /// c = act(alpha * op(a) @ op(b) + bias + beta * c); 2-D or 3-D (batched, b may have batch 1).
@@ -64,6 +65,17 @@ void embedding_layernorm(Context& ctx, const Tensor& ids, const Tensor& pos_ids,
 /// pass max_seqlen when cu_seqlens is on the device, else it is read back (a stream sync).
 void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                const ops::AttentionArgs& args, int64_t max_seqlen = 0);
+
+/// Training attention (ops::attention_forward_train / attention_backward semantics), f32,
+/// head size <= 128 (attention_train.cu: tiled fp32 kernels, deterministic, no atomics).
+/// cu_seqlens / key_padding_mask may live on the host (uploaded) or the device; with
+/// cu_seqlens on the device the lengths are read back (a stream sync: T sets the dropout
+/// counters). The backward uses an [NH, N] f32 scratch buffer.
+void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                             Tensor& lse, const ops::AttentionArgs& args, const ops::AttentionTrainArgs& train);
+void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
+                        const ops::AttentionArgs& args, const ops::AttentionTrainArgs& train);
 
 // ---- f32 raw-pointer forms, called by the current op front-ends (src/ops/*.cc) ----------
 // Device pointers of f32 rows (ld = row stride in elements), sizes already validated.

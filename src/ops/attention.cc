@@ -3,7 +3,8 @@
 //
 // CPU: cpu::attention_forward (src/cpu/attention_cpu.cc; ISA picked at run time); training:
 // cpu::attention_train_forward / attention_train_backward (src/cpu/attention_train_cpu.cc).
-// CUDA: cuda::attention (src/cuda/ops_cuda.h) when built with UNMASK_WITH_CUDA.
+// CUDA: cuda::attention (src/cuda/ops_cuda.h) when built with UNMASK_WITH_CUDA; training:
+// cuda::attention_forward_train / attention_backward (src/cuda/attention_train.cu, f32).
 // The float64 oracle is ref::attention_forward (src/ref/attention_ref.cc).
 #include <algorithm>
 #include <cmath>
@@ -186,6 +187,22 @@ void check_dropout(const char* op, const AttentionTrainArgs& train) {
                ": dropout_p must be in [0, 1), got ", train.dropout_p);
 }
 
+/// The CUDA branch of the training ops: Unsupported without a CUDA build or for a dtype the
+/// backend lacks (cuda::supports), else run() (cuda::attention_forward_train / _backward).
+template <typename Run>
+void train_on_cuda(const char* op, Context& ctx, const Tensor& q, Run&& run) {
+#ifdef UNMASK_WITH_CUDA
+  if (!cuda::supports(op, q.dtype())) detail::throw_unsupported(op, Device::cuda, q.dtype());
+  UNMASK_CHECK(ctx.device() == Device::cuda, op, ": tensors are on cuda but the context runs on ",
+               device_name(ctx.device()));
+  run();
+#else
+  (void)ctx;
+  (void)run;
+  detail::throw_unsupported(op, Device::cuda, q.dtype());
+#endif
+}
+
 }  // namespace
 
 void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
@@ -224,6 +241,11 @@ void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, con
   check_dropout(op, train);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}})
     detail::check_no_overlap(op, "lse", lse, name, *t, false);
+  if (q.device() == Device::cuda) return train_on_cuda(op, ctx, q, [&] {
+#ifdef UNMASK_WITH_CUDA
+    cuda::attention_forward_train(ctx, q, k, v, out, lse, args, train);
+#endif
+  });
   if (q.device() != Device::cpu) detail::throw_unsupported(op, q.device(), q.dtype());
   if (lay.N == 0) return;
   cpu::AttentionTrainParams p;
@@ -260,6 +282,11 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
   detail::check_no_overlap(op, "dq", dq, "dk", dk, false);
   detail::check_no_overlap(op, "dq", dq, "dv", dv, false);
   detail::check_no_overlap(op, "dk", dk, "dv", dv, false);
+  if (q.device() == Device::cuda) return train_on_cuda(op, ctx, q, [&] {
+#ifdef UNMASK_WITH_CUDA
+    cuda::attention_backward(ctx, q, k, v, out, lse, dout, dq, dk, dv, args, train);
+#endif
+  });
   if (q.device() != Device::cpu) detail::throw_unsupported(op, q.device(), q.dtype());
   if (lay.N == 0) return;
   cpu::AttentionTrainParams p;

@@ -1,0 +1,45 @@
+// cuda/attention_train.h: the launchers of the f32 training attention kernels
+// (attention_train.cu), behind cuda::attention_forward_train / attention_backward
+// (ops_cuda_attn_train.cc, semantics in ops/ops.h).
+//
+// Raw device pointers, row strides in elements (innermost stride 1), the sequences already on
+// the device (cu_seqlens, or the padded length with an optional key mask), an explicit stream.
+// Preconditions are checked here; the shapes were validated by the op front-end.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace unmask::cuda {
+
+struct AttnTrainParams {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;  // [N, NH*HS] each, row strides ldq, ldk, ldv
+  float* out = nullptr;                                   // forward: written; backward: read
+  int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0;
+  float* lse = nullptr;  // f32 [NH, N] contiguous: forward output, backward input
+  int64_t rows = 0;      // N
+  int num_heads = 0, head_size = 0;
+  float scale = 0.0f;
+  int batch = 0;                        // B
+  int max_seqlen = 0;                   // T: longest sequence (padded: padded_seq_len)
+  const int32_t* cu_seqlens = nullptr;  // device i32 [B+1] (packed) or null (padded)
+  const void* key_mask = nullptr;       // padded only, device [B, T] (row stride mask_batch_stride)
+  int mask_elem_bytes = 1;              // 1 (u8/bool), 4 (i32) or 8 (i64)
+  int64_t mask_batch_stride = 0;
+  // Dropout of the probabilities, counters of ops.h: offset + (h * N + r) * T + j.
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
+  // Backward only.
+  const float* dout = nullptr;
+  int64_t lddo = 0;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  int64_t lddq = 0, lddk = 0, lddv = 0;
+  float* delta = nullptr;  // scratch f32 [NH, N]: rowsum(dout * out) per head
+};
+
+/// out and lse (ops::attention_forward_train). head_size in [1, 128].
+void attention_train_forward(const AttnTrainParams& p, cudaStream_t stream);
+/// dq, dk, dv (overwritten) from dout, out and lse; p.delta must hold NH * N floats.
+void attention_train_backward(const AttnTrainParams& p, cudaStream_t stream);
+
+}  // namespace unmask::cuda
