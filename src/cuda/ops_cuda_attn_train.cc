@@ -68,10 +68,10 @@ void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k
                  " (cuda): cu_seqlens must be contiguous i32 [B+1], got ", cu.describe());
     p.batch = int(cu.size(0) - 1);
     std::vector<int32_t> host(size_t(cu.size(0)));
-    if (cu.device() == Device::cpu) {
+    if (cu.device() == Device::cpu) {  // uploaded from the caller's tensor, as cuda::attention does
       std::copy_n(cu.data<int32_t>(), host.size(), host.begin());
       up.cu = std::make_unique<ScratchBuffer>(cu.nbytes(), st.stream);
-      CUDA_CHECK(cudaMemcpyAsync(up.cu->ptr, host.data(), cu.nbytes(), cudaMemcpyHostToDevice, st.stream));
+      CUDA_CHECK(cudaMemcpyAsync(up.cu->ptr, cu.raw(), cu.nbytes(), cudaMemcpyHostToDevice, st.stream));
       p.cu_seqlens = up.cu->as<int32_t>();
     } else {  // T sets the dropout counters: read the lengths back (a small copy, a stream sync)
       CUDA_CHECK(cudaMemcpyAsync(host.data(), cu.raw(), cu.nbytes(), cudaMemcpyDeviceToHost, st.stream));
@@ -87,7 +87,6 @@ void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k
     UNMASK_CHECK(host[0] == 0 && host[size_t(p.batch)] == N, op, " (cuda): cu_seqlens must run from 0 to N = ", N,
                  ", got ", host[0], " .. ", host[size_t(p.batch)]);
     p.max_seqlen = int(longest);
-    if (up.cu) CUDA_CHECK(cudaStreamSynchronize(st.stream));  // `host` dies on return
   } else {
     const int64_t T = args.padded_seq_len;
     UNMASK_CHECK(T >= 1 && N % T == 0, op, " (cuda): N = ", N, " must be a multiple of padded_seq_len = ", T);
@@ -101,10 +100,14 @@ void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k
                    " (cuda): key_padding_mask must be [", p.batch, ", ", T, "], got ", m->describe());
       p.mask_elem_bytes = int(dtype_size(md));
       if (m->device() == Device::cpu) {
-        const Tensor mc = m->contiguous();
-        up.mask = std::make_unique<ScratchBuffer>(mc.nbytes(), st.stream);
-        CUDA_CHECK(cudaMemcpyAsync(up.mask->ptr, mc.raw(), mc.nbytes(), cudaMemcpyHostToDevice, st.stream));
-        CUDA_CHECK(cudaStreamSynchronize(st.stream));  // mc dies on return
+        // A contiguous mask is uploaded from the caller's memory; a strided one through a
+        // temporary copy, which must outlive the copy (a stream sync).
+        const bool contiguous = m->is_contiguous();
+        const Tensor mc = contiguous ? Tensor() : m->contiguous();
+        const Tensor& src = contiguous ? *m : mc;
+        up.mask = std::make_unique<ScratchBuffer>(src.nbytes(), st.stream);
+        CUDA_CHECK(cudaMemcpyAsync(up.mask->ptr, src.raw(), src.nbytes(), cudaMemcpyHostToDevice, st.stream));
+        if (!contiguous) CUDA_CHECK(cudaStreamSynchronize(st.stream));
         p.key_mask = up.mask->ptr;
         p.mask_batch_stride = T;
       } else {
