@@ -7,6 +7,13 @@
 // Columns as DLE's training-performance table (devices, seq, batch, precision, sequences/s),
 // plus the median step time, achieved GFLOP/s (bert_train_flops: matmuls, MLM head on the masked
 // rows) and MFU against the measured fp32 FMA peak.
+//
+// --device cuda (CUDA builds): the model is moved to a CUDA context (BertTrainModel::to), the
+// batch stays on the host as in training, and each timed step is bracketed by
+// ctx.synchronize(). Devices column "1x <GPU name>"; precision fp32 (exact fp32 GEMMs) or tf32
+// (--precision tf32: CudaState::allow_tf32, cuBLASLt's TF32 tensor cores). MFU is against the
+// H100 SXM dense peaks unless --peak-gflops is given: fp32 (CUDA cores) 67 TFLOP/s, tf32 tensor
+// cores 494.7 TFLOP/s (half of the 989 TFLOP/s dense bf16 that bench/gpu uses).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -15,6 +22,10 @@
 #include <random>
 
 #include "cli.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/allocator.h"
+#include "cuda/cuda_state.h"
+#endif
 #include "train/config.h"
 #include "train/metrics.h"
 #include "unmask/error.h"
@@ -26,10 +37,23 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// H100 SXM dense peaks (GFLOP/s) for MFU on CUDA: fp32 on the CUDA cores, TF32 tensor cores.
+constexpr double kH100Fp32PeakGflops = 67000.0;
+constexpr double kH100Tf32PeakGflops = 494700.0;
+
 double peak_rss_mb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024.0;
+}
+
+// The CUDA caching allocator's high-water mark (0 on the CPU).
+double peak_gpu_mb(bool on_cuda) {
+#ifdef UNMASK_WITH_CUDA
+  if (on_cuda) return double(cuda::allocator_stats().peak_allocated_bytes) / (1024.0 * 1024.0);
+#endif
+  (void)on_cuda;
+  return 0.0;
 }
 
 // DLE's layout, all tokens real: [CLS] A [SEP] B [SEP] with A and B halves, P sorted distinct
@@ -78,10 +102,12 @@ int bench_train(int argc, char** argv) {
       {"steps", "N", "timed steps per row (the median is reported)", "5"},
       {"warmup", "N", "untimed steps per row", "1"},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      {"device", "cpu|cuda", "where the step runs (cuda: CUDA builds)", "cpu"},
+      {"precision", "fp32|tf32", "GEMM precision (tf32: CUDA tensor cores; the CPU is fp32)", "fp32"},
       {"optimizer", "adamw|lamb", "the optimizer of the timed update", "lamb"},
       {"dropout", "P", "hidden and attention dropout (as in training)", "0.1"},
       {"seed", "N", "seed of the weights and the batch", "1234"},
-      {"peak-gflops", "X", "fp32 peak for MFU (default: measured with an FMA loop)", ""},
+      {"peak-gflops", "X", "peak for MFU (default: CPU measured with an FMA loop; CUDA the H100 SXM dense peak)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
   };
   auto args = Args::parse("bench train",
@@ -109,26 +135,52 @@ int bench_train(int argc, char** argv) {
   else if (model_arg.rfind("random:", 0) == 0) cfg = train::random_model_config(model_arg.substr(7), 30522);
   else throw Error("--model must be bert-base, bert-large or random:SIZE, got '", model_arg, "'");
 
-  Context ctx({.num_threads = int(args->get_int("threads"))});
-  // The FMA peak is measured before the first row and again after each one, and the best so far
-  // is used: a measurement taken while another process shares the cores reads low.
+  const std::string device_arg = args->get("device"), precision = args->get("precision");
+  if (device_arg != "cpu" && device_arg != "cuda") throw Error("--device must be cpu or cuda, got '", device_arg, "'");
+  if (precision != "fp32" && precision != "tf32") throw Error("--precision must be fp32 or tf32, got '", precision, "'");
+  const bool on_cuda = device_arg == "cuda";
+  if (!on_cuda && precision != "fp32")
+    throw Error("--precision ", precision, " needs --device cuda (the CPU GEMMs are fp32)");
+#ifndef UNMASK_WITH_CUDA
+  if (on_cuda)
+    throw Error("--device cuda: this unmask was built without the CUDA backend",
+                Hint("rebuild with -DUNMASK_CUDA=ON (the CUDA toolkit) and run on a machine with an NVIDIA GPU"));
+#endif
+
+  Context ctx({.num_threads = int(args->get_int("threads")), .device = on_cuda ? Device::cuda : Device::cpu});
+  char devices[128];
+  std::snprintf(devices, sizeof devices, "CPU (%d threads)", ctx.num_threads());
+#ifdef UNMASK_WITH_CUDA
+  if (on_cuda) {
+    cuda::CudaState& cs = cuda::cuda_state(ctx);
+    cs.allow_tf32 = precision == "tf32";  // before the first GEMM (plans are cached per shape)
+    std::snprintf(devices, sizeof devices, "1x %s", cs.props.name);
+  }
+#endif
+  // CPU: the FMA peak is measured before the first row and again after each one, and the best so
+  // far is used: a measurement taken while another process shares the cores reads low.
   const bool fixed_peak = args->has("peak-gflops");
-  double peak = fixed_peak ? std::stod(args->get("peak-gflops")) : train::measure_peak_gflops(ctx.num_threads());
+  double peak = fixed_peak  ? std::stod(args->get("peak-gflops"))
+                : on_cuda   ? (precision == "tf32" ? kH100Tf32PeakGflops : kH100Fp32PeakGflops)
+                            : train::measure_peak_gflops(ctx.num_threads());
+  const bool measured_peak = !fixed_peak && !on_cuda;
   BertTrainModel model = BertTrainModel::random(cfg, {.pooler = true, .mlm = true, .nsp = true}, seed);
+  model.to(ctx);  // no-op on the CPU
   OptimizerConfig oc = opt_name == "adamw" ? OptimizerConfig{.kind = OptimizerKind::adamw, .lr = 1e-4f}
                                            : OptimizerConfig{.kind = OptimizerKind::lamb, .lr = 6e-3f};
   Optimizer opt(oc, model.params());
-  char devices[64];
-  std::snprintf(devices, sizeof devices, "CPU (%d threads)", ctx.num_threads());
+  const char* prec = precision.c_str();
 
   long long num_params = 0;
   for (const Param& p : model.params()) num_params += p.value.numel();
   if (format == "table") {
     std::printf("# unmask bench train: %s (%lld layers, hidden %lld, %lld parameters), %s, dropout %.2g, %s kernels, "
-                "fp32 peak %.0f GFLOP/s%s\n",
+                "%s peak %.0f GFLOP/s%s\n",
                 model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, num_params,
-                opt_name.c_str(), dropout, ctx.cpu_isa(), peak,
-                fixed_peak ? " (given)" : " (FMA loop; measured again after each row, the best is used)");
+                opt_name.c_str(), dropout, on_cuda ? "cuda" : ctx.cpu_isa(), prec, peak,
+                fixed_peak ? " (given)"
+                : on_cuda  ? " (H100 SXM dense)"
+                           : " (FMA loop; measured again after each row, the best is used)");
     std::printf("| devices | seq | batch | masked | precision | sequences/s | step (ms) | GFLOP/s | MFU |\n");
     std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|\n");
   } else if (format == "csv") {
@@ -152,33 +204,37 @@ int bench_train(int argc, char** argv) {
         TrainStepOptions so;
         so.hidden_dropout = so.attention_dropout = float(dropout);
         so.seed = seed, so.step = i;
+        ctx.synchronize();  // no-op on the CPU; CUDA: the step's work is timed whole
         const double t0 = now_s();
         model.zero_grad();
         PretrainStats s = model.pretrain_step(ctx, b, so);
         opt.step(ctx, oc.lr);
+        ctx.synchronize();
         const double dt = now_s() - t0;
         last_loss = s.loss;
         if (i >= warmup) times.push_back(dt);
       }
       std::sort(times.begin(), times.end());
-      if (!fixed_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
+      if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];
       const double flops = bert_train_flops(cfg, std::vector<int64_t>(size_t(batch), seq), batch * P);
       const double gflops = flops / med / 1e9, sps = double(batch) / med;
       const double mfu = peak > 0 ? 100.0 * gflops / peak : 0;
       if (format == "table")
-        std::printf("| %s | %lld | %lld | %lld | fp32 | %.2f | %.1f | %.1f | %.1f%% |\n", devices, (long long)seq,
-                    (long long)batch, (long long)P, sps, med * 1e3, gflops, mfu);
+        std::printf("| %s | %lld | %lld | %lld | %s | %.2f | %.1f | %.1f | %.1f%% |\n", devices, (long long)seq,
+                    (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu);
       else if (format == "csv")
-        std::printf("%s,%lld,%lld,%lld,fp32,%.4f,%.3f,%.2f,%.2f,%d,%s\n", devices, (long long)seq, (long long)batch,
-                    (long long)P, sps, med * 1e3, gflops, mfu, ctx.num_threads(), opt_name.c_str());
+        std::printf("%s,%lld,%lld,%lld,%s,%.4f,%.3f,%.2f,%.2f,%d,%s\n", devices, (long long)seq, (long long)batch,
+                    (long long)P, prec, sps, med * 1e3, gflops, mfu, ctx.num_threads(), opt_name.c_str());
       else
         std::printf("{\"engine\": \"unmask\", \"model\": \"%s\", \"seq\": %lld, \"batch\": %lld, \"masked\": %lld, "
-                    "\"precision\": \"fp32\", \"seq_per_s\": %.4f, \"step_ms\": %.3f, \"gflop_per_s\": %.2f, "
+                    "\"precision\": \"%s\", \"seq_per_s\": %.4f, \"step_ms\": %.3f, \"gflop_per_s\": %.2f, "
                     "\"mfu_pct\": %.2f, \"peak_gflops\": %.1f, \"threads\": %d, \"optimizer\": \"%s\", \"steps\": %lld, "
-                    "\"loss\": %.4f, \"peak_rss_mb\": %.1f, \"mlm_head\": \"masked\"}\n",
-                    model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, sps, med * 1e3, gflops, mfu, peak,
-                    ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb());
+                    "\"loss\": %.4f, \"peak_rss_mb\": %.1f, \"peak_gpu_mb\": %.1f, \"devices\": \"%s\", "
+                    "\"mlm_head\": \"masked\"}\n",
+                    model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
+                    peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
+                    peak_gpu_mb(on_cuda), devices);
       std::fflush(stdout);
     }
   }

@@ -271,6 +271,7 @@ Device check_step_device(const char* op, const Context& ctx, const BertTrainMode
   UNMASK_CHECK(ctx.device() == model, op, ": the context runs on ", device_name(ctx.device()),
                " but the model's parameters are on ", device_name(model),
                Hint("call model.to(ctx) with a context on the device to train on"));
+  ctx.make_current();  // CUDA: the step's new device memory is tagged with ctx's stream
   return model;
 }
 
