@@ -1,0 +1,66 @@
+// video/videomae_flops.h: the analytic FLOP count of VideoMAE (the MFU numerator).
+//
+// Matmuls only (LayerNorm, softmax, GELU, the loss and the positional add are not counted, as
+// in MFU conventions and in fvcore); a multiply-add is 2 FLOPs, so [M, K] x [K, N] costs 2 M N K.
+// With D / Dd the encoder / decoder widths (= heads x head_dim in every VideoMAE size), I / Id
+// their MLP widths, P = in_chans x tubelet x patch^2 the values per token (1536 for 2x16x16 RGB),
+// N all tokens, V visible tokens (N minus the tube mask), R the decoder's reconstructed tokens
+// (the encoder-masked ones; VideoMAE v2 running cell: the decoder-kept ones) and C classes:
+//
+//   a transformer layer on n tokens of width d, MLP i:   2 n (4 d^2 + 2 d i) + 2 (2 n^2 d)
+//        (qkv 3 d^2 + proj d^2 + fc1/fc2 2 d i per token; Q K^T and P V: n^2 d each)
+//   pretrain forward, per clip:
+//     patch embed on ALL tokens (the Conv3d runs before masking)   2 N P D
+//     encoder: depth layers on V tokens                            depth x layer(V, D, I)
+//     encoder_to_decoder on V tokens (no bias)                     2 V D Dd
+//     decoder: dec_depth layers on V + R tokens                    dec_depth x layer(V + R, Dd, Id)
+//     head on the R reconstructed tokens only                      2 R Dd P
+//   pretrain step = 3 x forward (the backward computes two products per forward product)
+//   fine-tune / inference forward: 2 N P D + depth x layer(N, D, I) + 2 D C (mean pool, fc_norm,
+//     head); a fine-tune step = 3 x that.
+//
+// video.md quotes GMACs (fvcore's unit); FLOPs here are twice those. V-SWIFT's README reports
+// 2 x fvcore MACs of a model built with decoder_depth 8 (the class default) although it trains
+// with 4: pass the depth you actually train with.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "video/masking.h"
+
+namespace unmask::video {
+
+/// Everything the count depends on; defaults are VideoMAE ViT-B pretraining on 16 x 224^2.
+struct VideoMAEFlopConfig {
+  int64_t img_size = 224, frames = 16, tubelet = 2, patch = 16, in_chans = 3;
+  int64_t enc_dim = 768, enc_depth = 12, enc_heads = 12, enc_mlp_hidden = 3072;
+  int64_t dec_dim = 384, dec_depth = 4, dec_heads = 6, dec_mlp_hidden = 1536;
+  double mask_ratio = 0.9;                  // tube mask
+  TubeCount tube_count = TubeCount::videomae;
+  double decoder_mask_ratio = 0.0;          // VideoMAE v2 running cell; 0 = none (decode the masked)
+  int64_t num_classes = 400;                // fine-tune head
+  int64_t batch = 1;
+
+  TokenGrid grid() const;                   // throws if sizes do not divide
+  int64_t visible_tokens() const;           // per clip
+  int64_t reconstructed_tokens() const;     // per clip, R above
+};
+
+/// The preset of a named size: "vit-s", "vit-b", "vit-l", "vit-h", "vit-g" (VideoMAE v2 g/14,
+/// MLP 6144, decoder 512/8, output 1176). Decoder depth 4 and width as in video.md §1.2 (H: the
+/// v1 decoder 640/8; pass dec_dim 512 for v2's). Throws for an unknown name, listing the known.
+VideoMAEFlopConfig videomae_flop_preset(const std::string& size);
+
+/// FLOPs of one transformer layer on n tokens (width d, MLP width i): see the header comment.
+double vit_layer_flops(double n, double d, double i);
+
+/// Forward FLOPs of one pretraining step for the whole batch.
+double videomae_pretrain_forward_flops(const VideoMAEFlopConfig& config);
+/// 3 x the forward: one pretraining step (forward + backward) for the whole batch.
+double videomae_pretrain_step_flops(const VideoMAEFlopConfig& config);
+/// Forward FLOPs of fine-tuning / inference on all tokens for the whole batch.
+double videomae_finetune_forward_flops(const VideoMAEFlopConfig& config);
+/// 3 x the fine-tune forward.
+double videomae_finetune_step_flops(const VideoMAEFlopConfig& config);
+
+}  // namespace unmask::video
