@@ -1,0 +1,119 @@
+// unmask/videomae.h: VideoMAE pretraining (masked video autoencoding) on the op front-ends, CPU.
+//
+// The model is the VideoMAE v1/v2 ViT (/work/shared/reference/video.md section 1): Conv3d tubelet
+// embedding (tubelet x patch x patch, as a GEMM on unfolded tubelets), a fixed 1-D sinusoid
+// position table over the flattened (t, h, w) tokens, pre-LN blocks (LayerNorm eps 1e-6, fused
+// qkv without bias plus q_bias and v_bias, no key bias, exact GELU MLP), an encoder over the
+// visible tokens only, encoder_to_decoder (no bias), a mask token, a decoder with its own
+// position table, and decoder.norm + head on the masked tokens predicting the per-patch
+// normalised pixels (loss: MSE averaged over masked tokens x pixels).
+//
+// Usage:
+//   unmask::Context ctx({.num_threads = 2});
+//   auto model = unmask::VideoMAEPretrainModel::random(unmask::VideoMAEConfig::base(), 0);
+//   unmask::Optimizer opt(oc, model.params());
+//   model.zero_grad();
+//   auto s = model.pretrain_step(ctx, videos /* f32 [B,3,T,H,W] */, mask /* u8 [B, Np] */, {});
+//   opt.step(ctx, lr);
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "unmask/context.h"
+#include "unmask/tensor.h"
+#include "unmask/train.h"
+
+namespace unmask {
+
+struct VideoMAEConfig {
+  int64_t img_size = 224, num_frames = 16, tubelet = 2, patch = 16, channels = 3;
+  int64_t dim = 768, depth = 12, heads = 12;                   // encoder
+  int64_t decoder_dim = 384, decoder_depth = 4, decoder_heads = 6;
+  double mlp_ratio = 4.0;                                      // hidden = int(dim * mlp_ratio)
+  float norm_eps = 1e-6f;
+
+  int64_t grid_t() const { return num_frames / tubelet; }
+  int64_t grid_hw() const { return img_size / patch; }
+  int64_t num_patches() const { return grid_t() * grid_hw() * grid_hw(); }
+  int64_t patch_dim() const { return channels * tubelet * patch * patch; }  // also the head output
+  int64_t mlp_hidden(int64_t d) const { return int64_t(double(d) * mlp_ratio); }
+  /// Throws naming the first inconsistent field (sizes not divisible, heads not dividing dims).
+  void validate() const;
+
+  /// Test size: 32x32 pixels, 4 frames (8 tokens), dim 64 / depth 2 / 2 heads, decoder 32 / 1 / 2.
+  static VideoMAEConfig tiny();
+  static VideoMAEConfig small();  // S/16: 384/12/6, decoder 192/4/3
+  static VideoMAEConfig base();   // B/16: 768/12/12, decoder 384/4/6
+  static VideoMAEConfig large();  // L/16: 1024/24/16, decoder 512/12/8 (v1 K400 scripts)
+  static VideoMAEConfig huge();   // H/16: 1280/32/16, decoder 640/12/8 (v1)
+  static VideoMAEConfig giant();  // g/14 (v2): 1408/40/16, mlp 48/11, patch 14, decoder 512/4/8
+  /// By name: tiny, small|s, base|b, large|l, huge|h, giant|g.
+  static VideoMAEConfig preset(const std::string& name);
+};
+
+struct VideoMAEStepOptions {
+  float loss_scale = 1.0f;  // gradients are of loss_scale * loss
+  bool backward = true;     // false: forward and loss only
+  /// The clip normalisation of the input (the target is built from videos * std + mean).
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+  /// Keep the predicted pixels [B * Nm, patch_dim] and targets (same shape) of the step.
+  bool keep_outputs = false;
+};
+
+struct VideoMAEStepStats {
+  double loss = 0;             // mean squared error over masked tokens x patch_dim
+  int64_t clips = 0, masked_tokens = 0, visible_tokens = 0;
+  Tensor pred, target;         // f32 [B * Nm, patch_dim] (keep_outputs only), clip-major, token order
+};
+
+/// A VideoMAE pretraining model with owned f32 parameters and gradients (CPU).
+class VideoMAEPretrainModel {
+ public:
+  /// VideoMAE's init: xavier_uniform on every Linear (fused qkv as one [3D, D] matrix), zero
+  /// biases (q_bias, v_bias too), LayerNorm (1, 0), Conv3d PyTorch default (kaiming_uniform
+  /// a=sqrt(5): U(+-1/sqrt(fan_in)) for weight and bias), mask_token N(0, 0.02) truncated at
+  /// +-0.02. Deterministic in `seed`.
+  static VideoMAEPretrainModel random(const VideoMAEConfig& config, uint64_t seed);
+
+  VideoMAEPretrainModel(VideoMAEPretrainModel&&) noexcept;
+  VideoMAEPretrainModel& operator=(VideoMAEPretrainModel&&) noexcept;
+  ~VideoMAEPretrainModel();
+
+  const VideoMAEConfig& config() const;
+  /// Every parameter under its original VideoMAE state-dict name (encoder.patch_embed.proj.weight
+  /// [D, 3, 2, 16, 16], encoder.blocks.0.attn.qkv.weight, ..., mask_token [1, 1, Dd]).
+  std::vector<Param>& params();
+  void zero_grad();
+
+  /// Forward (+ backward, accumulating into the gradients) of the pretraining loss.
+  ///   videos: f32 [B, 3, T, H, W], normalised by options.mean/std
+  ///   mask:   u8 [B, num_patches], nonzero = masked; every row masks the same number (>= 1)
+  VideoMAEStepStats pretrain_step(Context& ctx, const Tensor& videos, const Tensor& mask,
+                                  const VideoMAEStepOptions& options);
+
+  struct Impl;
+ private:
+  explicit VideoMAEPretrainModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The fixed sinusoid table [n, d] (transformer formula, base 10000: even dims sin, odd cos, of
+/// pos / 10000^(2 floor(j/2) / d)), computed in double.
+Tensor videomae_sinusoid_table(int64_t n, int64_t d);
+
+/// Unfolds tubelets: videos f32 [B, C, T, H, W] -> [B * Np, C * tt * p * p], token order
+/// (t, h, w), columns in Conv3d weight order (c, dt, dy, dx).
+Tensor videomae_unfold(const Tensor& videos, int64_t tubelet, int64_t patch);
+
+/// The normalised-pixel target of every token: [B * Np, tt * p * p * C] with columns
+/// (dt, dy, dx, c) (channel fastest); each channel of each patch is normalised by its mean and
+/// unbiased std over tt * p * p pixels: (x - mean) / (std + 1e-6). `videos` are un-normalised
+/// first: x * std[c] + mean[c].
+Tensor videomae_target(const Tensor& videos, int64_t tubelet, int64_t patch,
+                       const std::array<float, 3>& mean, const std::array<float, 3>& std);
+
+}  // namespace unmask

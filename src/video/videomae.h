@@ -1,0 +1,79 @@
+// video/videomae.h: the state behind VideoMAEPretrainModel (videomae.cc builds it, videomae_step.cc
+// runs the forward and backward passes) and the pre-LN ViT block as a forward/backward pair.
+//
+// Pre-LN block (VideoMAE Block, no layer scale, no drop path), N rows = clips x tokens, C dim,
+// I = int(C * mlp_ratio), NH heads; every tensor a 2-D row matrix:
+//   ln1[N,C]  = LN1(x)                               saved with mean1/rstd1 [N]
+//   qkv[N,3C] = ln1 Wqkv^T + cat(q_bias, 0, v_bias)  saved (the attention backward reads q, k, v)
+//   ctx[N,C]  = attention(q, k, v), per clip         saved with lse [NH, N]
+//   x1[N,C]   = x + ctx Wproj^T + bproj              saved (LN2 input)
+//   ln2[N,C]  = LN2(x1)                              saved with mean2/rstd2
+//   fp[N,I]   = ln2 W1^T + b1                        saved (GELU input)
+//   f[N,I]    = gelu(fp)                             saved (fc2 weight gradient)
+//   out[N,C]  = x1 + f W2^T + b2
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ops/ops.h"
+#include "train/bert_train_layers.h"
+#include "unmask/videomae.h"
+
+namespace unmask::video {
+
+using train::PV;
+
+struct BlockParams {
+  PV norm1_g, norm1_b;
+  PV q_bias, v_bias;     // [C] each; the key bias is 0
+  PV qkv_w;              // [3C, C], no bias
+  PV proj_w, proj_b;     // [C, C], [C]
+  PV norm2_g, norm2_b;
+  PV fc1_w, fc1_b;       // [I, C], [I]
+  PV fc2_w, fc2_b;       // [C, I], [C]
+};
+
+struct BlockSaved {
+  Tensor ln1, mean1, rstd1;
+  Tensor qkv;            // [N, 3C]
+  Tensor ctx, lse;       // [N, C], [NH, N]
+  Tensor x1, ln2, mean2, rstd2;
+  Tensor fp, f;          // [N, I]
+  Tensor out;            // [N, C]
+};
+
+struct BlockShape {
+  int64_t C = 0, I = 0, NH = 0;
+  int64_t tokens = 0;    // tokens per clip (attention runs per clip: padded mode, no mask)
+  float eps = 1e-6f;
+};
+
+/// x [N, C] -> saved.out (allocated here, like every saved tensor).
+void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s,
+                   BlockSaved& saved);
+/// g: in: gradient of saved.out [N, C]; out: gradient of x. Parameter gradients accumulate.
+void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSaved& saved,
+                    const BlockShape& s, Tensor& g);
+
+}  // namespace unmask::video
+
+namespace unmask {
+
+struct VideoMAEPretrainModel::Impl {
+  VideoMAEConfig config;
+  video::PV patch_w, patch_b;                 // [D, patch_dim] (Param view: [D, 3, tt, p, p]), [D]
+  std::vector<video::BlockParams> enc_blocks;
+  video::PV enc_norm_g, enc_norm_b;
+  video::PV e2d_w;                            // [Dd, D], no bias
+  video::PV mask_token;                       // [Dd] (Param view: [1, 1, Dd])
+  std::vector<video::BlockParams> dec_blocks;
+  video::PV dec_norm_g, dec_norm_b;
+  video::PV head_w, head_b;                   // [patch_dim, Dd], [patch_dim]
+  Tensor enc_pos, dec_pos;                    // fixed sinusoid tables [Np, D], [Np, Dd]
+  std::vector<Param> params;                  // VideoMAE-named views, state-dict order
+
+  std::vector<video::PV*> storages();
+  void build_params();
+};
+
+}  // namespace unmask

@@ -1,0 +1,263 @@
+// video/videomae_step.cc: the pre-LN ViT block (forward/backward pair) and VideoMAE's pretraining
+// step: tubelet embedding of the visible tokens, encoder, encoder_to_decoder, decoder over
+// [visible + pos, mask_token + pos] per clip, norm + head on the masked tokens, normalised-pixel
+// MSE, and the backward through all of it. CPU (the gathers and scatters are host loops).
+#include <cmath>
+#include <cstring>
+
+#include "unmask/error.h"
+#include "video/videomae.h"
+
+namespace unmask::video {
+
+using ops::Activation;
+using ops::Trans;
+
+namespace {
+
+Tensor f32(const Shape& s) { return Tensor::empty(s, DType::f32); }
+
+ops::AttentionArgs attention_args(const BlockShape& s) {
+  ops::AttentionArgs a;
+  a.num_heads = int(s.NH);
+  a.scale = float(1.0 / std::sqrt(double(s.C / s.NH)));
+  a.padded_seq_len = s.tokens;
+  return a;
+}
+
+// The qkv bias VideoMAE passes to F.linear: cat(q_bias, zeros, v_bias).
+Tensor qkv_bias(const BlockParams& p, int64_t C) {
+  Tensor b = Tensor::zeros({3 * C}, DType::f32);
+  std::memcpy(b.data<float>(), p.q_bias.value.data<float>(), size_t(C) * sizeof(float));
+  std::memcpy(b.data<float>() + 2 * C, p.v_bias.value.data<float>(), size_t(C) * sizeof(float));
+  return b;
+}
+
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  c.copy_from(t);
+  return c;
+}
+
+}  // namespace
+
+void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s, BlockSaved& sv) {
+  const int64_t N = x.size(0), C = s.C;
+  sv.ln1 = f32({N, C}); sv.mean1 = f32({N}); sv.rstd1 = f32({N});
+  ops::layernorm(ctx, x, nullptr, p.norm1_g.value, p.norm1_b.value, s.eps, sv.ln1, &sv.mean1, &sv.rstd1);
+  const Tensor bias = qkv_bias(p, C);
+  sv.qkv = f32({N, 3 * C});
+  ops::GemmArgs qa;
+  qa.bias = &bias;
+  ops::gemm(ctx, sv.ln1, Trans::no, p.qkv_w.value, Trans::yes, sv.qkv, qa);
+  sv.ctx = f32({N, C}); sv.lse = f32({s.NH, N});
+  ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                               sv.ctx, sv.lse, attention_args(s), ops::AttentionTrainArgs{});
+  // x1 = x + proj(ctx): the residual enters through the GEMM's beta = 1
+  sv.x1 = copy_of(x);
+  ops::GemmArgs res;
+  res.beta = 1.0f;
+  res.bias = &p.proj_b.value;
+  ops::gemm(ctx, sv.ctx, Trans::no, p.proj_w.value, Trans::yes, sv.x1, res);
+  sv.ln2 = f32({N, C}); sv.mean2 = f32({N}); sv.rstd2 = f32({N});
+  ops::layernorm(ctx, sv.x1, nullptr, p.norm2_g.value, p.norm2_b.value, s.eps, sv.ln2, &sv.mean2, &sv.rstd2);
+  sv.fp = f32({N, s.I}); sv.f = f32({N, s.I});
+  train::linear_forward(ctx, sv.ln2, p.fc1_w, p.fc1_b, sv.fp);
+  ops::activation(ctx, sv.fp, sv.f, Activation::gelu);
+  sv.out = copy_of(sv.x1);
+  res.bias = &p.fc2_b.value;
+  ops::gemm(ctx, sv.f, Trans::no, p.fc2_w.value, Trans::yes, sv.out, res);
+}
+
+void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSaved& sv, const BlockShape& s,
+                    Tensor& g) {
+  const int64_t N = x.size(0), C = s.C;
+  // out = x1 + fc2(gelu(fc1(LN2(x1))))
+  Tensor df = f32({N, s.I});
+  train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, g, &df);
+  ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
+  Tensor dln = f32({N, C});
+  train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);
+  ops::layernorm_backward(ctx, sv.x1, nullptr, p.norm2_g.value, sv.mean2, sv.rstd2, dln, dln, p.norm2_g.grad,
+                          p.norm2_b.grad);
+  ops::axpy(ctx, 1.0f, dln, g);  // g = d x1
+  // x1 = x + proj(attention(qkv(LN1(x))))
+  Tensor dctx = f32({N, C});
+  train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, g, &dctx);
+  Tensor dqkv = f32({N, 3 * C});
+  Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
+  ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                          sv.ctx, sv.lse, dctx, dq, dk, dv, attention_args(s), ops::AttentionTrainArgs{});
+  Tensor dbias = Tensor::zeros({3 * C}, DType::f32);
+  ops::bias_grad(ctx, dqkv, dbias);  // the key third is dropped: k has no bias
+  ops::axpy(ctx, 1.0f, dbias.slice(0, 0, C), p.q_bias.grad);
+  ops::axpy(ctx, 1.0f, dbias.slice(0, 2 * C, 3 * C), p.v_bias.grad);
+  PV no_bias;
+  train::linear_backward(ctx, sv.ln1, p.qkv_w, no_bias, dqkv, &dln);
+  ops::layernorm_backward(ctx, x, nullptr, p.norm1_g.value, sv.mean1, sv.rstd1, dln, dln, p.norm1_g.grad,
+                          p.norm1_b.grad);
+  ops::axpy(ctx, 1.0f, dln, g);  // g = d x
+}
+
+}  // namespace unmask::video
+
+namespace unmask {
+
+using video::BlockSaved;
+using video::BlockShape;
+using video::PV;
+
+VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tensor& videos, const Tensor& mask,
+                                                       const VideoMAEStepOptions& options) {
+  Impl& m = *impl_;
+  const VideoMAEConfig& c = m.config;
+  UNMASK_CHECK(ctx.device() == Device::cpu, "VideoMAEPretrainModel::pretrain_step runs on the CPU, got a ",
+               device_name(ctx.device()), " context");
+  UNMASK_CHECK(videos.defined() && videos.dtype() == DType::f32 && videos.ndim() == 5 &&
+                   videos.size(1) == c.channels && videos.size(2) == c.num_frames && videos.size(3) == c.img_size &&
+                   videos.size(4) == c.img_size,
+               "videomae pretrain_step: videos must be f32 [B, ", c.channels, ", ", c.num_frames, ", ", c.img_size,
+               ", ", c.img_size, "], got ", videos.defined() ? videos.describe() : std::string("undefined"));
+  const int64_t B = videos.size(0), Np = c.num_patches(), K = c.patch_dim(), D = c.dim, Dd = c.decoder_dim;
+  UNMASK_CHECK(mask.defined() && (mask.dtype() == DType::u8 || mask.dtype() == DType::boolean) &&
+                   mask.ndim() == 2 && mask.size(0) == B && mask.size(1) == Np && mask.is_contiguous(),
+               "videomae pretrain_step: mask must be u8 [", B, ", ", Np, "] (1 = masked), got ",
+               mask.defined() ? mask.describe() : std::string("undefined"));
+
+  // Token indices per clip: visible ones, then masked ones, each ascending (boolean indexing order).
+  const uint8_t* mk = static_cast<const uint8_t*>(mask.raw());
+  int64_t Nm = 0;
+  for (int64_t j = 0; j < Np; ++j) Nm += mk[j] != 0;
+  const int64_t Nv = Np - Nm;
+  std::vector<int32_t> vis_ids, mask_ids;  // flat token index b * Np + j
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t count = 0;
+    for (int64_t j = 0; j < Np; ++j) {
+      const bool masked = mk[b * Np + j] != 0;
+      count += masked;
+      (masked ? mask_ids : vis_ids).push_back(int32_t(b * Np + j));
+    }
+    UNMASK_CHECK(count == Nm, "videomae pretrain_step: every mask row must mask the same number of tokens: row 0 masks ",
+                 Nm, ", row ", b, " masks ", count);
+  }
+  UNMASK_CHECK(Nm >= 1 && Nv >= 1, "videomae pretrain_step: the mask must leave at least one visible and one "
+               "masked token per clip, got ", Nm, " masked of ", Np);
+
+  // ---- forward ----
+  // Patch embedding of the visible tubelets: x0 = cols_vis Wpatch^T + b + pos[token].
+  const Tensor cols = videomae_unfold(videos.contiguous(), c.tubelet, c.patch);
+  Tensor cols_vis = Tensor::empty({B * Nv, K}, DType::f32);
+  Tensor vis_pos = Tensor::empty({B * Nv}, DType::i32);
+  for (int64_t r = 0; r < B * Nv; ++r) {
+    std::memcpy(cols_vis.data<float>() + r * K, cols.data<float>() + int64_t(vis_ids[size_t(r)]) * K,
+                size_t(K) * sizeof(float));
+    vis_pos.data<int32_t>()[r] = int32_t(vis_ids[size_t(r)] % Np);
+  }
+  Tensor x0 = Tensor::empty({B * Nv, D}, DType::f32);
+  train::linear_forward(ctx, cols_vis, m.patch_w, m.patch_b, x0);
+  ops::embedding(ctx, m.enc_pos, vis_pos, x0, /*accumulate=*/true);
+
+  const BlockShape es{D, c.mlp_hidden(D), c.heads, Nv, c.norm_eps};
+  std::vector<BlockSaved> enc(m.enc_blocks.size());
+  for (size_t i = 0; i < enc.size(); ++i)
+    video::block_forward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, es, enc[i]);
+  const Tensor& enc_last = enc.back().out;
+  Tensor enc_ln = Tensor::empty({B * Nv, D}, DType::f32);
+  Tensor enc_mean = Tensor::empty({B * Nv}, DType::f32), enc_rstd = Tensor::empty({B * Nv}, DType::f32);
+  ops::layernorm(ctx, enc_last, nullptr, m.enc_norm_g.value, m.enc_norm_b.value, c.norm_eps, enc_ln, &enc_mean,
+                 &enc_rstd);
+  Tensor e2d = Tensor::empty({B * Nv, Dd}, DType::f32);
+  PV no_bias;
+  train::linear_forward(ctx, enc_ln, m.e2d_w, no_bias, e2d);
+
+  // Decoder input per clip: [e2d_vis + pos_dec[vis], mask_token + pos_dec[masked]] (Np rows).
+  Tensor dec_in = Tensor::empty({B * Np, Dd}, DType::f32);
+  {
+    float* di = dec_in.data<float>();
+    const float* pe = m.dec_pos.data<float>();
+    const float* mt = m.mask_token.value.data<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < Np; ++j) {
+        float* row = di + (b * Np + j) * Dd;
+        const bool vis = j < Nv;
+        const int64_t tok = vis ? vis_ids[size_t(b * Nv + j)] % Np : mask_ids[size_t(b * Nm + j - Nv)] % Np;
+        const float* src = vis ? e2d.data<float>() + (b * Nv + j) * Dd : mt;
+        for (int64_t k = 0; k < Dd; ++k) row[k] = src[k] + pe[tok * Dd + k];
+      }
+  }
+  const BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Np, c.norm_eps};
+  std::vector<BlockSaved> dec(m.dec_blocks.size());
+  for (size_t i = 0; i < dec.size(); ++i)
+    video::block_forward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, ds, dec[i]);
+  // decoder.norm + head on the last Nm rows of every clip
+  Tensor dec_m = Tensor::empty({B * Nm, Dd}, DType::f32);
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(dec_m.data<float>() + b * Nm * Dd, dec.back().out.data<float>() + (b * Np + Nv) * Dd,
+                size_t(Nm * Dd) * sizeof(float));
+  Tensor dec_ln = Tensor::empty({B * Nm, Dd}, DType::f32);
+  Tensor dec_mean = Tensor::empty({B * Nm}, DType::f32), dec_rstd = Tensor::empty({B * Nm}, DType::f32);
+  ops::layernorm(ctx, dec_m, nullptr, m.dec_norm_g.value, m.dec_norm_b.value, c.norm_eps, dec_ln, &dec_mean,
+                 &dec_rstd);
+  Tensor pred = Tensor::empty({B * Nm, K}, DType::f32);
+  train::linear_forward(ctx, dec_ln, m.head_w, m.head_b, pred);
+
+  // ---- loss: MSE against the normalised-pixel target of the masked tokens ----
+  const Tensor all_target = videomae_target(videos.contiguous(), c.tubelet, c.patch, options.mean, options.std);
+  Tensor target = Tensor::empty({B * Nm, K}, DType::f32);
+  for (int64_t r = 0; r < B * Nm; ++r)
+    std::memcpy(target.data<float>() + r * K, all_target.data<float>() + int64_t(mask_ids[size_t(r)]) * K,
+                size_t(K) * sizeof(float));
+  const int64_t count = B * Nm * K;
+  double sq = 0;
+  Tensor dpred = Tensor::empty({B * Nm, K}, DType::f32);
+  const double gscale = 2.0 * double(options.loss_scale) / double(count);
+  for (int64_t i = 0; i < count; ++i) {
+    const double d = double(pred.data<float>()[i]) - double(target.data<float>()[i]);
+    sq += d * d;
+    dpred.data<float>()[i] = float(gscale * d);
+  }
+  VideoMAEStepStats st;
+  st.loss = sq / double(count);
+  st.clips = B;
+  st.masked_tokens = B * Nm;
+  st.visible_tokens = B * Nv;
+  if (options.keep_outputs) {
+    st.pred = pred;
+    st.target = target;
+  }
+  if (!options.backward) return st;
+
+  // ---- backward ----
+  Tensor dln = Tensor::empty({B * Nm, Dd}, DType::f32);
+  train::linear_backward(ctx, dec_ln, m.head_w, m.head_b, dpred, &dln);
+  ops::layernorm_backward(ctx, dec_m, nullptr, m.dec_norm_g.value, dec_mean, dec_rstd, dln, dln, m.dec_norm_g.grad,
+                          m.dec_norm_b.grad);
+  Tensor g = Tensor::zeros({B * Np, Dd}, DType::f32);
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(g.data<float>() + (b * Np + Nv) * Dd, dln.data<float>() + b * Nm * Dd,
+                size_t(Nm * Dd) * sizeof(float));
+  for (size_t i = dec.size(); i-- > 0;)
+    video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, dec[i], ds, g);
+  // g = d dec_in: masked rows into mask_token, visible rows into encoder_to_decoder
+  Tensor de2d = Tensor::empty({B * Nv, Dd}, DType::f32);
+  {
+    float* mtg = m.mask_token.grad.data<float>();
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(de2d.data<float>() + b * Nv * Dd, g.data<float>() + b * Np * Dd, size_t(Nv * Dd) * sizeof(float));
+      for (int64_t j = Nv; j < Np; ++j) {
+        const float* row = g.data<float>() + (b * Np + j) * Dd;
+        for (int64_t k = 0; k < Dd; ++k) mtg[k] += row[k];
+      }
+    }
+  }
+  Tensor genc = Tensor::empty({B * Nv, D}, DType::f32);
+  train::linear_backward(ctx, enc_ln, m.e2d_w, no_bias, de2d, &genc);
+  ops::layernorm_backward(ctx, enc_last, nullptr, m.enc_norm_g.value, enc_mean, enc_rstd, genc, genc,
+                          m.enc_norm_g.grad, m.enc_norm_b.grad);
+  for (size_t i = enc.size(); i-- > 0;)
+    video::block_backward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, enc[i], es, genc);
+  train::linear_backward(ctx, cols_vis, m.patch_w, m.patch_b, genc, nullptr);
+  return st;
+}
+
+}  // namespace unmask
