@@ -1,0 +1,79 @@
+// app/cmd_videomae_step.cc: `unmask videomae-step`, one VideoMAE pretraining forward+backward on a
+// random model, clip batch and tube mask, all written to safetensors for the PyTorch parity test
+// (tests/python/videomae_parity.py): inputs.safetensors (videos, mask), params.safetensors and
+// grads.safetensors (VideoMAE state-dict names), and the loss as one JSON line on stdout.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli.h"
+#include "data/rng.h"
+#include "io/safetensors.h"
+#include "unmask/error.h"
+#include "unmask/videomae.h"
+
+namespace unmask::cli {
+
+int cmd_videomae_step(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"preset", "NAME", "model size: tiny, small, base, large, huge, giant", "tiny"},
+      {"batch", "N", "clips", "2"},
+      {"masked", "N", "masked spatial positions per clip (tube mask over all time slots)", "2"},
+      {"seed", "N", "seed of the weights, clips and masks", "1"},
+      {"perturb", "", "add U(-0.1, 0.1) to biases, LayerNorm weights and the mask token (exercises every gradient)", ""},
+      {"out", "DIR", "output directory (created)", ""},
+  };
+  auto parsed = Args::parse("videomae-step", "one VideoMAE pretraining step; dumps inputs, params, grads",
+                            specs, argc, argv, 2);
+  if (!parsed) return 0;
+  const Args& a = *parsed;
+  const std::string out = a.require("out");
+  const VideoMAEConfig config = VideoMAEConfig::preset(a.get("preset"));
+  const int64_t B = a.get_int("batch"), seed = a.get_int("seed"), masked = a.get_int("masked");
+  const int64_t HW = config.grid_hw() * config.grid_hw(), Np = config.num_patches();
+  if (B < 1) throw Error("--batch must be at least 1, got ", B);
+  if (masked < 1 || masked >= HW)
+    throw Error("--masked must be in [1, ", HW - 1, "] (spatial positions per time slot), got ", masked);
+
+  VideoMAEPretrainModel model = VideoMAEPretrainModel::random(config, uint64_t(seed));
+  data::Rng rng(uint64_t(seed) * 7919 + 17);
+  if (a.has("perturb"))
+    for (Param& p : model.params()) {
+      if (p.value.ndim() == 2 || p.value.ndim() == 5) continue;  // weights keep their init
+      float* d = p.value.data<float>();
+      for (int64_t i = 0; i < p.value.numel(); ++i) d[i] += float(0.2 * rng.uniform() - 0.1);
+    }
+
+  Tensor videos = Tensor::empty({B, config.channels, config.num_frames, config.img_size, config.img_size}, DType::f32);
+  for (int64_t i = 0; i < videos.numel(); ++i) videos.data<float>()[i] = float(4.0 * rng.uniform() - 2.0);
+  // Tube mask: `masked` random spatial positions per clip, the same at every time slot.
+  Tensor mask = Tensor::zeros({B, Np}, DType::u8);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> pos(static_cast<size_t>(HW));
+    for (int64_t i = 0; i < HW; ++i) pos[size_t(i)] = i;
+    rng.shuffle(pos.data(), HW);
+    for (int64_t k = 0; k < masked; ++k)
+      for (int64_t t = 0; t < config.grid_t(); ++t)
+        static_cast<uint8_t*>(mask.raw())[b * Np + t * HW + pos[size_t(k)]] = 1;
+  }
+
+  Context ctx;
+  model.zero_grad();
+  VideoMAEStepOptions opt;
+  const VideoMAEStepStats st = model.pretrain_step(ctx, videos, mask, opt);
+
+  std::filesystem::create_directories(out);
+  std::vector<std::pair<std::string, Tensor>> values, grads;
+  for (const Param& p : model.params()) {
+    values.emplace_back(p.name, p.value);
+    grads.emplace_back(p.name, p.grad);
+  }
+  io::write_safetensors(out + "/inputs.safetensors", {{"videos", videos}, {"mask", mask}});
+  io::write_safetensors(out + "/params.safetensors", values);
+  io::write_safetensors(out + "/grads.safetensors", grads);
+  std::printf("{\"loss\": %.9g, \"clips\": %lld, \"masked_tokens\": %lld, \"visible_tokens\": %lld}\n", st.loss,
+              (long long)st.clips, (long long)st.masked_tokens, (long long)st.visible_tokens);
+  return 0;
+}
+
+}  // namespace unmask::cli
