@@ -10,6 +10,7 @@
 
 #include "op_test_util.h"
 #include "unmask/videomae.h"
+#include "video/videomae_names.h"
 
 namespace unmask {
 namespace {
@@ -90,6 +91,24 @@ TEST(VideoMAE, ParamNamesAndShapes) {
   EXPECT_EQ(find_param(m, "encoder.blocks.0.attn.v_bias").value.data<float>()[3], 0.0f);
   const Param& mt = find_param(m, "mask_token");
   for (int64_t i = 0; i < mt.value.numel(); ++i) EXPECT_LE(std::fabs(mt.value.data<float>()[i]), 0.02f);
+}
+
+// The model's names are the original state-dict names: the checkpoint converter (videomae_names)
+// accepts them all and round-trips them through the HF naming.
+TEST(VideoMAE, ParamNamesConvertToHfAndBack) {
+  VideoMAEPretrainModel m = VideoMAEPretrainModel::random(VideoMAEConfig::tiny(), 2);
+  video::NamedTensors original;
+  for (const Param& p : m.params()) original.emplace_back(p.name, p.value);
+  EXPECT_EQ(video::detect_videomae_naming(original), video::VideoMAENaming::original);
+  const video::NamedTensors hf = video::videomae_original_to_hf(original);
+  bool has_query = false;
+  for (const auto& [name, t] : hf) has_query |= name == "videomae.encoder.layer.1.attention.attention.query.weight";
+  EXPECT_TRUE(has_query);
+  const video::NamedTensors back = video::videomae_hf_to_original(hf);
+  std::map<std::string, std::string> a, b;
+  for (const auto& [name, t] : original) a[name] = t.shape().str();
+  for (const auto& [name, t] : back) b[name] = t.shape().str();
+  EXPECT_EQ(a, b);
 }
 
 TEST(VideoMAE, SinusoidTable) {
