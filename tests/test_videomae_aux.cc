@@ -123,14 +123,15 @@ TEST(VideoMAEMasking, RunningCellPatternMatchesVideoMAEv2) {
   // ratio 0.75: three of four slots masked.
   EXPECT_EQ(count_ones(running_cell_pattern(g, 0.75, 0).data(), 1568), 1176);
   // The sampled mask is one of the four patterns, deterministically.
-  std::set<std::vector<uint8_t>> seen;
+  std::set<int64_t> seen;  // which patterns were drawn
   for (uint64_t s = 0; s < 64; ++s) {
     const auto d = running_cell_mask(g, 0.5, 11, s);
     EXPECT_EQ(d, running_cell_mask(g, 0.5, 11, s));
-    bool is_pattern = false;
-    for (int64_t p = 0; p < 4; ++p) is_pattern |= d == running_cell_pattern(g, 0.5, p);
-    EXPECT_TRUE(is_pattern);
-    seen.insert(d);
+    int64_t which = -1;
+    for (int64_t p = 0; p < 4; ++p)
+      if (d == running_cell_pattern(g, 0.5, p)) which = p;
+    EXPECT_GE(which, 0) << "sample " << s;
+    seen.insert(which);
   }
   EXPECT_EQ(seen.size(), 4u);
   const Tensor batch = running_cell_mask_batch(g, 0.5, 11, 0, 3);
@@ -294,6 +295,18 @@ TEST(VideoMAENames, FineTuneLayout) {
   const NamedTensors back = videomae_hf_to_original(videomae_original_to_hf(ft));  // automatic: fine-tune
   ASSERT_EQ(back.size(), ft.size());
   for (size_t i = 0; i < ft.size(); ++i) EXPECT_EQ(back[i].first, ft[i].first);
+  // A bare HF VideoMAEModel has no `videomae.` prefix.
+  NamedTensors bare;
+  for (auto& [n, t] : videomae_original_to_hf(ft))
+    if (n.rfind("videomae.", 0) == 0) bare.emplace_back(n.substr(9), t);
+  EXPECT_EQ(bare[0].first, "embeddings.patch_embeddings.projection.weight");
+  EXPECT_EQ(detect_videomae_naming(bare), VideoMAENaming::hf);
+  const NamedTensors from_bare = videomae_hf_to_original(bare);
+  ASSERT_EQ(from_bare.size(), ft.size() - 4);  // no fc_norm / head
+  for (size_t i = 0; i < from_bare.size(); ++i) {
+    EXPECT_EQ(from_bare[i].first, ft[i].first);
+    EXPECT_TRUE(same_bytes(from_bare[i].second, ft[i].second)) << ft[i].first;
+  }
   // The encoder of a pretrain checkpoint can be asked for in either layout.
   const NamedTensors as_pre = videomae_hf_to_original(videomae_original_to_hf(ft), OriginalLayout::pretrain);
   EXPECT_EQ(as_pre[0].first, "encoder.patch_embed.proj.weight");

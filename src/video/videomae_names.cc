@@ -111,6 +111,11 @@ double sinusoid_distance(const Tensor& t) {
   return worst;
 }
 
+// Names of a bare HF VideoMAEModel (no `videomae.` prefix); no original name looks like these.
+bool bare_hf_model_name(std::string_view n) {
+  return n.rfind("encoder.layer.", 0) == 0 || n.rfind("embeddings.", 0) == 0 || n.rfind("layernorm.", 0) == 0;
+}
+
 bool is_pos_table_name(std::string_view name) {
   return name == "pos_embed" || name == "encoder.pos_embed" || name == "decoder.pos_embed";
 }
@@ -172,7 +177,8 @@ VideoMAENaming detect_videomae_naming(const NamedTensors& tensors) {
   bool hf = false, original = false;
   for (const auto& [name, t] : tensors) {
     std::string_view s = name;
-    if (s.rfind("videomae.", 0) == 0 || s.rfind("decoder.decoder_layers.", 0) == 0 || s.rfind("classifier.", 0) == 0)
+    if (s.rfind("videomae.", 0) == 0 || s.rfind("decoder.decoder_layers.", 0) == 0 ||
+        s.rfind("classifier.", 0) == 0 || bare_hf_model_name(s))
       hf = true;
     else if (s.find("blocks.") != std::string_view::npos || s.find("patch_embed.") != std::string_view::npos)
       original = true;
@@ -282,7 +288,9 @@ NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layo
     Tensor part[3];
   };
   std::map<std::string, Pending> pending;  // by original block prefix
-  for (const auto& [name, t] : hf) {
+  for (const auto& [hf_name, t] : hf) {
+    // A bare VideoMAEModel saves its tensors without the `videomae.` prefix.
+    const std::string name = bare_hf_model_name(hf_name) ? "videomae." + hf_name : hf_name;
     std::string_view s = name;
     std::string orig_prefix;
     bool is_block = false;

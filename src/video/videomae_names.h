@@ -62,7 +62,8 @@ enum class OriginalLayout : uint8_t {
   finetune,   // encoder at the top level
 };
 
-/// HF -> original. Throws listing unknown names, blocks missing one of query/key/value, q_bias
+/// HF -> original (names of VideoMAEForPreTraining, VideoMAEForVideoClassification, or of a bare
+/// VideoMAEModel without the `videomae.` prefix). Throws listing unknown names, blocks missing one of query/key/value, q_bias
 /// or v_bias, mismatched q/k/v shapes and a non-zero key bias. Zero key biases it drops are
 /// appended to *dropped when given.
 NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layout = OriginalLayout::automatic,
