@@ -260,6 +260,32 @@ TEST(VideoMAE, DeterministicAndAccumulating) {
   EXPECT_NE(0, std::memcmp(a.params()[0].value.raw(), d.params()[0].value.raw(), a.params()[0].value.nbytes()));
 }
 
+// The params plug into the shared Optimizer: a few AdamW steps on one batch lower the loss.
+TEST(VideoMAE, AdamWStepsLowerTheLoss) {
+  const VideoMAEConfig c = VideoMAEConfig::tiny();
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  VideoMAEPretrainModel m = VideoMAEPretrainModel::random(c, rng.seed());
+  const Tensor v = random_videos(rng, c, 2);
+  const Tensor mask = tube_mask(c, 2, 2);
+  Context ctx({.num_threads = 2});
+  OptimizerConfig oc;
+  oc.kind = OptimizerKind::adamw;
+  oc.lr = 1e-3f;
+  oc.beta2 = 0.95f;
+  oc.weight_decay = 0.05f;
+  oc.max_grad_norm = 0.0f;
+  Optimizer opt(oc, m.params());
+  double first = 0, last = 0;
+  for (int step = 0; step < 5; ++step) {
+    m.zero_grad();
+    last = m.pretrain_step(ctx, v, mask, {}).loss;
+    if (step == 0) first = last;
+    opt.step(ctx, oc.lr);
+  }
+  EXPECT_LT(last, 0.95 * first) << first << " -> " << last;
+}
+
 TEST(VideoMAE, RejectsBadInputs) {
   const VideoMAEConfig c = VideoMAEConfig::tiny();
   VideoMAEPretrainModel m = VideoMAEPretrainModel::random(c, 1);
