@@ -30,6 +30,8 @@ stage "[2/6] parity with PyTorch (python3-torch)"
 /usr/bin/python3 tests/python/parity.py --unmask build/unmask --base
 stage "[2a/6] training parity with PyTorch autograd (losses, every gradient, 10 AdamW steps)"
 /usr/bin/python3 tests/python/train_parity.py --unmask build/unmask
+stage "[2a'/6] VideoMAE pretraining parity with a PyTorch implementation (loss, every gradient)"
+/usr/bin/python3 tests/python/videomae_parity.py --unmask build/unmask
 stage "[2b/6] command line: good and bad input"
 bash tests/cli/test_cli.sh build/unmask
 bash tests/cli/test_data_cli.sh build/unmask
