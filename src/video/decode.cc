@@ -1,0 +1,273 @@
+// video/decode.cc: VideoReader (see decode.h for the contract).
+#include "video/decode.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "unmask/error.h"
+#include "video/ffmpeg_util.h"
+
+namespace unmask::video {
+
+namespace ff {
+void quiet_logs() {
+  static std::once_flag once;
+  std::call_once(once, [] { av_log_set_level(AV_LOG_FATAL); });
+}
+}  // namespace ff
+
+void resized_size(int width, int height, int short_side, int* out_width, int* out_height) {
+  if (short_side <= 0 || width <= 0 || height <= 0) {
+    *out_width = width;
+    *out_height = height;
+    return;
+  }
+  if (width <= height) {
+    *out_width = short_side;
+    *out_height = int(int64_t(short_side) * height / width);
+  } else {
+    *out_height = short_side;
+    *out_width = int(int64_t(short_side) * width / height);
+  }
+}
+
+struct VideoReader::Impl {
+  VideoInfo info;
+  ff::InputPtr fmt;
+  ff::CodecPtr codec;
+  ff::PacketPtr packet;
+  ff::FramePtr frame;
+  ff::SwsPtr sws;
+  int stream = -1;
+  std::vector<int64_t> pts_sorted;       // frame k's pts = pts_sorted[k] (stream time base)
+  std::vector<int64_t> keyframe_index;   // frame indices of keyframes, ascending
+  int64_t last_index = -1;               // index of the last frame the decoder returned; -1 = after a seek
+  bool at_eof = false;
+  DecodeStats stats;
+
+  [[noreturn]] void fail(const std::string& what, const std::string& hint) const {
+    throw Error("video: ", info.path, ": ", what, Hint(hint));
+  }
+
+  void open(const std::string& path) {
+    ff::quiet_logs();
+    info.path = path;
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) fail("no such file", "check the path in the list file");
+    const auto size = std::filesystem::file_size(path, ec);
+    if (ec) fail("cannot read the file size: " + ec.message(), "check permissions");
+    if (size == 0) fail("zero-length file", "the file is empty; re-download or re-encode it");
+
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);  // frees raw on failure
+    if (rc < 0) fail("cannot open as a media file: " + ff::error_string(rc),
+                     "the header is corrupt or truncated, or this is not a video file");
+    fmt.reset(raw);
+    rc = avformat_find_stream_info(fmt.get(), nullptr);
+    if (rc < 0) fail("cannot read stream info: " + ff::error_string(rc), "the file is corrupt or truncated");
+
+    const AVCodec* decoder = nullptr;
+    rc = av_find_best_stream(fmt.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
+    if (rc == AVERROR_STREAM_NOT_FOUND)
+      fail("no video stream (audio-only or data-only file)", "use a file with a video track");
+    if (rc == AVERROR_DECODER_NOT_FOUND || (rc >= 0 && !decoder)) {
+      const AVStream* s = fmt->streams[av_find_best_stream(fmt.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0)];
+      fail(std::string("unsupported codec '") + avcodec_get_name(s->codecpar->codec_id) + "'",
+           "re-encode to H.264 or VP9, e.g. ffmpeg -i in -c:v libx264 out.mp4");
+    }
+    if (rc < 0) fail("cannot select the video stream: " + ff::error_string(rc), "the file is corrupt");
+    stream = rc;
+    AVStream* st = fmt->streams[stream];
+
+    codec.reset(avcodec_alloc_context3(decoder));
+    if (!codec) fail("out of memory allocating the decoder", "free memory");
+    rc = avcodec_parameters_to_context(codec.get(), st->codecpar);
+    if (rc < 0) fail("bad codec parameters: " + ff::error_string(rc), "the file is corrupt");
+    codec->thread_count = 1;  // the loader parallelizes over clips; one thread keeps decode deterministic
+    rc = avcodec_open2(codec.get(), decoder, nullptr);
+    if (rc < 0) fail(std::string("cannot open the ") + decoder->name + " decoder: " + ff::error_string(rc),
+                     "unsupported profile or corrupt codec parameters");
+    if (codec->width <= 0 || codec->height <= 0) fail("video stream has no frame size", "the file is corrupt");
+
+    packet.reset(av_packet_alloc());
+    frame.reset(av_frame_alloc());
+    if (!packet || !frame) fail("out of memory", "free memory");
+
+    index_packets();
+    info.codec = decoder->name;
+    info.width = codec->width;
+    info.height = codec->height;
+    AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+    info.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0;
+    const double tb = av_q2d(st->time_base);
+    const int64_t n = info.num_frames;
+    const double frame_s = info.fps > 0 ? 1.0 / info.fps : 0.0;
+    info.duration_s = n > 0 ? double(pts_sorted.back() - pts_sorted.front()) * tb + frame_s : 0.0;
+  }
+
+  // Demuxes every packet once to count the frames and find the keyframes. A read error after
+  // some packets (a truncated tail) ends the scan; the frames before it stay usable.
+  void index_packets() {
+    std::vector<std::pair<int64_t, bool>> entries;  // (pts, keyframe)
+    int64_t fallback_pts = 0;
+    while (true) {
+      const int rc = av_read_frame(fmt.get(), packet.get());
+      if (rc < 0) break;
+      if (packet->stream_index == stream) {
+        int64_t pts = packet->pts != AV_NOPTS_VALUE ? packet->pts : packet->dts;
+        if (pts == AV_NOPTS_VALUE) pts = fallback_pts;
+        fallback_pts = pts + 1;
+        entries.emplace_back(pts, (packet->flags & AV_PKT_FLAG_KEY) != 0);
+      }
+      av_packet_unref(packet.get());
+    }
+    if (entries.empty()) fail("the video stream has no frames", "the file is truncated or empty");
+    std::sort(entries.begin(), entries.end());
+    for (const auto& [pts, key] : entries) {
+      if (!pts_sorted.empty() && pts_sorted.back() == pts) continue;  // duplicate timestamps: one frame
+      if (key || pts_sorted.empty()) keyframe_index.push_back(int64_t(pts_sorted.size()));
+      pts_sorted.push_back(pts);
+    }
+    info.num_frames = int64_t(pts_sorted.size());
+    info.num_keyframes = int64_t(keyframe_index.size());
+    last_index = -1;
+    at_eof = true;  // the demuxer sits at the end: the first decode must seek
+  }
+
+  int64_t index_of(int64_t pts) const {
+    auto it = std::lower_bound(pts_sorted.begin(), pts_sorted.end(), pts);
+    if (it == pts_sorted.end()) return int64_t(pts_sorted.size()) - 1;
+    if (*it != pts && it != pts_sorted.begin() && pts - *(it - 1) < *it - pts) --it;
+    return int64_t(it - pts_sorted.begin());
+  }
+
+  void seek_to_frame(int64_t k) {
+    const int rc = av_seek_frame(fmt.get(), stream, pts_sorted[size_t(k)], AVSEEK_FLAG_BACKWARD);
+    if (rc < 0) fail("seek to frame " + std::to_string(k) + " failed: " + ff::error_string(rc),
+                     "the file's index is damaged; re-mux it (ffmpeg -i in -c copy out)");
+    avcodec_flush_buffers(codec.get());
+    ++stats.seeks;
+    last_index = -1;
+    at_eof = false;
+  }
+
+  // Decodes the next frame into `frame`; false at the end of the stream.
+  bool next_frame() {
+    while (true) {
+      int rc = avcodec_receive_frame(codec.get(), frame.get());
+      if (rc >= 0) {
+        int64_t ts = frame->best_effort_timestamp;
+        if (ts == AV_NOPTS_VALUE) ts = frame->pts;
+        last_index = ts == AV_NOPTS_VALUE ? last_index + 1 : index_of(ts);
+        ++stats.frames_decoded;
+        return true;
+      }
+      if (rc == AVERROR_EOF) return false;
+      if (rc != AVERROR(EAGAIN))
+        fail("decoding failed after frame " + std::to_string(last_index) + ": " + ff::error_string(rc),
+             "the video data is corrupt");
+      if (at_eof) return false;
+      rc = av_read_frame(fmt.get(), packet.get());
+      if (rc < 0) {
+        at_eof = true;
+        avcodec_send_packet(codec.get(), nullptr);  // drain the frames the decoder still holds
+        continue;
+      }
+      if (packet->stream_index != stream) {
+        av_packet_unref(packet.get());
+        continue;
+      }
+      rc = avcodec_send_packet(codec.get(), packet.get());
+      av_packet_unref(packet.get());
+      if (rc < 0 && rc != AVERROR(EAGAIN))
+        fail("corrupt packet after frame " + std::to_string(last_index) + ": " + ff::error_string(rc),
+             "the video data is corrupt or truncated");
+    }
+  }
+
+  void convert(uint8_t* dst, int out_w, int out_h) {
+    const auto src_fmt = AVPixelFormat(frame->format);
+    sws.reset(sws_getCachedContext(sws.release(), frame->width, frame->height, src_fmt, out_w, out_h,
+                                   AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr, nullptr));
+    if (!sws) fail(std::string("cannot convert pixel format ") + (av_get_pix_fmt_name(src_fmt) ? av_get_pix_fmt_name(src_fmt) : "?") + " to RGB24",
+                   "unsupported pixel format");
+    // The frame's own matrix and range, as the ffmpeg CLI's scale filter applies them.
+    const int cs = frame->colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_DEFAULT : int(frame->colorspace);
+    const int src_full = frame->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
+    int* inv = nullptr; int* tab = nullptr; int src_range = 0, dst_range = 0, b = 0, c = 0, s = 0;
+    if (sws_getColorspaceDetails(sws.get(), &inv, &src_range, &tab, &dst_range, &b, &c, &s) >= 0)
+      sws_setColorspaceDetails(sws.get(), sws_getCoefficients(cs), src_full, tab, dst_range, b, c, s);
+    uint8_t* planes[4] = {dst, nullptr, nullptr, nullptr};
+    int strides[4] = {out_w * 3, 0, 0, 0};
+    sws_scale(sws.get(), frame->data, frame->linesize, 0, frame->height, planes, strides);
+  }
+
+  Clip decode(const std::vector<int64_t>& indices, const DecodeOptions& options) {
+    stats = {};
+    const int64_t n = info.num_frames;
+    for (const int64_t k : indices)
+      if (k < 0 || k >= n)
+        fail("too short: frame " + std::to_string(k) + " asked for, the video has " + std::to_string(n) + " frames",
+             "sample fewer frames or a lower sampling rate, or drop this video");
+    Clip clip;
+    resized_size(info.width, info.height, options.short_side, &clip.width, &clip.height);
+    clip.frames = int64_t(indices.size());
+    const size_t frame_bytes = size_t(clip.width) * clip.height * 3;
+    clip.rgb.resize(frame_bytes * indices.size());
+    std::map<int64_t, std::vector<size_t>> slots;  // wanted frame -> output positions
+    for (size_t i = 0; i < indices.size(); ++i) slots[indices[i]].push_back(i);
+
+    auto store = [&](int64_t k) {
+      auto it = slots.find(k);
+      if (it == slots.end() || it->second.empty()) return;
+      uint8_t* first = clip.rgb.data() + it->second[0] * frame_bytes;
+      convert(first, clip.width, clip.height);
+      for (size_t j = 1; j < it->second.size(); ++j)
+        std::copy(first, first + frame_bytes, clip.rgb.data() + it->second[j] * frame_bytes);
+      it->second.clear();  // done
+    };
+
+    for (const auto& [wanted, where] : slots) {
+      if (where.empty()) continue;  // stored while decoding towards an earlier one
+      const auto kf_it = std::upper_bound(keyframe_index.begin(), keyframe_index.end(), wanted);
+      const int64_t keyframe = kf_it == keyframe_index.begin() ? 0 : *(kf_it - 1);
+      // Seek when the decoder is not positioned before `wanted`, or a keyframe lies between
+      // the position and `wanted` (skipping whole GOPs is cheaper than decoding them).
+      bool from_start = false;
+      if (at_eof || last_index < 0 || last_index >= wanted || last_index < keyframe - 1) seek_to_frame(keyframe);
+      while (true) {
+        if (!next_frame())
+          fail("stream ends before frame " + std::to_string(wanted) + " of " + std::to_string(n),
+               "the file is truncated or corrupt");
+        store(last_index);
+        if (last_index == wanted) break;
+        if (last_index > wanted) {
+          if (from_start) fail("cannot reach frame " + std::to_string(wanted) + " (timestamps out of order)",
+                               "re-mux the file: ffmpeg -i in -c copy out");
+          from_start = true;  // the seek overshot: decode from the very first frame instead
+          seek_to_frame(0);
+        }
+      }
+    }
+    return clip;
+  }
+};
+
+VideoReader::VideoReader(const std::string& path) : impl_(std::make_unique<Impl>()) { impl_->open(path); }
+VideoReader::~VideoReader() = default;
+const VideoInfo& VideoReader::info() const { return impl_->info; }
+const DecodeStats& VideoReader::last_stats() const { return impl_->stats; }
+
+Clip VideoReader::decode(const std::vector<int64_t>& indices, const DecodeOptions& options) {
+  return impl_->decode(indices, options);
+}
+
+Clip VideoReader::decode_all(const DecodeOptions& options) {
+  std::vector<int64_t> all(size_t(impl_->info.num_frames));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int64_t(i);
+  return impl_->decode(all, options);
+}
+
+}  // namespace unmask::video

@@ -1,0 +1,78 @@
+// video/decode.h: FFmpeg-backed random access to the frames of one video file.
+//
+//   video::VideoReader r("clip.webm");               // opens, indexes packets (no decode)
+//   const video::VideoInfo& in = r.info();           // frames, fps, duration, size, codec
+//   video::DecodeOptions o; o.short_side = 128;      // optional short-side resize
+//   video::Clip c = r.decode({0, 4, 8, 12}, o);      // uint8 RGB, [T, H, W, 3], in the given order
+//
+// Opening demuxes every packet once (cheap: no decoding) to build a table of presentation
+// timestamps and keyframes. Frame k is the k-th smallest pts of the video stream, so indices do
+// not depend on container timestamps being contiguous or on B-frame reordering. decode() seeks
+// to the keyframe at or before the first wanted frame, decodes forward, keeps the wanted frames
+// and seeks again when a later wanted frame lies past another keyframe (so a sparse clip of a
+// long video decodes only the GOPs it touches).
+//
+// Every FFmpeg object is owned by a RAII handle; every failure throws unmask::Error naming the
+// file and what failed: missing or zero-length file, not a media file / corrupt header, no video
+// stream (audio-only), no decoder for the codec, an index past the end ("too short"), a frame
+// that cannot be decoded (truncated or corrupt data).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace unmask::video {
+
+struct VideoInfo {
+  std::string path;
+  std::string codec;         // decoder name, e.g. "h264", "vp9"
+  int64_t num_frames = 0;    // exact: counted packets of the video stream
+  double fps = 0;            // average frame rate (stream avg_frame_rate, else r_frame_rate)
+  double duration_s = 0;     // (last pts - first pts + one frame) in seconds
+  int width = 0, height = 0;
+  int64_t num_keyframes = 0;
+};
+
+struct DecodeOptions {
+  int short_side = 0;  // 0 = native size; else resize so min(H, W) == short_side (long side truncated
+                       // like torchvision's Resize(int): long = int(short_side * long / short))
+};
+
+/// Size of a frame after the short-side resize (the rule above).
+void resized_size(int width, int height, int short_side, int* out_width, int* out_height);
+
+/// A decoded clip: frames [T, H, W, 3] uint8 RGB, row-major, frame after frame.
+struct Clip {
+  int64_t frames = 0;
+  int height = 0, width = 0;
+  std::vector<uint8_t> rgb;
+  const uint8_t* frame(int64_t t) const { return rgb.data() + t * int64_t(height) * width * 3; }
+};
+
+/// Counters of one decode() (for the loader's time split and the seek tests).
+struct DecodeStats {
+  int64_t seeks = 0;           // av_seek_frame calls
+  int64_t frames_decoded = 0;  // frames out of the decoder (wanted or not)
+};
+
+class VideoReader {
+ public:
+  explicit VideoReader(const std::string& path);
+  ~VideoReader();
+  VideoReader(const VideoReader&) = delete;
+  VideoReader& operator=(const VideoReader&) = delete;
+
+  const VideoInfo& info() const;
+  /// Decodes the frames at `indices` (any order, repeats allowed; each must be < num_frames).
+  Clip decode(const std::vector<int64_t>& indices, const DecodeOptions& options = {});
+  /// Decodes every frame.
+  Clip decode_all(const DecodeOptions& options = {});
+  const DecodeStats& last_stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace unmask::video
