@@ -22,7 +22,8 @@ int64_t count_ones(const uint8_t* p, int64_t n) {
   return c;
 }
 
-template <typename F> std::string error_of(F&& f) {
+template <typename F>
+std::string error_of(F&& f) {
   try {
     f();
   } catch (const Error& e) {
@@ -35,9 +36,9 @@ template <typename F> std::string error_of(F&& f) {
 
 TEST(VideoMAEMasking, TubeCountsAreExactPerFrame) {
   const TokenGrid g{8, 14, 14};
-  EXPECT_EQ(tube_masked_per_frame(g, 0.9), 176);                      // int(176.4), VideoMAE
-  EXPECT_EQ(tube_masked_per_frame(g, 0.75), 147);                     // UCF101 ratio
-  EXPECT_EQ(tube_masked_per_frame(g, 0.9, TubeCount::vswift), 177);   // 196 - int(19.6)
+  EXPECT_EQ(tube_masked_per_frame(g, 0.9), 176);                     // int(176.4), VideoMAE
+  EXPECT_EQ(tube_masked_per_frame(g, 0.75), 147);                    // UCF101 ratio
+  EXPECT_EQ(tube_masked_per_frame(g, 0.9, TubeCount::vswift), 177);  // 196 - int(19.6)
   for (uint64_t sample = 0; sample < 50; ++sample) {
     const auto m = tube_mask(g, 0.9, 1234, sample);
     ASSERT_EQ(int64_t(m.size()), 1568);
@@ -226,12 +227,21 @@ TEST(VideoMAENames, OriginalToHfNamesAndQkvSplit) {
   const auto hf = by_name(videomae_original_to_hf(orig));
   const auto o = by_name(orig);
   // HF's names for block 0 (transformers modeling_videomae), written out.
-  const char* layer0[] = {"layernorm_before.weight", "layernorm_before.bias", "attention.attention.q_bias",
-                          "attention.attention.v_bias", "attention.attention.query.weight",
-                          "attention.attention.key.weight", "attention.attention.value.weight",
-                          "attention.output.dense.weight", "attention.output.dense.bias",
-                          "layernorm_after.weight", "layernorm_after.bias", "intermediate.dense.weight",
-                          "intermediate.dense.bias", "output.dense.weight", "output.dense.bias"};
+  const char* layer0[] = {"layernorm_before.weight",
+                          "layernorm_before.bias",
+                          "attention.attention.q_bias",
+                          "attention.attention.v_bias",
+                          "attention.attention.query.weight",
+                          "attention.attention.key.weight",
+                          "attention.attention.value.weight",
+                          "attention.output.dense.weight",
+                          "attention.output.dense.bias",
+                          "layernorm_after.weight",
+                          "layernorm_after.bias",
+                          "intermediate.dense.weight",
+                          "intermediate.dense.bias",
+                          "output.dense.weight",
+                          "output.dense.bias"};
   for (const char* s : layer0) {
     EXPECT_TRUE(hf.count(std::string("videomae.encoder.layer.0.") + s)) << s;
     EXPECT_TRUE(hf.count(std::string("decoder.decoder_layers.0.") + s)) << s;
@@ -250,10 +260,10 @@ TEST(VideoMAENames, OriginalToHfNamesAndQkvSplit) {
       for (int64_t c = 0; c < 8; ++c)
         ASSERT_EQ(got.data<float>()[r * 8 + c], qkv.data<float>()[(p * 8 + r) * 8 + c]) << parts[p] << r << c;
   }
-  EXPECT_TRUE(same_bytes(hf.at("videomae.encoder.layer.1.attention.attention.q_bias"),
-                         o.at("encoder.blocks.1.attn.q_bias")));
-  EXPECT_TRUE(same_bytes(hf.at("decoder.decoder_layers.0.attention.attention.v_bias"),
-                         o.at("decoder.blocks.0.attn.v_bias")));
+  EXPECT_TRUE(
+      same_bytes(hf.at("videomae.encoder.layer.1.attention.attention.q_bias"), o.at("encoder.blocks.1.attn.q_bias")));
+  EXPECT_TRUE(
+      same_bytes(hf.at("decoder.decoder_layers.0.attention.attention.v_bias"), o.at("decoder.blocks.0.attn.v_bias")));
 }
 
 TEST(VideoMAENames, RoundTripKeepsNamesOrderAndBytes) {
@@ -356,8 +366,10 @@ TEST(VideoMAENames, LinearStyleHfBiases) {
   NamedTensors hf;
   for (auto [n, t] : videomae_original_to_hf(orig)) {
     const auto q = n.find("attention.attention.q_bias"), v = n.find("attention.attention.v_bias");
-    if (q != std::string::npos) n.replace(q, std::string("attention.attention.q_bias").size(), "attention.attention.query.bias");
-    if (v != std::string::npos) n.replace(v, std::string("attention.attention.v_bias").size(), "attention.attention.value.bias");
+    if (q != std::string::npos)
+      n.replace(q, std::string("attention.attention.q_bias").size(), "attention.attention.query.bias");
+    if (v != std::string::npos)
+      n.replace(v, std::string("attention.attention.v_bias").size(), "attention.attention.value.bias");
     hf.emplace_back(n, t);
   }
   hf.emplace_back("videomae.encoder.layer.0.attention.attention.key.bias", Tensor::zeros({8}, DType::f32));
@@ -422,12 +434,12 @@ TEST(VideoMAEFlops, HandCountViTBPretrain) {
   // ViT-B, 16 x 224^2, tubelets 2x16x16 -> 8 x 14 x 14 = 1568 tokens, tube 0.9 -> 160 visible,
   // 1408 masked; decoder 384 wide, 6 heads of 64, depth 4. Every product of the forward:
   const double enc_layer = sum_flops({
-      {160, 768, 2304, 1},   // fused qkv
-      {160, 64, 160, 12},    // q k^T per head
-      {160, 160, 64, 12},    // p v per head
-      {160, 768, 768, 1},    // attn.proj
-      {160, 768, 3072, 1},   // fc1
-      {160, 3072, 768, 1},   // fc2
+      {160, 768, 2304, 1},  // fused qkv
+      {160, 64, 160, 12},   // q k^T per head
+      {160, 160, 64, 12},   // p v per head
+      {160, 768, 768, 1},   // attn.proj
+      {160, 768, 3072, 1},  // fc1
+      {160, 3072, 768, 1},  // fc2
   });
   const double dec_layer = sum_flops({
       {1568, 384, 1152, 1},
@@ -437,8 +449,8 @@ TEST(VideoMAEFlops, HandCountViTBPretrain) {
       {1568, 384, 1536, 1},
       {1568, 1536, 384, 1},
   });
-  const double hand = sum_flops({{1568, 3 * 2 * 16 * 16, 768, 1}}) + 12 * enc_layer +
-                      sum_flops({{160, 768, 384, 1}}) + 4 * dec_layer + sum_flops({{1408, 384, 1536, 1}});
+  const double hand = sum_flops({{1568, 3 * 2 * 16 * 16, 768, 1}}) + 12 * enc_layer + sum_flops({{160, 768, 384, 1}}) +
+                      4 * dec_layer + sum_flops({{1408, 384, 1536, 1}});
   VideoMAEFlopConfig c;  // the ViT-B defaults
   EXPECT_EQ(c.visible_tokens(), 160);
   EXPECT_EQ(c.reconstructed_tokens(), 1408);
@@ -447,8 +459,12 @@ TEST(VideoMAEFlops, HandCountViTBPretrain) {
   c.batch = 4;
   EXPECT_DOUBLE_EQ(videomae_pretrain_step_flops(c), 12 * hand);
   // Fine-tune / inference on all 1568 tokens, 400 classes.
-  const double ft_layer = sum_flops({{1568, 768, 2304, 1}, {1568, 64, 1568, 12}, {1568, 1568, 64, 12},
-                                     {1568, 768, 768, 1}, {1568, 768, 3072, 1}, {1568, 3072, 768, 1}});
+  const double ft_layer = sum_flops({{1568, 768, 2304, 1},
+                                     {1568, 64, 1568, 12},
+                                     {1568, 1568, 64, 12},
+                                     {1568, 768, 768, 1},
+                                     {1568, 768, 3072, 1},
+                                     {1568, 3072, 768, 1}});
   const double ft = sum_flops({{1568, 1536, 768, 1}}) + 12 * ft_layer + sum_flops({{1, 768, 400, 1}});
   c.batch = 1;
   EXPECT_DOUBLE_EQ(videomae_finetune_forward_flops(c), ft);
@@ -459,18 +475,18 @@ TEST(VideoMAEFlops, MatchesPublishedMacCounts) {
   // video.md §5 (fvcore-style GMACs per clip, 1 MAC = 2 FLOPs), rounded to 0.1 there.
   auto gmac = [](const VideoMAEFlopConfig& c) { return videomae_pretrain_forward_flops(c) / 2e9; };
   VideoMAEFlopConfig b = videomae_flop_preset("vit-b");
-  EXPECT_NEAR(gmac(b), 35.4, 0.06);         // v1 B, decoder depth 4 (as trained)
+  EXPECT_NEAR(gmac(b), 35.4, 0.06);  // v1 B, decoder depth 4 (as trained)
   b.dec_depth = 8;
-  EXPECT_NEAR(gmac(b), 54.09, 0.01);        // v1 B, decoder depth 8
+  EXPECT_NEAR(gmac(b), 54.09, 0.01);  // v1 B, decoder depth 8
   b.tube_count = TubeCount::vswift;
   // V-SWIFT README's 53.433 G comes from decoder depth 8 (video.md §0): within 0.2 %.
   EXPECT_NEAR(gmac(b) / 53.433, 1.0, 0.002);
   b.dec_depth = 4;
-  EXPECT_NEAR(gmac(b), 34.7, 0.06);         // V-SWIFT as trained
+  EXPECT_NEAR(gmac(b), 34.7, 0.06);  // V-SWIFT as trained
   VideoMAEFlopConfig v2 = videomae_flop_preset("vit-b");
   v2.decoder_mask_ratio = 0.5;
   EXPECT_EQ(v2.reconstructed_tokens(), 784);
-  EXPECT_NEAR(gmac(v2), 25.8, 0.06);        // v2 B, running cell 0.5
+  EXPECT_NEAR(gmac(v2), 25.8, 0.06);  // v2 B, running cell 0.5
   const double ft_gmac[] = {56.9, 180.3, 596.8, 1191, 2543};
   const char* sizes[] = {"vit-s", "vit-b", "vit-l", "vit-h", "vit-g"};
   for (int i = 0; i < 5; ++i) {

@@ -15,8 +15,8 @@ constexpr uint64_t kVideoMaskStream = 0x766d61736bull;  // "vmask"
 enum MaskKind : uint64_t { kTube = 1, kRandom = 2, kRunningCell = 3 };
 
 void check_grid(const TokenGrid& g, const char* who) {
-  UNMASK_CHECK(g.frames >= 1 && g.height >= 1 && g.width >= 1, who, ": token grid must be positive, got ",
-               g.frames, " x ", g.height, " x ", g.width);
+  UNMASK_CHECK(g.frames >= 1 && g.height >= 1 && g.width >= 1, who, ": token grid must be positive, got ", g.frames,
+               " x ", g.height, " x ", g.width);
 }
 
 void check_ratio(double ratio, const char* who) {
@@ -34,8 +34,7 @@ void random_subset(uint8_t* out, int64_t n, int64_t masked, uint64_t key) {
 }
 
 void check_same_size(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, const char* who) {
-  UNMASK_CHECK(a.size() == b.size(), who, ": encoder mask has ", a.size(), " tokens but decoder mask has ",
-               b.size());
+  UNMASK_CHECK(a.size() == b.size(), who, ": encoder mask has ", a.size(), " tokens but decoder mask has ", b.size());
 }
 
 }  // namespace
@@ -49,8 +48,7 @@ int64_t tube_masked_per_frame(const TokenGrid& grid, double ratio, TubeCount cou
   return int64_t(ratio * double(n));
 }
 
-std::vector<uint8_t> tube_mask(const TokenGrid& grid, double ratio, uint64_t seed, uint64_t sample,
-                               TubeCount count) {
+std::vector<uint8_t> tube_mask(const TokenGrid& grid, double ratio, uint64_t seed, uint64_t sample, TubeCount count) {
   const int64_t masked = tube_masked_per_frame(grid, ratio, count);
   const int64_t n = grid.per_frame();
   std::vector<uint8_t> mask(size_t(grid.tokens()));

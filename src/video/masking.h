@@ -80,8 +80,7 @@ std::vector<uint8_t> complement_mask(const std::vector<uint8_t>& encoder_mask);
 
 /// Where the loss is taken, u8 [tokens]: decoder-kept (decoder_mask == 0) AND encoder-masked
 /// (encoder_mask == 1) (VideoMAE v2 engine: cal_loss_mask = bool_masked_pos[~decode_masked_pos]).
-std::vector<uint8_t> loss_positions(const std::vector<uint8_t>& encoder_mask,
-                                    const std::vector<uint8_t>& decoder_mask);
+std::vector<uint8_t> loss_positions(const std::vector<uint8_t>& encoder_mask, const std::vector<uint8_t>& decoder_mask);
 
 /// Batched forms: u8 [batch, tokens], row b is the mask of sample first_sample + b.
 Tensor tube_mask_batch(const TokenGrid& grid, double ratio, uint64_t seed, uint64_t first_sample, int64_t batch,

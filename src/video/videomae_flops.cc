@@ -10,14 +10,14 @@ void check_config(const VideoMAEFlopConfig& c) {
                ", tubelet ", c.tubelet, ", patch ", c.patch, ", in_chans ", c.in_chans);
   UNMASK_CHECK(c.img_size % c.patch == 0 && c.frames % c.tubelet == 0, "videomae flops: img_size ", c.img_size,
                " must be a multiple of patch ", c.patch, " and frames ", c.frames, " of tubelet ", c.tubelet);
-  UNMASK_CHECK(c.enc_dim >= 1 && c.enc_depth >= 1 && c.enc_heads >= 1 && c.enc_mlp_hidden >= 1 &&
-                   c.enc_dim % c.enc_heads == 0,
-               "videomae flops: encoder dim ", c.enc_dim, " / depth ", c.enc_depth, " / heads ", c.enc_heads,
-               " / mlp ", c.enc_mlp_hidden, " must be positive with dim divisible by heads");
-  UNMASK_CHECK(c.dec_dim >= 1 && c.dec_depth >= 0 && c.dec_heads >= 1 && c.dec_mlp_hidden >= 1 &&
-                   c.dec_dim % c.dec_heads == 0,
-               "videomae flops: decoder dim ", c.dec_dim, " / depth ", c.dec_depth, " / heads ", c.dec_heads,
-               " / mlp ", c.dec_mlp_hidden, " must be positive (depth >= 0) with dim divisible by heads");
+  UNMASK_CHECK(
+      c.enc_dim >= 1 && c.enc_depth >= 1 && c.enc_heads >= 1 && c.enc_mlp_hidden >= 1 && c.enc_dim % c.enc_heads == 0,
+      "videomae flops: encoder dim ", c.enc_dim, " / depth ", c.enc_depth, " / heads ", c.enc_heads, " / mlp ",
+      c.enc_mlp_hidden, " must be positive with dim divisible by heads");
+  UNMASK_CHECK(
+      c.dec_dim >= 1 && c.dec_depth >= 0 && c.dec_heads >= 1 && c.dec_mlp_hidden >= 1 && c.dec_dim % c.dec_heads == 0,
+      "videomae flops: decoder dim ", c.dec_dim, " / depth ", c.dec_depth, " / heads ", c.dec_heads, " / mlp ",
+      c.dec_mlp_hidden, " must be positive (depth >= 0) with dim divisible by heads");
   UNMASK_CHECK(c.batch >= 1 && c.num_classes >= 1, "videomae flops: batch ", c.batch, " and num_classes ",
                c.num_classes, " must be >= 1");
 }
@@ -76,15 +76,17 @@ double videomae_pretrain_forward_flops(const VideoMAEFlopConfig& c) {
   const double N = double(g.tokens()), V = double(c.visible_tokens()), R = double(c.reconstructed_tokens());
   const double P = double(c.in_chans * c.tubelet * c.patch * c.patch);
   const double D = double(c.enc_dim), Dd = double(c.dec_dim);
-  const double per_clip = 2.0 * N * P * D                                                   // patch embed
+  const double per_clip = 2.0 * N * P * D                                                          // patch embed
                           + double(c.enc_depth) * vit_layer_flops(V, D, double(c.enc_mlp_hidden))  // encoder
-                          + 2.0 * V * D * Dd                                                // encoder_to_decoder
-                          + double(c.dec_depth) * vit_layer_flops(V + R, Dd, double(c.dec_mlp_hidden))
-                          + 2.0 * R * Dd * P;                                               // head
+                          + 2.0 * V * D * Dd                                                       // encoder_to_decoder
+                          + double(c.dec_depth) * vit_layer_flops(V + R, Dd, double(c.dec_mlp_hidden)) +
+                          2.0 * R * Dd * P;  // head
   return double(c.batch) * per_clip;
 }
 
-double videomae_pretrain_step_flops(const VideoMAEFlopConfig& c) { return 3.0 * videomae_pretrain_forward_flops(c); }
+double videomae_pretrain_step_flops(const VideoMAEFlopConfig& c) {
+  return 3.0 * videomae_pretrain_forward_flops(c);
+}
 
 double videomae_finetune_forward_flops(const VideoMAEFlopConfig& c) {
   const TokenGrid g = c.grid();
@@ -95,6 +97,8 @@ double videomae_finetune_forward_flops(const VideoMAEFlopConfig& c) {
   return double(c.batch) * per_clip;
 }
 
-double videomae_finetune_step_flops(const VideoMAEFlopConfig& c) { return 3.0 * videomae_finetune_forward_flops(c); }
+double videomae_finetune_step_flops(const VideoMAEFlopConfig& c) {
+  return 3.0 * videomae_finetune_forward_flops(c);
+}
 
 }  // namespace unmask::video

@@ -35,15 +35,15 @@ struct VideoMAEFlopConfig {
   int64_t img_size = 224, frames = 16, tubelet = 2, patch = 16, in_chans = 3;
   int64_t enc_dim = 768, enc_depth = 12, enc_heads = 12, enc_mlp_hidden = 3072;
   int64_t dec_dim = 384, dec_depth = 4, dec_heads = 6, dec_mlp_hidden = 1536;
-  double mask_ratio = 0.9;                  // tube mask
+  double mask_ratio = 0.9;  // tube mask
   TubeCount tube_count = TubeCount::videomae;
-  double decoder_mask_ratio = 0.0;          // VideoMAE v2 running cell; 0 = none (decode the masked)
-  int64_t num_classes = 400;                // fine-tune head
+  double decoder_mask_ratio = 0.0;  // VideoMAE v2 running cell; 0 = none (decode the masked)
+  int64_t num_classes = 400;        // fine-tune head
   int64_t batch = 1;
 
-  TokenGrid grid() const;                   // throws if sizes do not divide
-  int64_t visible_tokens() const;           // per clip
-  int64_t reconstructed_tokens() const;     // per clip, R above
+  TokenGrid grid() const;                // throws if sizes do not divide
+  int64_t visible_tokens() const;        // per clip
+  int64_t reconstructed_tokens() const;  // per clip, R above
 };
 
 /// The preset of a named size: "vit-s", "vit-b", "vit-l", "vit-h", "vit-g" (VideoMAE v2 g/14,

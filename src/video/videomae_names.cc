@@ -177,8 +177,8 @@ VideoMAENaming detect_videomae_naming(const NamedTensors& tensors) {
   bool hf = false, original = false;
   for (const auto& [name, t] : tensors) {
     std::string_view s = name;
-    if (s.rfind("videomae.", 0) == 0 || s.rfind("decoder.decoder_layers.", 0) == 0 ||
-        s.rfind("classifier.", 0) == 0 || bare_hf_model_name(s))
+    if (s.rfind("videomae.", 0) == 0 || s.rfind("decoder.decoder_layers.", 0) == 0 || s.rfind("classifier.", 0) == 0 ||
+        bare_hf_model_name(s))
       hf = true;
     else if (s.find("blocks.") != std::string_view::npos || s.find("patch_embed.") != std::string_view::npos)
       original = true;
@@ -270,8 +270,7 @@ NamedTensors videomae_original_to_hf(const NamedTensors& original, std::vector<s
   return out;
 }
 
-NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layout,
-                                     std::vector<std::string>* dropped) {
+NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layout, std::vector<std::string>* dropped) {
   constexpr const char* kWho = "videomae HF -> original";
   if (layout == OriginalLayout::automatic) {
     layout = OriginalLayout::finetune;
@@ -362,8 +361,9 @@ NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layo
     unknown.push_back(name);
   }
   if (!unknown.empty())
-    throw_unknown(kWho, unknown, "only VideoMAEForPreTraining / VideoMAEForVideoClassification / VideoMAEModel "
-                                 "tensors convert; strip wrapper prefixes first");
+    throw_unknown(kWho, unknown,
+                  "only VideoMAEForPreTraining / VideoMAEForVideoClassification / VideoMAEModel "
+                  "tensors convert; strip wrapper prefixes first");
   // Fuse q/k/v: all three present, same shape and dtype.
   std::vector<std::string> problems;
   for (auto& [block, p] : pending) {
@@ -379,8 +379,8 @@ NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layo
     const Tensor& q = p.part[0];
     if (p.part[1].shape() != q.shape() || p.part[2].shape() != q.shape() || p.part[1].dtype() != q.dtype() ||
         p.part[2].dtype() != q.dtype()) {
-      problems.push_back(seen.where + " query/key/value differ: " + q.describe() + ", " + p.part[1].describe() +
-                         ", " + p.part[2].describe());
+      problems.push_back(seen.where + " query/key/value differ: " + q.describe() + ", " + p.part[1].describe() + ", " +
+                         p.part[2].describe());
       continue;
     }
     seen.qkv = true;
@@ -396,8 +396,7 @@ NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layo
 }
 
 Tensor sinusoid_position_table(int64_t tokens, int64_t dim) {
-  UNMASK_CHECK(tokens >= 1 && dim >= 1, "sinusoid_position_table: tokens ", tokens, " and dim ", dim,
-               " must be >= 1");
+  UNMASK_CHECK(tokens >= 1 && dim >= 1, "sinusoid_position_table: tokens ", tokens, " and dim ", dim, " must be >= 1");
   Tensor out = Tensor::empty({1, tokens, dim}, DType::f32);
   float* p = out.data<float>();
   for (int64_t i = 0; i < tokens; ++i)
@@ -408,8 +407,8 @@ Tensor sinusoid_position_table(int64_t tokens, int64_t dim) {
   return out;
 }
 
-void check_position_table(const std::string& name, const Tensor& table, int64_t frames, int64_t height,
-                          int64_t width, int64_t dim) {
+void check_position_table(const std::string& name, const Tensor& table, int64_t frames, int64_t height, int64_t width,
+                          int64_t dim) {
   const int64_t tokens = frames * height * width;
   const bool shape_ok = (table.ndim() == 3 && table.size(0) == 1) || table.ndim() == 2;
   if (shape_ok && table.size(-2) == tokens && table.size(-1) == dim) return;
@@ -422,8 +421,8 @@ void check_position_table(const std::string& name, const Tensor& table, int64_t 
   else if (shape_ok && table.size(-2) % frames == 0)
     guess = " (" + std::to_string(frames) + " temporal slices of " + std::to_string(table.size(-2) / frames) +
             " patches in the checkpoint)";
-  throw Error("positional table ", name, " ", table.describe(), " does not match the model's [1, ", tokens, ", ",
-              dim, "] (", grid.str(), ")", guess,
+  throw Error("positional table ", name, " ", table.describe(), " does not match the model's [1, ", tokens, ", ", dim,
+              "] (", grid.str(), ")", guess,
               Hint("VideoMAE's table is the fixed 1-D sinusoid: regenerate it for the new clip length / "
                    "resolution (sinusoid_position_table) instead of loading it; a learned table needs "
                    "interpolation, which unmask does not do"));

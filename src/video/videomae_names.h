@@ -63,9 +63,9 @@ enum class OriginalLayout : uint8_t {
 };
 
 /// HF -> original (names of VideoMAEForPreTraining, VideoMAEForVideoClassification, or of a bare
-/// VideoMAEModel without the `videomae.` prefix). Throws listing unknown names, blocks missing one of query/key/value, q_bias
-/// or v_bias, mismatched q/k/v shapes and a non-zero key bias. Zero key biases it drops are
-/// appended to *dropped when given.
+/// VideoMAEModel without the `videomae.` prefix). Throws listing unknown names, blocks missing one of query/key/value,
+/// q_bias or v_bias, mismatched q/k/v shapes and a non-zero key bias. Zero key biases it drops are appended to *dropped
+/// when given.
 NamedTensors videomae_hf_to_original(const NamedTensors& hf, OriginalLayout layout = OriginalLayout::automatic,
                                      std::vector<std::string>* dropped = nullptr);
 
@@ -77,7 +77,7 @@ Tensor sinusoid_position_table(int64_t tokens, int64_t dim);
 /// must be [1, tokens, dim] (or [tokens, dim]). On a mismatch the error names both shapes and
 /// both token grids it could come from; the hint says that a fixed sinusoid table is simply
 /// regenerated for the new clip length / resolution (sinusoid_position_table).
-void check_position_table(const std::string& name, const Tensor& table, int64_t frames, int64_t height,
-                          int64_t width, int64_t dim);
+void check_position_table(const std::string& name, const Tensor& table, int64_t frames, int64_t height, int64_t width,
+                          int64_t dim);
 
 }  // namespace unmask::video
