@@ -161,6 +161,13 @@ TEST(VideoMAEMasking, BadArgumentsThrow) {
   EXPECT_THROW(tube_mask(g, 1.0, 0, 0), Error);
   EXPECT_THROW(tube_mask(g, -0.1, 0, 0), Error);
   EXPECT_THROW(tube_mask(TokenGrid{0, 14, 14}, 0.9, 0, 0), Error);
+  // V-SWIFT's rounding on a 2x2 slice at 0.9 keeps int(0.4) = 0 patches: refused, not empty.
+  EXPECT_NE(error_of([&] {
+              tube_mask(TokenGrid{8, 2, 2}, 0.9, 0, 0, TubeCount::vswift);
+            }).find("no visible"),
+            std::string::npos);
+  EXPECT_EQ(tube_masked_per_frame(TokenGrid{8, 2, 2}, 0.9), 3);  // int(3.6)
+  EXPECT_THROW(random_mask(TokenGrid{1, 2, 2}, 0.9, 0, 0), Error);
   EXPECT_NE(error_of([&] { running_cell_pattern(g, 0.2, 0); }).find("masked slots per 2x2 cell"), std::string::npos);
   EXPECT_NE(error_of([&] { running_cell_pattern(TokenGrid{8, 7, 7}, 0.5, 0); }).find("even"), std::string::npos);
   EXPECT_THROW(running_cell_pattern(g, 0.5, 4), Error);

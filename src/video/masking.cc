@@ -44,8 +44,12 @@ int64_t tube_masked_per_frame(const TokenGrid& grid, double ratio, TubeCount cou
   check_ratio(ratio, "tube_mask");
   const int64_t n = grid.per_frame();
   // Python's int() of the double product: truncation toward zero (the product is >= 0).
-  if (count == TubeCount::vswift) return n - int64_t((1.0 - ratio) * double(n));
-  return int64_t(ratio * double(n));
+  const int64_t masked =
+      count == TubeCount::vswift ? n - int64_t((1.0 - ratio) * double(n)) : int64_t(ratio * double(n));
+  if (masked >= n)
+    throw Error("tube_mask: ratio ", ratio, " masks all ", n, " patches of a ", grid.height, "x", grid.width,
+                " slice, leaving the encoder no visible token", Hint("lower the mask ratio"));
+  return masked;
 }
 
 std::vector<uint8_t> tube_mask(const TokenGrid& grid, double ratio, uint64_t seed, uint64_t sample, TubeCount count) {
@@ -63,6 +67,7 @@ std::vector<uint8_t> random_mask(const TokenGrid& grid, double ratio, uint64_t s
   check_ratio(ratio, "random_mask");
   const int64_t n = grid.tokens();
   const int64_t kept = int64_t(double(n) * (1.0 - ratio));  // MAE-ST: len_keep = int(L * (1 - ratio))
+  if (kept < 1) throw Error("random_mask: ratio ", ratio, " keeps no token of ", n, Hint("lower the mask ratio"));
   std::vector<uint8_t> mask(static_cast<size_t>(n));
   random_subset(mask.data(), n, n - kept, data::derive_key(seed, {kVideoMaskStream, kRandom, sample}));
   return mask;
