@@ -49,6 +49,7 @@ int cmd_train_step(int argc, char** argv);     // app/cmd_train_step.cc (gradien
 int cmd_finetune(int argc, char** argv);       // app/cmd_finetune.cc
 int cmd_eval(int argc, char** argv);           // app/cmd_finetune.cc
 int bench_train(int argc, char** argv);        // app/cmd_bench_train.cc (`unmask bench train`)
+int cmd_make_videos(int argc, char** argv);    // app/cmd_make_videos.cc
 int cmd_videomae_step(int argc, char** argv);  // app/cmd_videomae_step.cc (VideoMAE parity dumps)
 
 }  // namespace unmask::cli

@@ -346,7 +346,17 @@ TEST(VideoSynthetic, DatasetListsDecodeAndDeterminism) {
     EXPECT_EQ(v.info().codec, i % 2 == 0 ? "vp9" : "h264");  // "both" alternates
   }
   EXPECT_EQ(labels.size(), 4u);
-  // Same seed, same pixels; the encoded file is byte-identical too.
+  // Same seed, same pixels, and byte-identical files.
+  SyntheticOptions again = o;
+  again.output_dir = dir.file("ds2");
+  make_synthetic_dataset(again);
+  for (const auto& e : train_a) {
+    auto slurp = [](const std::string& p) {
+      std::ifstream f(p, std::ios::binary);
+      return std::string((std::istreambuf_iterator<char>(f)), {});
+    };
+    EXPECT_EQ(slurp(e.path), slurp(again.output_dir + "/" + fs::path(e.path).filename().string())) << e.path;
+  }
   EXPECT_EQ(render_synthetic_video(9, 3, 2, 4, 32, 24), render_synthetic_video(9, 3, 2, 4, 32, 24));
   EXPECT_NE(render_synthetic_video(9, 3, 2, 4, 32, 24), render_synthetic_video(10, 3, 2, 4, 32, 24));
 }

@@ -86,6 +86,8 @@ void encode_rgb_video(const std::string& path, const std::string& codec, const s
   enc->gop_size = gop;
   enc->max_b_frames = 0;
   enc->thread_count = 1;
+  enc->flags |= AV_CODEC_FLAG_BITEXACT;  // no encoder version strings: the same seed gives the same bytes
+  out->flags |= AVFMT_FLAG_BITEXACT;     // no random matroska UIDs or creation times
   if (out->oformat->flags & AVFMT_GLOBALHEADER) enc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   AVDictionary* opts = nullptr;
   if (codec == "vp9") {
