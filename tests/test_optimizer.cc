@@ -700,4 +700,137 @@ TEST(BertTrainFlops, VariableLengthsCountRealTokensOnly) {
   EXPECT_NE(error_of([&] { bert_train_flops(c, {5}, 6); }).find("masked_positions 6"), std::string::npos);
 }
 
+// ---- batched norms and the device-side LAMB trust ratio (no per-param host syncs on CUDA) ----
+
+TEST(OptimOps, SumSquaresManyEqualsPerTensorSumSquaresBitwise) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx1({.num_threads = 1}), ctx3({.num_threads = 3});
+  const std::vector<Shape> shapes = {{1}, {7}, {0}, {8193}, {301, 233}, {256}, {3, 0}};
+  std::vector<Tensor> xs;
+  std::vector<const Tensor*> ptrs;
+  for (const Shape& s : shapes) xs.push_back(random_tensor(rng, s, Fill::outlier));
+  for (const Tensor& x : xs) ptrs.push_back(&x);
+  for (Context* ctx : {&ctx1, &ctx3}) {
+    const std::vector<double> host = ops::sum_squares_many(*ctx, ptrs);
+    Tensor out = Tensor::empty({int64_t(xs.size())}, DType::f64);
+    std::fill(out.data<double>(), out.data<double>() + out.numel(), -1.0);
+    ops::sum_squares_many(*ctx, ptrs, out);
+    ASSERT_EQ(host.size(), xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      SCOPED_TRACE("tensor " + std::to_string(i) + " " + xs[i].describe());
+      const double want = ops::sum_squares(ctx1, xs[i]);
+      EXPECT_EQ(std::memcmp(&host[i], &want, sizeof want), 0) << host[i] << " vs " << want;
+      EXPECT_EQ(std::memcmp(&out.data<double>()[i], &want, sizeof want), 0) << out.data<double>()[i];
+      double ref = 0;  // float64, index order
+      for (double v : values(xs[i])) ref += v * v;
+      EXPECT_NEAR(host[i], ref, 1e-12 * ref);
+    }
+  }
+  EXPECT_TRUE(ops::sum_squares_many(ctx1, {}).empty());
+  Tensor none = Tensor::empty({0}, DType::f64);
+  ops::sum_squares_many(ctx1, {}, none);
+  // Bad operands name what is wrong.
+  Tensor f32_out = Tensor::empty({int64_t(xs.size())}, DType::f32);
+  EXPECT_NE(error_of([&] { ops::sum_squares_many(ctx1, ptrs, f32_out); }).find("f64"), std::string::npos);
+  Tensor short_out = Tensor::empty({2}, DType::f64);
+  EXPECT_NE(error_of([&] { ops::sum_squares_many(ctx1, ptrs, short_out); }).find("f64[2]"), std::string::npos);
+  EXPECT_NE(error_of([&] { ops::sum_squares_many(ctx1, {&xs[0], nullptr}); }).find("xs[1] is null"),
+            std::string::npos);
+  Tensor wide = Tensor::zeros({4, 6}, DType::f32), strided = wide.slice(1, 0, 3);
+  EXPECT_NE(error_of([&] { ops::sum_squares_many(ctx1, {&xs[0], &strided}); }).find("contiguous"),
+            std::string::npos);
+}
+
+TEST(OptimOps, LambApplyIsTheTrustRatioAxpyBitwise) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  const float lr = 0.013f;
+  auto f64_scalar = [](double x) {  // f64 [1]
+    Tensor t = Tensor::empty({1}, DType::f64);
+    t.data<double>()[0] = x;
+    return t;
+  };
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const Tensor p0 = random_tensor(rng, {n}, Fill::normal), u = random_tensor(rng, {n}, Fill::normal, 0.1);
+    Tensor param_sq = f64_scalar(ops::sum_squares(ctx, p0));
+    Tensor update_sq = f64_scalar(ops::sum_squares(ctx, u));
+    Tensor p = p0.contiguous();
+    ops::lamb_apply(ctx, lr, param_sq, update_sq, u, p);
+    // The per-param sequence the optimizer used before: double norms, ratio, one f32 rounding, axpy.
+    Tensor want = p0.contiguous();
+    const double ratio = std::sqrt(ops::sum_squares(ctx, p0)) / std::sqrt(ops::sum_squares(ctx, u));
+    ops::axpy(ctx, float(-double(lr) * ratio), u, want);
+    EXPECT_TRUE(same_bits(p, want));
+    // Independent of the ops: the step has length lr ||p0|| (float64).
+    double dp_sq = 0, p_sq = 0;
+    const std::vector<double> got = values(p), before = values(p0);
+    for (size_t i = 0; i < got.size(); ++i) dp_sq += (got[i] - before[i]) * (got[i] - before[i]), p_sq += before[i] * before[i];
+    EXPECT_NEAR(std::sqrt(dp_sq), lr * std::sqrt(p_sq), 1e-4 * lr * std::sqrt(p_sq));
+    // ||p|| = 0: ratio 1, i.e. axpy with -lr.
+    Tensor zero_sq = f64_scalar(0.0);
+    Tensor q = p0.contiguous(), q_want = p0.contiguous();
+    ops::lamb_apply(ctx, lr, zero_sq, update_sq, u, q);
+    ops::axpy(ctx, -lr, u, q_want);
+    EXPECT_TRUE(same_bits(q, q_want));
+  }
+  Tensor p = Tensor::zeros({5}, DType::f32), u = Tensor::zeros({5}, DType::f32);
+  Tensor sq = f64_scalar(1.0), bad = Tensor::zeros({2}, DType::f64);
+  EXPECT_NE(error_of([&] { ops::lamb_apply(ctx, lr, bad, sq, u, p); }).find("param_sq"), std::string::npos);
+  EXPECT_NE(error_of([&] { ops::lamb_apply(ctx, lr, sq, sq, p, p); }).find("overlaps"), std::string::npos);
+}
+
+// The LAMB step, on the batched norms and lamb_apply, takes the bits of the per-param sequence
+// it replaced (sum_squares per grad; per param lamb_moments, sum_squares of p and u, axpy).
+TEST(Lamb, StepIsBitwiseThePerParamSequence) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  std::vector<Param> params = make_params(rng);
+  params[2].value.copy_from(Tensor::zeros(params[2].value.shape(), DType::f32));  // ||p|| = 0: ratio 1
+  std::vector<Param> mirror = copy_params(params);
+  OptimizerConfig oc;
+  oc.kind = OptimizerKind::lamb;
+  oc.weight_decay = 0.01f, oc.max_grad_norm = 1.0f;
+  Optimizer opt(oc, params);
+  std::vector<Tensor> m, v;
+  for (const Param& p : mirror) {
+    m.push_back(Tensor::zeros(p.value.shape(), DType::f32));
+    v.push_back(Tensor::zeros(p.value.shape(), DType::f32));
+  }
+  const float lr = 0.02f, grad_scale = 0.5f;
+  for (int64_t step = 1; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (size_t i = 0; i < params.size(); ++i) {
+      rng.fill(params[i].grad.data<float>(), params[i].grad.numel(), Fill::normal);
+      mirror[i].grad.copy_from(params[i].grad);
+    }
+    const OptimizerStepStats st = opt.step(ctx, lr, grad_scale);
+    double sum_sq = 0;
+    for (const Param& p : mirror) sum_sq += ops::sum_squares(ctx, p.grad);
+    const double norm = std::sqrt(sum_sq) * double(grad_scale);
+    const double clip = norm > oc.max_grad_norm ? oc.max_grad_norm / norm : 1.0;
+    EXPECT_EQ(st.grad_norm, norm);
+    EXPECT_EQ(st.clip_factor, clip);
+    for (size_t i = 0; i < mirror.size(); ++i) {
+      Param& p = mirror[i];
+      ops::AdamArgs args;
+      args.beta1 = oc.beta1, args.beta2 = oc.beta2, args.eps = oc.eps, args.step = step;
+      args.weight_decay = p.weight_decay ? oc.weight_decay : 0.0f;
+      args.grad_scale = float(double(grad_scale) * clip);
+      Tensor u = Tensor::empty(p.value.shape(), DType::f32);
+      ops::lamb_moments(ctx, p.value, p.grad, m[i], v[i], u, args);
+      double ratio = 1.0;
+      if (args.weight_decay != 0.0f) {
+        const double pn = std::sqrt(ops::sum_squares(ctx, p.value)), un = std::sqrt(ops::sum_squares(ctx, u));
+        if (pn > 0.0 && un > 0.0) ratio = pn / un;
+      }
+      ops::axpy(ctx, float(-double(lr) * ratio), u, p.value);
+      EXPECT_TRUE(same_bits(params[i].value, p.value)) << p.name;
+    }
+  }
+}
+
 }  // namespace

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "ops/op_params.h"
 #include "ops/ops.h"
@@ -132,6 +133,14 @@ void lamb_moments(Context& ctx, const float* p, const float* g, float* m, float*
 void axpy(Context& ctx, float alpha, const float* x, float* y, int64_t n);
 /// Deterministic double sum of squares; synchronises the stream.
 double sum_squares(Context& ctx, const float* x, int64_t n);
+/// out[i] = sum_squares(xs[i], ns[i]) bitwise, into device memory out [count]; no sync. xs, ns:
+/// host arrays of device pointers (null where ns[i] = 0) and sizes.
+void sum_squares_many(Context& ctx, const float* const* xs, const int64_t* ns, int64_t count, double* out);
+/// The same, copied back to the host: one stream sync.
+std::vector<double> sum_squares_many(Context& ctx, const float* const* xs, const int64_t* ns, int64_t count);
+/// LAMB stage 2 with the squared norms in device memory (ops::lamb_apply); no sync.
+void lamb_apply(Context& ctx, float lr, const double* param_sq, const double* update_sq, const float* update,
+                float* p, int64_t n);
 void scale_inplace(Context& ctx, float* x, int64_t n, float s);
 
 }  // namespace unmask::cuda

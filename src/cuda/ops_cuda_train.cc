@@ -1,8 +1,10 @@
 // cuda/ops_cuda_train.cc: the training entry points of the CUDA backend (ops_cuda.h, section
 // "training"): the context's stream and the per-step scalars, then one launcher each
 // (train_kernels.h).
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/cuda_state.h"
@@ -141,6 +143,28 @@ void axpy(Context& ctx, float alpha, const float* x, float* y, int64_t n) {
 double sum_squares(Context& ctx, const float* x, int64_t n) {
   CudaState& st = cuda_state(ctx);
   return sum_squares_n(x, n, st.stream);
+}
+
+void sum_squares_many(Context& ctx, const float* const* xs, const int64_t* ns, int64_t count, double* out) {
+  CudaState& st = cuda_state(ctx);
+  sum_squares_many_n(xs, ns, count, out, st.stream);
+}
+
+std::vector<double> sum_squares_many(Context& ctx, const float* const* xs, const int64_t* ns, int64_t count) {
+  CudaState& st = cuda_state(ctx);
+  std::vector<double> sums(size_t(std::max<int64_t>(count, 0)), 0.0);
+  if (count <= 0) return sums;
+  ScratchBuffer out(size_t(count) * sizeof(double), st.stream);
+  sum_squares_many_n(xs, ns, count, out.as<double>(), st.stream);
+  CUDA_CHECK(cudaMemcpyAsync(sums.data(), out.ptr, size_t(count) * sizeof(double), cudaMemcpyDeviceToHost, st.stream));
+  CUDA_CHECK(cudaStreamSynchronize(st.stream));
+  return sums;
+}
+
+void lamb_apply(Context& ctx, float lr, const double* param_sq, const double* update_sq, const float* update,
+                float* p, int64_t n) {
+  CudaState& st = cuda_state(ctx);
+  lamb_apply_n(lr, param_sq, update_sq, update, p, n, st.stream);
 }
 
 void scale_inplace(Context& ctx, float* x, int64_t n, float s) {

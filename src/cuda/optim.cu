@@ -11,6 +11,9 @@
 // i + 256, ... in order, in double; squares of floats are exact in double) and reduces its 256
 // partials in a fixed tree; one block then adds the chunk partials (fixed stride, fixed tree).
 // The chunking depends on n only, so the bits do not depend on the device or on scheduling.
+// sum_squares_many runs the same per-chunk and per-tensor reductions (the same __device__
+// functions, block sizes and orders) over many tensors in two launches per 96 tensors, into
+// device memory: bitwise the one-tensor results, with no host sync (the optimizer's norms).
 #include <algorithm>
 
 #include "cuda/common.cuh"
@@ -75,27 +78,85 @@ __device__ double block_tree_sum(double v, double* s) {
   return s[0];
 }
 
-/// partial[k] = sum of x[i]^2 over chunk k = [k * chunk, min(n, (k+1) * chunk)).
-__global__ void __launch_bounds__(kThreads) sum_squares_chunks_kernel(const float* x, int64_t n, double* partial) {
-  __shared__ double s[kThreads];
-  const int64_t begin = int64_t(blockIdx.x) * kSumSquaresChunk;
+/// Sum of x[i]^2 over chunk k = [k * chunk, min(n, (k+1) * chunk)) for a block of kThreads
+/// threads (s: kThreads shared doubles); thread 0 gets it. Shared by the one-tensor and the
+/// batched kernels, so both give the same bits.
+__device__ double chunk_sum_squares(const float* x, int64_t n, int64_t k, double* s) {
+  const int64_t begin = k * kSumSquaresChunk;
   const int64_t end = min(n, begin + kSumSquaresChunk);
   double acc = 0.0;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
     const double v = x[i];
     acc += v * v;
   }
-  const double total = block_tree_sum(acc, s);
+  return block_tree_sum(acc, s);
+}
+
+/// Sum of partial[0..chunks) for a block of kFinalThreads threads: thread k adds k, k + 1024,
+/// ... then a fixed tree; thread 0 gets it.
+__device__ double partials_sum(const double* partial, int64_t chunks, double* s) {
+  double acc = 0.0;
+  for (int64_t k = threadIdx.x; k < chunks; k += kFinalThreads) acc += partial[k];
+  return block_tree_sum(acc, s);
+}
+
+/// partial[k] = sum of x[i]^2 over chunk k.
+__global__ void __launch_bounds__(kThreads) sum_squares_chunks_kernel(const float* x, int64_t n, double* partial) {
+  __shared__ double s[kThreads];
+  const double total = chunk_sum_squares(x, n, blockIdx.x, s);
   if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-/// *out = sum of partial[0..chunks): thread k adds k, k + 1024, ... then a fixed tree.
+/// *out = sum of partial[0..chunks).
 __global__ void __launch_bounds__(kFinalThreads) sum_partials_kernel(const double* partial, int64_t chunks, double* out) {
   __shared__ double s[kFinalThreads];
-  double acc = 0.0;
-  for (int64_t k = threadIdx.x; k < chunks; k += kFinalThreads) acc += partial[k];
-  const double total = block_tree_sum(acc, s);
+  const double total = partials_sum(partial, chunks, s);
   if (threadIdx.x == 0) *out = total;
+}
+
+/// Up to kManyBatch tensors of a sum_squares_many call, passed by value as a kernel parameter
+/// (96 * 24 + 12 bytes, under the 4 KiB parameter limit): no pointer table to upload.
+constexpr int kManyBatch = 96;
+struct SumSquaresBatch {
+  const float* x[kManyBatch];
+  int64_t n[kManyBatch];
+  int64_t chunk_begin[kManyBatch + 1];  // tensor t's chunks: [chunk_begin[t], chunk_begin[t+1]) of the batch
+  int count;
+};
+
+/// One block per chunk of the batch: block b finds its tensor t (chunk_begin[t] <= b <
+/// chunk_begin[t+1], a binary search; empty tensors own no chunk) and writes partial[b].
+__global__ void __launch_bounds__(kThreads) sum_squares_many_chunks_kernel(const SumSquaresBatch batch, double* partial) {
+  __shared__ double s[kThreads];
+  const int64_t b = blockIdx.x;
+  int lo = 0, hi = batch.count;  // chunk_begin[lo] <= b < chunk_begin[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (batch.chunk_begin[mid] <= b) lo = mid;
+    else hi = mid;
+  }
+  const double total = chunk_sum_squares(batch.x[lo], batch.n[lo], b - batch.chunk_begin[lo], s);
+  if (threadIdx.x == 0) partial[b] = total;
+}
+
+/// One block per tensor t of the batch: out[t] = sum of its chunk partials.
+__global__ void __launch_bounds__(kFinalThreads) sum_squares_many_final_kernel(const SumSquaresBatch batch,
+                                                                               const double* partial, double* out) {
+  __shared__ double s[kFinalThreads];
+  const int t = blockIdx.x;
+  const int64_t begin = batch.chunk_begin[t];
+  const double total = partials_sum(partial + begin, batch.chunk_begin[t + 1] - begin, s);
+  if (threadIdx.x == 0) out[t] = total;
+}
+
+/// LAMB stage 2: the trust ratio from the device norms (every thread computes the same
+/// double scalar; IEEE sqrt and divide in double, as the CPU), then axpy's element update.
+__global__ void lamb_apply_kernel(float lr, const double* __restrict__ param_sq, const double* __restrict__ update_sq,
+                                  const float* __restrict__ u, float* __restrict__ p, int64_t n) {
+  const double param_norm = __dsqrt_rn(*param_sq), update_norm = __dsqrt_rn(*update_sq);
+  const double ratio = param_norm > 0.0 && update_norm > 0.0 ? __ddiv_rn(param_norm, update_norm) : 1.0;
+  const float alpha = __double2float_rn(__dmul_rn(-double(lr), ratio));
+  UNMASK_GRID_STRIDE(i, n) p[i] = __fadd_rn(p[i], __fmul_rn(alpha, u[i]));
 }
 
 void check_n(const char* op, int64_t n) { UNMASK_CHECK(n >= 0, op, " (cuda): bad size n=", n); }
@@ -147,6 +208,50 @@ double sum_squares_n(const float* x, int64_t n, cudaStream_t stream) {
   CUDA_CHECK(cudaMemcpyAsync(&total, pp + chunks, sizeof total, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   return total;
+}
+
+void sum_squares_many_n(const float* const* xs, const int64_t* ns, int64_t count, double* out, cudaStream_t stream) {
+  UNMASK_CHECK(count >= 0, "sum_squares_many (cuda): bad count ", count);
+  if (count == 0) return;
+  // One partial buffer for every chunk of every tensor; batch j uses the slice of its tensors.
+  int64_t total_chunks = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    check_n("sum_squares_many", ns[i]);
+    UNMASK_CHECK(ns[i] == 0 || xs[i] != nullptr, "sum_squares_many (cuda): tensor ", i, " has n=", ns[i],
+                 " but a null pointer");
+    total_chunks += ceil_div(ns[i], kSumSquaresChunk);
+  }
+  ScratchBuffer partial(size_t(std::max<int64_t>(total_chunks, 1)) * sizeof(double), stream);
+  int64_t chunk_offset = 0;
+  for (int64_t first = 0; first < count; first += kManyBatch) {
+    SumSquaresBatch batch{};
+    batch.count = int(std::min<int64_t>(kManyBatch, count - first));
+    batch.chunk_begin[0] = 0;
+    for (int t = 0; t < batch.count; ++t) {
+      batch.x[t] = xs[first + t];
+      batch.n[t] = ns[first + t];
+      batch.chunk_begin[t + 1] = batch.chunk_begin[t] + ceil_div(batch.n[t], kSumSquaresChunk);
+    }
+    const int64_t chunks = batch.chunk_begin[batch.count];
+    UNMASK_CHECK(chunks < (int64_t(1) << 31), "sum_squares_many (cuda): too many elements in one batch (", chunks,
+                 " chunks)");
+    double* pp = partial.as<double>() + chunk_offset;
+    if (chunks > 0) {
+      sum_squares_many_chunks_kernel<<<unsigned(chunks), kThreads, 0, stream>>>(batch, pp);
+      CUDA_CHECK_LAUNCH();
+    }
+    sum_squares_many_final_kernel<<<unsigned(batch.count), kFinalThreads, 0, stream>>>(batch, pp, out + first);
+    CUDA_CHECK_LAUNCH();
+    chunk_offset += chunks;
+  }
+}
+
+void lamb_apply_n(float lr, const double* param_sq, const double* update_sq, const float* u, float* p, int64_t n,
+                  cudaStream_t stream) {
+  check_n("lamb_apply", n);
+  if (n == 0) return;
+  lamb_apply_kernel<<<grid_for(n), kThreads, 0, stream>>>(lr, param_sq, update_sq, u, p, n);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace unmask::cuda

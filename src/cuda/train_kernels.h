@@ -115,5 +115,13 @@ void scale_n(float* x, int64_t n, float s, cudaStream_t stream);
 /// then one block adds the chunk partials in a fixed tree. Synchronises the stream.
 constexpr int64_t kSumSquaresChunk = 8192;
 double sum_squares_n(const float* x, int64_t n, cudaStream_t stream);
+/// out[i] = sum_squares_n(xs[i], ns[i]) bit for bit (the same chunks, trees and order), for
+/// `count` arrays in a few launches (batches of tensors passed as kernel parameters), written
+/// to device memory `out` [count]; no sync. xs, ns: host arrays; xs[i] may be null when ns[i] = 0.
+void sum_squares_many_n(const float* const* xs, const int64_t* ns, int64_t count, double* out, cudaStream_t stream);
+/// p += float(-double(lr) * ratio) * u, ratio = sqrt(*param_sq) / sqrt(*update_sq) when both
+/// are > 0, else 1 (double, IEEE; the CPU's bits). param_sq, update_sq: device doubles.
+void lamb_apply_n(float lr, const double* param_sq, const double* update_sq, const float* u, float* p, int64_t n,
+                  cudaStream_t stream);
 
 }  // namespace unmask::cuda

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "unmask/context.h"
 #include "unmask/tensor.h"
@@ -221,6 +222,19 @@ void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y);
 /// sum of x^2 in double; deterministic (fixed-size chunks summed in a fixed order, whatever the
 /// thread count).
 double sum_squares(Context& ctx, const Tensor& x);
+/// out[i] = sum_squares(ctx, *xs[i]), bit for bit on each device, without a host round trip per
+/// tensor (CUDA: a few launches over all tensors, stream-ordered, no sync). xs: f32 contiguous
+/// tensors on ctx's device; out: f64 contiguous [xs.size()] on the same device (written).
+void sum_squares_many(Context& ctx, const std::vector<const Tensor*>& xs, Tensor& out);
+/// The same, returned to the host: one stream sync for all the tensors.
+std::vector<double> sum_squares_many(Context& ctx, const std::vector<const Tensor*>& xs);
+/// LAMB stage 2 with the trust ratio read from device memory (no host sync on CUDA):
+///   ratio = sqrt(param_sq) / sqrt(update_sq) if both > 0, else 1   (double)
+///   p += float(-double(lr) * ratio) * update                       (axpy's bits)
+/// param_sq, update_sq: f64 [1] on p's device (||p||^2 before the update, ||u||^2, e.g. from
+/// sum_squares_many); update, p: f32 contiguous, same shape.
+void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& update_sq, const Tensor& update,
+                Tensor& p);
 /// x *= s (in place).
 void scale_inplace(Context& ctx, Tensor& x, float s);
 

@@ -10,6 +10,8 @@
 // The float64 references are written out in tests/test_optimizer.cc next to the tests.
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -323,6 +325,93 @@ double sum_squares(Context& ctx, const Tensor& x) {
   double total = 0.0;
   for (double s : partial) total += s;  // chunk order: independent of the thread split
   return total;
+}
+
+namespace {
+
+// sum_squares_many's operands: xs non-null, f32, contiguous, all on `device`. Returns their
+// device data pointers (null for empty tensors) and sizes for the CUDA entry points.
+struct ManyOperands {
+  std::vector<const float*> ptrs;
+  std::vector<int64_t> sizes;
+};
+ManyOperands check_many(const char* op, const std::vector<const Tensor*>& xs, Device device) {
+  ManyOperands m;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const std::string name = "xs[" + std::to_string(i) + "]";
+    UNMASK_CHECK(xs[i] != nullptr, op, ": ", name, " is null");
+    const Tensor& x = *xs[i];
+    check_operand(op, name.c_str(), x, name.c_str(), x);
+    detail::check_device(op, name, x, device);
+    m.sizes.push_back(x.numel());
+    m.ptrs.push_back(x.numel() > 0 ? x.data<float>() : nullptr);
+  }
+  if (device == Device::cuda) require_cuda_backend(op);
+  return m;
+}
+
+}  // namespace
+
+void sum_squares_many(Context& ctx, const std::vector<const Tensor*>& xs, Tensor& out) {
+  constexpr const char* op = "sum_squares_many";
+  const int64_t count = int64_t(xs.size());
+  UNMASK_CHECK(out.dtype() == DType::f64 && out.ndim() == 1 && out.numel() == count && out.is_contiguous(), op,
+               ": out must be a contiguous f64 [", count, "] (one sum per tensor), got ", out.describe());
+  [[maybe_unused]] const ManyOperands m = check_many(op, xs, out.device());
+  if (count == 0) return;
+#ifdef UNMASK_WITH_CUDA
+  if (out.device() == Device::cuda)
+    return cuda::sum_squares_many(ctx, m.ptrs.data(), m.sizes.data(), count, out.data<double>());
+#endif
+  double* sums = out.data<double>();
+  for (int64_t i = 0; i < count; ++i) sums[i] = sum_squares(ctx, *xs[size_t(i)]);
+}
+
+std::vector<double> sum_squares_many(Context& ctx, const std::vector<const Tensor*>& xs) {
+  constexpr const char* op = "sum_squares_many";
+  if (xs.empty()) return {};
+  UNMASK_CHECK(xs[0] != nullptr, op, ": xs[0] is null");
+  [[maybe_unused]] const ManyOperands m = check_many(op, xs, xs[0]->device());
+#ifdef UNMASK_WITH_CUDA
+  if (xs[0]->device() == Device::cuda)  // one D2H copy and sync for all
+    return cuda::sum_squares_many(ctx, m.ptrs.data(), m.sizes.data(), int64_t(xs.size()));
+#endif
+  std::vector<double> sums(xs.size(), 0.0);
+  for (size_t i = 0; i < xs.size(); ++i) sums[i] = sum_squares(ctx, *xs[i]);
+  return sums;
+}
+
+void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& update_sq, const Tensor& update,
+                Tensor& p) {
+  constexpr const char* op = "lamb_apply";
+  check_operand(op, "update", update, "update", update);
+  check_operand(op, "p", p, "update", update);
+  UNMASK_CHECK(std::isfinite(lr), op, ": lr must be finite, got ", lr);
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"param_sq", &param_sq},
+                                std::pair<const char*, const Tensor*>{"update_sq", &update_sq}}) {
+    UNMASK_CHECK(t->dtype() == DType::f64 && t->numel() == 1, op, ": ", name,
+                 " must be an f64 [1] (a sum of squares), got ", t->describe());
+    detail::check_device(op, name, *t, p.device());
+  }
+  if (p.device() == Device::cuda) require_cuda_backend(op);
+  if (p.numel() == 0) return;
+  check_no_overlap(op, "p", p, "update", update);
+#ifdef UNMASK_WITH_CUDA
+  if (p.device() == Device::cuda)
+    return cuda::lamb_apply(ctx, lr, param_sq.data<double>(), update_sq.data<double>(), update.data<float>(),
+                            p.data<float>(), p.numel());
+#endif
+  // The trust ratio exactly as the optimizer computed it before (double norms, one rounding to
+  // f32 of the step), then axpy's kernel.
+  const double param_norm = std::sqrt(*param_sq.data<double>());
+  const double update_norm = std::sqrt(*update_sq.data<double>());
+  const double ratio = param_norm > 0.0 && update_norm > 0.0 ? param_norm / update_norm : 1.0;
+  const float alpha = float(-double(lr) * ratio);
+  UNMASK_CHECK(std::isfinite(alpha), op, ": the step -lr * ||p|| / ||u|| = ", alpha, " is not finite (lr ", lr,
+               ", ||p||^2 ", *param_sq.data<double>(), ", ||u||^2 ", *update_sq.data<double>(), ")");
+  const float* up = update.data<float>();
+  float* pp = p.data<float>();
+  ctx.parallel_for(p.numel(), [&](int64_t b, int64_t e) { axpy_kernel(alpha, up + b, pp + b, e - b); }, kGrain);
 }
 
 void scale_inplace(Context& ctx, Tensor& x, float s) {

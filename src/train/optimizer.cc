@@ -11,13 +11,21 @@
 //        AdamW: ops::adamw_update: p = p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)
 //        LAMB:  ops::lamb_moments: u = m_hat / (sqrt(v_hat) + eps) + wd p  (m with (1-b1) g)
 //               ratio = ||p|| / ||u|| if wd != 0 and both norms > 0, else 1 (use_nvlamb=False)
-//               p -= lr ratio u   (ops::axpy)
+//               p -= lr ratio u   (ops::lamb_apply; ops::axpy when wd = 0)
 // Every piece is deterministic, so an optimizer rebuilt from state() takes bit-identical steps.
+//
+// Host round trips: one per step (the global norm, which decides the clipping and is reported).
+// The LAMB norms stay on the params' device: ||p||^2 of every decayed param in one batched
+// ops::sum_squares_many before any update (each update touches only its own param), ||u||^2
+// into a device slot after each lamb_moments, and lamb_apply reads both there. On a CUDA
+// context a step is then a stream of launches with a single sync; on the CPU the arithmetic
+// is the per-param sum_squares / sqrt / divide / axpy sequence it always was, bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ops/ops.h"
 #include "unmask/train.h"
@@ -67,8 +75,10 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<Param>& params)
     exp_avg_sq_.push_back(Tensor::zeros(p.value.shape(), DType::f32, p.value.device()));
     largest = std::max(largest, p.value.numel());
   }
-  if (config_.kind == OptimizerKind::lamb && !params.empty())
+  if (config_.kind == OptimizerKind::lamb && !params.empty()) {
     update_ = Tensor::empty({largest}, DType::f32, params[0].value.device());
+    norms_sq_ = Tensor::zeros({2 * int64_t(params.size())}, DType::f64, params[0].value.device());
+  }
 }
 
 int64_t Optimizer::step_count() const { return step_; }
@@ -88,9 +98,13 @@ OptimizerStepStats Optimizer::step(Context& ctx, float lr, float grad_scale) {
                  "' is now ", params[i].value.describe(), " but its state is ", exp_avg_[i].describe());
   }
 
-  // 1. global norm of the scaled gradients (double; before clipping).
+  // 1. global norm of the scaled gradients (double; before clipping): the per-param sums in
+  //    one batched call (one host sync on CUDA), added in param order.
+  std::vector<const Tensor*> grads;
+  grads.reserve(params.size());
+  for (const Param& p : params) grads.push_back(&p.grad);
   double sum_sq = 0.0;
-  for (const Param& p : params) sum_sq += ops::sum_squares(ctx, p.grad);
+  for (double s : ops::sum_squares_many(ctx, grads)) sum_sq += s;
   OptimizerStepStats stats;
   stats.grad_norm = std::sqrt(sum_sq) * std::fabs(double(grad_scale));
   if (!std::isfinite(stats.grad_norm))
@@ -109,6 +123,21 @@ OptimizerStepStats Optimizer::step(Context& ctx, float lr, float grad_scale) {
   }
   const float scale = float(double(grad_scale) * stats.clip_factor);
 
+  // LAMB: ||p||^2 of the decayed params (before any update) into norms_sq_[0, k), k = the
+  // param's rank among them; its ||u||^2 goes to norms_sq_[P + k].
+  const int64_t num_params = int64_t(params.size());
+  std::vector<int64_t> norm_slot(params.size(), -1);
+  if (config_.kind == OptimizerKind::lamb && config_.weight_decay != 0.0f) {
+    std::vector<const Tensor*> decayed;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].weight_decay || params[i].value.numel() == 0) continue;
+      norm_slot[i] = int64_t(decayed.size());
+      decayed.push_back(&params[i].value);
+    }
+    Tensor param_sq = norms_sq_.slice(0, 0, int64_t(decayed.size()));
+    ops::sum_squares_many(ctx, decayed, param_sq);
+  }
+
   // 3. the per-param updates.
   ++step_;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -126,16 +155,17 @@ OptimizerStepStats Optimizer::step(Context& ctx, float lr, float grad_scale) {
       continue;
     }
     // LAMB: u into the shared scratch (a prefix viewed with the param's shape), then the trust
-    // ratio from the norms of p (before the update) and u.
+    // ratio from the norms of p (before the update) and u, on the device.
     Tensor update = update_.slice(0, 0, p.value.numel()).view(p.value.shape());
     ops::lamb_moments(ctx, p.value, p.grad, exp_avg_[i], exp_avg_sq_[i], update, args);
-    double ratio = 1.0;
-    if (args.weight_decay != 0.0f) {
-      const double param_norm = std::sqrt(ops::sum_squares(ctx, p.value));
-      const double update_norm = std::sqrt(ops::sum_squares(ctx, update));
-      if (param_norm > 0.0 && update_norm > 0.0) ratio = param_norm / update_norm;
+    if (args.weight_decay == 0.0f) {  // ratio 1
+      ops::axpy(ctx, float(-double(lr)), update, p.value);
+      continue;
     }
-    ops::axpy(ctx, float(-double(lr) * ratio), update, p.value);
+    const int64_t k = norm_slot[i];
+    Tensor update_sq = norms_sq_.slice(0, num_params + k, num_params + k + 1);
+    ops::sum_squares_many(ctx, {&update}, update_sq);
+    ops::lamb_apply(ctx, lr, norms_sq_.slice(0, k, k + 1), update_sq, update, p.value);
   }
   return stats;
 }

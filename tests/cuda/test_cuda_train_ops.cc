@@ -27,6 +27,7 @@
 #include "test_harness.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
+#include "unmask/train.h"
 
 using namespace unmask;
 using ops::Activation;
@@ -416,5 +417,88 @@ TEST(CudaTrainOptim, UpdatesMatchCpuAndSumSquaresIsDeterministic) {
     const double got1 = ops::sum_squares(gpu(), xd), got2 = ops::sum_squares(gpu(), xd);
     EXPECT_NEAR(got1, want, 1e-12 * want) << "sum_squares n=" << n;
     EXPECT_EQ(std::memcmp(&got1, &got2, sizeof(double)), 0) << "sum_squares n=" << n << " differs between runs";
+  }
+}
+
+// The optimizer's batched norms (no per-param host syncs): sum_squares_many gives the bits of
+// the one-tensor CUDA sum_squares for every tensor (across the 96-tensor launch batches, empty
+// tensors included) and the CPU's sums within 1e-12; lamb_apply's device trust ratio gives the
+// bits of axpy with the host-computed step; Optimizer steps on CUDA stay with the CPU's.
+TEST(CudaTrainOptim, SumSquaresManyLambApplyAndOptimizerStepsMatch) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainOptimMany");
+  SCOPED_TRACE(rng.note());
+  std::vector<Tensor> host, dev;
+  for (int64_t n : {int64_t(1), int64_t(0), int64_t(8191), int64_t(8192), int64_t(8193), int64_t(1000003)})
+    host.push_back(rng.tensor({n}));
+  while (host.size() < 230) host.push_back(rng.tensor({rng.integer(0, 3) == 0 ? 0 : rng.integer(1, 20000)}));
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& h : host) dev.push_back(h.to(Device::cuda));
+  for (const Tensor& d : dev) ptrs.push_back(&d);
+  const std::vector<double> got = ops::sum_squares_many(gpu(), ptrs), again = ops::sum_squares_many(gpu(), ptrs);
+  Tensor out_dev = Tensor::empty({int64_t(dev.size())}, DType::f64, Device::cuda);
+  ops::sum_squares_many(gpu(), ptrs, out_dev);
+  const Tensor out = out_dev.to(Device::cpu);
+  ASSERT_EQ(got.size(), host.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    const std::string what = "tensor " + std::to_string(i) + " n=" + std::to_string(host[i].numel());
+    const double one = ops::sum_squares(gpu(), dev[i]), want = ops::sum_squares(cpu(), host[i]);
+    EXPECT_EQ(std::memcmp(&got[i], &one, sizeof one), 0) << what << ": many " << got[i] << " one " << one;
+    EXPECT_EQ(std::memcmp(&out.data<double>()[i], &one, sizeof one), 0) << what << ": device out";
+    EXPECT_EQ(std::memcmp(&again[i], &got[i], sizeof one), 0) << what << " differs between runs";
+    EXPECT_NEAR(got[i], want, 1e-12 * want) << what;
+  }
+
+  // lamb_apply: device ratio == the host's double arithmetic, so the bits of axpy with it.
+  for (int64_t n : {1, 8193, 100003}) {
+    const std::string what = "lamb_apply n=" + std::to_string(n);
+    const Tensor p = rng.tensor({n}), u = rng.tensor({n}, 0.1f);
+    const Tensor pd = p.to(Device::cuda), ud = u.to(Device::cuda);
+    Tensor sq = Tensor::empty({2}, DType::f64, Device::cuda);
+    const std::vector<const Tensor*> both = {&pd, &ud};
+    ops::sum_squares_many(gpu(), both, sq);
+    const Tensor sq_host = sq.to(Device::cpu);
+    const double ratio = std::sqrt(sq_host.data<double>()[0]) / std::sqrt(sq_host.data<double>()[1]);
+    Tensor applied = p.to(Device::cuda), axpyd = p.to(Device::cuda);
+    ops::lamb_apply(gpu(), 0.013f, sq.slice(0, 0, 1), sq.slice(0, 1, 2), ud, applied);
+    ops::axpy(gpu(), float(-0.013 * ratio), ud, axpyd);
+    expect_bits(values(applied), values(axpyd), what + " vs cuda axpy");
+    Tensor pc = p.contiguous(), sqc = sq_host.contiguous();
+    ops::lamb_apply(cpu(), 0.013f, sqc.slice(0, 0, 1), sqc.slice(0, 1, 2), u, pc);
+    expect_close(values(applied), values(pc), 1e-7, 1e-6, what + " vs cpu");
+  }
+
+  // Optimizer steps (AdamW and LAMB with clipping, decayed and undecayed params, an all-zero
+  // param, more params than one launch batch) on CUDA against the same steps on the CPU.
+  for (const OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::lamb}) {
+    const std::string what = kind == OptimizerKind::adamw ? "adamw" : "lamb";
+    std::vector<Param> pc, pg;
+    for (int i = 0; i < 110; ++i) {
+      const Shape shape = i % 3 == 0 ? Shape{rng.integer(1, 40), rng.integer(1, 300)} : Shape{rng.integer(1, 2000)};
+      Param p;
+      p.name = "p" + std::to_string(i);
+      p.value = i == 5 ? Tensor::zeros(shape, DType::f32) : rng.tensor(shape, 0.05f);
+      p.grad = Tensor::zeros(shape, DType::f32);
+      p.weight_decay = i % 3 == 0;
+      pc.push_back(p);
+      Param g = p;
+      g.value = p.value.to(Device::cuda);
+      g.grad = p.grad.to(Device::cuda);
+      pg.push_back(g);
+    }
+    const OptimizerConfig oc{.kind = kind, .lr = 1e-2f, .weight_decay = 0.01f, .max_grad_norm = 1.0f};
+    Optimizer oc_cpu(oc, pc), oc_gpu(oc, pg);
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < pc.size(); ++i) {
+        const Tensor g = rng.tensor(pc[i].grad.shape(), 0.01f);
+        pc[i].grad.copy_from(g);
+        pg[i].grad.copy_from(g);
+      }
+      const OptimizerStepStats sc = oc_cpu.step(cpu(), oc.lr, 0.5f), sg = oc_gpu.step(gpu(), oc.lr, 0.5f);
+      EXPECT_NEAR(sg.grad_norm, sc.grad_norm, 1e-12 * sc.grad_norm) << what << " step " << step;
+      EXPECT_NEAR(sg.clip_factor, sc.clip_factor, 1e-12 * sc.clip_factor) << what << " step " << step;
+    }
+    for (size_t i = 0; i < pc.size(); ++i)
+      expect_close(values(pg[i].value), values(pc[i].value), 1e-6, 1e-5, what + " " + pc[i].name);
   }
 }
