@@ -127,7 +127,7 @@ OptimizerStepStats Optimizer::step(Context& ctx, float lr, float grad_scale) {
   // param's rank among them; its ||u||^2 goes to norms_sq_[P + k].
   const int64_t num_params = int64_t(params.size());
   std::vector<int64_t> norm_slot(params.size(), -1);
-  if (config_.kind == OptimizerKind::lamb && config_.weight_decay != 0.0f) {
+  if (config_.kind == OptimizerKind::lamb && config_.weight_decay != 0.0f && !params.empty()) {
     std::vector<const Tensor*> decayed;
     for (size_t i = 0; i < params.size(); ++i) {
       if (!params[i].weight_decay || params[i].value.numel() == 0) continue;
