@@ -425,6 +425,44 @@ TEST(VideoMAENames, PositionTables) {
   EXPECT_NE(msg.find("8x4x4"), std::string::npos) << msg;
 }
 
+TEST(VideoMAENames, InterpolatePositionTableMatchesPyTorch) {
+  // Golden values from PyTorch 2 (float64): F.interpolate bicubic (align_corners=False) over
+  // (h, w) per frame, then linear over t, of x[i, j] = sin(1.3 i + 0.7 j) + 0.1 i.
+  struct Case {
+    int64_t t, h, w, d, t2, h2, w2;
+    double sum, cos_sum, first, seventh, last;
+  };
+  const Case cases[] = {
+      {2, 3, 3, 2, 4, 5, 5, 180.56570242216466, -4.011433162834045, -0.07555965193927133, 0.4043990717000866,
+       0.8056527293609027},
+      {4, 6, 6, 3, 2, 4, 4, 686.6311778941042, 15.154456042733742, 2.0495831222672383, 2.29500861095697,
+       12.369541373461919},
+      {2, 4, 4, 2, 2, 4, 4, 102.07421836926264, -0.44369513261316973, 0.0, -0.6936910036334645, 2.941377331195284},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.t << "x" << c.h << "x" << c.w << " -> " << c.t2 << "x" << c.h2 << "x"
+                                      << c.w2);
+    const int64_t n = c.t * c.h * c.w;
+    Tensor x = Tensor::empty({1, n, c.d}, DType::f32);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < c.d; ++j) x.data<float>()[i * c.d + j] = float(std::sin(1.3 * i + 0.7 * j) + 0.1 * i);
+    const Tensor y = interpolate_position_table(x, c.t, c.h, c.w, c.t2, c.h2, c.w2);
+    ASSERT_EQ(y.shape(), Shape({1, c.t2 * c.h2 * c.w2, c.d}));
+    const float* p = y.data<float>();
+    double sum = 0, cos_sum = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) sum += p[i], cos_sum += p[i] * std::cos(double(i));
+    EXPECT_NEAR(sum, c.sum, 1e-4);
+    EXPECT_NEAR(cos_sum, c.cos_sum, 1e-4);
+    EXPECT_NEAR(p[0], c.first, 1e-6);
+    EXPECT_NEAR(p[7], c.seventh, 1e-6);
+    EXPECT_NEAR(p[y.numel() - 1], c.last, 1e-6);
+  }
+  // Equal grids give the table back.
+  const Tensor s = sinusoid_position_table(2 * 3 * 3, 4);
+  EXPECT_TRUE(same_bytes(interpolate_position_table(s, 2, 3, 3, 2, 3, 3), s));
+  EXPECT_NE(error_of([&] { interpolate_position_table(s, 2, 4, 4, 2, 3, 3); }).find("f32[1,18,4]"), std::string::npos);
+}
+
 // ---- FLOPs ---------------------------------------------------------------------------------
 
 // 2 M K N summed over a written-out list of products.
