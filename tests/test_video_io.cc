@@ -17,6 +17,7 @@
 #include <string>
 
 #include "unmask/error.h"
+#include "video/augment.h"
 #include "video/decode.h"
 #include "video/sampling.h"
 #include "video/synthetic.h"
@@ -388,6 +389,90 @@ TEST(VideoSynthetic, MotionFollowsLabel) {
     EXPECT_GT(sign * along, 1.0) << "label " << label << " motion (" << mx << ", " << my << ")";
     EXPECT_LT(std::abs(across), 0.25 * std::abs(along)) << "label " << label << " motion (" << mx << ", " << my << ")";
   }
+}
+
+
+// ---- augmentation --------------------------------------------------------------------------------
+
+Clip random_clip(int64_t T, int H, int W, uint64_t seed) {
+  Clip c;
+  c.frames = T; c.height = H; c.width = W;
+  c.rgb.resize(size_t(T * H * W * 3));
+  SampleRng rng(seed);
+  for (auto& v : c.rgb) v = uint8_t(rng.below(256));
+  return c;
+}
+
+TEST(VideoAugment, MultiScaleCropSizesAndOffsets) {
+  AugmentOptions o;  // 224, scales {1, .875, .75, .66}, max_distort 1
+  // 320x240: base 240 -> sizes 240, 210, 180, 158 (none within 3 of 224): 4 + 3 + 3 = 10 pairs.
+  const auto pairs = multiscale_crop_sizes(320, 240, o);
+  const std::vector<std::pair<int, int>> want = {{240, 240}, {210, 240}, {240, 210}, {210, 210}, {180, 210},
+                                                 {210, 180}, {180, 180}, {158, 180}, {180, 158}, {158, 158}};
+  EXPECT_EQ(pairs, want);
+  // 256 short side: 256*.875 = 224 exactly, 192, 168; 256 stays.
+  EXPECT_EQ(multiscale_crop_sizes(256, 340, o)[3], (std::pair<int, int>{224, 224}));
+  AugmentOptions snap; snap.input_size = 226;  // |224 - 226| < 3 snaps to 226
+  EXPECT_EQ(multiscale_crop_sizes(256, 256, snap)[3], (std::pair<int, int>{226, 226}));
+  // Offsets for a 240x240 crop of 320x240: steps (20, 0).
+  const auto off = fixed_crop_offsets(320, 240, 240, 240, true);
+  ASSERT_EQ(off.size(), 13u);
+  EXPECT_EQ(off[1], (std::pair<int, int>{80, 0}));
+  EXPECT_EQ(off[4], (std::pair<int, int>{40, 0}));
+  EXPECT_EQ(off[12], (std::pair<int, int>{60, 0}));
+  EXPECT_EQ(fixed_crop_offsets(320, 240, 158, 180, false).size(), 5u);
+  // Sampling reaches every pair and stays inside the frame.
+  SampleRng rng(8);
+  std::set<std::pair<int, int>> seen;
+  for (int i = 0; i < 2000; ++i) {
+    const CropBox b = sample_multiscale_crop(320, 240, o, rng);
+    seen.insert({b.width, b.height});
+    ASSERT_GE(b.x, 0); ASSERT_GE(b.y, 0);
+    ASSERT_LE(b.x + b.width, 320); ASSERT_LE(b.y + b.height, 240);
+  }
+  EXPECT_EQ(seen.size(), want.size());
+}
+
+TEST(VideoAugment, CropResizeNormalizeMatchesFloat64) {
+  const Clip c = random_clip(3, 37, 53, 77);
+  AugmentOptions o;
+  for (const bool flip : {false, true})
+    for (const CropBox box : {CropBox{0, 0, 53, 37}, CropBox{5, 3, 30, 29}, CropBox{20, 10, 33, 27}})
+      for (const int S : {16, 29, 40}) {
+        const auto fast = crop_resize_normalize(c, box, S, flip, o.mean, o.std);
+        const auto ref = crop_resize_normalize_reference(c, box, S, flip, o.mean, o.std);
+        ASSERT_EQ(fast.size(), ref.size());
+        double worst = 0;
+        for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(double(fast[i]) - ref[i]));
+        EXPECT_LT(worst, 2e-5) << "flip " << flip << " S " << S << " box " << box.x << "," << box.y;
+      }
+  // Identity geometry: a crop the size of the output copies pixels; normalisation by hand.
+  const auto id = crop_resize_normalize(c, CropBox{4, 2, 16, 16}, 16, false, o.mean, o.std);
+  const int64_t T = 3;
+  for (int64_t t = 0; t < T; ++t)
+    for (int y = 0; y < 16; ++y)
+      for (int x = 0; x < 16; ++x)
+        for (int ch = 0; ch < 3; ++ch) {
+          const double p = c.frame(t)[((2 + y) * 53 + 4 + x) * 3 + ch];
+          ASSERT_NEAR(id[size_t(((ch * T + t) * 16 + y) * 16 + x)], (p / 255.0 - o.mean[ch]) / o.std[ch], 1e-5);
+        }
+  // Flip mirrors columns exactly.
+  const auto fl = crop_resize_normalize(c, CropBox{4, 2, 16, 16}, 16, true, o.mean, o.std);
+  for (int y = 0; y < 16; ++y)
+    for (int x = 0; x < 16; ++x) ASSERT_EQ(fl[size_t(y * 16 + x)], id[size_t(y * 16 + 15 - x)]);
+  // Bad boxes are Errors.
+  EXPECT_THROW(crop_resize_normalize(c, CropBox{40, 0, 20, 10}, 8, false, o.mean, o.std), Error);
+}
+
+TEST(VideoAugment, AugmentClipShapeAndDeterminism) {
+  const Clip c = random_clip(2, 48, 64, 5);
+  AugmentOptions o;
+  o.input_size = 32;
+  o.flip = true;
+  SampleRng a(3), b(3);
+  const auto x = augment_clip(c, o, a), y = augment_clip(c, o, b);
+  EXPECT_EQ(x.size(), size_t(3 * 2 * 32 * 32));
+  EXPECT_EQ(x, y);
 }
 
 }  // namespace
