@@ -6,6 +6,7 @@
 // decoded pixels is the `ffmpeg` CLI (a separate program: libavformat's demuxer + the CLI's own
 // scale filter) decoding every frame to raw rgb24.
 #include <gtest/gtest.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -473,6 +474,67 @@ TEST(VideoAugment, AugmentClipShapeAndDeterminism) {
   const auto x = augment_clip(c, o, a), y = augment_clip(c, o, b);
   EXPECT_EQ(x.size(), size_t(3 * 2 * 32 * 32));
   EXPECT_EQ(x, y);
+}
+
+
+// ---- JPEG frame folders --------------------------------------------------------------------------
+
+void write_jpeg(const std::string& path, const std::vector<uint8_t>& rgb, int w, int h) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  ASSERT_EQ(0, tjCompress2(tj, rgb.data(), w, w * 3, h, TJPF_RGB, &buf, &size, TJSAMP_444, 100, 0));
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(buf), std::streamsize(size));
+  tjFree(buf);
+  tjDestroy(tj);
+}
+
+TEST(VideoFrames, JpegFolderDecodesResizesAndFails) {
+  TempDir dir;
+  const int W = 40, H = 30, T = 5;
+  fs::create_directories(dir.path / "f");
+  std::vector<std::vector<uint8_t>> frames;
+  for (int t = 0; t < T; ++t) {  // smooth gradients: quality-100 4:4:4 JPEG is near lossless on them
+    std::vector<uint8_t> rgb(size_t(W * H * 3));
+    for (int y = 0; y < H; ++y)
+      for (int x = 0; x < W; ++x) {
+        rgb[size_t((y * W + x) * 3 + 0)] = uint8_t(4 * x + 10 * t);
+        rgb[size_t((y * W + x) * 3 + 1)] = uint8_t(6 * y);
+        rgb[size_t((y * W + x) * 3 + 2)] = uint8_t(200 - 3 * x - 2 * y);
+      }
+    char name[32];
+    std::snprintf(name, sizeof(name), "img_%05d.jpg", t + 1);
+    write_jpeg((dir.path / "f" / name).string(), rgb, W, H);
+    frames.push_back(rgb);
+  }
+  FrameFolderReader r(dir.file("f"));
+  EXPECT_EQ(r.info().num_frames, T);
+  EXPECT_EQ(r.info().width, W);
+  EXPECT_EQ(r.info().height, H);
+  const Clip c = r.decode({4, 0, 0, 2});
+  for (const auto& [slot, k] : std::vector<std::pair<int, int>>{{0, 4}, {1, 0}, {2, 0}, {3, 2}}) {
+    const Diff d = compare(c.frame(slot), frames[size_t(k)].data(), frames[size_t(k)].size());
+    EXPECT_LE(d.max, 4) << "frame " << k;
+    EXPECT_LE(d.mean, 1.0) << "frame " << k;
+  }
+  DecodeOptions o;
+  o.short_side = 15;
+  const Clip small = r.decode({1}, o);
+  EXPECT_EQ(small.height, 15);
+  EXPECT_EQ(small.width, 20);
+  EXPECT_THROW(r.decode({T}), Error);                                  // too short
+  EXPECT_THROW(FrameFolderReader(dir.file("nothing")), Error);         // missing folder
+  EXPECT_THROW(FrameFolderReader(dir.file("f"), "frame_{:05}.jpg"), Error);  // no such frames
+  EXPECT_THROW(FrameFolderReader(dir.file("f"), "img_%05d.jpg"), Error);     // not a {} template
+  EXPECT_EQ(FrameFolderReader(dir.file("f"), "img_{:05d}.jpg", 2).info().num_frames, T - 1);
+  { std::ofstream(dir.path / "f" / "img_00003.jpg") << "not a jpeg"; }
+  try {
+    FrameFolderReader bad(dir.file("f"));
+    bad.decode({2});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("img_00003.jpg"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

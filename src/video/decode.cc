@@ -1,7 +1,10 @@
 // video/decode.cc: VideoReader (see decode.h for the contract).
 #include "video/decode.h"
 
+#include <turbojpeg.h>
+
 #include <algorithm>
+#include <fstream>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -268,6 +271,111 @@ Clip VideoReader::decode_all(const DecodeOptions& options) {
   std::vector<int64_t> all(size_t(impl_->info.num_frames));
   for (size_t i = 0; i < all.size(); ++i) all[i] = int64_t(i);
   return impl_->decode(all, options);
+}
+
+// ---- JPEG frame folders ------------------------------------------------------------------------
+
+FrameFolderReader::FrameFolderReader(const std::string& dir, const std::string& name_template, int first_number)
+    : dir_(dir), first_number_(first_number) {
+  info_.path = dir;
+  info_.codec = "jpeg";
+  const auto open = name_template.find('{'), close = name_template.find('}');
+  if (open == std::string::npos || close == std::string::npos || close < open)
+    throw Error("video: frame name template '", name_template, "' has no {} field",
+                Hint("use e.g. img_{:05}.jpg"));
+  prefix_ = name_template.substr(0, open);
+  suffix_ = name_template.substr(close + 1);
+  const std::string field = name_template.substr(open + 1, close - open - 1);  // "", ":05", ":05d"
+  if (!field.empty()) {
+    size_t i = field[0] == ':' ? 1 : 0;
+    while (i < field.size() && std::isdigit(static_cast<unsigned char>(field[i]))) width_field_ = width_field_ * 10 + (field[i++] - '0');
+    if (i < field.size() && field[i] == 'd') ++i;
+    if (i != field.size() || field[0] != ':')
+      throw Error("video: frame name template '", name_template, "': unsupported field {", field, "}",
+                  Hint("use {}, {:05} or {:05d}"));
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw Error("video: ", dir, ": not a directory of frames", Hint("check the path in the list file"));
+  while (std::filesystem::exists(frame_path(info_.num_frames), ec)) ++info_.num_frames;
+  if (info_.num_frames == 0)
+    throw Error("video: ", dir, ": no frames (looked for ", frame_path(0), ")",
+                Hint("pass the right --fname-tmpl and first number"));
+  tj_ = tjInitDecompress();
+  if (!tj_) throw Error("video: cannot create a libturbojpeg decompressor");
+  decode_jpeg(0, &info_.width, &info_.height);  // the size of the first frame is the folder's
+  info_.num_keyframes = info_.num_frames;
+}
+
+FrameFolderReader::~FrameFolderReader() {
+  if (tj_) tjDestroy(tj_);
+}
+
+std::string FrameFolderReader::frame_path(int64_t k) const {
+  std::string number = std::to_string(first_number_ + k);
+  if (int(number.size()) < width_field_) number.insert(0, size_t(width_field_) - number.size(), '0');
+  return (std::filesystem::path(dir_) / (prefix_ + number + suffix_)).string();
+}
+
+std::vector<uint8_t> FrameFolderReader::decode_jpeg(int64_t k, int* width, int* height) {
+  const std::string path = frame_path(k);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("video: cannot read frame ", k, " (", path, ")", Hint("the frame folder is incomplete"));
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), {});
+  if (bytes.empty()) throw Error("video: frame ", k, " (", path, ") is a zero-length file", Hint("re-extract the frames"));
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(tj_, bytes.data(), (unsigned long)bytes.size(), &w, &h, &subsamp, &colorspace) != 0)
+    throw Error("video: frame ", k, " (", path, ") is not a valid JPEG: ", tjGetErrorStr2(tj_),
+                Hint("re-extract the frames"));
+  std::vector<uint8_t> rgb(size_t(w) * h * 3);
+  if (tjDecompress2(tj_, bytes.data(), (unsigned long)bytes.size(), rgb.data(), w, w * 3, h, TJPF_RGB, 0) != 0 &&
+      tjGetErrorCode(tj_) == TJERR_FATAL)
+    throw Error("video: frame ", k, " (", path, "): JPEG decode failed: ", tjGetErrorStr2(tj_),
+                Hint("the JPEG is corrupt or truncated"));
+  *width = w;
+  *height = h;
+  return rgb;
+}
+
+Clip FrameFolderReader::decode(const std::vector<int64_t>& indices, const DecodeOptions& options) {
+  Clip clip;
+  resized_size(info_.width, info_.height, options.short_side, &clip.width, &clip.height);
+  clip.frames = int64_t(indices.size());
+  const size_t frame_bytes = size_t(clip.width) * clip.height * 3;
+  clip.rgb.resize(frame_bytes * indices.size());
+  ff::SwsPtr sws;
+  if (clip.width != info_.width || clip.height != info_.height) {
+    sws.reset(sws_getContext(info_.width, info_.height, AV_PIX_FMT_RGB24, clip.width, clip.height, AV_PIX_FMT_RGB24,
+                             SWS_BICUBIC, nullptr, nullptr, nullptr));
+    if (!sws) throw Error("video: ", dir_, ": cannot create the resizer");
+  }
+  std::map<int64_t, size_t> done;  // frame -> first slot holding it
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int64_t k = indices[i];
+    if (k < 0 || k >= info_.num_frames)
+      throw Error("video: ", dir_, ": too short: frame ", k, " asked for, the folder has ", info_.num_frames,
+                  " frames", Hint("sample fewer frames or a lower sampling rate, or drop this video"));
+    uint8_t* dst = clip.rgb.data() + i * frame_bytes;
+    if (auto it = done.find(k); it != done.end()) {
+      std::copy(clip.rgb.data() + it->second * frame_bytes, clip.rgb.data() + (it->second + 1) * frame_bytes, dst);
+      continue;
+    }
+    int w = 0, h = 0;
+    const std::vector<uint8_t> rgb = decode_jpeg(k, &w, &h);
+    if (w != info_.width || h != info_.height)
+      throw Error("video: frame ", k, " (", frame_path(k), ") is ", w, "x", h, ", the first frame is ", info_.width,
+                  "x", info_.height, Hint("every frame of a folder must have one size"));
+    if (!sws) {
+      std::copy(rgb.begin(), rgb.end(), dst);
+    } else {
+      const uint8_t* src[4] = {rgb.data(), nullptr, nullptr, nullptr};
+      const int src_stride[4] = {w * 3, 0, 0, 0};
+      uint8_t* planes[4] = {dst, nullptr, nullptr, nullptr};
+      int strides[4] = {clip.width * 3, 0, 0, 0};
+      sws_scale(sws.get(), src, src_stride, 0, h, planes, strides);
+    }
+    done[k] = i;
+  }
+  return clip;
 }
 
 }  // namespace unmask::video

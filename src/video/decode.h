@@ -75,4 +75,31 @@ class VideoReader {
   std::unique_ptr<Impl> impl_;
 };
 
+/// A folder of JPEG frames (VideoMAE v2 / SSv2 "rawframes": img_00001.jpg, img_00002.jpg, ...),
+/// decoded with libturbojpeg. Frame k is the file named by `name_template` with number
+/// first_number + k; the frame count is the length of the run of existing files from
+/// first_number. The template holds one "{:0Nd}"-style field, written "{:05}" (Python's
+/// format, as VideoMAE v2's --fname_tmpl) or "{}" (no padding). Resizing uses swscale bicubic,
+/// as VideoReader does; every frame must have the size of the first.
+class FrameFolderReader {
+ public:
+  explicit FrameFolderReader(const std::string& dir, const std::string& name_template = "img_{:05}.jpg",
+                             int first_number = 1);
+  ~FrameFolderReader();
+  FrameFolderReader(const FrameFolderReader&) = delete;
+  FrameFolderReader& operator=(const FrameFolderReader&) = delete;
+
+  const VideoInfo& info() const { return info_; }  // codec "jpeg"; fps 0 (unknown)
+  Clip decode(const std::vector<int64_t>& indices, const DecodeOptions& options = {});
+  std::string frame_path(int64_t k) const;
+
+ private:
+  std::string dir_, prefix_, suffix_;
+  int width_field_ = 0;
+  int first_number_ = 1;
+  VideoInfo info_;
+  void* tj_ = nullptr;  // tjhandle
+  std::vector<uint8_t> decode_jpeg(int64_t k, int* width, int* height);
+};
+
 }  // namespace unmask::video
