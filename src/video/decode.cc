@@ -43,6 +43,7 @@ struct VideoReader::Impl {
   ff::PacketPtr packet;
   ff::FramePtr frame;
   ff::SwsPtr sws;
+  int sws_colorspace = -1, sws_src_full = -1;  // the colour details `sws` was last set up with
   int stream = -1;
   std::vector<int64_t> pts_sorted;       // frame k's pts = pts_sorted[k] (stream time base)
   std::vector<int64_t> keyframe_index;   // frame indices of keyframes, ascending
@@ -192,16 +193,22 @@ struct VideoReader::Impl {
 
   void convert(uint8_t* dst, int out_w, int out_h) {
     const auto src_fmt = AVPixelFormat(frame->format);
+    SwsContext* before = sws.get();
     sws.reset(sws_getCachedContext(sws.release(), frame->width, frame->height, src_fmt, out_w, out_h,
                                    AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr, nullptr));
     if (!sws) fail(std::string("cannot convert pixel format ") + (av_get_pix_fmt_name(src_fmt) ? av_get_pix_fmt_name(src_fmt) : "?") + " to RGB24",
                    "unsupported pixel format");
     // The frame's own matrix and range, as the ffmpeg CLI's scale filter applies them.
+    // (Re-)initializing the tables is costly: only when the context or the frame's colour changes.
     const int cs = frame->colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_DEFAULT : int(frame->colorspace);
     const int src_full = frame->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
-    int* inv = nullptr; int* tab = nullptr; int src_range = 0, dst_range = 0, b = 0, c = 0, s = 0;
-    if (sws_getColorspaceDetails(sws.get(), &inv, &src_range, &tab, &dst_range, &b, &c, &s) >= 0)
-      sws_setColorspaceDetails(sws.get(), sws_getCoefficients(cs), src_full, tab, dst_range, b, c, s);
+    if (sws.get() != before || cs != sws_colorspace || src_full != sws_src_full) {
+      int* inv = nullptr; int* tab = nullptr; int src_range = 0, dst_range = 0, b = 0, c = 0, s = 0;
+      if (sws_getColorspaceDetails(sws.get(), &inv, &src_range, &tab, &dst_range, &b, &c, &s) >= 0)
+        sws_setColorspaceDetails(sws.get(), sws_getCoefficients(cs), src_full, tab, dst_range, b, c, s);
+      sws_colorspace = cs;
+      sws_src_full = src_full;
+    }
     uint8_t* planes[4] = {dst, nullptr, nullptr, nullptr};
     int strides[4] = {out_w * 3, 0, 0, 0};
     sws_scale(sws.get(), frame->data, frame->linesize, 0, frame->height, planes, strides);
