@@ -205,6 +205,17 @@ TEST(VideoDecode, BadFilesGiveErrors) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
+  {  // Unsupported codec: a webm whose track says "V_QQ9" (no decoder has that codec id).
+    const std::string good = make_video(dir, "vp9", 2);
+    std::ifstream f(good, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    const size_t at = bytes.find("V_VP9");
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, 5, "V_QQ9");
+    const std::string odd = dir.file("odd_codec.webm");
+    std::ofstream(odd, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    expect_error(odd, "unsupported codec");
+  }
   if (!have_ffmpeg_cli()) GTEST_SKIP() << "no ffmpeg CLI";
   const std::string audio = dir.file("audio.m4a");
   ASSERT_EQ(0, std::system(("ffmpeg -hide_banner -loglevel error -y -f lavfi -i sine=frequency=440:duration=0.5 " +
