@@ -476,6 +476,19 @@ TEST(VideoAugment, CropResizeNormalizeMatchesFloat64) {
   EXPECT_THROW(crop_resize_normalize(c, CropBox{40, 0, 20, 10}, 8, false, o.mean, o.std), Error);
 }
 
+TEST(VideoAugment, TestCropBoxes) {
+  auto xy = [](const std::vector<CropBox>& b) {
+    std::vector<std::pair<int, int>> r;
+    for (const CropBox& c : b) r.emplace_back(c.x, c.y);
+    return r;
+  };
+  // 298x224 (a 320x240 video resized to short side 224): 3 crops at x = 0, 37, 74.
+  EXPECT_EQ(xy(test_crop_boxes(298, 224, 224, 3)), (std::vector<std::pair<int, int>>{{0, 0}, {37, 0}, {74, 0}}));
+  EXPECT_EQ(xy(test_crop_boxes(224, 300, 224, 3)), (std::vector<std::pair<int, int>>{{0, 0}, {0, 38}, {0, 76}}));
+  EXPECT_EQ(xy(test_crop_boxes(341, 256, 224, 1)), (std::vector<std::pair<int, int>>{{58, 16}}));
+  EXPECT_THROW(test_crop_boxes(200, 300, 224, 3), Error);
+}
+
 TEST(VideoAugment, AugmentClipShapeAndDeterminism) {
   const Clip c = random_clip(2, 48, 64, 5);
   AugmentOptions o;

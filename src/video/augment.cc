@@ -45,6 +45,20 @@ CropBox sample_multiscale_crop(int image_w, int image_h, const AugmentOptions& o
   return CropBox{x, y, cw, ch};
 }
 
+std::vector<CropBox> test_crop_boxes(int image_w, int image_h, int s, int num_crops) {
+  UNMASK_CHECK(num_crops > 0 && s > 0 && s <= image_w && s <= image_h, "test crops: ", num_crops, " crops of ", s,
+               "x", s, " do not fit a ", image_w, "x", image_h, " frame");
+  std::vector<CropBox> boxes;
+  if (num_crops == 1) return {CropBox{(image_w - s) / 2, (image_h - s) / 2, s, s}};
+  const bool wide = image_w >= image_h;
+  const double step = double((wide ? image_w : image_h) - s) / (num_crops - 1);
+  for (int i = 0; i < num_crops; ++i) {
+    const int start = int(i * step);
+    boxes.push_back(wide ? CropBox{start, (image_h - s) / 2, s, s} : CropBox{(image_w - s) / 2, start, s, s});
+  }
+  return boxes;
+}
+
 namespace {
 
 void check_box(const Clip& clip, const CropBox& b, int out_size) {

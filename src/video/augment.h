@@ -51,6 +51,11 @@ std::vector<float> crop_resize_normalize(const Clip& clip, const CropBox& box, i
 std::vector<double> crop_resize_normalize_reference(const Clip& clip, const CropBox& box, int out_size, bool flip,
                                                     const float mean[3], const float std[3]);
 
+/// Test-time spatial views (VideoMAE kinetics.py test mode, after the short-side resize to
+/// crop_size): num_crops == 1 -> the centre crop ((W - s) / 2, (H - s) / 2); num_crops > 1 -> s x s
+/// crops along the long side starting at int(i * (long - s) / (num_crops - 1)).
+std::vector<CropBox> test_crop_boxes(int image_w, int image_h, int crop_size, int num_crops);
+
 /// The whole training transform: sample a crop (and a flip), then crop_resize_normalize.
 std::vector<float> augment_clip(const Clip& clip, const AugmentOptions& options, SampleRng& rng);
 
