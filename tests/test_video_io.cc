@@ -221,6 +221,29 @@ TEST(VideoDecode, BadFilesGiveErrors) {
   ASSERT_EQ(0, std::system(("ffmpeg -hide_banner -loglevel error -y -f lavfi -i sine=frequency=440:duration=0.5 " +
                             audio).c_str()));
   expect_error(audio, "no video stream");
+  {  // A faststart mp4 (index first) cut in the middle: the complete frames before the cut decode
+     // exactly as from the whole file; asking for later frames names the truncation.
+    const std::string good = make_video(dir, "h264", 3);
+    const std::string fast = dir.file("fast.mp4");
+    ASSERT_EQ(0, std::system(("ffmpeg -hide_banner -loglevel error -y -i " + good + " -c copy -movflags +faststart " +
+                              fast).c_str()));
+    std::ifstream f(fast, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    const std::string cut = dir.file("fast_cut.mp4");
+    std::ofstream(cut, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() * 6 / 10));
+    VideoReader whole(good), part(cut);
+    EXPECT_EQ(part.info().container_frames, kFrames);
+    ASSERT_GT(part.info().num_frames, 0);
+    ASSERT_LT(part.info().num_frames, kFrames);
+    const Clip a = whole.decode_all(), b = part.decode_all();
+    EXPECT_EQ(0, std::memcmp(a.rgb.data(), b.rgb.data(), b.rgb.size()));
+    try {
+      part.decode({kFrames - 1});
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+    }
+  }
   // A codec Debian's libavcodec can encode but that we still decode fine is no test of
   // "unsupported"; an image-only stream (a PNG) must be handled as a one-frame video.
   const std::string png = dir.file("one.png");

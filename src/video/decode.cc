@@ -101,6 +101,7 @@ struct VideoReader::Impl {
 
     index_packets();
     info.codec = decoder->name;
+    info.container_frames = st->nb_frames > 0 ? st->nb_frames : 0;
     info.width = codec->width;
     info.height = codec->height;
     AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
@@ -119,6 +120,10 @@ struct VideoReader::Impl {
     while (true) {
       const int rc = av_read_frame(fmt.get(), packet.get());
       if (rc < 0) break;
+      if (packet->stream_index == stream && (packet->flags & AV_PKT_FLAG_CORRUPT)) {
+        av_packet_unref(packet.get());  // a packet cut short by truncation: the frames before it stay usable
+        break;
+      }
       if (packet->stream_index == stream) {
         int64_t pts = packet->pts != AV_NOPTS_VALUE ? packet->pts : packet->dts;
         if (pts == AV_NOPTS_VALUE) pts = fallback_pts;
@@ -219,7 +224,9 @@ struct VideoReader::Impl {
     const int64_t n = info.num_frames;
     for (const int64_t k : indices)
       if (k < 0 || k >= n)
-        fail("too short: frame " + std::to_string(k) + " asked for, the video has " + std::to_string(n) + " frames",
+        fail("too short: frame " + std::to_string(k) + " asked for, the video has " + std::to_string(n) + " frames" +
+                 (info.container_frames > n ? " (its header lists " + std::to_string(info.container_frames) +
+                                                  ": the file is truncated)" : ""),
              "sample fewer frames or a lower sampling rate, or drop this video");
     Clip clip;
     resized_size(info.width, info.height, options.short_side, &clip.width, &clip.height);

@@ -32,6 +32,8 @@ struct VideoInfo {
   double duration_s = 0;     // (last pts - first pts + one frame) in seconds
   int width = 0, height = 0;
   int64_t num_keyframes = 0;
+  int64_t container_frames = 0;  // what the container's header claims (0 = unknown); more than
+                                 // num_frames means the file is truncated
 };
 
 struct DecodeOptions {
