@@ -65,7 +65,9 @@ struct VideoReader::Impl {
     if (size == 0) fail("zero-length file", "the file is empty; re-download or re-encode it");
 
     AVFormatContext* raw = nullptr;
-    int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);  // frees raw on failure
+    // "file:" keeps a name like "pipe:0" or "concat:a|b" from being read as an FFmpeg protocol.
+    const std::string url = "file:" + path;
+    int rc = avformat_open_input(&raw, url.c_str(), nullptr, nullptr);  // frees raw on failure
     if (rc < 0) fail("cannot open as a media file: " + ff::error_string(rc),
                      "the header is corrupt or truncated, or this is not a video file");
     fmt.reset(raw);
@@ -94,6 +96,9 @@ struct VideoReader::Impl {
     if (rc < 0) fail(std::string("cannot open the ") + decoder->name + " decoder: " + ff::error_string(rc),
                      "unsupported profile or corrupt codec parameters");
     if (codec->width <= 0 || codec->height <= 0) fail("video stream has no frame size", "the file is corrupt");
+    if (codec->width > 16384 || codec->height > 16384)
+      fail("frame size " + std::to_string(codec->width) + "x" + std::to_string(codec->height) + " is over 16384",
+           "the header is corrupt, or downscale the video first");
 
     packet.reset(av_packet_alloc());
     frame.reset(av_frame_alloc());
