@@ -100,38 +100,18 @@ ops::CrossEntropyStats cross_entropy(Context& ctx, const float* logits, int64_t 
   return stats;
 }
 
-// The per-step scalars exactly as ops/optim_ops.cc computes them (double, rounded to f32).
+// The per-step scalars come from ops/optim_scalars.h, as on the CPU.
 void adamw_update(Context& ctx, float* p, const float* g, float* m, float* v, int64_t n, float lr,
                   const ops::AdamArgs& a) {
   CudaState& st = cuda_state(ctx);
-  const double t = double(a.step);
-  AdamWScalarsDev s;
-  s.grad_scale = a.grad_scale;
-  s.beta1 = a.beta1;
-  s.one_minus_beta1 = float(1.0 - double(a.beta1));
-  s.beta2 = a.beta2;
-  s.one_minus_beta2 = float(1.0 - double(a.beta2));
-  s.decay = float(1.0 - double(lr) * double(a.weight_decay));
-  s.step_size = float(double(lr) / (1.0 - std::pow(double(a.beta1), t)));
-  s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(double(a.beta2), t)));
-  s.eps = a.eps;
+  const ops::AdamWScalars s = ops::adamw_scalars(lr, a);
   adamw_update_n(p, g, m, v, n, s, st.stream);
 }
 
 void lamb_moments(Context& ctx, const float* p, const float* g, float* m, float* v, float* update, int64_t n,
                   const ops::AdamArgs& a) {
   CudaState& st = cuda_state(ctx);
-  const double t = double(a.step);
-  LambScalarsDev s;
-  s.grad_scale = a.grad_scale;
-  s.beta1 = a.beta1;
-  s.beta3 = float(1.0 - double(a.beta1));
-  s.beta2 = a.beta2;
-  s.one_minus_beta2 = float(1.0 - double(a.beta2));
-  s.bias1 = float(1.0 - std::pow(double(a.beta1), t));
-  s.bias2 = float(1.0 - std::pow(double(a.beta2), t));
-  s.eps = a.eps;
-  s.weight_decay = a.weight_decay;
+  const ops::LambScalars s = ops::lamb_scalars(a);
   lamb_moments_n(p, g, m, v, update, n, s, st.stream);
 }
 

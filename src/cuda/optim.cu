@@ -33,7 +33,7 @@ int grid_for(int64_t n) { return int(std::max<int64_t>(1, std::min<int64_t>(ceil
 
 /// torch.optim.AdamW element update (optim_ops.cc adamw_kernel).
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, AdamWScalarsDev s) {
+                             float* __restrict__ v, int64_t n, ops::AdamWScalars s) {
   UNMASK_GRID_STRIDE(i, n) {
     const float gi = __fmul_rn(s.grad_scale, g[i]);
     const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.one_minus_beta1, gi));
@@ -47,7 +47,7 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
 
 /// apex LAMB stage 1 element update (optim_ops.cc lamb_moments_kernel).
 __global__ void lamb_moments_kernel(const float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                                    float* __restrict__ v, float* __restrict__ u, int64_t n, LambScalarsDev s) {
+                                    float* __restrict__ v, float* __restrict__ u, int64_t n, ops::LambScalars s) {
   UNMASK_GRID_STRIDE(i, n) {
     const float gi = __fmul_rn(s.grad_scale, g[i]);
     const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.beta3, gi));
@@ -163,7 +163,7 @@ void check_n(const char* op, int64_t n) { UNMASK_CHECK(n >= 0, op, " (cuda): bad
 
 }  // namespace
 
-void adamw_update_n(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalarsDev& s,
+void adamw_update_n(float* p, const float* g, float* m, float* v, int64_t n, const ops::AdamWScalars& s,
                     cudaStream_t stream) {
   check_n("adamw_update", n);
   if (n == 0) return;
@@ -172,7 +172,7 @@ void adamw_update_n(float* p, const float* g, float* m, float* v, int64_t n, con
 }
 
 void lamb_moments_n(const float* p, const float* g, float* m, float* v, float* update, int64_t n,
-                    const LambScalarsDev& s, cudaStream_t stream) {
+                    const ops::LambScalars& s, cudaStream_t stream) {
   check_n("lamb_moments", n);
   if (n == 0) return;
   lamb_moments_kernel<<<grid_for(n), kThreads, 0, stream>>>(p, g, m, v, update, n, s);

@@ -21,6 +21,7 @@
 
 #include "cuda/allocator.h"
 #include "ops/ops.h"
+#include "ops/optim_scalars.h"
 #include "unmask/dtype.h"
 
 namespace unmask::cuda {
@@ -95,18 +96,10 @@ CrossEntropyTotals cross_entropy_rows(const float* logits, int64_t ld, const int
 
 // ---- optim.cu (f32, contiguous [n]) -----------------------------------------------------------
 
-/// Per-step scalars of AdamW, computed on the host exactly as the CPU op does (optim_ops.cc).
-struct AdamWScalarsDev {
-  float grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, decay, step_size, bias2_sqrt, eps;
-};
-/// Per-step scalars of LAMB stage 1 (as optim_ops.cc).
-struct LambScalarsDev {
-  float grad_scale, beta1, beta3, beta2, one_minus_beta2, bias1, bias2, eps, weight_decay;
-};
-void adamw_update_n(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalarsDev& s,
+void adamw_update_n(float* p, const float* g, float* m, float* v, int64_t n, const ops::AdamWScalars& s,
                   cudaStream_t stream);
 void lamb_moments_n(const float* p, const float* g, float* m, float* v, float* update, int64_t n,
-                  const LambScalarsDev& s, cudaStream_t stream);
+                  const ops::LambScalars& s, cudaStream_t stream);
 /// y += alpha x.
 void axpy_n(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);
 /// x *= s.

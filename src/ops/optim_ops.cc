@@ -19,11 +19,45 @@
 
 #include "ops/op_common.h"
 #include "ops/ops.h"
+#include "ops/optim_scalars.h"
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/ops_cuda.h"
 #endif
 
 namespace unmask::ops {
+
+// ---- per-step scalars (ops/optim_scalars.h; the CUDA backend uses the same) -----------------
+
+AdamWScalars adamw_scalars(float lr, const AdamArgs& a) {
+  const double t = double(a.step);
+  AdamWScalars s;
+  s.grad_scale = a.grad_scale;
+  s.beta1 = a.beta1;
+  s.one_minus_beta1 = float(1.0 - double(a.beta1));
+  s.beta2 = a.beta2;
+  s.one_minus_beta2 = float(1.0 - double(a.beta2));
+  s.decay = float(1.0 - double(lr) * double(a.weight_decay));
+  s.step_size = float(double(lr) / (1.0 - std::pow(double(a.beta1), t)));
+  s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(double(a.beta2), t)));
+  s.eps = a.eps;
+  return s;
+}
+
+LambScalars lamb_scalars(const AdamArgs& a) {
+  const double t = double(a.step);
+  LambScalars s;
+  s.grad_scale = a.grad_scale;
+  s.beta1 = a.beta1;
+  s.beta3 = float(1.0 - double(a.beta1));
+  s.beta2 = a.beta2;
+  s.one_minus_beta2 = float(1.0 - double(a.beta2));
+  s.bias1 = float(1.0 - std::pow(double(a.beta1), t));
+  s.bias2 = float(1.0 - std::pow(double(a.beta2), t));
+  s.eps = a.eps;
+  s.weight_decay = a.weight_decay;
+  return s;
+}
+
 namespace {
 
 // ---- kernels: raw pointers, n elements, no validation ----------------------------------------
@@ -44,32 +78,6 @@ inline void sqrt_block(const float* x, float* y, int64_t n) {
   for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
 #endif
   for (; i < n; ++i) y[i] = std::sqrt(x[i]);
-}
-
-// Per-step scalars of AdamW, rounded to f32 from double the way torch.optim.AdamW rounds its
-// Python-float scalars when it applies them to f32 tensors.
-struct AdamWScalars {
-  float grad_scale;   // g' = grad_scale * g
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float decay;        // 1 - lr * wd
-  float step_size;    // lr / (1 - beta1^step)
-  float bias2_sqrt;   // sqrt(1 - beta2^step)
-  float eps;
-};
-
-AdamWScalars adamw_scalars(float lr, const AdamArgs& a) {
-  const double t = double(a.step);
-  AdamWScalars s;
-  s.grad_scale = a.grad_scale;
-  s.beta1 = a.beta1;
-  s.one_minus_beta1 = float(1.0 - double(a.beta1));
-  s.beta2 = a.beta2;
-  s.one_minus_beta2 = float(1.0 - double(a.beta2));
-  s.decay = float(1.0 - double(lr) * double(a.weight_decay));
-  s.step_size = float(double(lr) / (1.0 - std::pow(double(a.beta1), t)));
-  s.bias2_sqrt = float(std::sqrt(1.0 - std::pow(double(a.beta2), t)));
-  s.eps = a.eps;
-  return s;
 }
 
 // torch.optim.AdamW (single-tensor path), element by element:
@@ -96,30 +104,6 @@ void adamw_kernel(float* __restrict p, const float* __restrict g, float* __restr
       pb[i] = pb[i] * s.decay - s.step_size * (mb[i] / d);
     }
   }
-}
-
-// Per-step scalars of LAMB stage 1 (apex multi_tensor_lamb: the bias corrections are computed
-// in double on the host and used as f32).
-struct LambScalars {
-  float grad_scale;
-  float beta1, beta3, beta2, one_minus_beta2;  // beta3 = 1 - beta1 (grad averaging)
-  float bias1, bias2;                          // 1 - beta^step
-  float eps, weight_decay;
-};
-
-LambScalars lamb_scalars(const AdamArgs& a) {
-  const double t = double(a.step);
-  LambScalars s;
-  s.grad_scale = a.grad_scale;
-  s.beta1 = a.beta1;
-  s.beta3 = float(1.0 - double(a.beta1));
-  s.beta2 = a.beta2;
-  s.one_minus_beta2 = float(1.0 - double(a.beta2));
-  s.bias1 = float(1.0 - std::pow(double(a.beta1), t));
-  s.bias2 = float(1.0 - std::pow(double(a.beta2), t));
-  s.eps = a.eps;
-  s.weight_decay = a.weight_decay;
-  return s;
 }
 
 // apex LAMB stage 1 with adam_w_mode (decoupled decay), element by element:
