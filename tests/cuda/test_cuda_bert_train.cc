@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "cuda/cuda_state.h"
+#include "cuda_test_common.h"
 #include "test_harness.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
@@ -49,29 +50,11 @@
 
 using namespace unmask;
 
+using cuda_test::base_seed;
+using cuda_test::cpu;
+using cuda_test::gpu;
+
 namespace {
-
-bool has_cuda() {
-  static const bool ok = [] {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    return e == cudaSuccess && count > 0;
-  }();
-  return ok;
-}
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!has_cuda()) GTEST_SKIP() << "no CUDA device"
-
-Context& gpu() {
-  static Context ctx(ContextOptions{.num_threads = 2, .device = Device::cuda});
-  return ctx;
-}
-Context& cpu() {
-  static Context ctx(ContextOptions{.num_threads = 2});
-  return ctx;
-}
 
 // Sets CudaState::allow_tf32 for a scope (the GEMM plan cache keys on it), then restores it.
 struct Tf32Scope {
@@ -81,10 +64,6 @@ struct Tf32Scope {
   ~Tf32Scope() { st.allow_tf32 = saved; }
 };
 
-uint64_t base_seed() {
-  const char* env = std::getenv("UNMASK_TEST_SEED");
-  return env && *env ? std::strtoull(env, nullptr, 0) : 0x7a1a5eedull;
-}
 uint64_t test_seed(const std::string& test) {
   uint64_t h = base_seed();
   for (const char c : test) h = (h ^ uint64_t(uint8_t(c))) * 0x100000001b3ull;

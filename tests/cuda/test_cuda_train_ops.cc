@@ -24,6 +24,7 @@
 
 #include "cuda/ops_cuda.h"
 #include "ops/ops.h"
+#include "cuda_test_common.h"
 #include "test_harness.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
@@ -32,34 +33,11 @@
 using namespace unmask;
 using ops::Activation;
 
+using cuda_test::base_seed;
+using cuda_test::cpu;
+using cuda_test::gpu;
+
 namespace {
-
-bool has_cuda() {
-  static const bool ok = [] {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    return e == cudaSuccess && count > 0;
-  }();
-  return ok;
-}
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!has_cuda()) GTEST_SKIP() << "no CUDA device"
-
-Context& gpu() {
-  static Context ctx(ContextOptions{.num_threads = 1, .device = Device::cuda});
-  return ctx;
-}
-Context& cpu() {
-  static Context ctx(ContextOptions{.num_threads = 2});
-  return ctx;
-}
-
-uint64_t base_seed() {
-  const char* env = std::getenv("UNMASK_TEST_SEED");
-  return env && *env ? std::strtoull(env, nullptr, 0) : 0x7a1a5eedull;
-}
 
 struct Rng {
   std::mt19937_64 gen;

@@ -1,0 +1,44 @@
+// tests/cuda/cuda_test_common.h: what every CUDA test file needs: the device check behind
+// REQUIRE_CUDA_DEVICE (the tests skip on a machine without a GPU, as CI's is), one CUDA and one
+// CPU Context shared by a test binary, and the base seed (UNMASK_TEST_SEED or a fixed default).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "test_harness.h"
+#include "unmask/context.h"
+
+namespace unmask::cuda_test {
+
+inline bool has_cuda() {
+  static const bool ok = [] {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess && count > 0;
+  }();
+  return ok;
+}
+
+/// The CUDA context of the test binary (2 host threads for the host-side packing work).
+inline Context& gpu() {
+  static Context ctx(ContextOptions{.num_threads = 2, .device = Device::cuda});
+  return ctx;
+}
+/// The CPU context the CUDA results are compared against.
+inline Context& cpu() {
+  static Context ctx(ContextOptions{.num_threads = 2});
+  return ctx;
+}
+
+inline uint64_t base_seed() {
+  const char* env = std::getenv("UNMASK_TEST_SEED");
+  return env && *env ? std::strtoull(env, nullptr, 0) : 0x7a1a5eedull;
+}
+
+}  // namespace unmask::cuda_test
+
+#define REQUIRE_CUDA_DEVICE() \
+  if (!::unmask::cuda_test::has_cuda()) GTEST_SKIP() << "no CUDA device"
