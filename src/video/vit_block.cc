@@ -1,0 +1,100 @@
+// video/vit_block.cc: the pre-LN ViT block of VideoMAE as an explicit forward/backward pair (shapes
+// and saved tensors in video/videomae.h), shared by the pretraining and the classification models.
+#include <cmath>
+#include <cstring>
+
+#include "unmask/error.h"
+#include "video/videomae.h"
+
+namespace unmask::video {
+
+using ops::Activation;
+using ops::Trans;
+
+namespace {
+
+Tensor f32(const Shape& s) { return Tensor::empty(s, DType::f32); }
+
+ops::AttentionArgs attention_args(const BlockShape& s) {
+  ops::AttentionArgs a;
+  a.num_heads = int(s.NH);
+  a.scale = float(1.0 / std::sqrt(double(s.C / s.NH)));
+  a.padded_seq_len = s.tokens;
+  return a;
+}
+
+// The qkv bias VideoMAE passes to F.linear: cat(q_bias, zeros, v_bias).
+Tensor qkv_bias(const BlockParams& p, int64_t C) {
+  Tensor b = Tensor::zeros({3 * C}, DType::f32);
+  std::memcpy(b.data<float>(), p.q_bias.value.data<float>(), size_t(C) * sizeof(float));
+  std::memcpy(b.data<float>() + 2 * C, p.v_bias.value.data<float>(), size_t(C) * sizeof(float));
+  return b;
+}
+
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  c.copy_from(t);
+  return c;
+}
+
+}  // namespace
+
+void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s, BlockSaved& sv) {
+  const int64_t N = x.size(0), C = s.C;
+  sv.ln1 = f32({N, C}); sv.mean1 = f32({N}); sv.rstd1 = f32({N});
+  ops::layernorm(ctx, x, nullptr, p.norm1_g.value, p.norm1_b.value, s.eps, sv.ln1, &sv.mean1, &sv.rstd1);
+  const Tensor bias = qkv_bias(p, C);
+  sv.qkv = f32({N, 3 * C});
+  ops::GemmArgs qa;
+  qa.bias = &bias;
+  ops::gemm(ctx, sv.ln1, Trans::no, p.qkv_w.value, Trans::yes, sv.qkv, qa);
+  sv.ctx = f32({N, C}); sv.lse = f32({s.NH, N});
+  ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                               sv.ctx, sv.lse, attention_args(s), ops::AttentionTrainArgs{});
+  // x1 = x + proj(ctx): the residual enters through the GEMM's beta = 1
+  sv.x1 = copy_of(x);
+  ops::GemmArgs res;
+  res.beta = 1.0f;
+  res.bias = &p.proj_b.value;
+  ops::gemm(ctx, sv.ctx, Trans::no, p.proj_w.value, Trans::yes, sv.x1, res);
+  sv.ln2 = f32({N, C}); sv.mean2 = f32({N}); sv.rstd2 = f32({N});
+  ops::layernorm(ctx, sv.x1, nullptr, p.norm2_g.value, p.norm2_b.value, s.eps, sv.ln2, &sv.mean2, &sv.rstd2);
+  sv.fp = f32({N, s.I}); sv.f = f32({N, s.I});
+  train::linear_forward(ctx, sv.ln2, p.fc1_w, p.fc1_b, sv.fp);
+  ops::activation(ctx, sv.fp, sv.f, Activation::gelu);
+  sv.out = copy_of(sv.x1);
+  res.bias = &p.fc2_b.value;
+  ops::gemm(ctx, sv.f, Trans::no, p.fc2_w.value, Trans::yes, sv.out, res);
+}
+
+void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSaved& sv, const BlockShape& s,
+                    Tensor& g) {
+  const int64_t N = x.size(0), C = s.C;
+  // out = x1 + fc2(gelu(fc1(LN2(x1))))
+  Tensor df = f32({N, s.I});
+  train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, g, &df);
+  ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
+  Tensor dln = f32({N, C});
+  train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);
+  ops::layernorm_backward(ctx, sv.x1, nullptr, p.norm2_g.value, sv.mean2, sv.rstd2, dln, dln, p.norm2_g.grad,
+                          p.norm2_b.grad);
+  ops::axpy(ctx, 1.0f, dln, g);  // g = d x1
+  // x1 = x + proj(attention(qkv(LN1(x))))
+  Tensor dctx = f32({N, C});
+  train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, g, &dctx);
+  Tensor dqkv = f32({N, 3 * C});
+  Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
+  ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                          sv.ctx, sv.lse, dctx, dq, dk, dv, attention_args(s), ops::AttentionTrainArgs{});
+  Tensor dbias = Tensor::zeros({3 * C}, DType::f32);
+  ops::bias_grad(ctx, dqkv, dbias);  // the key third is dropped: k has no bias
+  ops::axpy(ctx, 1.0f, dbias.slice(0, 0, C), p.q_bias.grad);
+  ops::axpy(ctx, 1.0f, dbias.slice(0, 2 * C, 3 * C), p.v_bias.grad);
+  PV no_bias;
+  train::linear_backward(ctx, sv.ln1, p.qkv_w, no_bias, dqkv, &dln);
+  ops::layernorm_backward(ctx, x, nullptr, p.norm1_g.value, sv.mean1, sv.rstd1, dln, dln, p.norm1_g.grad,
+                          p.norm1_b.grad);
+  ops::axpy(ctx, 1.0f, dln, g);  // g = d x
+}
+
+}  // namespace unmask::video
