@@ -34,6 +34,7 @@ struct Param {
   Tensor value;              // f32, contiguous (may be a row-slice view of a fused buffer)
   Tensor grad;               // f32, same shape; accumulated by backward passes
   bool weight_decay = true;  // false for biases and LayerNorm weights (DLE's no_decay list)
+  float lr_scale = 1.0f;     // multiplies the step's lr for this param (layer-wise lr decay)
 };
 
 /// A pretraining micro-batch in DLE's padded layout (what the HDF5 shards hold), all i32.

@@ -101,6 +101,85 @@ class VideoMAEPretrainModel {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Fine-tuning options of one VideoMAEClassifier step (VideoMAE run_class_finetuning.py).
+struct VideoMAEClassifyOptions {
+  bool backward = true;
+  float loss_scale = 1.0f;
+  /// Stochastic depth: block i drops its two residual branches per clip with probability
+  /// drop_path_rate * i / (depth - 1) (timm's linear rule; kept branches scaled by 1 / keep).
+  float drop_path_rate = 0.0f;
+  float head_dropout = 0.0f;  // dropout on the pooled features before the head (fc_drop_rate)
+  /// Counter-based RNG for drop path and dropout: the same (seed, step) draws the same masks.
+  uint64_t seed = 0, step = 0;
+};
+
+struct VideoMAEClassifyStats {
+  double loss = 0;   // soft-target cross-entropy, mean over clips (0 when no targets are given)
+  Tensor logits;     // f32 [B, num_classes]
+};
+
+/// VideoMAE's fine-tuning model (modeling_finetune.py with use_mean_pooling): tubelet embedding of
+/// ALL tokens + the fixed sinusoid table, pre-LN encoder blocks with drop path, no final norm,
+/// mean over tokens -> fc_norm (LayerNorm eps 1e-6) -> dropout -> head.
+/// Parameters carry the original fine-tune names: patch_embed.proj.{weight,bias},
+/// blocks.i.{norm1,attn.qkv.weight,attn.q_bias,attn.v_bias,attn.proj,norm2,mlp.fc1,mlp.fc2}.*,
+/// fc_norm.{weight,bias}, head.{weight [K, D],bias [K]}. The decoder fields of the config are unused.
+class VideoMAEClassifier {
+ public:
+  /// timm init: trunc_normal(std 0.02, cut at +-2) on every Linear, zero biases, LayerNorm (1, 0),
+  /// Conv3d PyTorch default; head weight and bias then multiplied by init_scale (0.001).
+  static VideoMAEClassifier random(const VideoMAEConfig& config, int64_t num_classes, uint64_t seed,
+                                   float init_scale = 0.001f);
+
+  VideoMAEClassifier(VideoMAEClassifier&&) noexcept;
+  VideoMAEClassifier& operator=(VideoMAEClassifier&&) noexcept;
+  ~VideoMAEClassifier();
+
+  const VideoMAEConfig& config() const;
+  int64_t num_classes() const;
+  std::vector<Param>& params();
+  void zero_grad();
+
+  /// Forward (+ backward of the soft-target cross-entropy when `targets` is defined and
+  /// options.backward).
+  ///   videos:  f32 [B, 3, T, H, W], normalised
+  ///   targets: f32 [B, num_classes], rows summing to 1 (one-hot, smoothed, mixed), or undefined
+  VideoMAEClassifyStats step(Context& ctx, const Tensor& videos, const Tensor& targets,
+                             const VideoMAEClassifyOptions& options);
+  /// Inference logits f32 [B, num_classes] (no drop path, no dropout).
+  Tensor logits(Context& ctx, const Tensor& videos);
+
+  /// Layer-wise lr decay (BEiT/VideoMAE): layer id 0 for patch_embed, i + 1 for blocks.i, depth + 1
+  /// for fc_norm and head; lr_scale = decay^(depth + 1 - id). Also sets weight_decay = false for
+  /// every 1-D parameter (biases, norms, q_bias, v_bias), VideoMAE's no-decay rule.
+  void set_layer_decay(float decay);
+
+  struct Impl;
+ private:
+  explicit VideoMAEClassifier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// timm Mixup/CutMix in batch mode with label smoothing (VideoMAE fine-tuning: mixup 0.8,
+/// cutmix 1.0, switch prob 0.5, prob 1, smoothing 0.1). Mixes `videos` in place with the
+/// batch reversed (clip b with B-1-b) and returns the soft targets f32 [B, num_classes]:
+///   lam ~ Beta(alpha, alpha) of the chosen method; CutMix cuts one box of area (1 - lam) in H x W
+///   (the same box in every frame) and corrects lam to the box actually cut;
+///   target = lam * smooth(y_b) + (1 - lam) * smooth(y_{B-1-b}), smooth(y) = off + (1 - s) * onehot,
+///   off = s / num_classes.
+/// mixup_alpha = cutmix_alpha = 0 gives the smoothed one-hot targets and leaves videos unchanged.
+struct MixupOptions {
+  float mixup_alpha = 0.8f, cutmix_alpha = 1.0f, switch_prob = 0.5f, prob = 1.0f;
+  float label_smoothing = 0.1f;
+};
+struct MixupResult {
+  Tensor targets;      // f32 [B, num_classes]
+  double lam = 1.0;    // the mixing weight used (1 = unmixed)
+  bool cutmix = false;
+};
+MixupResult mixup_cutmix(Tensor& videos, const std::vector<int64_t>& labels, int64_t num_classes,
+                         const MixupOptions& options, uint64_t seed);
+
 /// The fixed sinusoid table [n, d] (transformer formula, base 10000: even dims sin, odd cos, of
 /// pos / 10000^(2 floor(j/2) / d)), computed in double.
 Tensor videomae_sinusoid_table(int64_t n, int64_t d);

@@ -57,6 +57,8 @@ void validate_param(const Param& p, size_t index) {
                p.grad.describe());
   UNMASK_CHECK(p.value.shape() == p.grad.shape() && p.value.device() == p.grad.device(), "optimizer: param '",
                p.name, "' grad ", p.grad.describe(), " does not match its value ", p.value.describe());
+  UNMASK_CHECK(std::isfinite(p.lr_scale) && p.lr_scale >= 0.0f, "optimizer: param '", p.name,
+               "' has lr_scale ", p.lr_scale, "; it must be finite and >= 0");
 }
 
 }  // namespace
@@ -85,9 +87,9 @@ int64_t Optimizer::step_count() const { return step_; }
 
 const OptimizerConfig& Optimizer::config() const { return config_; }
 
-OptimizerStepStats Optimizer::step(Context& ctx, float lr, float grad_scale) {
+OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale) {
   std::vector<Param>& params = *params_;
-  UNMASK_CHECK(std::isfinite(lr) && lr >= 0.0f, "optimizer step: lr must be finite and >= 0, got ", lr);
+  UNMASK_CHECK(std::isfinite(step_lr) && step_lr >= 0.0f, "optimizer step: lr must be finite and >= 0, got ", step_lr);
   UNMASK_CHECK(std::isfinite(grad_scale), "optimizer step: grad_scale must be finite, got ", grad_scale);
   UNMASK_CHECK(params.size() == exp_avg_.size(), "optimizer step: the model has ", params.size(),
                " params but the optimizer was built for ", exp_avg_.size(),
@@ -143,6 +145,7 @@ OptimizerStepStats Optimizer::step(Context& ctx, float lr, float grad_scale) {
   for (size_t i = 0; i < params.size(); ++i) {
     Param& p = params[i];
     if (p.value.numel() == 0) continue;
+    const float lr = float(double(step_lr) * double(p.lr_scale));  // timm-style param-group lr
     ops::AdamArgs args;
     args.beta1 = config_.beta1;
     args.beta2 = config_.beta2;
