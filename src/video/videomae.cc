@@ -184,17 +184,6 @@ BlockParams make_block(int64_t C, int64_t I, data::Rng& rng) {
   return b;
 }
 
-void add_block_params(std::vector<Param>& out, const std::string& prefix, BlockParams& b) {
-  auto add = [&](const std::string& n, PV& p, bool wd) { out.push_back(Param{prefix + n, p.value, p.grad, wd}); };
-  add("norm1.weight", b.norm1_g, false); add("norm1.bias", b.norm1_b, false);
-  add("attn.q_bias", b.q_bias, false); add("attn.v_bias", b.v_bias, false);
-  add("attn.qkv.weight", b.qkv_w, true);
-  add("attn.proj.weight", b.proj_w, true); add("attn.proj.bias", b.proj_b, false);
-  add("norm2.weight", b.norm2_g, false); add("norm2.bias", b.norm2_b, false);
-  add("mlp.fc1.weight", b.fc1_w, true); add("mlp.fc1.bias", b.fc1_b, false);
-  add("mlp.fc2.weight", b.fc2_w, true); add("mlp.fc2.bias", b.fc2_b, false);
-}
-
 }  // namespace
 
 void VideoMAEPretrainModel::Impl::build_params() {
@@ -204,11 +193,11 @@ void VideoMAEPretrainModel::Impl::build_params() {
   params.push_back(Param{"encoder.patch_embed.proj.weight", patch_w.value.view(conv), patch_w.grad.view(conv), true});
   params.push_back(Param{"encoder.patch_embed.proj.bias", patch_b.value, patch_b.grad, false});
   for (size_t i = 0; i < enc_blocks.size(); ++i)
-    add_block_params(params, "encoder.blocks." + std::to_string(i) + ".", enc_blocks[i]);
+    video::add_block_params(params, "encoder.blocks." + std::to_string(i) + ".", enc_blocks[i]);
   params.push_back(Param{"encoder.norm.weight", enc_norm_g.value, enc_norm_g.grad, false});
   params.push_back(Param{"encoder.norm.bias", enc_norm_b.value, enc_norm_b.grad, false});
   for (size_t i = 0; i < dec_blocks.size(); ++i)
-    add_block_params(params, "decoder.blocks." + std::to_string(i) + ".", dec_blocks[i]);
+    video::add_block_params(params, "decoder.blocks." + std::to_string(i) + ".", dec_blocks[i]);
   params.push_back(Param{"decoder.norm.weight", dec_norm_g.value, dec_norm_g.grad, false});
   params.push_back(Param{"decoder.norm.bias", dec_norm_b.value, dec_norm_b.grad, false});
   params.push_back(Param{"decoder.head.weight", head_w.value, head_w.grad, true});
@@ -223,9 +212,7 @@ std::vector<video::PV*> VideoMAEPretrainModel::Impl::storages() {
                                &dec_norm_g, &dec_norm_b, &head_w, &head_b};
   for (auto* blocks : {&enc_blocks, &dec_blocks})
     for (BlockParams& b : *blocks)
-      for (PV* p : {&b.norm1_g, &b.norm1_b, &b.q_bias, &b.v_bias, &b.qkv_w, &b.proj_w, &b.proj_b, &b.norm2_g,
-                    &b.norm2_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b})
-        s.push_back(p);
+      for (PV* p : video::block_storages(b)) s.push_back(p);
   return s;
 }
 

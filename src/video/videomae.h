@@ -13,6 +13,7 @@
 //   out[N,C]  = x1 + f W2^T + b2
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ops/ops.h"
@@ -46,7 +47,17 @@ struct BlockShape {
   int64_t C = 0, I = 0, NH = 0;
   int64_t tokens = 0;    // tokens per clip (attention runs per clip: padded mode, no mask)
   float eps = 1e-6f;
+  // Drop path (stochastic depth): per-clip scales [clips] of the attention and MLP branches,
+  // 0 (dropped) or 1 / keep_prob; null = no drop path. x1 = x + s_attn[clip] * attn_branch, etc.
+  const float* drop_attn = nullptr;
+  const float* drop_mlp = nullptr;
 };
+
+/// The 13 tensors of a block under their original names (prefix + "norm1.weight", ...), in
+/// state-dict order; biases and norms get weight_decay = false.
+void add_block_params(std::vector<Param>& out, const std::string& prefix, BlockParams& b);
+/// Pointers to the 13 value/grad pairs of a block (for zero_grad and the like).
+std::vector<PV*> block_storages(BlockParams& b);
 
 /// x [N, C] -> saved.out (allocated here, like every saved tensor).
 void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s,

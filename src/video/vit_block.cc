@@ -37,6 +37,43 @@ Tensor copy_of(const Tensor& t) {
   return c;
 }
 
+// out = residual + branch, the branch = a W^T + b scaled per clip by drop[clip] when drop path is on
+// (residual + drop * branch); without drop path the residual enters the GEMM through beta = 1.
+void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, const Tensor& residual,
+                     const float* drop, int64_t tokens, Tensor& out) {
+  out = copy_of(residual);
+  if (!drop) {
+    ops::GemmArgs res;
+    res.beta = 1.0f;
+    res.bias = &b.value;
+    ops::gemm(ctx, a, Trans::no, w.value, Trans::yes, out, res);
+    return;
+  }
+  Tensor branch = f32({a.size(0), w.value.size(0)});
+  train::linear_forward(ctx, a, w, b, branch);
+  const int64_t N = out.size(0), C = out.size(1);
+  float* o = out.data<float>();
+  const float* br = branch.data<float>();
+  for (int64_t r = 0; r < N; ++r) {
+    const float scale = drop[r / tokens];
+    if (scale == 0.0f) continue;
+    for (int64_t k = 0; k < C; ++k) o[r * C + k] += scale * br[r * C + k];
+  }
+}
+
+// The gradient reaching a drop-path branch: g scaled per clip (g itself when drop path is off).
+Tensor branch_grad(const Tensor& g, const float* drop, int64_t tokens) {
+  if (!drop) return g;
+  Tensor gb = copy_of(g);
+  const int64_t N = g.size(0), C = g.size(1);
+  float* d = gb.data<float>();
+  for (int64_t r = 0; r < N; ++r) {
+    const float scale = drop[r / tokens];
+    for (int64_t k = 0; k < C; ++k) d[r * C + k] *= scale;
+  }
+  return gb;
+}
+
 }  // namespace
 
 void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s, BlockSaved& sv) {
@@ -51,20 +88,14 @@ void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const Bl
   sv.ctx = f32({N, C}); sv.lse = f32({s.NH, N});
   ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                                sv.ctx, sv.lse, attention_args(s), ops::AttentionTrainArgs{});
-  // x1 = x + proj(ctx): the residual enters through the GEMM's beta = 1
-  sv.x1 = copy_of(x);
-  ops::GemmArgs res;
-  res.beta = 1.0f;
-  res.bias = &p.proj_b.value;
-  ops::gemm(ctx, sv.ctx, Trans::no, p.proj_w.value, Trans::yes, sv.x1, res);
+  // x1 = x + proj(ctx)
+  residual_linear(ctx, sv.ctx, p.proj_w, p.proj_b, x, s.drop_attn, s.tokens, sv.x1);
   sv.ln2 = f32({N, C}); sv.mean2 = f32({N}); sv.rstd2 = f32({N});
   ops::layernorm(ctx, sv.x1, nullptr, p.norm2_g.value, p.norm2_b.value, s.eps, sv.ln2, &sv.mean2, &sv.rstd2);
   sv.fp = f32({N, s.I}); sv.f = f32({N, s.I});
   train::linear_forward(ctx, sv.ln2, p.fc1_w, p.fc1_b, sv.fp);
   ops::activation(ctx, sv.fp, sv.f, Activation::gelu);
-  sv.out = copy_of(sv.x1);
-  res.bias = &p.fc2_b.value;
-  ops::gemm(ctx, sv.f, Trans::no, p.fc2_w.value, Trans::yes, sv.out, res);
+  residual_linear(ctx, sv.f, p.fc2_w, p.fc2_b, sv.x1, s.drop_mlp, s.tokens, sv.out);
 }
 
 void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSaved& sv, const BlockShape& s,
@@ -72,7 +103,7 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   const int64_t N = x.size(0), C = s.C;
   // out = x1 + fc2(gelu(fc1(LN2(x1))))
   Tensor df = f32({N, s.I});
-  train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, g, &df);
+  train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, branch_grad(g, s.drop_mlp, s.tokens), &df);
   ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
   Tensor dln = f32({N, C});
   train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);
@@ -81,7 +112,7 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   ops::axpy(ctx, 1.0f, dln, g);  // g = d x1
   // x1 = x + proj(attention(qkv(LN1(x))))
   Tensor dctx = f32({N, C});
-  train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, g, &dctx);
+  train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, branch_grad(g, s.drop_attn, s.tokens), &dctx);
   Tensor dqkv = f32({N, 3 * C});
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
   ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
@@ -95,6 +126,22 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   ops::layernorm_backward(ctx, x, nullptr, p.norm1_g.value, sv.mean1, sv.rstd1, dln, dln, p.norm1_g.grad,
                           p.norm1_b.grad);
   ops::axpy(ctx, 1.0f, dln, g);  // g = d x
+}
+
+void add_block_params(std::vector<Param>& out, const std::string& prefix, BlockParams& b) {
+  auto add = [&](const std::string& n, PV& p, bool wd) { out.push_back(Param{prefix + n, p.value, p.grad, wd}); };
+  add("norm1.weight", b.norm1_g, false); add("norm1.bias", b.norm1_b, false);
+  add("attn.q_bias", b.q_bias, false); add("attn.v_bias", b.v_bias, false);
+  add("attn.qkv.weight", b.qkv_w, true);
+  add("attn.proj.weight", b.proj_w, true); add("attn.proj.bias", b.proj_b, false);
+  add("norm2.weight", b.norm2_g, false); add("norm2.bias", b.norm2_b, false);
+  add("mlp.fc1.weight", b.fc1_w, true); add("mlp.fc1.bias", b.fc1_b, false);
+  add("mlp.fc2.weight", b.fc2_w, true); add("mlp.fc2.bias", b.fc2_b, false);
+}
+
+std::vector<PV*> block_storages(BlockParams& b) {
+  return {&b.norm1_g, &b.norm1_b, &b.q_bias, &b.v_bias, &b.qkv_w, &b.proj_w, &b.proj_b,
+          &b.norm2_g, &b.norm2_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b};
 }
 
 }  // namespace unmask::video
