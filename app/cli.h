@@ -26,6 +26,7 @@ class Args {
   std::string get(const std::string& name) const;  // the value or the spec's default
   std::string require(const std::string& name) const;  // error if absent
   int64_t get_int(const std::string& name) const;
+  double get_double(const std::string& name) const;  // finite, whole value parsed, else an Error naming --name
   std::vector<int64_t> get_int_list(const std::string& name) const;  // "1,2,4"
   /// Every value an option was given, in order (an option may repeat; get() returns the last).
   std::vector<std::string> get_all(const std::string& name) const;
@@ -49,7 +50,10 @@ int cmd_train_step(int argc, char** argv);     // app/cmd_train_step.cc (gradien
 int cmd_finetune(int argc, char** argv);       // app/cmd_finetune.cc
 int cmd_eval(int argc, char** argv);           // app/cmd_finetune.cc
 int bench_train(int argc, char** argv);        // app/cmd_bench_train.cc (`unmask bench train`)
+int bench_videomae(int argc, char** argv);     // app/cmd_bench_videomae.cc (`unmask bench videomae`)
 int cmd_make_videos(int argc, char** argv);    // app/cmd_make_videos.cc
 int cmd_videomae_step(int argc, char** argv);  // app/cmd_videomae_step.cc (VideoMAE parity dumps)
+int cmd_prepare_video(int argc, char** argv);  // app/cmd_prepare_video.cc (decode-once clip store)
+int bench_loader(int argc, char** argv);       // app/cmd_bench_loader.cc (`unmask bench loader`)
 
 }  // namespace unmask::cli

@@ -238,7 +238,8 @@ int bench_infer(int argc, char** argv) {
 int cmd_bench(int argc, char** argv) {
   const char* kBenchUsage =
       "usage: unmask bench <what> [options]\n\n"
-      "  infer     BERT inference: batch, seq, latency, QPS, GFLOP/s, % of peak (AITemplate's table)\n\n"
+      "  infer     BERT inference: batch, seq, latency, QPS, GFLOP/s, % of peak (AITemplate's table)\n"
+      "  videomae  VideoMAE pretraining: videos/s, model FLOPs, MFU, peak memory (V-SWIFT's table)\n\n"
       "Run `unmask bench <what> --help` for its options.\n";
   if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
     std::fputs(kBenchUsage, argc < 3 ? stderr : stdout);
@@ -247,6 +248,7 @@ int cmd_bench(int argc, char** argv) {
   std::string what = argv[2];
   if (what == "infer") return bench_infer(argc, argv);
   if (what == "train") return bench_train(argc, argv);
+  if (what == "videomae") return bench_videomae(argc, argv);
   throw Error("unknown benchmark '", what, "'", Hint("available: infer"));
 }
 

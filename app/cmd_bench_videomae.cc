@@ -1,0 +1,257 @@
+// app/cmd_bench_videomae.cc: `unmask bench videomae`, VideoMAE pretraining throughput (V-SWIFT's table).
+//
+// Random weights (VideoMAE's init) and, with --synthetic, one fixed random clip batch reused for
+// every step: the figures measure compute alone (no decode, no augmentation). A timed step is
+// what a pretraining loop does per optimizer step: zero_grad, pretrain_step (tube-masked encoder
+// on the visible tokens, decoder on all tokens, norm + head on the masked ones, normalised-pixel
+// MSE, backward) and an AdamW update (VideoMAE's: betas 0.9 / 0.95, weight decay 0.05 except 1-D
+// params, no clipping). The tube masks (one per clip per step, VideoMAE's TubeMaskingGenerator
+// counts) are drawn before timing, as VideoMAE's data loader does.
+//
+// Columns follow V-SWIFT's README table (devices, batch per device, dtype, model FLOPs, memory,
+// videos/s per device, MFU) plus the median / min / max step time and the device-hours that
+// 1200 epochs of SSv2 (168,913 training videos) would take at that rate (V-SWIFT's "GPU x hour").
+//   model FLOPs   forward FLOPs per clip of the model as configured (video/videomae_flops.h:
+//                 matmuls, multiply-add = 2, patch embedding over all tokens as VideoMAE's Conv3d,
+//                 encoder on the visible tokens, decoder of --decoder-depth layers on all tokens,
+//                 head on the masked ones). V-SWIFT prints the same quantity ("G(x2)" = 2 x fvcore
+//                 MACs) but for a decoder of depth 8 (video.md section 0).
+//   MFU           V-SWIFT's formula: 3 x model FLOPs x videos/s / peak, the peak being the
+//                 measured fp32 FMA peak of the threads used (train::measure_peak_gflops).
+//   executed      the same count with the patch embedding on the visible tokens only, which is
+//                 what unmask's step computes (the masked tubelets are never embedded); its MFU
+//                 is the lower, stricter figure.
+//   memory        peak resident set size of the process (getrusage): the CPU allocator keeps no
+//                 high-water mark of its own.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "data/rng.h"
+#include "train/metrics.h"
+#include "unmask/error.h"
+#include "unmask/videomae.h"
+#include "video/masking.h"
+#include "video/videomae_flops.h"
+
+namespace unmask::cli {
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double peak_rss_mb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;
+}
+
+constexpr double kSsv2TrainVideos = 168913.0;  // video.md section 3.1
+constexpr double kSsv2Epochs = 1200.0;         // V-SWIFT's table
+
+// --model name -> the VideoMAE preset (vit-s .. vit-g, tiny).
+VideoMAEConfig model_config(const std::string& name) {
+  if (name == "tiny") return VideoMAEConfig::tiny();
+  if (name == "vit-s") return VideoMAEConfig::small();
+  if (name == "vit-b") return VideoMAEConfig::base();
+  if (name == "vit-l") return VideoMAEConfig::large();
+  if (name == "vit-h") return VideoMAEConfig::huge();
+  if (name == "vit-g") return VideoMAEConfig::giant();
+  throw Error("--model must be vit-s, vit-b, vit-l, vit-h, vit-g or tiny, got '", name, "'");
+}
+
+// The FLOP config of exactly the model the step runs (sizes, decoder depth, mask ratio, batch).
+video::VideoMAEFlopConfig flop_config(const VideoMAEConfig& c, double mask_ratio, int64_t batch) {
+  video::VideoMAEFlopConfig f;
+  f.img_size = c.img_size, f.frames = c.num_frames, f.tubelet = c.tubelet, f.patch = c.patch;
+  f.in_chans = c.channels;
+  f.enc_dim = c.dim, f.enc_depth = c.depth, f.enc_heads = c.heads, f.enc_mlp_hidden = c.mlp_hidden(c.dim);
+  f.dec_dim = c.decoder_dim, f.dec_depth = c.decoder_depth, f.dec_heads = c.decoder_heads;
+  f.dec_mlp_hidden = c.mlp_hidden(c.decoder_dim);
+  f.mask_ratio = mask_ratio;
+  f.tube_count = video::TubeCount::videomae;
+  f.decoder_mask_ratio = 0.0;
+  f.batch = batch;
+  return f;
+}
+
+}  // namespace
+
+int bench_videomae(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"model", "vit-s|vit-b|vit-l|vit-h|vit-g|tiny", "model size (random weights, VideoMAE init)", "vit-b"},
+      {"batch", "LIST", "clips per step, e.g. 2,4", "4"},
+      {"frames", "N", "frames per clip (default: 16; tiny: 4)", ""},
+      {"img", "N", "frame size in pixels (default: 224; tiny: 32)", ""},
+      {"mask-ratio", "R", "tube mask ratio (VideoMAE: int(R x H'W') masked per time slot)", "0.9"},
+      {"decoder-depth", "N", "decoder layers actually run (VideoMAE's scripts: 4)", "4"},
+      {"steps", "N", "timed steps per row (the median is reported)", "3"},
+      {"warmup", "N", "untimed steps per row", "1"},
+      {"synthetic", "", "one fixed random clip batch reused (compute alone; the only mode for now)", ""},
+      {"dry-run", "", "print the configuration and FLOP counts without running steps", ""},
+      {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      {"seed", "N", "seed of the weights, the clips and the masks", "1234"},
+      {"peak-gflops", "X", "peak for MFU (default: the fp32 FMA peak measured with an FMA loop)", ""},
+      {"format", "table|json", "output format (json: one object per row)", "table"},
+  };
+  auto args = Args::parse("bench videomae",
+                          "VideoMAE pretraining throughput: full steps (tube-masked forward, backward, AdamW) on random "
+                          "weights, V-SWIFT's columns.",
+                          specs, argc, argv, 3);
+  if (!args) return 0;
+  const std::string format = args->get("format");
+  if (format != "table" && format != "json") throw Error("--format must be table or json, got '", format, "'");
+  const bool dry_run = args->has("dry-run");
+  if (!args->has("synthetic") && !dry_run)
+    throw Error("bench videomae: only --synthetic clips are supported for now",
+                Hint("pass --synthetic (one fixed random clip batch, compute alone); reading a clip store needs the "
+                     "clip loader, which is not there yet"));
+  const std::string model_name = args->get("model");
+  VideoMAEConfig cfg = model_config(model_name);
+  if (args->has("frames")) cfg.num_frames = args->get_int("frames");
+  if (args->has("img")) cfg.img_size = args->get_int("img");
+  cfg.decoder_depth = args->get_int("decoder-depth");
+  cfg.validate();
+  const double mask_ratio = std::stod(args->get("mask-ratio"));
+  if (!(mask_ratio > 0 && mask_ratio < 1)) throw Error("--mask-ratio must be in (0, 1), got ", args->get("mask-ratio"));
+  const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup");
+  if (steps < 1) throw Error("--steps must be at least 1, got ", steps);
+  if (warmup < 0) throw Error("--warmup must be >= 0, got ", warmup);
+  const auto batches = args->get_int_list("batch");
+  for (int64_t b : batches)
+    if (b < 1) throw Error("--batch sizes must be at least 1, got ", b);
+  const uint64_t seed = uint64_t(args->get_int("seed"));
+  const video::TokenGrid grid{cfg.grid_t(), cfg.grid_hw(), cfg.grid_hw()};
+  const int64_t masked_per_slot = video::tube_masked_per_frame(grid, mask_ratio);
+  const int64_t Np = grid.tokens(), Nm = masked_per_slot * grid.frames, Nv = Np - Nm;
+  if (masked_per_slot < 1 || Nv < 1)
+    throw Error("--mask-ratio ", mask_ratio, " masks ", masked_per_slot, " of ", grid.per_frame(),
+                " positions per time slot", Hint("the step needs at least one masked and one visible token"));
+
+  Context ctx({.num_threads = int(args->get_int("threads"))});
+  const bool fixed_peak = args->has("peak-gflops");
+  double peak = fixed_peak ? std::stod(args->get("peak-gflops")) : dry_run ? 0.0 : train::measure_peak_gflops(ctx.num_threads());
+  char devices[64];
+  std::snprintf(devices, sizeof devices, "CPU (%d threads)", ctx.num_threads());
+
+  VideoMAEPretrainModel model = VideoMAEPretrainModel::random(cfg, seed);
+  long long num_params = 0;
+  for (const Param& p : model.params()) num_params += p.value.numel();
+  // VideoMAE's pretraining AdamW (video.md section 2.1); lr 1.5e-4 x 2048 / 256 is the scaled base.
+  OptimizerConfig oc{.kind = OptimizerKind::adamw, .lr = 1.2e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                     .weight_decay = 0.05f, .max_grad_norm = 0.0f};
+  Optimizer opt(oc, model.params());
+
+  if (format == "table") {
+    std::printf("# unmask bench videomae: %s (%lld parameters; encoder %lld/%lld/%lld, decoder %lld/%lld/%lld), "
+                "%lld x %lld^2, tube mask %.2f (%lld visible, %lld masked tokens of %lld), AdamW, %s kernels, "
+                "peak %.0f GFLOP/s%s\n",
+                model_name.c_str(), num_params, (long long)cfg.dim, (long long)cfg.depth, (long long)cfg.heads,
+                (long long)cfg.decoder_dim, (long long)cfg.decoder_depth, (long long)cfg.decoder_heads,
+                (long long)cfg.num_frames, (long long)cfg.img_size, mask_ratio, (long long)Nv, (long long)Nm,
+                (long long)Np, ctx.cpu_isa(), peak,
+                fixed_peak ? " (given)" : dry_run ? " (not measured)" : " (FMA loop; measured again after each row)");
+    std::printf("| devices | dataset | dtype | batch/device | model FLOPs (G/clip) | videos/s/device | step (ms) "
+                "| memory (peak RSS) | MFU | MFU executed | device-h SSv2 1200 ep |\n");
+    std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  }
+  std::fflush(stdout);
+
+  data::Rng rng(seed * 0x9E3779B97F4A7C15ull + 7);
+  for (int64_t B : batches) {
+    const video::VideoMAEFlopConfig fc = flop_config(cfg, mask_ratio, B);
+    const double fwd_per_clip = video::videomae_pretrain_forward_flops(flop_config(cfg, mask_ratio, 1));
+    const double step_flops = video::videomae_pretrain_step_flops(fc);
+    // unmask embeds the visible tubelets only: 3 x 2 (N - V) P D fewer FLOPs per clip.
+    const double skipped = 3.0 * 2.0 * double(B * (Np - Nv)) * double(cfg.patch_dim()) * double(cfg.dim);
+    const double executed_flops = step_flops - skipped;
+
+    std::vector<double> times;
+    double last_loss = 0;
+    if (!dry_run) {
+      // One fixed clip batch, ImageNet-normalised from uniform pixels in [0, 1).
+      Tensor videos = Tensor::empty({B, cfg.channels, cfg.num_frames, cfg.img_size, cfg.img_size}, DType::f32);
+      const VideoMAEStepOptions so;
+      const int64_t per_channel = cfg.num_frames * cfg.img_size * cfg.img_size;
+      float* v = videos.data<float>();
+      for (int64_t i = 0; i < videos.numel(); ++i) {
+        const size_t ch = size_t((i / per_channel) % cfg.channels);
+        v[i] = float((rng.uniform() - double(so.mean[ch])) / double(so.std[ch]));
+      }
+      std::vector<Tensor> masks;
+      for (int64_t i = 0; i < warmup + steps; ++i)
+        masks.push_back(video::tube_mask_batch(grid, mask_ratio, seed, uint64_t(i * B), B));
+      for (int64_t i = 0; i < warmup + steps; ++i) {
+        const double t0 = now_s();
+        model.zero_grad();
+        const VideoMAEStepStats st = model.pretrain_step(ctx, videos, masks[size_t(i)], so);
+        opt.step(ctx, oc.lr);
+        const double dt = now_s() - t0;
+        last_loss = st.loss;
+        if (i >= warmup) times.push_back(dt);
+      }
+      std::sort(times.begin(), times.end());
+      if (!fixed_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
+    }
+    const double med = times.empty() ? 0.0 : times[times.size() / 2];
+    const double vps = med > 0 ? double(B) / med : 0.0;
+    const double gflops = med > 0 ? step_flops / med / 1e9 : 0.0;
+    const double mfu = peak > 0 ? 100.0 * gflops / peak : 0.0;
+    const double mfu_exec = peak > 0 && med > 0 ? 100.0 * executed_flops / med / 1e9 / peak : 0.0;
+    const double device_hours = vps > 0 ? kSsv2TrainVideos * kSsv2Epochs / vps / 3600.0 : 0.0;
+    if (format == "table") {
+      std::printf("| %s | synthetic | fp32 | %lld | %.3f | %.3f | %.0f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n", devices,
+                  (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, peak_rss_mb(), mfu, mfu_exec, device_hours);
+    } else {
+      nlohmann::ordered_json j;
+      j["engine"] = "unmask";
+      j["model"] = model_name;
+      j["devices"] = devices;
+      j["dataset"] = "synthetic";
+      j["dtype"] = "fp32";
+      j["batch"] = B;
+      j["frames"] = cfg.num_frames;
+      j["img"] = cfg.img_size;
+      j["mask_ratio"] = mask_ratio;
+      j["decoder_depth"] = cfg.decoder_depth;
+      j["tokens"] = Np;
+      j["visible_tokens"] = Nv;
+      j["masked_tokens"] = Nm;
+      j["params"] = num_params;
+      j["model_gflops_per_clip"] = fwd_per_clip / 1e9;
+      j["step_gflop"] = step_flops / 1e9;
+      j["executed_step_gflop"] = executed_flops / 1e9;
+      j["videos_per_s"] = vps;
+      j["step_ms"] = med * 1e3;
+      j["step_ms_min"] = times.empty() ? 0.0 : times.front() * 1e3;
+      j["step_ms_max"] = times.empty() ? 0.0 : times.back() * 1e3;
+      j["gflop_per_s"] = gflops;
+      j["mfu_pct"] = mfu;
+      j["executed_mfu_pct"] = mfu_exec;
+      j["peak_gflops"] = peak;
+      j["peak_rss_mb"] = peak_rss_mb();
+      j["device_hours_ssv2_1200ep"] = device_hours;
+      j["threads"] = ctx.num_threads();
+      j["steps"] = dry_run ? 0 : steps;
+      j["warmup"] = dry_run ? 0 : warmup;
+      j["loss"] = last_loss;
+      j["optimizer"] = "adamw";
+      j["dry_run"] = dry_run;
+      std::printf("%s\n", j.dump().c_str());
+    }
+    std::fflush(stdout);
+  }
+  if (format == "table")
+    std::printf("# model FLOPs: forward per clip (matmuls, patch embed on all tokens, decoder depth %lld); MFU = 3 x "
+                "model FLOPs x videos/s / %.0f GFLOP/s (V-SWIFT's formula); MFU executed: patch embed on the "
+                "visible tokens only, as unmask runs it\n",
+                (long long)cfg.decoder_depth, peak);
+  return 0;
+}
+
+}  // namespace unmask::cli
