@@ -23,6 +23,7 @@ const char* kUsage =
     "  eval      evaluate an HF model on SQuAD / TSV / CoNLL data (EM/F1, accuracy, entity F1)\n"
     "  train-step  forward+backward+optimizer steps on .npy batches; dumps losses and gradients\n"
     "  make-videos  synthetic labelled action videos (VP9/H.264 via FFmpeg) + VideoMAE/V-SWIFT lists\n"
+    "  prepare-video  a video list -> a decode-once clip store (resized uint8 frames, chunked, checksummed)\n"
     "  videomae-step  one VideoMAE pretraining step on a random model; dumps inputs, params, grads\n"
     "\n"
     "Run `unmask <command> --help` for the options of a command.\n";
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (cmd == "finetune") return unmask::cli::cmd_finetune(argc, argv);
     if (cmd == "eval") return unmask::cli::cmd_eval(argc, argv);
     if (cmd == "make-videos") return unmask::cli::cmd_make_videos(argc, argv);
+    if (cmd == "prepare-video") return unmask::cli::cmd_prepare_video(argc, argv);
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const unmask::Error& e) {
