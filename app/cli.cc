@@ -1,6 +1,7 @@
 // app/cli.cc
 #include "cli.h"
 
+#include <cmath>
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -107,6 +108,18 @@ int64_t Args::get_int(const std::string& name) const {
     return x;
   } catch (const std::exception&) {
     throw Error("--", name, " must be an integer, got '", v, "'");
+  }
+}
+
+double Args::get_double(const std::string& name) const {
+  std::string v = get(name);
+  try {
+    size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used != v.size() || !std::isfinite(x)) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw Error("--", name, " must be a finite number, got '", v, "'");
   }
 }
 

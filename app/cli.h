@@ -53,6 +53,7 @@ int bench_train(int argc, char** argv);        // app/cmd_bench_train.cc (`unmas
 int bench_videomae(int argc, char** argv);     // app/cmd_bench_videomae.cc (`unmask bench videomae`)
 int cmd_make_videos(int argc, char** argv);    // app/cmd_make_videos.cc
 int cmd_videomae_step(int argc, char** argv);  // app/cmd_videomae_step.cc (VideoMAE parity dumps)
+int cmd_convert_videomae(int argc, char** argv);  // app/cmd_convert_video.cc (VideoMAE checkpoints orig <-> HF)
 int cmd_prepare_video(int argc, char** argv);  // app/cmd_prepare_video.cc (decode-once clip store)
 int bench_loader(int argc, char** argv);       // app/cmd_bench_loader.cc (`unmask bench loader`)
 

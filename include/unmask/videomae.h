@@ -103,7 +103,8 @@ class VideoMAEPretrainModel {
 
 /// Fine-tuning options of one VideoMAEClassifier step (VideoMAE run_class_finetuning.py).
 struct VideoMAEClassifyOptions {
-  bool backward = true;
+  bool backward = true;       // with targets: also the backward pass (gradients accumulate)
+  bool train = true;          // false: evaluation (no drop path, no dropout)
   float loss_scale = 1.0f;
   /// Stochastic depth: block i drops its two residual branches per clip with probability
   /// drop_path_rate * i / (depth - 1) (timm's linear rule; kept branches scaled by 1 / keep).
@@ -116,6 +117,8 @@ struct VideoMAEClassifyOptions {
 struct VideoMAEClassifyStats {
   double loss = 0;   // soft-target cross-entropy, mean over clips (0 when no targets are given)
   Tensor logits;     // f32 [B, num_classes]
+  Tensor drop_scales;  // f32 [depth, 2, B]: the drop-path scale of each block's attention and MLP
+                       // branch per clip (0 or 1/keep; 1 without drop path), for tests and audits
 };
 
 /// VideoMAE's fine-tuning model (modeling_finetune.py with use_mean_pooling): tubelet embedding of

@@ -44,6 +44,8 @@ enum StreamId : uint64_t {
   kStreamFileOrder = 3,    // loader: (epoch) -> file order
   kStreamFileSamples = 4,  // loader: (epoch, file) -> instance order
   kStreamMasking = 5,      // loader: (epoch, file, instance) -> dynamic masks
+  kStreamDropPath = 6,     // video classifier: (step, block, branch) -> per-clip drop-path draws
+  kStreamMixup = 7,        // video fine-tuning: (step) -> mixup/cutmix choice, lambda, box
 };
 
 /// One SplitMix64 stream.

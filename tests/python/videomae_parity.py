@@ -50,8 +50,11 @@ def sinusoid_table(n: int, d: int) -> torch.Tensor:
     return torch.from_numpy(table)
 
 
-def block(x, p, prefix, heads, eps):
-    """VideoMAE Block: x + attn(norm1(x)); x + mlp(norm2(x))."""
+def block(x, p, prefix, heads, eps, drop=None):
+    """VideoMAE Block: x + attn(norm1(x)); x + mlp(norm2(x)). drop: per-clip DropPath scales
+    [2, B] (attention branch, MLP branch), each 0 or 1/keep, as timm's DropPath multiplies them."""
+    sa = 1.0 if drop is None else drop[0][:, None, None]
+    sm = 1.0 if drop is None else drop[1][:, None, None]
     B, N, C = x.shape
     h = F.layer_norm(x, (C,), p[prefix + "norm1.weight"], p[prefix + "norm1.bias"], eps)
     bias = torch.cat([p[prefix + "attn.q_bias"], torch.zeros_like(p[prefix + "attn.v_bias"]),
@@ -62,10 +65,10 @@ def block(x, p, prefix, heads, eps):
     q = q * (C // heads) ** -0.5
     attn = (q @ k.transpose(-2, -1)).softmax(dim=-1)
     o = (attn @ v).transpose(1, 2).reshape(B, N, C)
-    x = x + F.linear(o, p[prefix + "attn.proj.weight"], p[prefix + "attn.proj.bias"])
+    x = x + sa * F.linear(o, p[prefix + "attn.proj.weight"], p[prefix + "attn.proj.bias"])
     h = F.layer_norm(x, (C,), p[prefix + "norm2.weight"], p[prefix + "norm2.bias"], eps)
     h = F.gelu(F.linear(h, p[prefix + "mlp.fc1.weight"], p[prefix + "mlp.fc1.bias"]))
-    return x + F.linear(h, p[prefix + "mlp.fc2.weight"], p[prefix + "mlp.fc2.bias"])
+    return x + sm * F.linear(h, p[prefix + "mlp.fc2.weight"], p[prefix + "mlp.fc2.bias"])
 
 
 def pretrain_loss(p, videos, mask, cfg):
@@ -109,9 +112,82 @@ def pretrain_loss(p, videos, mask, cfg):
     return F.mse_loss(pred, labels)
 
 
+def classify_loss(p, videos, targets, drop_scales, cfg):
+    """VideoMAE fine-tuning model (use_mean_pooling): embed all tokens + sinusoid, blocks with
+    drop path, mean over tokens, fc_norm (eps 1e-6), head; timm SoftTargetCrossEntropy."""
+    tt, ps, eps = cfg["tubelet"], cfg["patch"], cfg["eps"]
+    x = F.conv3d(videos, p["patch_embed.proj.weight"], p["patch_embed.proj.bias"], stride=(tt, ps, ps))
+    x = x.flatten(2).transpose(1, 2)
+    Np, D = x.shape[1], x.shape[2]
+    x = x + sinusoid_table(Np, D).to(x.dtype)[None]
+    for i in range(cfg["depth"]):
+        x = block(x, p, f"blocks.{i}.", cfg["heads"], eps, drop_scales[i])
+    h = F.layer_norm(x.mean(1), (D,), p["fc_norm.weight"], p["fc_norm.bias"], eps)
+    logits = F.linear(h, p["head.weight"], p["head.bias"])
+    loss = torch.sum(-targets * F.log_softmax(logits, dim=-1), dim=-1).mean()
+    return loss, logits
+
+
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
     denom = max(np.linalg.norm(b), 1e-30)
     return float(np.linalg.norm(a - b) / denom)
+
+
+def arr(t):
+    return np.asarray(t.data).reshape(t.shape)
+
+
+def compare(name, stats, loss, p, grads, tol, extra_checks=()):
+    failures = 0
+    lerr = abs(stats["loss"] - loss.item()) / abs(loss.item())
+    print(f"[{name}] loss: unmask {stats['loss']:.9g} torch {loss.item():.9g} rel {lerr:.2e}")
+    if not (lerr <= tol):
+        failures += 1
+    for label, ours, ref in extra_checks:
+        e = rel_err(ours, ref)
+        print(f"[{name}] {label}: rel {e:.2e}")
+        if not (e <= tol):
+            failures += 1
+    worst = 0.0
+    for pname, t in p.items():
+        if pname not in grads:
+            print(f"MISSING gradient {pname}")
+            failures += 1
+            continue
+        ours = arr(grads[pname]).astype(np.float64)
+        ref = t.grad.numpy()
+        if ours.shape != ref.shape:
+            print(f"SHAPE {pname}: unmask {ours.shape} torch {ref.shape}")
+            failures += 1
+            continue
+        e = rel_err(ours, ref)
+        worst = max(worst, e)
+        flag = "" if e <= tol else "  FAIL"
+        if flag or os.environ.get("VERBOSE"):
+            print(f"{pname:45s} |g| {np.linalg.norm(ref):.3e} rel {e:.2e}{flag}")
+        if flag:
+            failures += 1
+    extra = set(grads) - set(p)
+    if extra:
+        print("unexpected gradients:", sorted(extra))
+        failures += 1
+    print(f"[{name}] {len(p)} gradients, worst norm-relative error {worst:.2e} (tol {tol:g}); "
+          f"{'FAIL' if failures else 'OK'}")
+    return failures
+
+
+def run_step(unmask, extra_args):
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [unmask, "videomae-step", "--preset", "tiny", "--perturb", "--out", tmp] + extra_args
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError("unmask videomae-step failed: " + res.stderr)
+        stats = json.loads(res.stdout.strip().splitlines()[-1])
+        inputs, _ = st_io.read_safetensors(os.path.join(tmp, "inputs.safetensors"))
+        params, _ = st_io.read_safetensors(os.path.join(tmp, "params.safetensors"))
+        grads, _ = st_io.read_safetensors(os.path.join(tmp, "grads.safetensors"))
+    p = {k: torch.from_numpy(arr(v).astype(np.float64)).requires_grad_(True) for k, v in params.items()}
+    return stats, inputs, p, grads
 
 
 def main() -> int:
@@ -122,56 +198,41 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_grad_enabled(True)
     failures = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [args.unmask, "videomae-step", "--preset", "tiny", "--batch", "2", "--masked", "2",
-               "--seed", str(args.seed), "--perturb", "--out", tmp]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            print("unmask videomae-step failed:", res.stderr, file=sys.stderr)
-            return 1
-        stats = json.loads(res.stdout.strip().splitlines()[-1])
-        inputs, _ = st_io.read_safetensors(os.path.join(tmp, "inputs.safetensors"))
-        params, _ = st_io.read_safetensors(os.path.join(tmp, "params.safetensors"))
-        grads, _ = st_io.read_safetensors(os.path.join(tmp, "grads.safetensors"))
 
-    def arr(t):
-        return np.asarray(t.data).reshape(t.shape)
-
+    # 1. pretraining step
+    stats, inputs, p, grads = run_step(args.unmask, ["--batch", "2", "--masked", "2", "--seed", str(args.seed)])
     videos = torch.from_numpy(arr(inputs["videos"]).astype(np.float64))
     mask = torch.from_numpy(arr(inputs["mask"]).astype(bool))
-    p = {k: torch.from_numpy(arr(v).astype(np.float64)).requires_grad_(True) for k, v in params.items()}
     loss = pretrain_loss(p, videos, mask, TINY)
     loss.backward()
+    failures += compare("pretrain", stats, loss, p, grads, args.tol)
 
-    lerr = abs(stats["loss"] - loss.item()) / abs(loss.item())
-    print(f"loss: unmask {stats['loss']:.9g} torch {loss.item():.9g} rel {lerr:.2e}")
-    if not (lerr <= args.tol):
+    # 2. fine-tuning steps: smoothed one-hot targets; mixup/cutmix + drop path (the seeds pick
+    #    both a mixup and a cutmix batch; the scales unmask drew are replayed here)
+    cases = [("classify", ["--batch", "3", "--classify", "5", "--seed", str(args.seed)])]
+    for seed in range(args.seed, args.seed + 6):
+        cases.append((f"classify+mix+droppath(seed {seed})",
+                      ["--batch", "4", "--classify", "5", "--mixup", "--drop-path", "0.5", "--seed", str(seed)]))
+    kinds = set()
+    for name, extra in cases:
+        stats, inputs, p, grads = run_step(args.unmask, extra)
+        kinds.add(("cutmix" if stats.get("cutmix") else "mixup") if "--mixup" in extra else "plain")
+        videos = torch.from_numpy(arr(inputs["videos"]).astype(np.float64))
+        targets = torch.from_numpy(arr(inputs["targets"]).astype(np.float64))
+        drops = torch.from_numpy(arr(inputs["drop_scales"]).astype(np.float64))
+        if "--drop-path" in extra and not (drops == 0).any():
+            print(f"[{name}] note: no branch was dropped in this draw")
+        loss, logits = classify_loss(p, videos, targets, drops, TINY)
+        loss.backward()
+        failures += compare(name, stats, loss, p, grads, args.tol,
+                            [("logits", arr(inputs["logits"]).astype(np.float64), logits.detach().numpy())])
+        if not np.allclose(arr(inputs["targets"]).sum(1), 1.0, atol=1e-6):
+            print(f"[{name}] targets do not sum to 1")
+            failures += 1
+    if kinds != {"plain", "mixup", "cutmix"}:
+        print(f"the cases covered {sorted(kinds)}, not plain + mixup + cutmix: pick other seeds")
         failures += 1
-    worst = 0.0
-    for name, t in p.items():
-        if name not in grads:
-            print(f"MISSING gradient {name}")
-            failures += 1
-            continue
-        ours = arr(grads[name]).astype(np.float64)
-        ref = t.grad.numpy()
-        if ours.shape != ref.shape:
-            print(f"SHAPE {name}: unmask {ours.shape} torch {ref.shape}")
-            failures += 1
-            continue
-        e = rel_err(ours, ref)
-        worst = max(worst, e)
-        flag = "" if e <= args.tol else "  FAIL"
-        if flag or os.environ.get("VERBOSE"):
-            print(f"{name:45s} |g| {np.linalg.norm(ref):.3e} rel {e:.2e}{flag}")
-        if flag:
-            failures += 1
-    extra = set(grads) - set(p)
-    if extra:
-        print("unexpected gradients:", sorted(extra))
-        failures += 1
-    print(f"{len(p)} gradients, worst norm-relative error {worst:.2e} (tol {args.tol:g}); "
-          f"{'FAIL' if failures else 'OK'}")
+    print("videomae parity:", "FAIL" if failures else "OK")
     return 1 if failures else 0
 
 
