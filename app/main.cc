@@ -25,6 +25,7 @@ const char* kUsage =
     "  make-videos  synthetic labelled action videos (VP9/H.264 via FFmpeg) + VideoMAE/V-SWIFT lists\n"
     "  prepare-video  a video list -> a decode-once clip store (resized uint8 frames, chunked, checksummed)\n"
     "  videomae-step  one VideoMAE pretraining step on a random model; dumps inputs, params, grads\n"
+    "  convert-videomae  VideoMAE checkpoint (.pth / safetensors, original or HF names) -> safetensors dir\n"
     "\n"
     "Run `unmask <command> --help` for the options of a command.\n";
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     if (cmd == "pretrain") return unmask::cli::cmd_pretrain(argc, argv);
     if (cmd == "train-step") return unmask::cli::cmd_train_step(argc, argv);
     if (cmd == "videomae-step") return unmask::cli::cmd_videomae_step(argc, argv);
+    if (cmd == "convert-videomae") return unmask::cli::cmd_convert_videomae(argc, argv);
     if (cmd == "finetune") return unmask::cli::cmd_finetune(argc, argv);
     if (cmd == "eval") return unmask::cli::cmd_eval(argc, argv);
     if (cmd == "make-videos") return unmask::cli::cmd_make_videos(argc, argv);
