@@ -506,6 +506,11 @@ TEST(Schedule, LinearCosineConstantAreHfSchedules) {
   EXPECT_DOUBLE_EQ(lr_multiplier(cos, 99), 0.5 * (1 + std::cos(std::numbers::pi * 89.0 / 90.0)));
   EXPECT_NEAR(lr_multiplier(cos, 100), 0.0, 1e-15);
   EXPECT_NEAR(lr_multiplier(cos, 170), 0.0, 1e-15);      // stays at 0 past the end
+  // VideoMAE cosine_scheduler with min_lr = 0.01 lr: final + 0.5 (base - final)(1 + cos)
+  ScheduleConfig vm{.kind = K::cosine, .warmup = 0.1, .total_steps = 100, .min_ratio = 0.01};
+  EXPECT_NEAR(lr_multiplier(vm, 55), 0.01 + 0.99 * 0.5, 1e-15);
+  EXPECT_NEAR(lr_multiplier(vm, 100), 0.01, 1e-15);
+  EXPECT_DOUBLE_EQ(lr_multiplier(vm, 5), 0.5);  // warmup from 0 as before
   ScheduleConfig con{.kind = K::constant, .warmup = 0.1, .total_steps = 100};
   EXPECT_EQ(lr_multiplier(con, 55), 1.0);
   EXPECT_EQ(lr_multiplier(con, 1000), 1.0);
@@ -524,6 +529,9 @@ TEST(Schedule, RejectsBadConfigs) {
   EXPECT_NE(error_of([&] { lr_multiplier(s, -1); }).find("step must be >= 0"), std::string::npos);
   s.warmup = 1.5;
   EXPECT_NE(error_of([&] { lr_multiplier(s, 0); }).find("warmup"), std::string::npos);
+  s.warmup = 0.1;
+  s.min_ratio = 2.0;
+  EXPECT_NE(error_of([&] { lr_multiplier(s, 0); }).find("min_ratio"), std::string::npos);
 }
 
 // ---- state save / load, guards ------------------------------------------------------------------

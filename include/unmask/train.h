@@ -182,7 +182,8 @@ class Optimizer {
 /// reference's sequence of learning rates from that index.
 ///   poly:     DLE PolyWarmUpScheduler: p = (step+1)/total (DLE counts updates from 1);
 ///             p < warmup: p/warmup; else (1-p)^degree, 0 past the end
-///   cosine:   linear warmup over warmup*total steps, then 0.5 (1 + cos(pi * progress))
+///   cosine:   linear warmup over warmup*total steps, then m + (1 - m) 0.5 (1 + cos(pi * progress)),
+///             m = min_ratio
 ///   linear:   linear warmup, then linear decay to 0 (HF get_linear_schedule_with_warmup)
 ///   constant: 1 (after linear warmup)
 struct ScheduleConfig {
@@ -190,6 +191,7 @@ struct ScheduleConfig {
   double warmup = 0.01;       // fraction of total_steps
   int64_t total_steps = 1;
   double degree = 0.5;        // poly
+  double min_ratio = 0.0;     // cosine: decays to min_ratio instead of 0 (VideoMAE's min_lr / lr)
 };
 double lr_multiplier(const ScheduleConfig& schedule, int64_t step);
 

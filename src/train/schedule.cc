@@ -27,6 +27,9 @@ double lr_multiplier(const ScheduleConfig& schedule, int64_t step) {
   UNMASK_CHECK(std::isfinite(schedule.warmup) && schedule.warmup >= 0.0 && schedule.warmup <= 1.0,
                "lr schedule: warmup is a fraction of total_steps in [0, 1], got ", schedule.warmup);
   UNMASK_CHECK(step >= 0, "lr schedule: step must be >= 0 (0 = the first update), got ", step);
+  UNMASK_CHECK(std::isfinite(schedule.min_ratio) && schedule.min_ratio >= 0.0 && schedule.min_ratio <= 1.0,
+               "lr schedule: min_ratio (the cosine floor as a fraction of the base lr) must be in [0, 1], got ",
+               schedule.min_ratio);
   const double total = double(schedule.total_steps);
   if (schedule.kind == ScheduleConfig::Kind::poly) {
     UNMASK_CHECK(std::isfinite(schedule.degree) && schedule.degree > 0.0,
@@ -43,7 +46,9 @@ double lr_multiplier(const ScheduleConfig& schedule, int64_t step) {
     case ScheduleConfig::Kind::linear: return std::max(0.0, (total - k) / decay_steps);
     case ScheduleConfig::Kind::cosine: {
       const double q = std::min(1.0, (k - warmup_steps) / decay_steps);  // HF would rise again past the end
-      return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * q)));
+      // VideoMAE utils.cosine_scheduler: final + 0.5 (base - final)(1 + cos), final = min_ratio base
+      const double m = schedule.min_ratio;
+      return m + (1.0 - m) * std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * q)));
     }
     case ScheduleConfig::Kind::constant: return 1.0;
     case ScheduleConfig::Kind::poly: break;
