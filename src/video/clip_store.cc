@@ -34,7 +34,8 @@ const char* bad_video_reason_name(BadVideoReason r) {
   return "?";
 }
 
-BadVideoReason classify_video_error(const std::string& m) {
+BadVideoReason classify_video_error(const std::string& message) {
+  const std::string m = message.substr(0, message.find(" (hint:"));  // hints may say "truncated" too
   auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
   if (has("no such file")) return BadVideoReason::missing;
   if (has("zero-length")) return BadVideoReason::zero_length;
