@@ -1,8 +1,21 @@
-// video/videomae_step.cc: VideoMAE's pretraining step (the ViT block is in video/vit_block.cc): tubelet embedding of the visible tokens, encoder, encoder_to_decoder, decoder over
-// [visible + pos, mask_token + pos] per clip, norm + head on the masked tokens, normalised-pixel
-// MSE, and the backward through all of it. CPU (the gathers and scatters are host loops).
+// video/videomae_step.cc: VideoMAE's pretraining step (the ViT block is in video/vit_block.cc): tubelet
+// embedding of the visible tokens, encoder, encoder_to_decoder, decoder over [visible + pos,
+// mask_token + pos] per clip, norm + head on the masked tokens, normalised-pixel MSE, and the
+// backward through all of it. CPU.
+//
+// Speed (bench/compare_videomae_cpu.sh, BENCHMARKS.md): only the visible tubelets are unfolded
+// and only the masked tokens' targets are built, straight from the clip (no [B * Np, 1536] unfold
+// or target of every token); the gathers, the target and the loss run on the context's threads;
+// each block's saved activations are freed as soon as its backward is done; and the process
+// keeps freed memory for reuse (retain_freed_memory) instead of handing it back to the kernel and
+// faulting it in again on the next step, which cost a third of the step on a VM.
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "unmask/error.h"
 #include "video/videomae.h"
@@ -12,6 +25,102 @@ namespace unmask {
 using video::BlockSaved;
 using video::BlockShape;
 using video::PV;
+
+namespace {
+
+// A step allocates and frees ~1 GB of activations (ViT-S, 4 clips). glibc hands blocks over
+// 128 KB .. 32 MB back with munmap and trims the heap top above 2 x that, so every step faults
+// all of it in again (page faults were 36% of a ViT-S step on the 2-core VM). Keep it instead:
+// no mmap'd blocks (the heap serves every size) and no trimming. Process-wide and once; the
+// peak RSS is unchanged (it is the forward's high-water mark either way).
+void retain_freed_memory() {
+#if defined(__GLIBC__)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  });
+#endif
+}
+
+// The tubelet grid position of token j (t, h, w row-major) -> the clip offset of its first pixel.
+struct TokenGeometry {
+  int64_t C, T, H, W, tt, p, gh, gw;
+  const float* clip(const float* videos, int64_t b) const { return videos + b * C * T * H * W; }
+  // Offset of pixel (c, dt, dy, 0) of token j within its clip.
+  int64_t offset(int64_t j, int64_t c, int64_t dt, int64_t dy) const {
+    const int64_t t = j / (gh * gw), h = (j / gw) % gh, w = j % gw;
+    return ((c * T + t * tt + dt) * H + h * p + dy) * W + w * p;
+  }
+};
+
+// cols[r] = the unfolded tubelet of token ids[r] (flat b * Np + j), columns (c, dt, dy, dx) as the
+// Conv3d weight: the rows of videomae_unfold that `ids` selects.
+void unfold_rows(Context& ctx, const float* videos, const TokenGeometry& g, int64_t Np,
+                 const std::vector<int32_t>& ids, float* cols) {
+  const int64_t K = g.C * g.tt * g.p * g.p;
+  ctx.parallel_for(int64_t(ids.size()), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = ids[size_t(r)] / Np, j = ids[size_t(r)] % Np;
+      const float* clip = g.clip(videos, b);
+      float* row = cols + r * K;
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t dt = 0; dt < g.tt; ++dt)
+          for (int64_t dy = 0; dy < g.p; ++dy)
+            std::memcpy(row + ((c * g.tt + dt) * g.p + dy) * g.p, clip + g.offset(j, c, dt, dy),
+                        size_t(g.p) * sizeof(float));
+    }
+  }, 16);
+}
+
+// The normalised-pixel target of token ids[r] (the rows of videomae_target that `ids` selects,
+// bit for bit: the same double arithmetic), compared with pred[r]: writes
+// dpred[r] = gscale * (pred - target), target[r] when `target` is non-null, and the row's sum of
+// squared differences into row_sq[r] (summed by the caller in row order: the loss does not
+// depend on the thread count).
+void target_and_loss_rows(Context& ctx, const float* videos, const TokenGeometry& g, int64_t Np,
+                          const std::vector<int32_t>& ids, const std::array<float, 3>& mean,
+                          const std::array<float, 3>& stdev, const float* pred, double gscale, float* dpred,
+                          float* target, std::vector<double>& row_sq) {
+  const int64_t P = g.tt * g.p * g.p, K = g.C * P;
+  ctx.parallel_for(int64_t(ids.size()), [&](int64_t begin, int64_t end) {
+    std::vector<double> x(static_cast<size_t>(P)), tgt(static_cast<size_t>(K));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = ids[size_t(r)] / Np, j = ids[size_t(r)] % Np;
+      const float* clip = g.clip(videos, b);
+      for (int64_t c = 0; c < g.C; ++c) {
+        double sum = 0;
+        for (int64_t dt = 0; dt < g.tt; ++dt)
+          for (int64_t dy = 0; dy < g.p; ++dy) {
+            const float* src = clip + g.offset(j, c, dt, dy);
+            double* xs = x.data() + (dt * g.p + dy) * g.p;
+            for (int64_t dx = 0; dx < g.p; ++dx) {
+              xs[dx] = double(src[dx]) * double(stdev[size_t(c)]) + double(mean[size_t(c)]);
+              sum += xs[dx];
+            }
+          }
+        const double mu = sum / double(P);
+        double ss = 0;
+        for (int64_t i = 0; i < P; ++i) ss += (x[size_t(i)] - mu) * (x[size_t(i)] - mu);
+        const double sd = std::sqrt(ss / double(P - 1));  // unbiased, as torch .var()
+        for (int64_t i = 0; i < P; ++i) tgt[size_t(i * g.C + c)] = double(float((x[size_t(i)] - mu) / (sd + 1e-6)));
+      }
+      const float* pr = pred + r * K;
+      float* dp = dpred + r * K;
+      double sq = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double d = double(pr[k]) - tgt[size_t(k)];
+        sq += d * d;
+        dp[k] = float(gscale * d);
+      }
+      row_sq[size_t(r)] = sq;
+      if (target)
+        for (int64_t k = 0; k < K; ++k) target[r * K + k] = float(tgt[size_t(k)]);
+    }
+  }, 8);
+}
+
+}  // namespace
 
 VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tensor& videos, const Tensor& mask,
                                                        const VideoMAEStepOptions& options) {
@@ -49,16 +158,17 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   UNMASK_CHECK(Nm >= 1 && Nv >= 1, "videomae pretrain_step: the mask must leave at least one visible and one "
                "masked token per clip, got ", Nm, " masked of ", Np);
 
+  retain_freed_memory();
+  const Tensor clips = videos.contiguous();
+  const TokenGeometry geo{c.channels, c.num_frames, c.img_size, c.img_size, c.tubelet, c.patch, c.grid_hw(),
+                          c.grid_hw()};
+
   // ---- forward ----
   // Patch embedding of the visible tubelets: x0 = cols_vis Wpatch^T + b + pos[token].
-  const Tensor cols = videomae_unfold(videos.contiguous(), c.tubelet, c.patch);
   Tensor cols_vis = Tensor::empty({B * Nv, K}, DType::f32);
+  unfold_rows(ctx, clips.data<float>(), geo, Np, vis_ids, cols_vis.data<float>());
   Tensor vis_pos = Tensor::empty({B * Nv}, DType::i32);
-  for (int64_t r = 0; r < B * Nv; ++r) {
-    std::memcpy(cols_vis.data<float>() + r * K, cols.data<float>() + int64_t(vis_ids[size_t(r)]) * K,
-                size_t(K) * sizeof(float));
-    vis_pos.data<int32_t>()[r] = int32_t(vis_ids[size_t(r)] % Np);
-  }
+  for (int64_t r = 0; r < B * Nv; ++r) vis_pos.data<int32_t>()[r] = int32_t(vis_ids[size_t(r)] % Np);
   Tensor x0 = Tensor::empty({B * Nv, D}, DType::f32);
   train::linear_forward(ctx, cols_vis, m.patch_w, m.patch_b, x0);
   ops::embedding(ctx, m.enc_pos, vis_pos, x0, /*accumulate=*/true);
@@ -82,14 +192,17 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
     float* di = dec_in.data<float>();
     const float* pe = m.dec_pos.data<float>();
     const float* mt = m.mask_token.value.data<float>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t j = 0; j < Np; ++j) {
-        float* row = di + (b * Np + j) * Dd;
+    const float* ev = e2d.data<float>();
+    ctx.parallel_for(B * Np, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / Np, j = r % Np;
+        float* row = di + r * Dd;
         const bool vis = j < Nv;
         const int64_t tok = vis ? vis_ids[size_t(b * Nv + j)] % Np : mask_ids[size_t(b * Nm + j - Nv)] % Np;
-        const float* src = vis ? e2d.data<float>() + (b * Nv + j) * Dd : mt;
+        const float* src = vis ? ev + (b * Nv + j) * Dd : mt;
         for (int64_t k = 0; k < Dd; ++k) row[k] = src[k] + pe[tok * Dd + k];
       }
+    }, 64);
   }
   const BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Np, c.norm_eps};
   std::vector<BlockSaved> dec(m.dec_blocks.size());
@@ -108,20 +221,15 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   train::linear_forward(ctx, dec_ln, m.head_w, m.head_b, pred);
 
   // ---- loss: MSE against the normalised-pixel target of the masked tokens ----
-  const Tensor all_target = videomae_target(videos.contiguous(), c.tubelet, c.patch, options.mean, options.std);
-  Tensor target = Tensor::empty({B * Nm, K}, DType::f32);
-  for (int64_t r = 0; r < B * Nm; ++r)
-    std::memcpy(target.data<float>() + r * K, all_target.data<float>() + int64_t(mask_ids[size_t(r)]) * K,
-                size_t(K) * sizeof(float));
   const int64_t count = B * Nm * K;
-  double sq = 0;
+  Tensor target = options.keep_outputs ? Tensor::empty({B * Nm, K}, DType::f32) : Tensor();
   Tensor dpred = Tensor::empty({B * Nm, K}, DType::f32);
   const double gscale = 2.0 * double(options.loss_scale) / double(count);
-  for (int64_t i = 0; i < count; ++i) {
-    const double d = double(pred.data<float>()[i]) - double(target.data<float>()[i]);
-    sq += d * d;
-    dpred.data<float>()[i] = float(gscale * d);
-  }
+  std::vector<double> row_sq(size_t(B * Nm));
+  target_and_loss_rows(ctx, clips.data<float>(), geo, Np, mask_ids, options.mean, options.std, pred.data<float>(),
+                       gscale, dpred.data<float>(), options.keep_outputs ? target.data<float>() : nullptr, row_sq);
+  double sq = 0;
+  for (double v : row_sq) sq += v;
   VideoMAEStepStats st;
   st.loss = sq / double(count);
   st.clips = B;
@@ -142,8 +250,10 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(g.data<float>() + (b * Np + Nv) * Dd, dln.data<float>() + b * Nm * Dd,
                 size_t(Nm * Dd) * sizeof(float));
-  for (size_t i = dec.size(); i-- > 0;)
+  for (size_t i = dec.size(); i-- > 0;) {
     video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, dec[i], ds, g);
+    dec[i] = BlockSaved{};  // its memory serves the next block's backward
+  }
   // g = d dec_in: masked rows into mask_token, visible rows into encoder_to_decoder
   Tensor de2d = Tensor::empty({B * Nv, Dd}, DType::f32);
   {
@@ -160,8 +270,10 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   train::linear_backward(ctx, enc_ln, m.e2d_w, no_bias, de2d, &genc);
   ops::layernorm_backward(ctx, enc_last, nullptr, m.enc_norm_g.value, enc_mean, enc_rstd, genc, genc,
                           m.enc_norm_g.grad, m.enc_norm_b.grad);
-  for (size_t i = enc.size(); i-- > 0;)
+  for (size_t i = enc.size(); i-- > 0;) {
     video::block_backward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, enc[i], es, genc);
+    enc[i] = BlockSaved{};
+  }
   train::linear_backward(ctx, cols_vis, m.patch_w, m.patch_b, genc, nullptr);
   return st;
 }
