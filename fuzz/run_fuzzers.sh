@@ -37,7 +37,7 @@ mkdir -p "$OUT/obj"
 
 # ---- library objects, compiled once for all targets ----------------------------------------
 sources=()
-for f in src/core/*.cc src/io/*.cc src/text/*.cc; do
+for f in src/core/*.cc src/io/*.cc src/text/*.cc src/video/sampling.cc src/video/clip_store.cc; do  # + the FFmpeg-free video parsers
   [ -e "$f" ] || continue
   if grep -Eq '#include +"(cpu/|core/thread_pool\.h|unmask/context\.h)|cblas' "$f"; then
     continue  # needs BLAS / threads: not part of the fuzzed surface
@@ -58,7 +58,7 @@ for src in "${targets[@]}"; do
   stem=${name#fuzz_}            # safetensors
   bin="$OUT/$name"
   echo "== $name: building"
-  if ! $CXX "${FLAGS[@]}" -fsanitize=fuzzer "$src" "${objects[@]}" -o "$bin"; then
+  if ! $CXX "${FLAGS[@]}" -fsanitize=fuzzer "$src" "${objects[@]}" -lz -o "$bin"; then  # zlib: clip store crc32
     echo "run_fuzzers: $name failed to build" >&2
     failed+=("$name (build)")
     continue
