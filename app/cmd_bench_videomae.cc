@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli.h"
 #include "data/rng.h"
@@ -78,6 +79,17 @@ video::VideoMAEFlopConfig flop_config(const VideoMAEConfig& c, double mask_ratio
   f.decoder_mask_ratio = 0.0;
   f.batch = batch;
   return f;
+}
+
+// Parameters of the pretraining model, counted from the config (--dry-run builds no model; a run
+// checks the count against the model's tensors).
+int64_t count_params(const VideoMAEConfig& c) {
+  auto block = [&](int64_t d) {
+    const int64_t i = c.mlp_hidden(d);
+    return 4 * d + 2 * d + 3 * d * d + d * d + d + i * d + i + d * i + d;  // norms, q/v bias, qkv, proj, fc1, fc2
+  };
+  const int64_t K = c.patch_dim(), D = c.dim, Dd = c.decoder_dim;
+  return K * D + D + c.depth * block(D) + 2 * D + Dd * D + Dd + c.decoder_depth * block(Dd) + 2 * Dd + K * Dd + K;
 }
 
 }  // namespace
@@ -139,13 +151,22 @@ int bench_videomae(int argc, char** argv) {
   char devices[64];
   std::snprintf(devices, sizeof devices, "CPU (%d threads)", ctx.num_threads());
 
-  VideoMAEPretrainModel model = VideoMAEPretrainModel::random(cfg, seed);
-  long long num_params = 0;
-  for (const Param& p : model.params()) num_params += p.value.numel();
+  const long long num_params = count_params(cfg);
+  // A dry run builds no model (ViT-g's weights and moments are ~16 GB).
+  std::optional<VideoMAEPretrainModel> model;
+  std::optional<Optimizer> opt;
   // VideoMAE's pretraining AdamW (video.md section 2.1); lr 1.5e-4 x 2048 / 256 is the scaled base.
-  OptimizerConfig oc{.kind = OptimizerKind::adamw, .lr = 1.2e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                     .weight_decay = 0.05f, .max_grad_norm = 0.0f};
-  Optimizer opt(oc, model.params());
+  const OptimizerConfig oc{.kind = OptimizerKind::adamw, .lr = 1.2e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                           .weight_decay = 0.05f, .max_grad_norm = 0.0f};
+  if (!dry_run) {
+    model.emplace(VideoMAEPretrainModel::random(cfg, seed));
+    long long counted = 0;
+    for (const Param& p : model->params()) counted += p.value.numel();
+    if (counted != num_params)
+      throw Error("bench videomae: the model has ", counted, " parameters, the count from the config says ",
+                  num_params);
+    opt.emplace(oc, model->params());
+  }
 
   if (format == "table") {
     std::printf("# unmask bench videomae: %s (%lld parameters; encoder %lld/%lld/%lld, decoder %lld/%lld/%lld), "
@@ -188,9 +209,9 @@ int bench_videomae(int argc, char** argv) {
         masks.push_back(video::tube_mask_batch(grid, mask_ratio, seed, uint64_t(i * B), B));
       for (int64_t i = 0; i < warmup + steps; ++i) {
         const double t0 = now_s();
-        model.zero_grad();
-        const VideoMAEStepStats st = model.pretrain_step(ctx, videos, masks[size_t(i)], so);
-        opt.step(ctx, oc.lr);
+        model->zero_grad();
+        const VideoMAEStepStats st = model->pretrain_step(ctx, videos, masks[size_t(i)], so);
+        opt->step(ctx, oc.lr);
         const double dt = now_s() - t0;
         last_loss = st.loss;
         if (i >= warmup) times.push_back(dt);

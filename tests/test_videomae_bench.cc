@@ -1,0 +1,164 @@
+// tests/test_videomae_bench.cc: `unmask bench videomae` (app/cmd_bench_videomae.cc): the FLOPs it
+// prints are the analytic count of the model as configured, its JSON parses, and its figures are
+// consistent with each other.
+//
+// The command's source is compiled into this test (with the small argument parser it uses,
+// app/cli.cc): the test binary does not link the app, and no other test includes these two files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../app/cli.cc"
+#include "../app/cmd_bench_videomae.cc"
+#include "unmask/videomae.h"
+#include "video/videomae_flops.h"
+
+namespace unmask {
+namespace {
+
+// Runs `unmask bench videomae ARGS...` and returns what it printed on stdout.
+std::string run_bench(std::vector<std::string> args) {
+  args.insert(args.begin(), {"unmask", "bench", "videomae"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  int rc = -1;
+  try {
+    rc = cli::bench_videomae(int(argv.size()), argv.data());
+  } catch (...) {
+    testing::internal::GetCapturedStdout();
+    throw;
+  }
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  return out;
+}
+
+std::vector<nlohmann::json> json_rows(const std::string& out) {
+  std::vector<nlohmann::json> rows;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    const size_t nl = out.find('\n', pos);
+    const std::string line = out.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));  // throws on anything but JSON
+    pos = nl == std::string::npos ? out.size() : nl + 1;
+  }
+  return rows;
+}
+
+void expect_rel_near(double actual, double expected, double tol, const char* what) {
+  EXPECT_LE(std::abs(actual - expected), tol * std::abs(expected)) << what << ": " << actual << " vs " << expected;
+}
+
+TEST(VideoMAEBench, ViTBFlopsAreTheAnalyticCountOfTheConfiguredModel) {
+  const auto rows = json_rows(run_bench({"--model", "vit-b", "--batch", "1,2", "--dry-run", "--format", "json"}));
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& r : rows) {
+    const int64_t B = r.at("batch").get<int64_t>();
+    video::VideoMAEFlopConfig f = video::videomae_flop_preset("vit-b");  // decoder depth 4, tube 0.9
+    f.batch = B;
+    EXPECT_EQ(r.at("engine"), "unmask");
+    EXPECT_EQ(r.at("decoder_depth"), 4);
+    EXPECT_EQ(r.at("visible_tokens"), 160);  // 8 x (196 - int(0.9 x 196))
+    EXPECT_EQ(r.at("masked_tokens"), 1408);
+    f.batch = 1;
+    expect_rel_near(r.at("model_gflops_per_clip").get<double>() * 1e9, video::videomae_pretrain_forward_flops(f),
+                    1e-12, "forward FLOPs per clip");
+    f.batch = B;
+    expect_rel_near(r.at("step_gflop").get<double>() * 1e9, video::videomae_pretrain_step_flops(f), 1e-12,
+                    "step FLOPs");
+    // video.md section 5: VideoMAE v1 ViT-B pretraining with a 4-layer decoder is 35.4 GMAC per clip.
+    EXPECT_NEAR(r.at("model_gflops_per_clip").get<double>() / 2.0, 35.4, 0.1);
+    // Executed: the patch embedding on the 160 visible tubelets instead of all 1568.
+    const double skipped = 3.0 * 2.0 * double(B) * (1568 - 160) * 1536.0 * 768.0;
+    expect_rel_near(r.at("executed_step_gflop").get<double>() * 1e9, video::videomae_pretrain_step_flops(f) - skipped,
+                    1e-12, "executed step FLOPs");
+    // V-SWIFT's table: 0.101 G parameters with an 8-layer decoder; 4 layers of 12 x 384^2 + 13 x 384 fewer.
+    const double dec_layer = 12.0 * 384 * 384 + 13.0 * 384;
+    EXPECT_NEAR(r.at("params").get<double>() + 4 * dec_layer, 0.101e9, 0.001e9);
+    EXPECT_EQ(r.at("steps"), 0);
+    EXPECT_EQ(r.at("dry_run"), true);
+  }
+  // The decoder depth actually run is the one counted.
+  const auto deep = json_rows(run_bench({"--model", "vit-b", "--batch", "1", "--decoder-depth", "8", "--dry-run",
+                                         "--format", "json"}));
+  ASSERT_EQ(deep.size(), 1u);
+  video::VideoMAEFlopConfig f8 = video::videomae_flop_preset("vit-b");
+  f8.dec_depth = 8;
+  expect_rel_near(deep[0].at("model_gflops_per_clip").get<double>() * 1e9, video::videomae_pretrain_forward_flops(f8),
+                  1e-12, "decoder depth 8");
+  // V-SWIFT's README gives VideoMAE v1 54.157 G "(x2)" (fvcore MACs), the count of a depth-8 decoder
+  // (video.md section 0: the analytic count is within 0.2 %).
+  EXPECT_NEAR(deep[0].at("model_gflops_per_clip").get<double>() / 2.0, 54.157, 0.11);
+}
+
+TEST(VideoMAEBench, TinyRunPrintsConsistentJson) {
+  const auto rows = json_rows(run_bench({"--model", "tiny", "--batch", "2", "--steps", "3", "--warmup", "1",
+                                         "--synthetic", "--threads", "1", "--peak-gflops", "100", "--format", "json"}));
+  ASSERT_EQ(rows.size(), 1u);
+  const auto& r = rows[0];
+  const VideoMAEConfig c = VideoMAEConfig::tiny();
+  // tiny: 4 frames x 32^2 -> 2 x 2 x 2 tokens; int(0.9 x 4) = 3 masked per slot.
+  EXPECT_EQ(r.at("tokens"), 8);
+  EXPECT_EQ(r.at("visible_tokens"), 2);
+  EXPECT_EQ(r.at("masked_tokens"), 6);
+  EXPECT_EQ(r.at("frames"), 4);
+  EXPECT_EQ(r.at("img"), 32);
+  EXPECT_EQ(r.at("steps"), 3);
+  // The count from the config equals the model's tensors (the command also checks this).
+  VideoMAEConfig c4 = c;
+  c4.decoder_depth = 4;
+  int64_t params = 0;
+  for (const Param& p : VideoMAEPretrainModel::random(c4, 1).params()) params += p.value.numel();
+  EXPECT_EQ(r.at("params").get<int64_t>(), params);
+  // FLOPs by hand for this config (matmuls, multiply-add = 2):
+  //   embed 2 N P D, encoder depth x layer(V), e2d 2 V D Dd, decoder 4 x layer(N), head 2 R Dd P.
+  const double N = 8, V = 2, R = 6, P = 3 * 2 * 16 * 16, D = 64, Dd = 32;
+  auto layer = [](double n, double d) { return 2 * n * (4 * d * d + 2 * d * 4 * d) + 4 * n * n * d; };
+  const double fwd = 2 * N * P * D + 2 * layer(V, D) + 2 * V * D * Dd + 4 * layer(N, Dd) + 2 * R * Dd * P;
+  expect_rel_near(r.at("model_gflops_per_clip").get<double>() * 1e9, fwd, 1e-12, "tiny forward FLOPs");
+  expect_rel_near(r.at("step_gflop").get<double>() * 1e9, 3 * 2 * fwd, 1e-12, "tiny step FLOPs");
+  // Timing fields agree with each other.
+  const double step_ms = r.at("step_ms").get<double>(), vps = r.at("videos_per_s").get<double>();
+  ASSERT_GT(step_ms, 0.0);
+  EXPECT_LE(r.at("step_ms_min").get<double>(), step_ms);
+  EXPECT_GE(r.at("step_ms_max").get<double>(), step_ms);
+  expect_rel_near(vps, 2.0 / (step_ms / 1e3), 1e-9, "videos/s");
+  expect_rel_near(r.at("gflop_per_s").get<double>(), r.at("step_gflop").get<double>() / (step_ms / 1e3), 1e-9,
+                  "GFLOP/s");
+  EXPECT_EQ(r.at("peak_gflops").get<double>(), 100.0);
+  // V-SWIFT's MFU formula: 3 x model FLOPs x videos/s / peak.
+  expect_rel_near(r.at("mfu_pct").get<double>(), 100.0 * 3 * fwd * vps / 1e9 / 100.0, 1e-9, "MFU");
+  EXPECT_LT(r.at("executed_mfu_pct").get<double>(), r.at("mfu_pct").get<double>());
+  expect_rel_near(r.at("device_hours_ssv2_1200ep").get<double>(), 168913.0 * 1200 / vps / 3600, 1e-9, "device-h");
+  // The loss of a random model on normalised-pixel targets is near their variance, 1.
+  const double loss = r.at("loss").get<double>();
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(loss, 0.3);
+  EXPECT_LT(loss, 3.0);
+  EXPECT_GT(r.at("peak_rss_mb").get<double>(), 1.0);
+}
+
+TEST(VideoMAEBench, TableAndErrors) {
+  const std::string table = run_bench({"--model", "tiny", "--batch", "1", "--dry-run"});
+  EXPECT_NE(table.find("| devices | dataset | dtype | batch/device | model FLOPs (G/clip) | videos/s/device"),
+            std::string::npos)
+      << table;
+  // Only synthetic clips for now: the error says so.
+  try {
+    run_bench({"--model", "tiny", "--batch", "1"});
+    FAIL() << "expected an error without --synthetic";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--synthetic"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(run_bench({"--model", "vit-z", "--synthetic"}), Error);
+  EXPECT_THROW(run_bench({"--model", "tiny", "--synthetic", "--mask-ratio", "1.0"}), Error);
+  EXPECT_THROW(run_bench({"--model", "tiny", "--synthetic", "--format", "csv"}), Error);
+  EXPECT_THROW(run_bench({"--model", "tiny", "--synthetic", "--batch", "0"}), Error);
+}
+
+}  // namespace
+}  // namespace unmask
