@@ -15,8 +15,8 @@ int cmd_convert_videomae(int argc, char** argv) {
       {"in", "PATH", "checkpoint: .pth/.bin (torch.save), .safetensors, or a model directory", ""},
       {"out", "DIR", "output directory (model.safetensors + config.json); replaced atomically", ""},
       {"to", "NAMING", "hf (transformers VideoMAE names) or original (VideoMAE v1/v2/V-SWIFT names)", ""},
-      {"config", "NAME", "model size: from-file (the config.json next to the input), tiny, small, base, large, huge, giant",
-       "from-file"},
+      {"config", "NAME",
+       "model size: from-file (the config.json next to the input), tiny, small, base, large, huge, giant", "from-file"},
       {"frames", "N", "clip length recorded in config.json (default: the checkpoint's, or the preset's 16)", ""},
       {"img-size", "N", "resolution recorded in config.json (default: the checkpoint's, or the preset's)", ""},
   };
@@ -28,8 +28,7 @@ int cmd_convert_videomae(int argc, char** argv) {
                           specs, argc, argv, 2);
   if (!args) return 0;
   const std::string in = args->require("in"), out = args->require("out"), to = args->require("to");
-  if (to != "hf" && to != "original")
-    throw Error("--to must be hf or original, got '", to, "'");
+  if (to != "hf" && to != "original") throw Error("--to must be hf or original, got '", to, "'");
   const video::VideoMAENaming naming = to == "hf" ? video::VideoMAENaming::hf : video::VideoMAENaming::original;
 
   video::VideoMAECheckpoint ck = video::read_videomae_checkpoint(in);
@@ -46,8 +45,7 @@ int cmd_convert_videomae(int argc, char** argv) {
                       ck.config->config.heads != config.heads))
       throw Error("convert-videomae: --config ", which, " (dim ", config.dim, ", depth ", config.depth, ", heads ",
                   config.heads, ") contradicts the checkpoint's config.json (dim ", ck.config->config.dim, ", depth ",
-                  ck.config->config.depth, ", heads ", ck.config->config.heads, ")",
-                  Hint("use --config from-file"));
+                  ck.config->config.depth, ", heads ", ck.config->config.heads, ")", Hint("use --config from-file"));
     if (ck.config) config.num_frames = ck.config->config.num_frames, config.img_size = ck.config->config.img_size;
   }
   if (args->has("frames")) config.num_frames = args->get_int("frames");
@@ -62,10 +60,11 @@ int cmd_convert_videomae(int argc, char** argv) {
   std::vector<std::string> notes;
   video::save_videomae_tensors(out, config, ck.tensors, naming, 0, &notes);
   for (const auto& n : notes) std::printf("  %s\n", n.c_str());
-  std::printf("convert-videomae: wrote %s/model.safetensors (%s names) and config.json (dim %lld, depth %lld, "
-              "heads %lld, %lld frames of %lldpx)\n",
-              out.c_str(), to.c_str(), (long long)config.dim, (long long)config.depth, (long long)config.heads,
-              (long long)config.num_frames, (long long)config.img_size);
+  std::printf(
+      "convert-videomae: wrote %s/model.safetensors (%s names) and config.json (dim %lld, depth %lld, "
+      "heads %lld, %lld frames of %lldpx)\n",
+      out.c_str(), to.c_str(), (long long)config.dim, (long long)config.depth, (long long)config.heads,
+      (long long)config.num_frames, (long long)config.img_size);
   return 0;
 }
 

@@ -32,12 +32,14 @@ stage "[2a/6] training parity with PyTorch autograd (losses, every gradient, 10 
 /usr/bin/python3 tests/python/train_parity.py --unmask build/unmask
 stage "[2a'/6] VideoMAE pretraining parity with a PyTorch implementation (loss, every gradient)"
 /usr/bin/python3 tests/python/videomae_parity.py --unmask build/unmask
+/usr/bin/python3 tests/python/videomae_checkpoint_check.py --unmask build/unmask
 stage "[2b/6] command line: good and bad input"
 bash tests/cli/test_cli.sh build/unmask
 bash tests/cli/test_data_cli.sh build/unmask
 bash tests/cli/test_train_cli.sh build/unmask
 bash tests/cli/test_finetune_cli.sh build/unmask
 bash tests/cli/test_video_cli.sh build/unmask
+bash tests/cli/test_convert_videomae_cli.sh build/unmask
 bash tests/cli/test_prepare_video_cli.sh build/unmask
 
 if [ "${UNMASK_SKIP_JS:-0}" != 1 ]; then

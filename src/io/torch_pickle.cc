@@ -36,7 +36,8 @@ struct Bytes {
   void need(uint64_t off, uint64_t n, const char* what) const {
     if (off > size || n > size - off)
       throw Error(*where, ": ", what, " at byte ", off, " (", n, " bytes) runs past the end of the file (", size,
-                  " bytes)", Hint("the file is truncated or is not a torch.save checkpoint; save or download it again"));
+                  " bytes)",
+                  Hint("the file is truncated or is not a torch.save checkpoint; save or download it again"));
   }
   uint64_t le(uint64_t off, int n, const char* what) const {
     need(off, uint64_t(n), what);
@@ -51,7 +52,7 @@ struct Bytes {
 struct ZipEntry {
   uint64_t data = 0, size = 0;  // absolute offset of the stored bytes, their count
   uint16_t method = 0, flags = 0;
-  uint64_t local = 0;           // local header offset (data is resolved lazily)
+  uint64_t local = 0;  // local header offset (data is resolved lazily)
   uint64_t csize = 0;
 };
 
@@ -136,10 +137,11 @@ std::map<std::string, ZipEntry> read_zip_directory(const Bytes& b) {
 std::pair<const uint8_t*, uint64_t> entry_bytes(const Bytes& b, const std::string& name, const ZipEntry& e) {
   const std::string& where = *b.where;
   if (e.flags & 1)
-    throw Error(where, ": zip entry ", name, " is encrypted", Hint("torch.save never encrypts; " + std::string(kResaveHint)));
+    throw Error(where, ": zip entry ", name, " is encrypted",
+                Hint("torch.save never encrypts; " + std::string(kResaveHint)));
   if (e.method != 0)
-    throw Error(where, ": zip entry ", name, " is compressed (method ", e.method,
-                e.method == 8 ? ", deflate" : "", "); torch.save stores entries uncompressed",
+    throw Error(where, ": zip entry ", name, " is compressed (method ", e.method, e.method == 8 ? ", deflate" : "",
+                "); torch.save stores entries uncompressed",
                 Hint("the archive was re-zipped by another tool; " + std::string(kResaveHint)));
   if (e.csize != e.size)
     throw Error(where, ": zip entry ", name, " is stored but its sizes differ (", e.csize, " vs ", e.size, ")",
@@ -147,25 +149,40 @@ std::pair<const uint8_t*, uint64_t> entry_bytes(const Bytes& b, const std::strin
   if (b.le(e.local, 4, "zip local header") != kLocalSig)
     throw Error(where, ": zip entry ", name, " has no local header at byte ", e.local,
                 Hint("the file is damaged; save it again"));
-  const uint64_t data = e.local + 30 + b.le(e.local + 26, 2, "zip local header") + b.le(e.local + 28, 2, "zip local header");
+  const uint64_t data =
+      e.local + 30 + b.le(e.local + 26, 2, "zip local header") + b.le(e.local + 28, 2, "zip local header");
   b.need(data, e.size, ("zip entry " + name).c_str());
   return {b.p + data, e.size};
 }
 
 // ---- the pickle machine --------------------------------------------------------------------
 
-enum class Kind : uint8_t { none, boolean, integer, floating, string, bytes, tuple, list, dict, global, object, storage, tensor };
+enum class Kind : uint8_t {
+  none,
+  boolean,
+  integer,
+  floating,
+  string,
+  bytes,
+  tuple,
+  list,
+  dict,
+  global,
+  object,
+  storage,
+  tensor
+};
 
 struct Node {
   Kind kind = Kind::none;
-  int64_t i = 0;                // integer / boolean; storage: element count
+  int64_t i = 0;  // integer / boolean; storage: element count
   double f = 0;
-  std::string s;                // string / bytes; global / object: the class; storage: key
-  std::vector<int32_t> items;   // tuple / list; dict: key, value, key, value, ...
-  int32_t ref = -1;             // tensor: its storage node
-  bool supported = true;        // storage: a dtype this reader converts
-  DType dtype = DType::f32;     // storage
-  int64_t offset = 0;           // tensor: storage offset (elements)
+  std::string s;               // string / bytes; global / object: the class; storage: key
+  std::vector<int32_t> items;  // tuple / list; dict: key, value, key, value, ...
+  int32_t ref = -1;            // tensor: its storage node
+  bool supported = true;       // storage: a dtype this reader converts
+  DType dtype = DType::f32;    // storage
+  int64_t offset = 0;          // tensor: storage offset (elements)
   std::vector<int64_t> sizes, strides;
 };
 
@@ -185,25 +202,46 @@ class Machine {
           if (v > 5) fail(at, "pickle protocol " + std::to_string(v) + " is newer than 5");
           break;
         }
-        case 0x95: take(8); break;  // FRAME (protocol 4): a length hint only
-        case '.':                   // STOP
-          if (stack_.size() != 1 || !marks_.empty()) fail(at, "STOP with " + std::to_string(stack_.size()) + " values on the stack");
+        case 0x95:
+          take(8);
+          break;   // FRAME (protocol 4): a length hint only
+        case '.':  // STOP
+          if (stack_.size() != 1 || !marks_.empty())
+            fail(at, "STOP with " + std::to_string(stack_.size()) + " values on the stack");
           return stack_.back();
-        case '(': marks_.push_back(stack_.size()); break;  // MARK
-        case '}': push(make(Kind::dict)); break;
-        case ']': push(make(Kind::list)); break;
-        case ')': push(make(Kind::tuple)); break;
-        case 'N': push(make(Kind::none)); break;
-        case 0x88: case 0x89: {  // NEWTRUE / NEWFALSE
+        case '(':
+          marks_.push_back(stack_.size());
+          break;  // MARK
+        case '}':
+          push(make(Kind::dict));
+          break;
+        case ']':
+          push(make(Kind::list));
+          break;
+        case ')':
+          push(make(Kind::tuple));
+          break;
+        case 'N':
+          push(make(Kind::none));
+          break;
+        case 0x88:
+        case 0x89: {  // NEWTRUE / NEWFALSE
           const int32_t id = make(Kind::boolean);
           nodes[size_t(id)].i = op == 0x88;
           push(id);
           break;
         }
-        case 'J': push_int(int64_t(int32_t(uint32_t(le(4))))); break;  // BININT
-        case 'K': push_int(int64_t(le(1))); break;                     // BININT1
-        case 'M': push_int(int64_t(le(2))); break;                     // BININT2
-        case 0x8a: case 0x8b: {                                        // LONG1 / LONG4
+        case 'J':
+          push_int(int64_t(int32_t(uint32_t(le(4)))));
+          break;  // BININT
+        case 'K':
+          push_int(int64_t(le(1)));
+          break;  // BININT1
+        case 'M':
+          push_int(int64_t(le(2)));
+          break;  // BININT2
+        case 0x8a:
+        case 0x8b: {  // LONG1 / LONG4
           const uint64_t len = le(op == 0x8a ? 1 : 4);
           const uint8_t* d = take(len);
           if (len > 8) {  // far beyond int64: kept as an opaque value
@@ -227,14 +265,28 @@ class Machine {
           push(id);
           break;
         }
-        case 'X': push_text(Kind::string, le(4)); break;     // BINUNICODE
-        case 0x8c: push_text(Kind::string, le(1)); break;    // SHORT_BINUNICODE
-        case 0x8d: push_text(Kind::string, le(8)); break;    // BINUNICODE8
-        case 'U': push_text(Kind::string, le(1)); break;     // SHORT_BINSTRING
-        case 'T': push_text(Kind::string, le(4)); break;     // BINSTRING
-        case 'B': push_text(Kind::bytes, le(4)); break;      // BINBYTES
-        case 'C': push_text(Kind::bytes, le(1)); break;      // SHORT_BINBYTES
-        case 'c': {                                          // GLOBAL "module\nname\n"
+        case 'X':
+          push_text(Kind::string, le(4));
+          break;  // BINUNICODE
+        case 0x8c:
+          push_text(Kind::string, le(1));
+          break;  // SHORT_BINUNICODE
+        case 0x8d:
+          push_text(Kind::string, le(8));
+          break;  // BINUNICODE8
+        case 'U':
+          push_text(Kind::string, le(1));
+          break;  // SHORT_BINSTRING
+        case 'T':
+          push_text(Kind::string, le(4));
+          break;  // BINSTRING
+        case 'B':
+          push_text(Kind::bytes, le(4));
+          break;  // BINBYTES
+        case 'C':
+          push_text(Kind::bytes, le(1));
+          break;     // SHORT_BINBYTES
+        case 'c': {  // GLOBAL "module\nname\n"
           const std::string module = line(at), name = line(at);
           const int32_t id = make(Kind::global);
           nodes[size_t(id)].s = module + "." + name;
@@ -255,7 +307,9 @@ class Machine {
           push(id);
           break;
         }
-        case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+        case 0x85:
+        case 0x86:
+        case 0x87: {  // TUPLE1..3
           const int count = op - 0x84;
           std::vector<int32_t> items(static_cast<size_t>(count), 0);
           for (int k = count; k-- > 0;) items[size_t(k)] = pop(at);
@@ -264,15 +318,31 @@ class Machine {
           push(id);
           break;
         }
-        case 'q': memo_[uint32_t(le(1))] = top(at); break;      // BINPUT
-        case 'r': memo_[uint32_t(le(4))] = top(at); break;      // LONG_BINPUT
-        case 0x94: memo_[uint32_t(memo_.size())] = top(at); break;  // MEMOIZE
-        case 'h': push(get(at, uint32_t(le(1)))); break;        // BINGET
-        case 'j': push(get(at, uint32_t(le(4)))); break;        // LONG_BINGET
-        case '0': pop(at); break;                               // POP
-        case '1': pop_to_mark(at); break;                       // POP_MARK
-        case '2': push(top(at)); break;                         // DUP
-        case 's': {                                             // SETITEM
+        case 'q':
+          memo_[uint32_t(le(1))] = top(at);
+          break;  // BINPUT
+        case 'r':
+          memo_[uint32_t(le(4))] = top(at);
+          break;  // LONG_BINPUT
+        case 0x94:
+          memo_[uint32_t(memo_.size())] = top(at);
+          break;  // MEMOIZE
+        case 'h':
+          push(get(at, uint32_t(le(1))));
+          break;  // BINGET
+        case 'j':
+          push(get(at, uint32_t(le(4))));
+          break;  // LONG_BINGET
+        case '0':
+          pop(at);
+          break;  // POP
+        case '1':
+          pop_to_mark(at);
+          break;  // POP_MARK
+        case '2':
+          push(top(at));
+          break;     // DUP
+        case 's': {  // SETITEM
           const int32_t v = pop(at), k = pop(at);
           dict_add(at, top(at), {k, v});
           break;
@@ -293,8 +363,10 @@ class Machine {
           list_add(at, top(at), v);
           break;
         }
-        case 'Q': push(persistent(pop(at))); break;  // BINPERSID
-        case 'R': {                                  // REDUCE
+        case 'Q':
+          push(persistent(pop(at)));
+          break;     // BINPERSID
+        case 'R': {  // REDUCE
           const int32_t args = pop(at), callable = pop(at);
           push(reduce(at, callable, args));
           break;
@@ -330,8 +402,9 @@ class Machine {
                 Hint("the checkpoint is damaged or was not written by torch.save; save it again"));
   }
   const uint8_t* take(uint64_t n) {
-    if (n > n_ - pos_) fail(pos_, "a value of " + std::to_string(n) + " bytes runs past the end of data.pkl (" +
-                                     std::to_string(n_) + " bytes)");
+    if (n > n_ - pos_)
+      fail(pos_, "a value of " + std::to_string(n) + " bytes runs past the end of data.pkl (" + std::to_string(n_) +
+                     " bytes)");
     const uint8_t* d = p_ + pos_;
     pos_ += size_t(n);
     return d;
@@ -423,9 +496,10 @@ class Machine {
     s.s = key;
     s.i = numel;
     static const std::pair<std::string_view, DType> kTypes[] = {
-        {"torch.FloatStorage", DType::f32},  {"torch.HalfStorage", DType::f16},  {"torch.BFloat16Storage", DType::bf16},
-        {"torch.DoubleStorage", DType::f64}, {"torch.LongStorage", DType::i64},  {"torch.IntStorage", DType::i32},
-        {"torch.ByteStorage", DType::u8},    {"torch.BoolStorage", DType::boolean}};
+        {"torch.FloatStorage", DType::f32},     {"torch.HalfStorage", DType::f16},
+        {"torch.BFloat16Storage", DType::bf16}, {"torch.DoubleStorage", DType::f64},
+        {"torch.LongStorage", DType::i64},      {"torch.IntStorage", DType::i32},
+        {"torch.ByteStorage", DType::u8},       {"torch.BoolStorage", DType::boolean}};
     s.supported = false;
     for (const auto& [name, dt] : kTypes)
       if (type == name) s.supported = true, s.dtype = dt;
@@ -539,7 +613,8 @@ struct Reader {
                   ") reaches past its storage of ", s.i, " elements",
                   Hint("the file is damaged or was not written by torch.save"));
     Shape shape(t.sizes);
-    const bool floating = s.dtype == DType::f32 || s.dtype == DType::f16 || s.dtype == DType::bf16 || s.dtype == DType::f64;
+    const bool floating =
+        s.dtype == DType::f32 || s.dtype == DType::f16 || s.dtype == DType::bf16 || s.dtype == DType::f64;
     const DType out_dt = floating ? DType::f32 : s.dtype;
     bool contiguous = true;
     {
@@ -588,23 +663,35 @@ struct Reader {
   std::string summary(int32_t id) const {
     const Node& n = vm->nodes[size_t(id)];
     switch (n.kind) {
-      case Kind::none: return "None";
-      case Kind::boolean: return n.i ? "True" : "False";
-      case Kind::integer: return "int " + std::to_string(n.i);
+      case Kind::none:
+        return "None";
+      case Kind::boolean:
+        return n.i ? "True" : "False";
+      case Kind::integer:
+        return "int " + std::to_string(n.i);
       case Kind::floating: {
         std::ostringstream os;
         os << "float " << n.f;
         return os.str();
       }
-      case Kind::string: return "str '" + n.s.substr(0, 40) + (n.s.size() > 40 ? "...'" : "'");
-      case Kind::bytes: return "bytes (" + std::to_string(n.s.size()) + ")";
-      case Kind::tuple: return "tuple (" + std::to_string(n.items.size()) + ")";
-      case Kind::list: return "list (" + std::to_string(n.items.size()) + ")";
-      case Kind::dict: return "dict (" + std::to_string(n.items.size() / 2) + ")";
-      case Kind::global: return "class " + n.s;
-      case Kind::object: return n.s;
-      case Kind::storage: return "storage '" + n.s + "'";
-      case Kind::tensor: return "tensor";
+      case Kind::string:
+        return "str '" + n.s.substr(0, 40) + (n.s.size() > 40 ? "...'" : "'");
+      case Kind::bytes:
+        return "bytes (" + std::to_string(n.s.size()) + ")";
+      case Kind::tuple:
+        return "tuple (" + std::to_string(n.items.size()) + ")";
+      case Kind::list:
+        return "list (" + std::to_string(n.items.size()) + ")";
+      case Kind::dict:
+        return "dict (" + std::to_string(n.items.size() / 2) + ")";
+      case Kind::global:
+        return "class " + n.s;
+      case Kind::object:
+        return n.s;
+      case Kind::storage:
+        return "storage '" + n.s + "'";
+      case Kind::tensor:
+        return "tensor";
     }
     return "?";
   }
@@ -619,8 +706,8 @@ struct Reader {
       const Node& s = vm->nodes[size_t(n.ref)];
       if (!s.supported) {
         const int32_t cls = s.items.empty() ? -1 : s.items[0];
-        note(path, "tensor of unsupported type " + (cls >= 0 ? vm->nodes[size_t(cls)].s : std::string("?")) +
-                       " (skipped)");
+        note(path,
+             "tensor of unsupported type " + (cls >= 0 ? vm->nodes[size_t(cls)].s : std::string("?")) + " (skipped)");
         return;
       }
       TorchTensor t;
@@ -646,7 +733,7 @@ struct Reader {
     if (n.kind == Kind::dict) {
       for (size_t k = 0; k + 1 < n.items.size(); k += 2) {
         const Node& key = vm->nodes[size_t(n.items[k])];
-        path.push_back(key.kind == Kind::string   ? key.s
+        path.push_back(key.kind == Kind::string    ? key.s
                        : key.kind == Kind::integer ? std::to_string(key.i)
                                                    : "<" + summary(n.items[k]) + ">");
         walk(n.items[k + 1], path, depth + 1);
@@ -666,8 +753,8 @@ struct Reader {
 
 bool looks_like_torch_file(const uint8_t* head, size_t size) {
   if (size >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return true;
-  if (size >= 2 && head[0] == 0x80 && head[1] <= 5) return true;                 // legacy pickle
-  if (size >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) return true;     // legacy tar
+  if (size >= 2 && head[0] == 0x80 && head[1] <= 5) return true;             // legacy pickle
+  if (size >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) return true;  // legacy tar
   return false;
 }
 
@@ -706,7 +793,8 @@ TorchCheckpoint parse_torch_checkpoint(std::shared_ptr<const uint8_t> bytes, siz
   if (auto it = r.entries.find(r.prefix + "byteorder"); it != r.entries.end()) {
     const auto [d, n] = entry_bytes(r.bytes, it->first, it->second);
     if (std::string_view(reinterpret_cast<const char*>(d), size_t(n)) != "little")
-      throw Error(where, ": stored in '", std::string(reinterpret_cast<const char*>(d), size_t(std::min<uint64_t>(n, 16))),
+      throw Error(where, ": stored in '",
+                  std::string(reinterpret_cast<const char*>(d), size_t(std::min<uint64_t>(n, 16))),
                   "' byte order; only little-endian checkpoints are supported",
                   Hint("save it again on a little-endian machine"));
   }

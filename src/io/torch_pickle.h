@@ -39,8 +39,8 @@ struct TorchTensor {
 };
 
 struct TorchCheckpoint {
-  std::string origin;               // the file (or the name given to parse)
-  std::vector<TorchTensor> tensors; // every reachable tensor, in pickle order
+  std::string origin;                // the file (or the name given to parse)
+  std::vector<TorchTensor> tensors;  // every reachable tensor, in pickle order
   /// Non-tensor leaves, one line each: "epoch: int 3", "args: argparse.Namespace", ...
   std::vector<std::string> other;
 };

@@ -31,7 +31,9 @@ constexpr int kVersion = 1;
 constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kConfigFile = "config.json";
 
-bool starts_with(const std::string& s, std::string_view p) { return s.size() >= p.size() && s.compare(0, p.size(), p) == 0; }
+bool starts_with(const std::string& s, std::string_view p) {
+  return s.size() >= p.size() && s.compare(0, p.size(), p) == 0;
+}
 bool ends_with(const std::string& s, std::string_view p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
 }
@@ -50,7 +52,9 @@ double float_decimal(float f) {
   return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
 }
 
-bool is_pos_table(const std::string& n) { return n == "pos_embed" || n == "encoder.pos_embed" || n == "decoder.pos_embed"; }
+bool is_pos_table(const std::string& n) {
+  return n == "pos_embed" || n == "encoder.pos_embed" || n == "decoder.pos_embed";
+}
 
 // Any float tensor -> f32 (a copy unless it already is f32).
 Tensor as_f32(const Tensor& t, const std::string& name) {
@@ -90,6 +94,20 @@ double sinusoid_distance(const Tensor& t) {
   return std::isnan(worst) ? 1e30 : worst;
 }
 
+// The sinusoid check's tolerance is the table's storage precision: a V-SWIFT checkpoint saved in
+// fp16 / bf16 rounds it (by up to 2^-12 / 2^-9 near 1). Values that all survive a round trip
+// through bf16 (f16) were stored that way.
+double sinusoid_tolerance(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const float* p = c.data<float>();
+  bool f16 = true, bf16 = true;
+  for (int64_t i = 0; i < c.numel() && (f16 || bf16); ++i) {
+    f16 = f16 && f16_to_f32(f32_to_f16(p[i])) == p[i];
+    bf16 = bf16 && bf16_to_f32(f32_to_bf16(p[i])) == p[i];
+  }
+  return bf16 ? 8e-3 : f16 ? 1e-3 : 1e-4;
+}
+
 std::string grid_str(int64_t t, int64_t h, int64_t w) {
   return std::to_string(t) + "x" + std::to_string(h) + "x" + std::to_string(w) + " = " + std::to_string(t * h * w) +
          " tokens";
@@ -104,8 +122,9 @@ void fsync_dir(const std::string& path) {
 
 nlohmann::json config_json(const VideoMAEConfig& c, VideoMAENaming naming, bool pretrain, int64_t num_classes) {
   nlohmann::json j;
-  j["architectures"] = {num_classes > 0 ? "VideoMAEForVideoClassification" : pretrain ? "VideoMAEForPreTraining"
-                                                                                      : "VideoMAEModel"};
+  j["architectures"] = {num_classes > 0 ? "VideoMAEForVideoClassification"
+                        : pretrain      ? "VideoMAEForPreTraining"
+                                        : "VideoMAEModel"};
   j["model_type"] = "videomae";
   j["image_size"] = c.img_size;
   j["patch_size"] = c.patch;
@@ -288,7 +307,23 @@ void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config,
   NamedTensors out;
   std::vector<std::string> dropped;
   if (naming == VideoMAENaming::hf) {
-    out = videomae_original_to_hf(tensors, &dropped);
+    // HF has no slot for positional tables: fixed sinusoid ones (at their storage precision) are
+    // dropped here, learned ones are an error.
+    NamedTensors without_tables;
+    for (const auto& [name, t] : tensors) {
+      if (!is_pos_table(name)) {
+        without_tables.emplace_back(name, t);
+        continue;
+      }
+      const Tensor f = as_f32(t, name);
+      const double dist = (f.ndim() == 2 || f.ndim() == 3) ? sinusoid_distance(f) : 1e30;
+      if (dist > sinusoid_tolerance(f))
+        throw Error("save_videomae: ", name, " ", t.describe(), " is not the fixed sinusoid table (a learned table, ",
+                    "off by up to ", dist, "); HF VideoMAE has no learned positional embedding to hold it",
+                    Hint("keep the original naming for checkpoints with learned positional tables"));
+      dropped.push_back(name + " (fixed sinusoid table; HF recomputes it)");
+    }
+    out = videomae_original_to_hf(without_tables, &dropped);
   } else {
     out = tensors;
   }
@@ -310,7 +345,8 @@ void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config,
     fs::create_directory(tmp);
     io::write_safetensors((tmp / kWeightsFile).string(), out,
                           {{"format", "pt"}, {"unmask_naming", naming == VideoMAENaming::hf ? "hf" : "original"}});
-    io::write_file_atomic((tmp / kConfigFile).string(), config_json(config, naming, pretrain, num_classes).dump(2) + "\n");
+    io::write_file_atomic((tmp / kConfigFile).string(),
+                          config_json(config, naming, pretrain, num_classes).dump(2) + "\n");
     fsync_dir(tmp.string());
     publish_dir(tmp, target);
   } catch (const std::exception& e) {
@@ -375,7 +411,8 @@ VideoMAECheckpointConfig read_videomae_checkpoint_config(const std::string& path
       c.decoder_dim = j.value("decoder_hidden_size", int64_t(384));
       c.decoder_depth = j.value("decoder_num_hidden_layers", int64_t(4));
       c.decoder_heads = j.value("decoder_num_attention_heads", int64_t(6));
-      if (c.dim <= 0 || inter <= 0) throw Error("hidden_size ", c.dim, " and intermediate_size ", inter, " must be positive");
+      if (c.dim <= 0 || inter <= 0)
+        throw Error("hidden_size ", c.dim, " and intermediate_size ", inter, " must be positive");
       c.mlp_ratio = double(inter) / double(c.dim);
       while (c.mlp_hidden(c.dim) < inter) c.mlp_ratio = std::nextafter(c.mlp_ratio, 1e300);  // int() truncation
       const double eps = j.value("layer_norm_eps", 1e-12);
@@ -385,8 +422,9 @@ VideoMAECheckpointConfig read_videomae_checkpoint_config(const std::string& path
       c.norm_eps = 1e-6f;
       if (c.dim == 384 && c.heads == 16) {
         c.heads = 6;
-        out.notes.push_back("config.json says 16 heads for hidden size 384 (HF's converter for ViT-S); the "
-                            "original ViT-S has 6 heads of 64, which the weights were trained with: using 6");
+        out.notes.push_back(
+            "config.json says 16 heads for hidden size 384 (HF's converter for ViT-S); the "
+            "original ViT-S has 6 heads of 64, which the weights were trained with: using 6");
       }
       bool classifier = true;
       if (auto a = j.find("architectures"); a != j.end() && a->is_array()) {
@@ -402,7 +440,8 @@ VideoMAECheckpointConfig read_videomae_checkpoint_config(const std::string& path
       }
     }
   } catch (const nlohmann::json::exception& e) {
-    throw Error("videomae config ", file, ": ", e.what(), Hint("a field has the wrong type; fix or regenerate config.json"));
+    throw Error("videomae config ", file, ": ", e.what(),
+                Hint("a field has the wrong type; fix or regenerate config.json"));
   } catch (const Error& e) {
     throw Error("videomae config ", file, ": ", e.what());
   }
@@ -414,7 +453,9 @@ VideoMAECheckpointConfig read_videomae_checkpoint_config(const std::string& path
   return out;
 }
 
-VideoMAEConfig read_videomae_config(const std::string& path) { return read_videomae_checkpoint_config(path).config; }
+VideoMAEConfig read_videomae_config(const std::string& path) {
+  return read_videomae_checkpoint_config(path).config;
+}
 
 // ---- read any checkpoint ------------------------------------------------------------------------
 
@@ -434,8 +475,10 @@ VideoMAECheckpoint read_videomae_checkpoint(const std::string& path) {
     } else if (fs::exists(d / "pytorch_model.bin", ec)) {
       weights = (d / "pytorch_model.bin").string();
     } else {
-      throw Error("videomae checkpoint: ", path, " has no model.safetensors, model.safetensors.index.json or "
-                  "pytorch_model.bin", Hint("pass the checkpoint file itself (.pth / .bin / .safetensors) or a model directory"));
+      throw Error("videomae checkpoint: ", path,
+                  " has no model.safetensors, model.safetensors.index.json or "
+                  "pytorch_model.bin",
+                  Hint("pass the checkpoint file itself (.pth / .bin / .safetensors) or a model directory"));
     }
   } else if (fs::exists(path, ec)) {
     weights = path;
@@ -462,15 +505,21 @@ VideoMAECheckpoint read_videomae_checkpoint(const std::string& path) {
       raw = io::torch_state_dict(t, &from, &ignored);
       ck.source = weights + (from.empty() ? "" : " (key '" + from + "')");
       if (!from.empty()) ck.notes.push_back("unwrapped {'" + from + "': state_dict}");
+      std::map<std::string, int> narrow;  // floating storages read as f32
+      for (const auto& x : t.tensors)
+        if (x.stored == DType::f16 || x.stored == DType::bf16 || x.stored == DType::f64)
+          ++narrow[std::string(dtype_name(x.stored))];
+      for (const auto& [dt, n] : narrow)
+        ck.notes.push_back("converted " + std::to_string(n) + " " + dt + " tensor(s) to f32");
       if (!ignored.empty())
-        ck.notes.push_back("ignored " + std::to_string(ignored.size()) + " tensor(s) outside the state dict: " +
-                           join_list(ignored, 4));
+        ck.notes.push_back("ignored " + std::to_string(ignored.size()) +
+                           " tensor(s) outside the state dict: " + join_list(ignored, 4));
       if (raw.empty()) {
         std::vector<std::string> keys;
         for (const auto& x : t.tensors) keys.push_back(x.path.empty() ? "<root>" : x.path[0]);
         for (const auto& o : t.other) keys.push_back(o);
-        throw Error("videomae checkpoint: ", weights, " holds no state dict of tensors (found: ", join_list(keys, 8), ")",
-                    Hint("expected a state dict, {'model': state_dict} or {'module': state_dict}"));
+        throw Error("videomae checkpoint: ", weights, " holds no state dict of tensors (found: ", join_list(keys, 8),
+                    ")", Hint("expected a state dict, {'model': state_dict} or {'module': state_dict}"));
       }
     } else {
       ck.format = "safetensors";
@@ -481,7 +530,8 @@ VideoMAECheckpoint read_videomae_checkpoint(const std::string& path) {
   }
   if (!config_dir.empty() && fs::exists(fs::path(config_dir) / kConfigFile, ec))
     ck.config = read_videomae_checkpoint_config(config_dir);
-  if (raw.empty()) throw Error("videomae checkpoint: ", ck.source, " holds no tensors", Hint("the file is empty of weights"));
+  if (raw.empty())
+    throw Error("videomae checkpoint: ", ck.source, " holds no tensors", Hint("the file is empty of weights"));
 
   // Wrapper prefixes: DDP's `module.` on every name, VideoMAE's `backbone.` on some.
   bool all_module = true;
@@ -550,7 +600,8 @@ std::string map_name(const std::string& name, bool model_pretrain, bool ckpt_pre
     *why = "classifier of a fine-tuned checkpoint";
     return "";
   }
-  if (starts_with(name, "patch_embed.") || starts_with(name, "blocks.") || starts_with(name, "norm.") || name == "pos_embed")
+  if (starts_with(name, "patch_embed.") || starts_with(name, "blocks.") || starts_with(name, "norm.") ||
+      name == "pos_embed")
     return "encoder." + name;
   return name;
 }
@@ -564,8 +615,9 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
   for (auto& p : params) model[p.name] = &p;
   const bool model_pretrain = model.count("encoder.patch_embed.proj.weight") != 0;
   if (!model_pretrain && !model.count("patch_embed.proj.weight"))
-    throw Error("load_videomae: the model's parameters have no patch_embed.proj.weight or "
-                "encoder.patch_embed.proj.weight; they are not a VideoMAE model's");
+    throw Error(
+        "load_videomae: the model's parameters have no patch_embed.proj.weight or "
+        "encoder.patch_embed.proj.weight; they are not a VideoMAE model's");
 
   VideoMAECheckpoint ck = read_videomae_checkpoint(path);
   LoadReport r;
@@ -584,7 +636,8 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
     const VideoMAEConfig& k = ck.config->config;
     for (const auto& n : ck.config->notes) r.notes.push_back(n);
     auto same = [&](const char* what, int64_t a, int64_t b) {
-      if (a != b) problems.push_back(std::string(what) + ": checkpoint " + std::to_string(a) + ", model " + std::to_string(b));
+      if (a != b)
+        problems.push_back(std::string(what) + ": checkpoint " + std::to_string(a) + ", model " + std::to_string(b));
     };
     same("hidden size (dim)", k.dim, config.dim);
     same("depth", k.depth, config.depth);
@@ -599,8 +652,8 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
     }
     if (k.num_frames != config.num_frames || k.img_size != config.img_size)
       r.notes.push_back("checkpoint clips are " + std::to_string(k.num_frames) + " frames of " +
-                        std::to_string(k.img_size) + "px, the model's " + std::to_string(config.num_frames) +
-                        " of " + std::to_string(config.img_size) + "px");
+                        std::to_string(k.img_size) + "px, the model's " + std::to_string(config.num_frames) + " of " +
+                        std::to_string(config.img_size) + "px");
   } else {
     r.notes.push_back("no config.json: attention heads cannot be checked from the weights");
   }
@@ -637,7 +690,7 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
       problems.push_back(origin[m] + " is " + t.shape().str() + ", expected [1, tokens, " + std::to_string(dim) + "]");
     } else {
       const double dist = sinusoid_distance(t);
-      if (dist > 1e-4) {
+      if (dist > sinusoid_tolerance(t)) {
         problems.push_back(origin[m] + " " + t.shape().str() + " is a learned table (it differs from the fixed " +
                            "sinusoid by up to " + std::to_string(dist) +
                            "); this model uses the fixed sinusoid table and has no parameter to hold it");
@@ -673,7 +726,9 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
         ft = ck.config->config.grid_t(), fh = fw = ck.config->config.grid_hw();
       else if (n % (ghw * ghw) == 0)
         ft = n / (ghw * ghw), fh = fw = ghw;
-      else if (n % gt == 0 && int64_t(std::lround(std::sqrt(double(n / gt)))) * int64_t(std::lround(std::sqrt(double(n / gt)))) == n / gt)
+      else if (n % gt == 0 &&
+               int64_t(std::lround(std::sqrt(double(n / gt)))) * int64_t(std::lround(std::sqrt(double(n / gt)))) ==
+                   n / gt)
         ft = gt, fh = fw = int64_t(std::lround(std::sqrt(double(n / gt))));
       const int64_t dim = p.value.size(-1);
       if (ft == 0 || f.ndim() != 3 || f.size(0) != 1 || f.size(2) != dim) {
@@ -698,7 +753,8 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
   for (const auto& name : missing) {
     const bool bias = ends_with(name, "attn.q_bias") || ends_with(name, "attn.v_bias");
     if (bias && loaded_names.count(name.substr(0, name.size() - std::strlen("q_bias")) + "qkv.weight")) {
-      fatal_missing.push_back(name + " (its block's qkv.weight is in the checkpoint: VideoMAE's attention has "
+      fatal_missing.push_back(name +
+                              " (its block's qkv.weight is in the checkpoint: VideoMAE's attention has "
                               "q_bias and v_bias, never an implicit zero)");
       continue;
     }
@@ -710,16 +766,16 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
     if (!model.count(m)) r.unused.push_back(origin[m] + " " + t.shape().str());
 
   if (!fatal_missing.empty())
-    problems.push_back(std::to_string(fatal_missing.size()) + " model parameter(s) missing from the checkpoint: " +
-                       join_list(fatal_missing));
+    problems.push_back(std::to_string(fatal_missing.size()) +
+                       " model parameter(s) missing from the checkpoint: " + join_list(fatal_missing));
   if (!mismatched.empty())
     problems.push_back(std::to_string(mismatched.size()) + " shape mismatch(es): " + join_list(mismatched));
   if (options.strict && !r.unused.empty())
-    problems.push_back(std::to_string(r.unused.size()) + " checkpoint tensor(s) have no place in the model (strict): " +
-                       join_list(r.unused));
+    problems.push_back(std::to_string(r.unused.size()) +
+                       " checkpoint tensor(s) have no place in the model (strict): " + join_list(r.unused));
   if (!problems.empty())
-    throw Error(where, ": cannot load into the ", model_pretrain ? "pretraining" : "fine-tune", " model: ",
-                join_list(problems, 8),
+    throw Error(where, ": cannot load into the ", model_pretrain ? "pretraining" : "fine-tune",
+                " model: ", join_list(problems, 8),
                 Hint(fatal_missing.empty() || !r.pretrain_checkpoint || model_pretrain
                          ? "check that the checkpoint and the model have the same size (--config)"
                          : "fine-tuning from a pretraining checkpoint: allow the new head with "

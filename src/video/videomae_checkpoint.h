@@ -60,7 +60,7 @@ void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config,
 /// A checkpoint's config.json read back. HF fields missing from the file take HF's defaults.
 struct VideoMAECheckpointConfig {
   VideoMAEConfig config;
-  int64_t num_classes = 0;     // num_labels / id2label of a classifier, else 0
+  int64_t num_classes = 0;  // num_labels / id2label of a classifier, else 0
   bool from_unmask_block = false;
   std::vector<std::string> notes;  // divergences corrected (eps 1e-12, HF small's 16 heads)
 };
@@ -74,13 +74,13 @@ VideoMAEConfig read_videomae_config(const std::string& path);
 
 /// A checkpoint read into memory with original names, before it meets a model.
 struct VideoMAECheckpoint {
-  std::string source;                   // what was read ("dir/model.safetensors", "x.pth (key 'model')")
-  std::string format;                   // "safetensors" | "pytorch"
+  std::string source;                                // what was read ("dir/model.safetensors", "x.pth (key 'model')")
+  std::string format;                                // "safetensors" | "pytorch"
   VideoMAENaming naming = VideoMAENaming::original;  // of the file
-  NamedTensors tensors;                 // original names (pretrain or fine-tune layout), stored dtypes
-  int64_t stored_tensors = 0;           // tensors in the file's state dict (HF: q, k, v separate)
+  NamedTensors tensors;                              // original names (pretrain or fine-tune layout), stored dtypes
+  int64_t stored_tensors = 0;                        // tensors in the file's state dict (HF: q, k, v separate)
   std::optional<VideoMAECheckpointConfig> config;    // config.json next to the weights, if any
-  std::vector<std::string> notes;       // unwrapping, prefixes stripped, HF tensors dropped
+  std::vector<std::string> notes;                    // unwrapping, prefixes stripped, HF tensors dropped
 };
 
 /// Reads a checkpoint (any supported container) and converts it to original names. Throws for
@@ -101,13 +101,13 @@ struct VideoMAELoadOptions {
 struct LoadReport {
   std::string source, format;
   VideoMAENaming naming = VideoMAENaming::original;
-  bool pretrain_checkpoint = false;    // the file had the encoder under `encoder.`
-  int64_t loaded = 0;                  // parameters filled from the checkpoint
-  std::vector<std::string> kept_init;  // missing parameters allowed to keep their init
-  std::vector<std::string> dropped;    // expected drops (decoder into a classifier, ...), with reasons
-  std::vector<std::string> unused;     // checkpoint tensors the model has no place for
+  bool pretrain_checkpoint = false;      // the file had the encoder under `encoder.`
+  int64_t loaded = 0;                    // parameters filled from the checkpoint
+  std::vector<std::string> kept_init;    // missing parameters allowed to keep their init
+  std::vector<std::string> dropped;      // expected drops (decoder into a classifier, ...), with reasons
+  std::vector<std::string> unused;       // checkpoint tensors the model has no place for
   std::vector<std::string> regenerated;  // positional tables regenerated / interpolated, with grids
-  std::vector<std::string> notes;      // unwrapping, prefix stripping, dtype conversion, config
+  std::vector<std::string> notes;        // unwrapping, prefix stripping, dtype conversion, config
   std::optional<VideoMAECheckpointConfig> checkpoint_config;
   /// Several lines: source, counts, then each list.
   std::string summary() const;

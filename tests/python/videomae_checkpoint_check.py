@@ -309,6 +309,10 @@ def check(unmask):
         ck.run("--in", P("fp16.pth"), "--out", P("fp16_hf"), "--to", "hf", "--config", "tiny")
         pt16 = collections.OrderedDict((k, v.astype(np.float16).astype(np.float32)) for k, v in pt.items())
         ck.same("fp16 .pth -> hf", read_dir(P("fp16_hf")), orig_to_hf(pt16))
+        save_pth(P("vswift16.pth"), vs, "model", dtype=torch.bfloat16)  # tables rounded to bf16: still fixed
+        ck.run("--in", P("vswift16.pth"), "--out", P("vswift16_hf"), "--to", "hf", "--config", "tiny")
+        vsbf = collections.OrderedDict((k, torch.from_numpy(v).bfloat16().float().numpy()) for k, v in vs.items())
+        ck.same("bf16 V-SWIFT .pth -> hf (tables dropped)", read_dir(P("vswift16_hf")), orig_to_hf(vsbf))
         save_pth(P("bf16.pth"), ft, None, dtype=torch.bfloat16, prefix="module.")
         ck.run("--in", P("bf16.pth"), "--out", P("bf16_orig"), "--to", "original", "--config", "tiny")
         ftbf = collections.OrderedDict(
