@@ -54,6 +54,9 @@ int bench_videomae(int argc, char** argv);     // app/cmd_bench_videomae.cc (`un
 int cmd_make_videos(int argc, char** argv);    // app/cmd_make_videos.cc
 int cmd_videomae_step(int argc, char** argv);  // app/cmd_videomae_step.cc (VideoMAE parity dumps)
 int cmd_convert_videomae(int argc, char** argv);  // app/cmd_convert_video.cc (VideoMAE checkpoints orig <-> HF)
+int cmd_pretrain_video(int argc, char** argv);  // app/cmd_video_train.cc (VideoMAE pretraining)
+int cmd_finetune_video(int argc, char** argv);  // app/cmd_video_train.cc (classification + held-out eval)
+int cmd_eval_video(int argc, char** argv);      // app/cmd_video_train.cc (multi-view top-1 / top-5)
 int cmd_prepare_video(int argc, char** argv);  // app/cmd_prepare_video.cc (decode-once clip store)
 int bench_loader(int argc, char** argv);       // app/cmd_bench_loader.cc (`unmask bench loader`)
 

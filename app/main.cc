@@ -24,6 +24,9 @@ const char* kUsage =
     "  train-step  forward+backward+optimizer steps on .npy batches; dumps losses and gradients\n"
     "  make-videos  synthetic labelled action videos (VP9/H.264 via FFmpeg) + VideoMAE/V-SWIFT lists\n"
     "  prepare-video  a video list -> a decode-once clip store (resized uint8 frames, chunked, checksummed)\n"
+    "  pretrain-video  VideoMAE pretraining (tube masking) on a clip store or a list file\n"
+    "  finetune-video  VideoMAE fine-tuning (layer decay, mixup/cutmix, drop path) + multi-view top-1/top-5\n"
+    "  eval-video  multi-view top-1/top-5 of a fine-tuned VideoMAE checkpoint\n"
     "  videomae-step  one VideoMAE pretraining step on a random model; dumps inputs, params, grads\n"
     "  convert-videomae  VideoMAE checkpoint (.pth / safetensors, original or HF names) -> safetensors dir\n"
     "\n"
@@ -48,6 +51,9 @@ int main(int argc, char** argv) {
     if (cmd == "convert-videomae") return unmask::cli::cmd_convert_videomae(argc, argv);
     if (cmd == "finetune") return unmask::cli::cmd_finetune(argc, argv);
     if (cmd == "eval") return unmask::cli::cmd_eval(argc, argv);
+    if (cmd == "pretrain-video") return unmask::cli::cmd_pretrain_video(argc, argv);
+    if (cmd == "finetune-video") return unmask::cli::cmd_finetune_video(argc, argv);
+    if (cmd == "eval-video") return unmask::cli::cmd_eval_video(argc, argv);
     if (cmd == "make-videos") return unmask::cli::cmd_make_videos(argc, argv);
     if (cmd == "prepare-video") return unmask::cli::cmd_prepare_video(argc, argv);
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);

@@ -148,10 +148,21 @@ std::vector<uint8_t> render_synthetic_video(uint64_t seed, int64_t number, int l
   for (int c = 0; c < 3; ++c) bg[c] = uint8_t(rng.integer(0, 90));
   for (int c = 0; c < 3; ++c) fg[c] = uint8_t(rng.integer(140, 255));
   const bool disc = rng.uniform() < 0.5;
-  const double half = std::max(2.0, rng.integer(14, 32) * scale);  // half size / radius
-  double x = rng.uniform() * width, y = rng.uniform() * height;
-  const double speed = (1.5 + 2.0 * rng.uniform()) * scale;
+  const double half = std::max(2.0, rng.integer(20, 36) * scale);  // half size / radius
+  // Three copies of the shape, one per third of the frame along the axis across the motion, so
+  // any crop a clip sampler takes shows at least one of them.
+  constexpr int kShapes = 3;
+  double sx[kShapes], sy[kShapes];
+  for (int k = 0; k < kShapes; ++k) {
+    const double across = (k + rng.uniform()) / kShapes, along = rng.uniform();
+    sx[k] = (label < 2 ? along : across) * width;
+    sy[k] = (label < 2 ? across : along) * height;
+  }
   const double dx[4] = {-1, 1, 0, 0}, dy[4] = {0, 0, -1, 1};
+  // The shape crosses 35-70% of the frame along its direction over the video, whatever the
+  // length, so a clip of a few sampled frames shows the motion at any resolution.
+  const double extent = label < 2 ? width : height;
+  const double speed = (0.35 + 0.35 * rng.uniform()) * extent / std::max(1, frames - 1);
   struct Blob { double x, y, r; uint8_t c[3]; };
   std::vector<Blob> blobs(3);
   for (Blob& b : blobs) {
@@ -166,8 +177,9 @@ std::vector<uint8_t> render_synthetic_video(uint64_t seed, int64_t number, int l
       for (int py = std::max(0, int(b.y - b.r)); py <= std::min(height - 1, int(b.y + b.r)); ++py)
         for (int px = std::max(0, int(b.x - b.r)); px <= std::min(width - 1, int(b.x + b.r)); ++px)
           if ((px - b.x) * (px - b.x) + (py - b.y) * (py - b.y) <= b.r * b.r) std::copy(b.c, b.c + 3, f + 3 * (py * width + px));
-    const double cx = x + dx[label] * speed * t, cy = y + dy[label] * speed * t;
-    // Draw the shape at its wrapped position (and its copies across the edges).
+    // Draw each shape at its wrapped position (and its copies across the edges).
+    for (int k = 0; k < kShapes; ++k) {
+    const double cx = sx[k] + dx[label] * speed * t, cy = sy[k] + dy[label] * speed * t;
     for (int py = 0; py < height; ++py)
       for (int px = 0; px < width; ++px) {
         double ox = std::fmod(px - cx, double(width)), oy = std::fmod(py - cy, double(height));
@@ -178,6 +190,7 @@ std::vector<uint8_t> render_synthetic_video(uint64_t seed, int64_t number, int l
         const bool inside = disc ? ox * ox + oy * oy <= half * half : std::abs(ox) <= half && std::abs(oy) <= half;
         if (inside) std::copy(fg, fg + 3, f + 3 * (py * width + px));
       }
+    }
   }
   return rgb;
 }

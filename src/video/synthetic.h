@@ -4,10 +4,12 @@
 //   video::SyntheticReport r = video::make_synthetic_dataset(o);
 //   // videos/train_videomae.txt ("path label"), videos/train_vswift.csv ("path,label"), val_* too
 //
-// Each video shows one filled shape (rectangle or disc; random colour, size and start) moving
+// Each video shows three copies of one filled shape (rectangle or disc; random colour and size;
+// one start in each third of the frame across the motion, so any crop shows one) moving together
 // over a random plain background plus a few static distractor blobs. The class is the motion
-// direction: 0 left, 1 right, 2 up, 3 down (speed random in [1.5, 3.5] px/frame at 240p, scaled
-// with the height); the shape wraps around the edges so it never leaves the frame. Everything
+// direction: 0 left, 1 right, 2 up, 3 down; over the whole video it travels a random 35-70% of
+// the frame's width (left/right) or height (up/down), and its half size is 20-36 px at 240p
+// (scaled with the height); the shape wraps around the edges so it never leaves the frame. Everything
 // is a function of (seed, video number): the same seed gives the same pixels and files.
 //
 // Encoders (Debian's FFmpeg 5.1 build has both): "vp9" -> libvpx-vp9 in .webm (SSv2's format),
