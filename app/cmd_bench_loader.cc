@@ -28,6 +28,7 @@ int bench_loader(int argc, char** argv) {
       {"threads", "N", "loader worker threads", "2"},
       {"queue", "N", "batches prefetched ahead of the consumer", "4"},
       {"epochs", "N", "epochs to time (each is every video once)", "1"},
+      {"warmup", "N", "untimed epochs first (fills the loader's buffer pool: first-touch page faults)", "1"},
       {"seed", "N", "sampling/augmentation seed", "1"},
       {"json", "", "one JSON object instead of the table", ""},
   };
@@ -54,8 +55,9 @@ int bench_loader(int argc, char** argv) {
   o.threads = int(args->get_int("threads"));
   o.queue_depth = int(args->get_int("queue"));
   o.seed = uint64_t(args->get_int("seed"));
-  const int64_t epochs = args->get_int("epochs");
+  const int64_t epochs = args->get_int("epochs"), warmup = args->get_int("warmup");
   if (epochs < 1) throw Error("--epochs must be >= 1, got ", epochs);
+  if (warmup < 0) throw Error("--warmup must be >= 0, got ", warmup);
 
   std::string source;
   video::ClipLoader loader = [&] {
@@ -72,19 +74,30 @@ int bench_loader(int argc, char** argv) {
     return video::ClipLoader::from_list(args->get("list"), args->get("root"), fmt, int(args->get_int("short-side")), o);
   }();
   video::ClipBatch b;
+  for (int64_t e = 0; e < warmup; ++e)
+    while (loader.next(b)) {
+    }
+  const video::LoaderTimes t0 = loader.times();
   for (int64_t e = 0; e < epochs; ++e)
     while (loader.next(b)) {
     }
-  const video::LoaderTimes t = loader.times();
+  video::LoaderTimes t = loader.times();  // the timed epochs only
+  t.read_s -= t0.read_s;
+  t.augment_s -= t0.augment_s;
+  t.copy_s -= t0.copy_s;
+  t.wait_s -= t0.wait_s;
+  t.wall_s -= t0.wall_s;
+  t.clips -= t0.clips;
+  t.batches -= t0.batches;
   const double worker_s = t.read_s + t.augment_s + t.copy_s;
   auto pct = [&](double x) { return worker_s > 0 ? 100.0 * x / worker_s : 0.0; };
   const double cps = t.wall_s > 0 ? double(t.clips) / t.wall_s : 0;
   if (args->has("json")) {
     std::printf("{\"source\": \"%s\", \"mode\": \"%s\", \"videos\": %lld, \"clips\": %lld, \"batches\": %lld, "
                 "\"wall_s\": %.4f, \"clips_per_s\": %.2f, \"read_s\": %.4f, \"augment_s\": %.4f, \"copy_s\": %.4f, "
-                "\"wait_s\": %.4f, \"threads\": %d, \"frames\": %d, \"crop\": %d, \"skipped\": %lld}\n",
+                "\"wait_s\": %.4f, \"warmup_epochs\": %lld, \"threads\": %d, \"frames\": %d, \"crop\": %d, \"skipped\": %lld}\n",
                 source.c_str(), mode.c_str(), (long long)loader.size(), (long long)t.clips, (long long)t.batches,
-                t.wall_s, cps, t.read_s, t.augment_s, t.copy_s, t.wait_s, o.threads, o.num_frames, o.crop,
+                t.wall_s, cps, t.read_s, t.augment_s, t.copy_s, t.wait_s, (long long)warmup, o.threads, o.num_frames, o.crop,
                 (long long)t.skipped.total());
     return 0;
   }

@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -54,6 +56,46 @@ struct BadVideo {
   std::string message;
 };
 
+// Batch tensors come from a small pool of 64-byte-aligned buffers. A buffer goes back to the
+// pool when the last Tensor viewing it is dropped (the consumer's, or ours), so steady state
+// allocates nothing: fresh multi-MB buffers are mmap'ed and page-faulted on first touch, which
+// measured 5-10x slower than the copy itself (BENCHMARKS.md, clip loader section).
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  BufferPool(size_t bytes, size_t keep) : bytes_(bytes), keep_(keep) {}
+  ~BufferPool() {
+    for (void* p : free_) std::free(p);
+  }
+  Tensor tensor(const Shape& shape) {  // shape.numel() * 4 <= bytes_
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        p = free_.back();
+        free_.pop_back();
+      }
+    }
+    if (!p) p = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    std::weak_ptr<BufferPool> weak = weak_from_this();
+    std::shared_ptr<void> keepalive(p, [weak](void* q) {
+      if (auto pool = weak.lock()) pool->give_back(q);
+      else std::free(q);
+    });
+    return Tensor::from_blob(p, shape, DType::f32, Device::cpu, std::move(keepalive));
+  }
+
+ private:
+  void give_back(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < keep_) free_.push_back(p);
+    else std::free(p);
+  }
+  std::mutex mu_;
+  std::vector<void*> free_;
+  size_t bytes_, keep_;
+};
+
 struct PendingBatch {
   Tensor videos;  // [rows, 3, T, S, S]
   std::vector<int64_t> labels, video_index, view;
@@ -85,6 +127,7 @@ struct ClipLoader::Impl {
   LoaderTimes times;
   Clock::time_point start = Clock::now();
   std::vector<std::thread> workers;
+  std::shared_ptr<BufferPool> pool;  // batch buffers
 
   // Consumer-only state.
   int64_t epoch_batch = 0, epoch = 0;
@@ -134,6 +177,8 @@ struct ClipLoader::Impl {
                   Hint("lower the batch size or turn drop_last off"));
     batches_per_epoch = (rows_per_epoch + p.batch - 1) / p.batch;
     units_per_epoch = (rows_per_epoch + rows_per_unit - 1) / rows_per_unit;
+    const size_t batch_bytes = size_t(p.batch) * 3 * p.num_frames * size_t(p.crop) * p.crop * sizeof(float);
+    pool = std::make_shared<BufferPool>(batch_bytes, size_t(p.queue_depth) + 4);
     open_failed.assign(size_t(n), 0);
     counted_bad.assign(size_t(n), 0);
     for (int t = 0; t < p.threads; ++t) workers.emplace_back([this] { work(); });
@@ -318,7 +363,7 @@ struct ClipLoader::Impl {
         PendingBatch& pb = pending[g];
         if (!pb.videos.defined()) {
           pb.rows = std::min<int64_t>(o.batch, rows_per_epoch - (r / o.batch) * o.batch);
-          pb.videos = Tensor::empty({pb.rows, 3, o.num_frames, o.crop, o.crop}, DType::f32);
+          pb.videos = pool->tensor({pb.rows, 3, o.num_frames, o.crop, o.crop});
           pb.labels.assign(size_t(pb.rows), -1);
           pb.video_index.assign(size_t(pb.rows), -1);
           pb.view.assign(size_t(pb.rows), -1);
@@ -385,7 +430,7 @@ struct ClipLoader::Impl {
         out.view = std::move(pb.view);
       } else {  // leave out the rows of bad videos
         const int64_t row = pb.videos.numel() / pb.rows;
-        out.videos = Tensor::empty({valid, 3, o.num_frames, o.crop, o.crop}, DType::f32);
+        out.videos = pool->tensor({valid, 3, o.num_frames, o.crop, o.crop});
         out.labels.clear();
         out.video_index.clear();
         out.view.clear();
