@@ -41,6 +41,7 @@ bash tests/cli/test_finetune_cli.sh build/unmask
 bash tests/cli/test_video_cli.sh build/unmask
 bash tests/cli/test_convert_videomae_cli.sh build/unmask
 bash tests/cli/test_prepare_video_cli.sh build/unmask
+bash tests/cli/test_video_train_cli.sh build/unmask
 
 if [ "${UNMASK_SKIP_JS:-0}" != 1 ]; then
   stage "[3/6] WordPiece parity with tokenizers.js"
