@@ -181,52 +181,42 @@ void put(std::string& s, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) s.push_back(char((v >> (8 * i)) & 0xff));
 }
 
-// A zip of STORED entries (crc left 0: torch's reader does not need it, neither does ours).
-std::string make_zip(const std::vector<std::pair<std::string, std::string>>& entries, uint16_t method = 0) {
+// A zip of STORED entries (crc left 0: torch's reader does not need it, neither does ours). With
+// `zip64`, every size and offset lives only in ZIP64 records, as torch writes files over 4 GiB.
+// clang-format off
+std::string make_zip(const std::vector<std::pair<std::string, std::string>>& entries, uint16_t method = 0,
+                     bool zip64 = false) {
+  const uint64_t big = 0xffffffff;
   std::string out, central;
   for (const auto& [name, data] : entries) {
     const uint64_t offset = out.size();
-    put(out, 0x04034b50, 4);
-    put(out, 20, 2);
-    put(out, 0, 2);
-    put(out, method, 2);
-    put(out, 0, 4);
-    put(out, 0, 4);
-    put(out, data.size(), 4);
-    put(out, data.size(), 4);
-    put(out, name.size(), 2);
-    put(out, 0, 2);
+    put(out, 0x04034b50, 4); put(out, 20, 2); put(out, 0, 2); put(out, method, 2); put(out, 0, 8);
+    put(out, data.size(), 4); put(out, data.size(), 4); put(out, name.size(), 2); put(out, 0, 2);
     out += name + data;
-    put(central, 0x02014b50, 4);
-    put(central, 20, 2);
-    put(central, 20, 2);
-    put(central, 0, 2);
-    put(central, method, 2);
-    put(central, 0, 4);
-    put(central, 0, 4);
-    put(central, data.size(), 4);
-    put(central, data.size(), 4);
-    put(central, name.size(), 2);
-    put(central, 0, 2);
-    put(central, 0, 2);
-    put(central, 0, 2);
-    put(central, 0, 2);
-    put(central, 0, 4);
-    put(central, offset, 4);
+    put(central, 0x02014b50, 4); put(central, 45, 2); put(central, 45, 2); put(central, 0, 2); put(central, method, 2);
+    put(central, 0, 8); put(central, zip64 ? big : data.size(), 4); put(central, zip64 ? big : data.size(), 4);
+    put(central, name.size(), 2); put(central, zip64 ? 28 : 0, 2); put(central, 0, 8); put(central, 0, 2);
+    put(central, zip64 ? big : offset, 4);
     central += name;
+    if (zip64) {  // extended information: uncompressed size, compressed size, local header offset
+      put(central, 1, 2); put(central, 24, 2); put(central, data.size(), 8); put(central, data.size(), 8);
+      put(central, offset, 8);
+    }
   }
   const uint64_t cd_offset = out.size();
   out += central;
-  put(out, 0x06054b50, 4);
-  put(out, 0, 2);
-  put(out, 0, 2);
-  put(out, entries.size(), 2);
-  put(out, entries.size(), 2);
-  put(out, central.size(), 4);
-  put(out, cd_offset, 4);
-  put(out, 0, 2);
+  if (zip64) {
+    const uint64_t e64 = out.size();
+    put(out, 0x06064b50, 4); put(out, 44, 8); put(out, 45, 2); put(out, 45, 2); put(out, 0, 8);
+    put(out, entries.size(), 8); put(out, entries.size(), 8); put(out, central.size(), 8); put(out, cd_offset, 8);
+    put(out, 0x07064b50, 4); put(out, 0, 4); put(out, e64, 8); put(out, 1, 4);
+  }
+  put(out, 0x06054b50, 4); put(out, 0, 4);
+  put(out, zip64 ? 0xffff : entries.size(), 2); put(out, zip64 ? 0xffff : entries.size(), 2);
+  put(out, zip64 ? big : central.size(), 4); put(out, zip64 ? big : cd_offset, 4); put(out, 0, 2);
   return out;
 }
+// clang-format on
 
 std::string unicode(const std::string& s) {
   std::string o = "X";
@@ -284,6 +274,23 @@ TEST(TorchPickle, HandBuiltStateDict) {
   const auto ck2 =
       parse_string(make_zip({{"a/data.pkl", state_dict_pickle(s)}, {"a/data/0", float_bytes({1, 2, 3, 4})}}));
   EXPECT_EQ(ck2.tensors[0].tensor.data<float>()[1], 3.0f);
+}
+
+TEST(TorchPickle, Zip64RecordsGiveSizesAndOffsets) {
+  const std::vector<std::pair<std::string, std::string>> entries = {{"z/data.pkl", state_dict_pickle({})},
+                                                                    {"z/data/0", float_bytes({1, 2, 3, 4})}};
+  const std::string zip = make_zip(entries, 0, true);
+  const auto ck = parse_string(zip);
+  ASSERT_EQ(ck.tensors.size(), 1u);
+  EXPECT_EQ(ck.tensors[0].tensor.data<float>()[1], 3.0f);
+  // A ZIP64 end record that points nowhere, and a locator that is missing: errors.
+  std::string bad = zip;
+  const size_t e64 = bad.rfind(std::string("PK\x06\x06", 4));
+  bad[e64 + 55] = char(0x7f);  // top byte of the central directory offset
+  EXPECT_NE(error_of(bad).find("zip central directory"), std::string::npos) << error_of(bad);
+  bad = zip;
+  bad[bad.rfind(std::string("PK\x06\x07", 4)) + 3] = 0;
+  EXPECT_NE(error_of(bad).find("no ZIP64 locator"), std::string::npos) << error_of(bad);
 }
 
 TEST(TorchPickle, HandBuiltErrorsNameTheProblem) {

@@ -344,6 +344,31 @@ TEST(VideoMAECheckpoint, StrictUnusedAndForeignDirectories) {
   EXPECT_FALSE(fs::exists(tmp / "d"));
 }
 
+TEST(VideoMAECheckpoint, ShardedDirectoryLoads) {
+  TempDir tmp;
+  const VideoMAEConfig c = VideoMAEConfig::tiny();
+  VideoMAEClassifier a = VideoMAEClassifier::random(c, 2, 101, 1.0f);
+  video::save_videomae(tmp / "m", c, a.params(), VideoMAENaming::hf);
+  // Split model.safetensors into two shards + model.safetensors.index.json, as HF does for big models.
+  const auto whole = io::SafeTensorsFile::open(tmp / "m/model.safetensors");
+  video::NamedTensors shard[2];
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  for (size_t i = 0; i < whole.tensors().size(); ++i) {
+    const auto& info = whole.tensors()[i];
+    shard[i % 2].emplace_back(info.name, whole.tensor(info.name).contiguous());
+    index["weight_map"][info.name] = "model-0000" + std::to_string(i % 2 + 1) + "-of-00002.safetensors";
+  }
+  io::write_safetensors(tmp / "m/model-00001-of-00002.safetensors", shard[0]);
+  io::write_safetensors(tmp / "m/model-00002-of-00002.safetensors", shard[1]);
+  io::write_file_atomic(tmp / "m/model.safetensors.index.json", index.dump());
+  fs::remove(tmp / "m/model.safetensors");
+  VideoMAEClassifier b = VideoMAEClassifier::random(c, 2, 102);
+  const auto r = video::load_videomae(tmp / "m", c, b.params(), {.strict = true});
+  EXPECT_EQ(r.loaded, int64_t(a.params().size()));
+  for (size_t i = 0; i < a.params().size(); ++i)
+    EXPECT_TRUE(same_bits(a.params()[i].value, b.params()[i].value)) << a.params()[i].name;
+}
+
 TEST(VideoMAECheckpoint, HfConfigDivergencesAreCorrected) {
   TempDir tmp;
   nlohmann::json j = {{"model_type", "videomae"},
