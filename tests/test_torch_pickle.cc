@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,25 +30,29 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-// Generates the fixtures once per process (tests/test_videomae_checkpoint.cc uses them too); ""
-// when /usr/bin/python3 with torch is unavailable.
+// The fixtures written by torch (tests/test_videomae_checkpoint.cc uses them too), "" when
+// /usr/bin/python3 with torch is unavailable. ctest runs every test in its own process, so they
+// are generated once per version of the generator script into a temp directory keyed by its
+// contents (published by an atomic rename) and reused by later processes and runs.
 const std::string& torch_fixture_dir() {
   static const std::string dir = [] {
+    const std::string script = UNMASK_SOURCE_DIR "/tests/python/videomae_checkpoint_check.py";
+    char key[32];
+    std::snprintf(key, sizeof key, "%016zx", std::hash<std::string>{}(io::read_file(script)));
+    const fs::path final_dir =
+        fs::temp_directory_path() / ("unmask_torch_fixtures_" + std::to_string(::getuid()) + "_" + key);
+    std::error_code ec;
+    if (fs::exists(final_dir / "done", ec)) return final_dir.string();
     if (::access("/usr/bin/python3", X_OK) != 0) return std::string();
     if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0) return std::string();
-    const std::string d =
-        (fs::temp_directory_path() / ("unmask_torch_fixtures_" + std::to_string(::getpid()))).string();
-    const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR
-                            "/tests/python/videomae_checkpoint_check.py fixtures " +
-                            d + " > " + d + ".log 2>&1";
+    const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());
+    fs::remove_all(tmp, ec);
+    const std::string cmd = "/usr/bin/python3 " + script + " fixtures " + tmp.string() + " > /dev/null 2>&1";
     if (std::system(cmd.c_str()) != 0) return std::string();
-    static const std::string* const to_remove = new std::string(d);  // outlives the atexit call
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(*to_remove, ec);
-      fs::remove(*to_remove + ".log", ec);
-    });
-    return d;
+    io::write_file_atomic((tmp / "done").string(), "ok\n");
+    fs::rename(tmp, final_dir, ec);  // another process may have published first: use theirs
+    fs::remove_all(tmp, ec);
+    return fs::exists(final_dir / "done", ec) ? final_dir.string() : std::string();
   }();
   return dir;
 }
