@@ -40,10 +40,14 @@ int bench_loader(int argc, char** argv) {
   if (args->has("store") == args->has("list")) throw Error("pass exactly one of --store and --list");
   video::ClipLoaderOptions o;
   const std::string mode = args->get("mode");
-  if (mode == "pretrain") o.mode = video::ClipLoaderOptions::Mode::pretrain;
-  else if (mode == "train") o.mode = video::ClipLoaderOptions::Mode::train;
-  else if (mode == "test") o.mode = video::ClipLoaderOptions::Mode::test;
-  else throw Error("--mode must be pretrain, train or test, got '", mode, "'");
+  if (mode == "pretrain")
+    o.mode = video::ClipLoaderOptions::Mode::pretrain;
+  else if (mode == "train")
+    o.mode = video::ClipLoaderOptions::Mode::train;
+  else if (mode == "test")
+    o.mode = video::ClipLoaderOptions::Mode::test;
+  else
+    throw Error("--mode must be pretrain, train or test, got '", mode, "'");
   o.batch = int(args->get_int("batch"));
   o.num_frames = int(args->get_int("frames"));
   o.sampling_rate = int(args->get_int("rate"));
@@ -93,12 +97,14 @@ int bench_loader(int argc, char** argv) {
   auto pct = [&](double x) { return worker_s > 0 ? 100.0 * x / worker_s : 0.0; };
   const double cps = t.wall_s > 0 ? double(t.clips) / t.wall_s : 0;
   if (args->has("json")) {
-    std::printf("{\"source\": \"%s\", \"mode\": \"%s\", \"videos\": %lld, \"clips\": %lld, \"batches\": %lld, "
-                "\"wall_s\": %.4f, \"clips_per_s\": %.2f, \"read_s\": %.4f, \"augment_s\": %.4f, \"copy_s\": %.4f, "
-                "\"wait_s\": %.4f, \"warmup_epochs\": %lld, \"threads\": %d, \"frames\": %d, \"crop\": %d, \"skipped\": %lld}\n",
-                source.c_str(), mode.c_str(), (long long)loader.size(), (long long)t.clips, (long long)t.batches,
-                t.wall_s, cps, t.read_s, t.augment_s, t.copy_s, t.wait_s, (long long)warmup, o.threads, o.num_frames, o.crop,
-                (long long)t.skipped.total());
+    std::printf(
+        "{\"source\": \"%s\", \"mode\": \"%s\", \"videos\": %lld, \"clips\": %lld, \"batches\": %lld, "
+        "\"wall_s\": %.4f, \"clips_per_s\": %.2f, \"read_s\": %.4f, \"augment_s\": %.4f, \"copy_s\": %.4f, "
+        "\"wait_s\": %.4f, \"warmup_epochs\": %lld, \"threads\": %d, \"frames\": %d, \"crop\": %d, \"skipped\": "
+        "%lld}\n",
+        source.c_str(), mode.c_str(), (long long)loader.size(), (long long)t.clips, (long long)t.batches, t.wall_s, cps,
+        t.read_s, t.augment_s, t.copy_s, t.wait_s, (long long)warmup, o.threads, o.num_frames, o.crop,
+        (long long)t.skipped.total());
     return 0;
   }
   std::printf("bench loader: %s, mode %s, %d threads, %d x %dx%d clips, batch %d\n", source.c_str(), mode.c_str(),

@@ -49,10 +49,11 @@ int check_store(const std::string& dir) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const video::ClipStoreHeader& h = store.header();
-  std::printf("prepare-video --check: %s ok: %lld videos, %lld frames, %s in %zu chunk(s), short side %d, stride %d, "
-              "format version %u; every checksum verified in %.2f s\n",
-              dir.c_str(), (long long)store.size(), (long long)frames, human_bytes(bytes).c_str(), h.chunk_bytes.size(),
-              h.short_side, h.frame_stride, h.version, s);
+  std::printf(
+      "prepare-video --check: %s ok: %lld videos, %lld frames, %s in %zu chunk(s), short side %d, stride %d, "
+      "format version %u; every checksum verified in %.2f s\n",
+      dir.c_str(), (long long)store.size(), (long long)frames, human_bytes(bytes).c_str(), h.chunk_bytes.size(),
+      h.short_side, h.frame_stride, h.version, s);
   return 0;
 }
 
@@ -116,10 +117,11 @@ int cmd_prepare_video(int argc, char** argv) {
       std::fflush(stderr);
     };
   const video::PrepareReport r = video::prepare_clip_store(o);
-  std::printf("prepare-video: %lld ok, %lld skipped (%s), %lld frames, %s in %lld chunk(s), %.1f s (%.1f videos/s) -> %s\n",
-              (long long)r.ok, (long long)r.skipped.total(), r.skipped.summary().c_str(), (long long)r.frames,
-              human_bytes(double(r.bytes)).c_str(), (long long)r.chunks, r.seconds,
-              r.seconds > 0 ? double(r.listed) / r.seconds : 0.0, o.out.c_str());
+  std::printf(
+      "prepare-video: %lld ok, %lld skipped (%s), %lld frames, %s in %lld chunk(s), %.1f s (%.1f videos/s) -> %s\n",
+      (long long)r.ok, (long long)r.skipped.total(), r.skipped.summary().c_str(), (long long)r.frames,
+      human_bytes(double(r.bytes)).c_str(), (long long)r.chunks, r.seconds,
+      r.seconds > 0 ? double(r.listed) / r.seconds : 0.0, o.out.c_str());
   for (const std::string& e : r.skipped.examples) std::printf("  skipped: %s\n", e.c_str());
   if (r.skipped.total() > int64_t(r.skipped.examples.size()))
     std::printf("  ... and %lld more skipped\n", (long long)(r.skipped.total() - int64_t(r.skipped.examples.size())));

@@ -139,7 +139,8 @@ TEST(ClipLoader, TestViewsMatchFloat64PipelineInFixedOrder) {
       const auto idx = dense_test_indices(reader.info().num_frames, 4, 3, int(seg), 2);
       const Clip clip = reader.decode(idx, dopt);
       const auto boxes = test_crop_boxes(clip.width, clip.height, kShort, 3);
-      const auto ref = crop_resize_normalize_reference(clip, boxes[size_t(crop)], 16, false, o.mean.data(), o.std.data());
+      const auto ref =
+          crop_resize_normalize_reference(clip, boxes[size_t(crop)], 16, false, o.mean.data(), o.std.data());
       const float* got = b.videos.data<float>() + i * row_floats;
       for (int64_t k = 0; k < row_floats; ++k) max_err = std::max(max_err, std::abs(double(got[k]) - ref[size_t(k)]));
     }

@@ -64,8 +64,7 @@ struct Dataset {
   std::vector<std::string> videos;
   std::string list;
   Dataset() {
-    for (int i = 0; i < 4; ++i)
-      videos.push_back(make_video(dir, "v" + std::to_string(i), i % 2 ? "h264" : "vp9", i));
+    for (int i = 0; i < 4; ++i) videos.push_back(make_video(dir, "v" + std::to_string(i), i % 2 ? "h264" : "vp9", i));
     list = dir.file("list.txt");
     std::ofstream f(list);
     for (int i = 0; i < 4; ++i) f << videos[size_t(i)] << " " << (10 + i) << "\n";
@@ -260,13 +259,16 @@ TEST(ClipStore, BadVideosSkippedCountedAndStrict) {
   const bool cli = std::system("ffmpeg -hide_banner -version >/dev/null 2>&1") == 0;
   if (cli) {
     const std::string audio = dir.file("audio.m4a");
-    ASSERT_EQ(0, std::system(("ffmpeg -hide_banner -loglevel error -y -f lavfi -i sine=frequency=440:duration=0.3 " +
-                              audio).c_str()));
+    ASSERT_EQ(
+        0,
+        std::system(
+            ("ffmpeg -hide_banner -loglevel error -y -f lavfi -i sine=frequency=440:duration=0.3 " + audio).c_str()));
     bad.push_back({audio, BadVideoReason::audio_only});
     // A faststart mp4 cut in the middle: the header lists 20 frames, fewer are complete.
     const std::string fast = dir.file("fast.mp4");
     ASSERT_EQ(0, std::system(("ffmpeg -hide_banner -loglevel error -y -i " + d.videos[1] +
-                              " -c copy -movflags +faststart " + fast).c_str()));
+                              " -c copy -movflags +faststart " + fast)
+                                 .c_str()));
     const std::string bytes = read_file(fast);
     write_file(dir.file("cut.mp4"), bytes.substr(0, bytes.size() * 6 / 10));
     bad.push_back({dir.file("cut.mp4"), BadVideoReason::truncated});
@@ -339,7 +341,8 @@ TEST(ClipStore, ExistingStoreRefusedWithoutForceAndSurvivesFailedRun) {
   EXPECT_EQ(prepare_clip_store(bad).ok, 1);
   EXPECT_EQ(ClipStore::open(out).size(), 1);
   size_t entries = 0;
-  for (const auto& f : fs::directory_iterator(d.dir.path)) entries += f.path().filename().string().find(".tmp-") != std::string::npos;
+  for (const auto& f : fs::directory_iterator(d.dir.path))
+    entries += f.path().filename().string().find(".tmp-") != std::string::npos;
   EXPECT_EQ(entries, 0u);
   // --force never replaces something that is not a clip store.
   fs::create_directories(d.dir.file("precious"));
@@ -381,8 +384,9 @@ TEST(ClipStore, IndexSerializationRoundTripAndReasonNames) {
   // A wrong stored crc is caught; a source index past the source's frames is refused at open.
   ClipStoreEntry wrong = e;
   wrong.crc[1] ^= 1;
-  EXPECT_HAS(error_of([&] { ClipStore::from_memory(serialize_clip_store_index(h, {wrong}), {chunk}).read_frames(0, {1}); }),
-             "checksum mismatch");
+  EXPECT_HAS(
+      error_of([&] { ClipStore::from_memory(serialize_clip_store_index(h, {wrong}), {chunk}).read_frames(0, {1}); }),
+      "checksum mismatch");
   wrong = e;
   wrong.source_index[1] = 5;
   EXPECT_HAS(error_of([&] { ClipStore::from_memory(serialize_clip_store_index(h, {wrong}), {chunk}); }),
@@ -392,9 +396,10 @@ TEST(ClipStore, IndexSerializationRoundTripAndReasonNames) {
   EXPECT_HAS(error_of([&] { ClipStore::from_memory(serialize_clip_store_index(h, {wrong}), {chunk}); }),
              "outside chunk-00000.bin");
   EXPECT_EQ(classify_video_error("video: x: too short: frame 9 asked for"), BadVideoReason::too_short);
-  EXPECT_EQ(classify_video_error("video: x: too short: frame 30 asked for, the video has 12 frames (its header lists 20: "
-                                 "the file is truncated)"),
-            BadVideoReason::truncated);
+  EXPECT_EQ(
+      classify_video_error("video: x: too short: frame 30 asked for, the video has 12 frames (its header lists 20: "
+                           "the file is truncated)"),
+      BadVideoReason::truncated);
   EXPECT_EQ(classify_video_error("video: x: decoding failed after frame 3"), BadVideoReason::corrupt);
   EXPECT_STREQ(bad_video_reason_name(BadVideoReason::unsupported_codec), "unsupported_codec");
 }

@@ -41,7 +41,9 @@ std::vector<int64_t> segment_test_indices(int64_t n, int num_frames, int segment
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 uint64_t mix(uint64_t a, uint64_t b) {  // SplitMix64 finaliser over a combination: seeds per unit
   uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
@@ -79,8 +81,10 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     if (!p) throw std::bad_alloc();
     std::weak_ptr<BufferPool> weak = weak_from_this();
     std::shared_ptr<void> keepalive(p, [weak](void* q) {
-      if (auto pool = weak.lock()) pool->give_back(q);
-      else std::free(q);
+      if (auto pool = weak.lock())
+        pool->give_back(q);
+      else
+        std::free(q);
     });
     return Tensor::from_blob(p, shape, DType::f32, Device::cpu, std::move(keepalive));
   }
@@ -88,8 +92,10 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  private:
   void give_back(void* p) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() < keep_) free_.push_back(p);
-    else std::free(p);
+    if (free_.size() < keep_)
+      free_.push_back(p);
+    else
+      std::free(p);
   }
   std::mutex mu_;
   std::vector<void*> free_;
@@ -121,7 +127,7 @@ struct ClipLoader::Impl {
   int64_t next_unit = 0, consumed = 0;
   std::map<int64_t, PendingBatch> pending;
   std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders;  // epoch -> video order
-  std::vector<uint8_t> open_failed, counted_bad;                           // per video
+  std::vector<uint8_t> open_failed, counted_bad;                          // per video
   bool stop = false;
   std::exception_ptr error;
   LoaderTimes times;
@@ -165,8 +171,9 @@ struct ClipLoader::Impl {
     if (!p.segments) {
       if (p.sampling_rate % store_stride != 0)
         throw Error("clip loader: sampling rate ", p.sampling_rate, " is not a multiple of the store's frame stride ",
-                    store_stride, Hint("use a sampling rate that is a multiple of the stride, or prepare the store with "
-                                       "--frame-stride 1"));
+                    store_stride,
+                    Hint("use a sampling rate that is a multiple of the stride, or prepare the store with "
+                         "--frame-stride 1"));
       dense_rate = p.sampling_rate / store_stride;
     }
     rows_per_unit = test() ? int64_t(p.test_segments) * p.test_crops : p.num_sample;
@@ -241,9 +248,12 @@ struct ClipLoader::Impl {
     for (int c = 0; c < 3; ++c) aug.mean[c] = o.mean[size_t(c)], aug.std[c] = o.std[size_t(c)];
     rows->assign(size_t(nrows), {});
     if (!test()) {
-      Clip clip = read(v, [&](int64_t n) {
-        return o.segments ? segment_indices(n, T, true, rng) : dense_indices(n, T, dense_rate, rng);
-      }, read_s);
+      Clip clip = read(
+          v,
+          [&](int64_t n) {
+            return o.segments ? segment_indices(n, T, true, rng) : dense_indices(n, T, dense_rate, rng);
+          },
+          read_s);
       const auto t0 = Clock::now();
       for (int64_t j = 0; j < nrows; ++j) {
         const CropBox box = sample_multiscale_crop(clip.width, clip.height, aug, rng);
@@ -255,23 +265,29 @@ struct ClipLoader::Impl {
     }
     // Test: the union of every segment's frames in one read, then the crops of each segment.
     const int segs = o.test_segments;
-    Clip all = read(v, [&](int64_t n) {
-      std::vector<int64_t> idx;
-      for (int s = 0; s < segs; ++s) {
-        const auto part = o.segments ? segment_test_indices(n, T, s, segs) : dense_test_indices(n, T, dense_rate, s, segs);
-        idx.insert(idx.end(), part.begin(), part.end());
-      }
-      return idx;
-    }, read_s);
+    Clip all = read(
+        v,
+        [&](int64_t n) {
+          std::vector<int64_t> idx;
+          for (int s = 0; s < segs; ++s) {
+            const auto part =
+                o.segments ? segment_test_indices(n, T, s, segs) : dense_test_indices(n, T, dense_rate, s, segs);
+            idx.insert(idx.end(), part.begin(), part.end());
+          }
+          return idx;
+        },
+        read_s);
     const auto t0 = Clock::now();
     const size_t fb = size_t(all.width) * all.height * 3;
-    const std::vector<CropBox> boxes = test_crop_boxes(all.width, all.height, std::min(all.width, all.height), o.test_crops);
+    const std::vector<CropBox> boxes =
+        test_crop_boxes(all.width, all.height, std::min(all.width, all.height), o.test_crops);
     for (int s = 0; s < segs; ++s) {
       Clip part;
       part.frames = T;
       part.height = all.height;
       part.width = all.width;
-      part.rgb.assign(all.rgb.begin() + ptrdiff_t(size_t(s) * T * fb), all.rgb.begin() + ptrdiff_t(size_t(s + 1) * T * fb));
+      part.rgb.assign(all.rgb.begin() + ptrdiff_t(size_t(s) * T * fb),
+                      all.rgb.begin() + ptrdiff_t(size_t(s + 1) * T * fb));
       for (int c = 0; c < o.test_crops; ++c) {
         const int64_t j = int64_t(s) * o.test_crops + c;
         if (j < nrows) (*rows)[size_t(j)] = crop_resize_normalize(part, boxes[size_t(c)], S, false, aug.mean, aug.std);
@@ -346,7 +362,8 @@ struct ClipLoader::Impl {
     }
     if (video < 0 && !test())
       throw Error("clip loader: ", attempts, " videos in a row could not be read, starting at position ", u,
-                  " of epoch ", e, "; first: ", first_error, Hint("check the list file; prepare-video reports every bad video"));
+                  " of epoch ", e, "; first: ", first_error,
+                  Hint("check the list file; prepare-video reports every bad video"));
     if (video < 0) {  // test mode: this video's rows are left out
       video = (*order)[size_t(u)];
       rows.assign(size_t(nrows), {});
@@ -437,7 +454,8 @@ struct ClipLoader::Impl {
         int64_t k = 0;
         for (int64_t i = 0; i < pb.rows; ++i) {
           if (!pb.valid[size_t(i)]) continue;
-          std::memcpy(out.videos.data<float>() + k * row, pb.videos.data<float>() + i * row, size_t(row) * sizeof(float));
+          std::memcpy(out.videos.data<float>() + k * row, pb.videos.data<float>() + i * row,
+                      size_t(row) * sizeof(float));
           out.labels.push_back(pb.labels[size_t(i)]);
           out.video_index.push_back(pb.video_index[size_t(i)]);
           out.view.push_back(pb.view[size_t(i)]);
@@ -478,12 +496,24 @@ ClipLoader ClipLoader::from_list(const std::string& list_file, const std::string
   return ClipLoader(std::move(impl));
 }
 
-bool ClipLoader::next(ClipBatch& batch) { return impl_->next(batch); }
-int64_t ClipLoader::size() const { return impl_->videos; }
-int64_t ClipLoader::batches_per_epoch() const { return impl_->batches_per_epoch; }
-int64_t ClipLoader::rows_per_video() const { return impl_->rows_per_unit; }
-int64_t ClipLoader::epoch() const { return impl_->epoch; }
-const ClipLoaderOptions& ClipLoader::options() const { return impl_->o; }
+bool ClipLoader::next(ClipBatch& batch) {
+  return impl_->next(batch);
+}
+int64_t ClipLoader::size() const {
+  return impl_->videos;
+}
+int64_t ClipLoader::batches_per_epoch() const {
+  return impl_->batches_per_epoch;
+}
+int64_t ClipLoader::rows_per_video() const {
+  return impl_->rows_per_unit;
+}
+int64_t ClipLoader::epoch() const {
+  return impl_->epoch;
+}
+const ClipLoaderOptions& ClipLoader::options() const {
+  return impl_->o;
+}
 
 LoaderTimes ClipLoader::times() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

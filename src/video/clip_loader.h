@@ -60,21 +60,21 @@
 namespace unmask::video {
 
 struct ClipLoaderOptions {
-  int batch = 8;           // rows per batch
-  int num_frames = 16;     // T
-  int sampling_rate = 4;   // dense sampling step, in source frames (VideoMAE K400: 4; SSv2 pretrain: 2)
-  bool segments = false;   // TSN segment sampling (SSv2 fine-tuning) instead of dense
-  int crop = 224;          // output H = W
+  int batch = 8;          // rows per batch
+  int num_frames = 16;    // T
+  int sampling_rate = 4;  // dense sampling step, in source frames (VideoMAE K400: 4; SSv2 pretrain: 2)
+  bool segments = false;  // TSN segment sampling (SSv2 fine-tuning) instead of dense
+  int crop = 224;         // output H = W
   enum class Mode { pretrain, train, test };
   Mode mode = Mode::pretrain;  // pretrain: multi-scale crop, no flip; train: + random h-flip; test: views
-  bool flip = true;        // train mode's random h-flip; set false when labels are directions (SSv2, make-videos)
-  int num_sample = 1;      // pretrain/train: augmented clips per decoded video
+  bool flip = true;            // train mode's random h-flip; set false when labels are directions (SSv2, make-videos)
+  int num_sample = 1;          // pretrain/train: augmented clips per decoded video
   int test_segments = 1, test_crops = 1;  // test views: temporal clips x spatial crops
   int threads = 2, queue_depth = 4;
   uint64_t seed = 0;
-  bool shuffle = true;     // pretrain/train (test mode keeps list order)
-  bool drop_last = true;   // pretrain/train (test mode keeps every row)
-  bool strict = false;     // from_list: the first bad video is an Error from next()
+  bool shuffle = true;    // pretrain/train (test mode keeps list order)
+  bool drop_last = true;  // pretrain/train (test mode keeps every row)
+  bool strict = false;    // from_list: the first bad video is an Error from next()
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, std{0.229f, 0.224f, 0.225f};
 };
 
@@ -87,13 +87,13 @@ struct ClipBatch {
 };
 
 struct LoaderTimes {
-  double read_s = 0;     // open + decode (from_list) or store read + checksum, summed over workers
-  double augment_s = 0;  // crop, resize, flip, normalise, summed over workers
-  double copy_s = 0;     // copying rows into the batch tensors, summed over workers
-  double wait_s = 0;     // the consumer's time blocked in next()
-  double wall_s = 0;     // since the loader was made
-  int64_t clips = 0;     // rows delivered by next()
-  int64_t batches = 0;   // batches delivered by next()
+  double read_s = 0;        // open + decode (from_list) or store read + checksum, summed over workers
+  double augment_s = 0;     // crop, resize, flip, normalise, summed over workers
+  double copy_s = 0;        // copying rows into the batch tensors, summed over workers
+  double wait_s = 0;        // the consumer's time blocked in next()
+  double wall_s = 0;        // since the loader was made
+  int64_t clips = 0;        // rows delivered by next()
+  int64_t batches = 0;      // batches delivered by next()
   int64_t videos_read = 0;  // successful reads/decodes (units)
   BadVideoTally skipped;    // bad videos, once each
 };

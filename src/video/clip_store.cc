@@ -23,13 +23,20 @@ namespace unmask::video {
 
 const char* bad_video_reason_name(BadVideoReason r) {
   switch (r) {
-    case BadVideoReason::missing: return "missing";
-    case BadVideoReason::zero_length: return "zero_length";
-    case BadVideoReason::corrupt: return "corrupt";
-    case BadVideoReason::truncated: return "truncated";
-    case BadVideoReason::audio_only: return "audio_only";
-    case BadVideoReason::unsupported_codec: return "unsupported_codec";
-    case BadVideoReason::too_short: return "too_short";
+    case BadVideoReason::missing:
+      return "missing";
+    case BadVideoReason::zero_length:
+      return "zero_length";
+    case BadVideoReason::corrupt:
+      return "corrupt";
+    case BadVideoReason::truncated:
+      return "truncated";
+    case BadVideoReason::audio_only:
+      return "audio_only";
+    case BadVideoReason::unsupported_codec:
+      return "unsupported_codec";
+    case BadVideoReason::too_short:
+      return "too_short";
   }
   return "?";
 }
@@ -83,11 +90,15 @@ constexpr int kMaxFrameSide = 16384;  // VideoReader refuses larger frames too
 class Writer {
  public:
   void bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
-  template <typename T> void le(T v) {  // little-endian integer / double (x86 and ARM Linux are LE)
+  template <typename T>
+  void le(T v) {  // little-endian integer / double (x86 and ARM Linux are LE)
     static_assert(std::is_trivially_copyable_v<T>);
     bytes(&v, sizeof(T));
   }
-  void str(const std::string& s) { le<uint32_t>(uint32_t(s.size())); bytes(s.data(), s.size()); }
+  void str(const std::string& s) {
+    le<uint32_t>(uint32_t(s.size()));
+    bytes(s.data(), s.size());
+  }
   std::string& out() { return out_; }
 
  private:
@@ -98,7 +109,8 @@ class Writer {
 class Reader {
  public:
   Reader(const std::string& data, size_t end, const std::string& name) : data_(data), end_(end), name_(name) {}
-  template <typename T> T le(const char* what) {
+  template <typename T>
+  T le(const char* what) {
     need(sizeof(T), what);
     T v;
     std::memcpy(&v, data_.data() + pos_, sizeof(T));
@@ -146,8 +158,8 @@ uint32_t crc32_of(const void* p, size_t n) {
 void parse_index(const std::string& data, const std::string& name, const ClipStoreOpenOptions& options,
                  ClipStoreHeader* header, std::vector<ClipStoreEntry>* entries) {
   if (data.size() < sizeof(kClipStoreMagic) || std::memcmp(data.data(), kClipStoreMagic, sizeof(kClipStoreMagic)) != 0)
-    throw Error("clip store ", name, ": index.bin does not start with the magic 'UNMASKCS' (",
-                data.size(), " bytes)", Hint("pass a directory written by unmask prepare-video"));
+    throw Error("clip store ", name, ": index.bin does not start with the magic 'UNMASKCS' (", data.size(), " bytes)",
+                Hint("pass a directory written by unmask prepare-video"));
   if (data.size() < 16 + 4)
     throw Error("clip store ", name, ": index.bin is only ", data.size(), " bytes",
                 Hint("the index is truncated; re-run unmask prepare-video"));
@@ -161,8 +173,8 @@ void parse_index(const std::string& data, const std::string& name, const ClipSto
   uint32_t stored_crc = 0;
   std::memcpy(&stored_crc, data.data() + body, 4);
   if (options.verify_index_checksum && crc32_of(data.data(), body) != stored_crc)
-    throw Error("clip store ", name, ": index.bin fails its checksum (crc32 ", crc32_of(data.data(), body),
-                ", stored ", stored_crc, ")", Hint("the index is corrupt; re-run unmask prepare-video"));
+    throw Error("clip store ", name, ": index.bin fails its checksum (crc32 ", crc32_of(data.data(), body), ", stored ",
+                stored_crc, ")", Hint("the index is corrupt; re-run unmask prepare-video"));
 
   Reader r(data, body, name);
   r.le<uint64_t>("magic");
@@ -309,8 +321,8 @@ struct ClipStore::Impl {
       const ssize_t got = ::pread(fd, dst + done, n - done, off_t(offset + done));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0)
-        throw Error("clip store ", dir, ": reading ", n, " bytes at ", offset, " of ", chunk_path(c), " failed: ",
-                    got < 0 ? std::strerror(errno) : "unexpected end of file",
+        throw Error("clip store ", dir, ": reading ", n, " bytes at ", offset, " of ", chunk_path(c),
+                    " failed: ", got < 0 ? std::strerror(errno) : "unexpected end of file",
                     Hint("the chunk was truncated after the store was opened; re-run unmask prepare-video"));
       done += size_t(got);
     }
@@ -370,9 +382,15 @@ ClipStore ClipStore::from_memory(std::string index_bytes, std::vector<std::strin
   return ClipStore(std::move(impl));
 }
 
-int64_t ClipStore::size() const { return int64_t(impl_->entries.size()); }
-const ClipStoreHeader& ClipStore::header() const { return impl_->header; }
-const std::string& ClipStore::path() const { return impl_->dir; }
+int64_t ClipStore::size() const {
+  return int64_t(impl_->entries.size());
+}
+const ClipStoreHeader& ClipStore::header() const {
+  return impl_->header;
+}
+const std::string& ClipStore::path() const {
+  return impl_->dir;
+}
 
 const ClipStoreEntry& ClipStore::entry(int64_t i) const {
   if (i < 0 || i >= size())
@@ -392,8 +410,8 @@ Clip ClipStore::read_frames(int64_t i, const std::vector<int64_t>& frames) const
   for (size_t k = 0; k < frames.size(); ++k) {
     const int64_t f = frames[k];
     if (f < 0 || f >= e.frames)
-      throw Error("clip store ", impl_->dir, ": video ", i, " (", e.path, "): frame ", f, " asked for, the store keeps ",
-                  e.frames, " frames of it", Hint("sample indices in [0, frames)"));
+      throw Error("clip store ", impl_->dir, ": video ", i, " (", e.path, "): frame ", f,
+                  " asked for, the store keeps ", e.frames, " frames of it", Hint("sample indices in [0, frames)"));
     uint8_t* dst = clip.rgb.data() + k * fb;
     if (k > 0) {  // a repeated frame (short-video padding): copy the one already read and checked
       bool copied = false;

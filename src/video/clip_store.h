@@ -76,19 +76,19 @@ struct PrepareProgress {
 };
 
 struct PrepareOptions {
-  std::string list;                          // list file (VideoMAE or V-SWIFT format)
-  std::string root;                          // joined to relative paths of the list
+  std::string list;  // list file (VideoMAE or V-SWIFT format)
+  std::string root;  // joined to relative paths of the list
   ListFormat format = ListFormat::automatic;
-  std::string out;                           // store directory to create
-  int short_side = 128;                      // resize so min(H, W) == short_side; 0 = native size
-  int frame_stride = 1;                      // keep source frames 0, s, 2s, ...
-  int max_frames = 0;                        // keep at most this many (0 = all)
-  int min_frames = 1;                        // fewer kept frames -> skipped as too_short
-  int64_t chunk_bytes = int64_t(256) << 20;  // chunk size limit (a larger video gets a chunk alone)
-  int threads = 2;                           // decoding threads (output bytes do not depend on it)
-  bool strict = false;                       // the first bad video is an Error naming it
-  bool force = false;                        // replace an existing store
-  bool keep_truncated = false;               // keep the complete frames of a truncated file
+  std::string out;                                       // store directory to create
+  int short_side = 128;                                  // resize so min(H, W) == short_side; 0 = native size
+  int frame_stride = 1;                                  // keep source frames 0, s, 2s, ...
+  int max_frames = 0;                                    // keep at most this many (0 = all)
+  int min_frames = 1;                                    // fewer kept frames -> skipped as too_short
+  int64_t chunk_bytes = int64_t(256) << 20;              // chunk size limit (a larger video gets a chunk alone)
+  int threads = 2;                                       // decoding threads (output bytes do not depend on it)
+  bool strict = false;                                   // the first bad video is an Error naming it
+  bool force = false;                                    // replace an existing store
+  bool keep_truncated = false;                           // keep the complete frames of a truncated file
   std::function<void(const PrepareProgress&)> progress;  // called after each committed video
 };
 
@@ -112,11 +112,11 @@ struct ClipStoreHeader {
 };
 
 struct ClipStoreEntry {
-  std::string path;                    // the video's path as listed (after --root)
+  std::string path;  // the video's path as listed (after --root)
   int64_t label = 0;
-  int64_t source_frames = 0;           // frames of the source video
+  int64_t source_frames = 0;  // frames of the source video
   double fps = 0;
-  int height = 0, width = 0;           // stored (resized) frame size
+  int height = 0, width = 0;  // stored (resized) frame size
   uint32_t chunk = 0;
   uint64_t offset = 0;                 // byte offset of frame 0 in the chunk
   int64_t frames = 0;                  // kept frames

@@ -35,8 +35,8 @@ struct DecodedVideo {
   bool ok = false;
   BadVideoReason reason = BadVideoReason::corrupt;
   std::string error;
-  ClipStoreEntry entry;       // chunk and offset are set when committed
-  std::vector<uint8_t> rgb;   // [frames, H, W, 3]
+  ClipStoreEntry entry;      // chunk and offset are set when committed
+  std::vector<uint8_t> rgb;  // [frames, H, W, 3]
 };
 
 DecodedVideo decode_one(const ListEntry& item, const PrepareOptions& o) {
@@ -108,7 +108,10 @@ class ChunkFile {
   }
   void finish() {  // on disk before the store is renamed into place
     if (::fsync(fd_) != 0) fail("fsync failed");
-    if (::close(fd_) != 0) { fd_ = -1; fail("close failed"); }
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      fail("close failed");
+    }
     fd_ = -1;
   }
   uint64_t size() const { return size_; }
@@ -143,11 +146,14 @@ void check_options(const PrepareOptions& o) {
   UNMASK_CHECK(!o.list.empty(), "clip store: no list file given");
   UNMASK_CHECK(!o.out.empty(), "clip store: no output store given");
   if (o.short_side < 0 || o.short_side > 16384)
-    throw Error("clip store: --short-side must be in [0, 16384], got ", o.short_side, Hint("e.g. 128 or 256; 0 keeps the native size"));
+    throw Error("clip store: --short-side must be in [0, 16384], got ", o.short_side,
+                Hint("e.g. 128 or 256; 0 keeps the native size"));
   if (o.frame_stride < 1) throw Error("clip store: --frame-stride must be >= 1, got ", o.frame_stride);
   if (o.max_frames < 0) throw Error("clip store: --max-frames must be >= 0 (0 = all), got ", o.max_frames);
   if (o.min_frames < 1) throw Error("clip store: --min-frames must be >= 1, got ", o.min_frames);
-  if (o.chunk_bytes < 1) throw Error("clip store: the chunk size must be positive, got ", o.chunk_bytes, " bytes", Hint("e.g. --chunk-mb 256"));
+  if (o.chunk_bytes < 1)
+    throw Error("clip store: the chunk size must be positive, got ", o.chunk_bytes, " bytes",
+                Hint("e.g. --chunk-mb 256"));
   if (o.threads < 1 || o.threads > 256) throw Error("clip store: --threads must be in [1, 256], got ", o.threads);
 }
 
@@ -223,11 +229,18 @@ PrepareReport prepare_clip_store(const PrepareOptions& o) {
   };
   std::vector<std::thread> threads;
   struct Joiner {  // stops and joins the workers on every exit path
-    std::vector<std::thread>& threads; std::mutex& mu; bool& stop; std::condition_variable& cv;
+    std::vector<std::thread>& threads;
+    std::mutex& mu;
+    bool& stop;
+    std::condition_variable& cv;
     ~Joiner() {
-      { std::lock_guard<std::mutex> lock(mu); stop = true; }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
       cv.notify_all();
-      for (auto& t : threads) if (t.joinable()) t.join();
+      for (auto& t : threads)
+        if (t.joinable()) t.join();
     }
   } joiner{threads, mu, stop, worker_cv};
   for (int t = 0; t < std::min<int64_t>(o.threads, n); ++t) threads.emplace_back(worker);
@@ -262,13 +275,15 @@ PrepareReport prepare_clip_store(const PrepareOptions& o) {
     worker_cv.notify_all();
     if (!d.ok) {
       if (o.strict)
-        throw Error("clip store: --strict stops at the first bad video (", bad_video_reason_name(d.reason), "): ", d.error);
+        throw Error("clip store: --strict stops at the first bad video (", bad_video_reason_name(d.reason),
+                    "): ", d.error);
       report.skipped.add(d.reason, d.error);
     } else {
       const uint64_t bytes = d.rgb.size();
       if (chunk && chunk->size() > 0 && chunk->size() + bytes > uint64_t(o.chunk_bytes)) close_chunk();
-      if (!chunk) chunk = std::make_unique<ChunkFile>(
-          (fs::path(tmp.path) / clip_store_chunk_name(uint32_t(header.chunk_bytes.size()))).string());
+      if (!chunk)
+        chunk = std::make_unique<ChunkFile>(
+            (fs::path(tmp.path) / clip_store_chunk_name(uint32_t(header.chunk_bytes.size()))).string());
       d.entry.chunk = uint32_t(header.chunk_bytes.size());
       d.entry.offset = chunk->size();
       chunk->write(d.rgb.data(), d.rgb.size());
@@ -292,8 +307,8 @@ PrepareReport prepare_clip_store(const PrepareOptions& o) {
   }
   close_chunk();
   if (report.ok == 0)
-    throw Error("clip store: none of the ", n, " listed videos could be used (", report.skipped.summary(), "); first: ",
-                report.skipped.examples.empty() ? "?" : report.skipped.examples[0],
+    throw Error("clip store: none of the ", n, " listed videos could be used (", report.skipped.summary(),
+                "); first: ", report.skipped.examples.empty() ? "?" : report.skipped.examples[0],
                 Hint("check the list paths and --root"));
   {
     const std::string index = serialize_clip_store_index(header, entries);
@@ -304,7 +319,8 @@ PrepareReport prepare_clip_store(const PrepareOptions& o) {
   }
   report.chunks = int64_t(header.chunk_bytes.size());
   if (fs::exists(out, ec) && !(o.force && is_clip_store(out)))  // appeared while we worked
-    throw Error("clip store: ", out, " appeared while the store was being written", Hint("pass --force or choose another --out"));
+    throw Error("clip store: ", out, " appeared while the store was being written",
+                Hint("pass --force or choose another --out"));
   install(tmp.path, out);
   tmp.keep = true;
   report.seconds = seconds();
