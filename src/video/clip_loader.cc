@@ -235,6 +235,11 @@ struct ClipLoader::Impl {
     } catch (const Error& e) {
       *read_s += since(t0);
       throw BadVideo{classify_video_error(e.what()), e.what()};
+    } catch (const std::bad_alloc&) {
+      throw;  // out of memory is the loader's failure, not the video's
+    } catch (const std::exception& e) {
+      *read_s += since(t0);
+      throw BadVideo{BadVideoReason::corrupt, "video: " + path + ": " + e.what()};
     }
   }
 

@@ -81,6 +81,9 @@ DecodedVideo decode_one(const ListEntry& item, const PrepareOptions& o) {
   } catch (const std::bad_alloc&) {
     d.error = "video: " + item.path + ": out of memory while decoding (lower --short-side or set --max-frames)";
     d.reason = BadVideoReason::corrupt;
+  } catch (const std::exception& err) {  // nothing may escape a worker thread (std::terminate)
+    d.error = "video: " + item.path + ": " + err.what();
+    d.reason = BadVideoReason::corrupt;
   }
   return d;
 }
