@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "core/half.h"
 #include "op_test_util.h"
 #include "video/masking.h"
 #include "video/videomae_flops.h"
@@ -414,6 +415,18 @@ TEST(VideoMAENames, PositionTables) {
   Tensor learned = table.contiguous();
   learned.data<float>()[17] += 0.01f;
   orig.back().second = learned;
+  EXPECT_NE(error_of([&] { videomae_original_to_hf(orig); }).find("differs from the fixed sinusoid"),
+            std::string::npos);
+  // A V-SWIFT table saved in bf16 is rounded by up to 2^-9 relative: still the fixed table; a
+  // learned change of 0.05 is not.
+  Tensor half = Tensor::empty(table.shape(), DType::bf16);
+  for (int64_t i = 0; i < table.numel(); ++i)
+    static_cast<uint16_t*>(half.raw())[i] = f32_to_bf16(table.data<float>()[i]);
+  orig.back().second = half;
+  dropped.clear();
+  EXPECT_NO_THROW(videomae_original_to_hf(orig, &dropped));
+  EXPECT_EQ(dropped.size(), 1u);
+  static_cast<uint16_t*>(half.raw())[17] = f32_to_bf16(table.data<float>()[17] + 0.05f);
   EXPECT_NE(error_of([&] { videomae_original_to_hf(orig); }).find("differs from the fixed sinusoid"),
             std::string::npos);
   // Shape checks name both shapes.

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/half.h"
+
 namespace unmask::video {
 namespace {
 
@@ -98,19 +100,35 @@ void check_no_duplicates(const NamedTensors& out, const char* who) {
                 Hint("the state dict mixes pretrain (encoder.-prefixed) and fine-tune names; keep one"));
 }
 
-// Max |t - sinusoid| for an f32 [1, n, d] or [n, d] table.
+// Max |t - sinusoid| for a [1, n, d] or [n, d] table stored in f32, f16 or bf16.
 double sinusoid_distance(const Tensor& t) {
   const Tensor c = t.contiguous();
   const int64_t n = c.size(-2), d = c.size(-1);
-  const float* p = c.data<float>();
+  auto value = [&](int64_t i) -> double {
+    switch (c.dtype()) {
+      case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(c.raw())[i]);
+      case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(c.raw())[i]);
+      default: return c.data<float>()[i];
+    }
+  };
   double worst = 0;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < d; ++j) {
       const double angle = double(i) / std::pow(10000.0, 2.0 * double(j / 2) / double(d));
       const double ref = (j % 2 == 0) ? std::sin(angle) : std::cos(angle);
-      worst = std::max(worst, std::fabs(double(p[i * d + j]) - ref));
+      worst = std::max(worst, std::fabs(value(i * d + j) - ref));
     }
   return worst;
+}
+
+// How far a stored fixed table may be from the float64 sinusoid: the rounding of its dtype on
+// values in [-1, 1] (half an ulp at 1: f16 2^-11, bf16 2^-8) plus f32 evaluation slack.
+double sinusoid_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return 1e-4 + std::ldexp(1.0, -11);
+    case DType::bf16: return 1e-4 + std::ldexp(1.0, -8);
+    default: return 1e-4;
+  }
 }
 
 // Names of a bare HF VideoMAEModel (no `videomae.` prefix); no original name looks like these.
@@ -204,10 +222,11 @@ NamedTensors videomae_original_to_hf(const NamedTensors& original, std::vector<s
     std::string_view s = name;
     if (is_pos_table_name(s)) {
       // A fixed sinusoid table is implied by the architecture; a learned one cannot be carried.
-      UNMASK_CHECK(t.dtype() == DType::f32 && (t.ndim() == 2 || t.ndim() == 3), kWho, ": ", name,
-                   " must be an f32 [1, tokens, dim] table, got ", t.describe());
+      UNMASK_CHECK((t.dtype() == DType::f32 || t.dtype() == DType::f16 || t.dtype() == DType::bf16) &&
+                       (t.ndim() == 2 || t.ndim() == 3),
+                   kWho, ": ", name, " must be an f32/f16/bf16 [1, tokens, dim] table, got ", t.describe());
       const double dist = sinusoid_distance(t);
-      if (dist > 1e-4)
+      if (dist > sinusoid_tolerance(t.dtype()))
         throw Error(kWho, ": ", name, " ", t.describe(), " differs from the fixed sinusoid table by up to ", dist,
                     "; HF VideoMAE has no learned positional embedding to hold it",
                     Hint("keep the original naming for checkpoints with learned positional tables"));
