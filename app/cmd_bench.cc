@@ -239,7 +239,9 @@ int cmd_bench(int argc, char** argv) {
   const char* kBenchUsage =
       "usage: unmask bench <what> [options]\n\n"
       "  infer     BERT inference: batch, seq, latency, QPS, GFLOP/s, % of peak (AITemplate's table)\n"
-      "  videomae  VideoMAE pretraining: videos/s, model FLOPs, MFU, peak memory (V-SWIFT's table)\n\n"
+      "  train     BERT pretraining: sequences/s, GFLOP/s, MFU (NVIDIA DLE's table)\n"
+      "  videomae  VideoMAE pretraining: videos/s, model FLOPs, MFU, peak memory (V-SWIFT's table)\n"
+      "  loader    video clip loader: clips/s and the read / augment / copy split (store or list)\n\n"
       "Run `unmask bench <what> --help` for its options.\n";
   if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
     std::fputs(kBenchUsage, argc < 3 ? stderr : stdout);
@@ -249,7 +251,8 @@ int cmd_bench(int argc, char** argv) {
   if (what == "infer") return bench_infer(argc, argv);
   if (what == "train") return bench_train(argc, argv);
   if (what == "videomae") return bench_videomae(argc, argv);
-  throw Error("unknown benchmark '", what, "'", Hint("available: infer"));
+  if (what == "loader") return bench_loader(argc, argv);
+  throw Error("unknown benchmark '", what, "'", Hint("available: infer, train, videomae, loader"));
 }
 
 }  // namespace unmask::cli
