@@ -46,6 +46,7 @@ enum StreamId : uint64_t {
   kStreamMasking = 5,      // loader: (epoch, file, instance) -> dynamic masks
   kStreamDropPath = 6,     // video classifier: (step, block, branch) -> per-clip drop-path draws
   kStreamMixup = 7,        // video fine-tuning: (step) -> mixup/cutmix choice, lambda, box
+  kStreamRank = 8,         // dist: (rank) -> the per-rank seed (masking, augmentation)
 };
 
 /// One SplitMix64 stream.
