@@ -29,6 +29,7 @@ const char* kUsage =
     "  eval-video  multi-view top-1/top-5 of a fine-tuned VideoMAE checkpoint\n"
     "  videomae-step  one VideoMAE pretraining step on a random model; dumps inputs, params, grads\n"
     "  convert-videomae  VideoMAE checkpoint (.pth / safetensors, original or HF names) -> safetensors dir\n"
+    "  dist-check  check a data-parallel launch (mpirun -np N / srun): every rank all-reduces a known pattern\n"
     "\n"
     "Run `unmask <command> --help` for the options of a command.\n";
 
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
     if (cmd == "eval-video") return unmask::cli::cmd_eval_video(argc, argv);
     if (cmd == "make-videos") return unmask::cli::cmd_make_videos(argc, argv);
     if (cmd == "prepare-video") return unmask::cli::cmd_prepare_video(argc, argv);
+    if (cmd == "dist-check") return unmask::cli::cmd_dist_check(argc, argv);
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const unmask::Error& e) {
