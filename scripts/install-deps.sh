@@ -19,6 +19,7 @@ PKGS=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # FFmpeg libraries: video decode/encode (src/video)
   libturbojpeg0-dev      # JPEG frame folders (video datasets stored as frames)
   ffmpeg                 # the ffmpeg CLI: reference decoder in the video tests and benchmarks
+  openmpi-bin libopenmpi-dev  # Open MPI: data-parallel training across processes (src/dist, mpirun)
 )
 
 missing=()

@@ -41,6 +41,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // Exit code of a job ended by a timeout (like coreutils' timeout).
 constexpr int kTimeoutExitCode = 124;
+constexpr const char* kMismatch =
+    "the ranks called different operations or sizes (every rank must issue the same collectives in the same order)";
 
 /// out[i] = ((src[0][i] + src[1][i]) + src[2][i]) + ... in T, in blocks that stay in L1. `out` may
 /// be one of the sources (each block is read whole before it is written).
@@ -209,12 +211,12 @@ class MpiBackend final : public Communicator::Backend {
     abort_job(code);
   }
 
-  void check(int rc, const DistOp& op, const char* call) {
+  void check(int rc, const DistOp& op, const std::string& call) {
     if (rc == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING] = {0};
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    fail(op, std::string(call) + " failed: " + text);
+    fail(op, call + " failed: " + text);
   }
 
   std::string describe_ranks(const std::set<int>& ranks) const {
@@ -242,15 +244,20 @@ class MpiBackend final : public Communicator::Backend {
       if (done == MPI_UNDEFINED) break;
       for (int k = 0; k < done; ++k) {
         const int i = index[size_t(k)];
-        if (rc == MPI_ERR_IN_STATUS) check(status[size_t(k)].MPI_ERROR, op, "a message");
+        if (rc == MPI_ERR_IN_STATUS && status[size_t(k)].MPI_ERROR != MPI_SUCCESS) {
+          int error_class = 0;
+          MPI_Error_class(status[size_t(k)].MPI_ERROR, &error_class);
+          const std::string peer = "rank " + std::to_string(p.peer[size_t(i)]);
+          if (error_class == MPI_ERR_TRUNCATE) fail(op, peer + " sent more than this rank expected: " + kMismatch);
+          check(status[size_t(k)].MPI_ERROR, op, "a message from or to " + peer);
+        }
         if (p.recv_bytes[size_t(i)] >= 0) {
           int got = 0;
           MPI_Get_count(&status[size_t(k)], MPI_BYTE, &got);
           if (got != p.recv_bytes[size_t(i)])
             fail(op, "rank " + std::to_string(p.peer[size_t(i)]) + " sent " + std::to_string(got) +
-                         " bytes where this rank expected " + std::to_string(p.recv_bytes[size_t(i)]) +
-                         ": the ranks called different operations or sizes (every rank must issue the same "
-                         "collectives in the same order)");
+                         " bytes where this rank expected " + std::to_string(p.recv_bytes[size_t(i)]) + ": " +
+                         kMismatch);
         }
       }
       left -= done;
