@@ -1,7 +1,11 @@
 // app/cmd_bench_videomae.cc: `unmask bench videomae`, VideoMAE pretraining throughput (V-SWIFT's table).
 //
 // Random weights (VideoMAE's init) and, with --synthetic, one fixed random clip batch reused for
-// every step: the figures measure compute alone (no decode, no augmentation). A timed step is
+// every step: the figures measure compute alone (no decode, no augmentation). With --store DIR the
+// clips come from a clip store (unmask prepare-video) through the prefetching ClipLoader
+// (pretrain mode: dense sampling, multi-scale crop, normalisation on --loader-threads workers
+// sharing the CPU with the step), and the timed step includes waiting for the next batch: the
+// end-to-end rate, with the wait reported separately. A timed step is
 // what a pretraining loop does per optimizer step: zero_grad, pretrain_step (tube-masked encoder
 // on the visible tokens, decoder on all tokens, norm + head on the masked ones, normalised-pixel
 // MSE, backward) and an AdamW update (VideoMAE's: betas 0.9 / 0.95, weight decay 0.05 except 1-D
@@ -37,6 +41,7 @@
 #include "train/metrics.h"
 #include "unmask/error.h"
 #include "unmask/videomae.h"
+#include "video/clip_loader.h"
 #include "video/masking.h"
 #include "video/videomae_flops.h"
 
@@ -104,7 +109,10 @@ int bench_videomae(int argc, char** argv) {
       {"decoder-depth", "N", "decoder layers actually run (VideoMAE's scripts: 4)", "4"},
       {"steps", "N", "timed steps per row (the median is reported)", "3"},
       {"warmup", "N", "untimed steps per row", "1"},
-      {"synthetic", "", "one fixed random clip batch reused (compute alone; the only mode for now)", ""},
+      {"synthetic", "", "one fixed random clip batch reused (compute alone)", ""},
+      {"store", "DIR", "clips from a clip store (unmask prepare-video) through the prefetching loader", ""},
+      {"rate", "N", "--store: dense sampling rate in source frames (VideoMAE SSv2: 2, K400: 4)", "2"},
+      {"loader-threads", "N", "--store: loader worker threads", "2"},
       {"dry-run", "", "print the configuration and FLOP counts without running steps", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       {"seed", "N", "seed of the weights, the clips and the masks", "1234"},
@@ -119,10 +127,13 @@ int bench_videomae(int argc, char** argv) {
   const std::string format = args->get("format");
   if (format != "table" && format != "json") throw Error("--format must be table or json, got '", format, "'");
   const bool dry_run = args->has("dry-run");
-  if (!args->has("synthetic") && !dry_run)
-    throw Error("bench videomae: only --synthetic clips are supported for now",
-                Hint("pass --synthetic (one fixed random clip batch, compute alone); reading a clip store needs the "
-                     "clip loader, which is not there yet"));
+  const bool from_store = args->has("store");
+  if (from_store && args->has("synthetic")) throw Error("bench videomae: --synthetic and --store exclude each other");
+  if (!from_store && !args->has("synthetic") && !dry_run)
+    throw Error("bench videomae: say where the clips come from: --synthetic or --store DIR",
+                Hint("--synthetic: one fixed random clip batch (compute alone); --store DIR: a clip store written by "
+                     "`unmask prepare-video`, read through the prefetching loader"));
+  const std::string dataset = from_store ? args->get("store") : "synthetic";
   const std::string model_name = args->get("model");
   VideoMAEConfig cfg = model_config(model_name);
   if (args->has("frames")) cfg.num_frames = args->get_int("frames");
@@ -178,8 +189,8 @@ int bench_videomae(int argc, char** argv) {
                 (long long)Np, ctx.cpu_isa(), peak,
                 fixed_peak ? " (given)" : dry_run ? " (not measured)" : " (FMA loop; measured again after each row)");
     std::printf("| devices | dataset | dtype | batch/device | model FLOPs (G/clip) | videos/s/device | step (ms) "
-                "| memory (peak RSS) | MFU | MFU executed | device-h SSv2 1200 ep |\n");
-    std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                "| data wait (ms) | memory (peak RSS) | MFU | MFU executed | device-h SSv2 1200 ep |\n");
+    std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   std::fflush(stdout);
 
@@ -192,29 +203,54 @@ int bench_videomae(int argc, char** argv) {
     const double skipped = 3.0 * 2.0 * double(B * (Np - Nv)) * double(cfg.patch_dim()) * double(cfg.dim);
     const double executed_flops = step_flops - skipped;
 
-    std::vector<double> times;
+    std::vector<double> times, waits;
     double last_loss = 0;
+    std::optional<video::ClipLoader> loader;
+    if (from_store && !dry_run) {
+      video::ClipLoaderOptions lo;
+      lo.batch = int(B);
+      lo.num_frames = int(cfg.num_frames);
+      lo.sampling_rate = int(args->get_int("rate"));
+      lo.crop = int(cfg.img_size);
+      lo.mode = video::ClipLoaderOptions::Mode::pretrain;
+      lo.threads = int(args->get_int("loader-threads"));
+      lo.seed = seed;
+      loader.emplace(video::ClipLoader::from_store(args->get("store"), lo));
+      if (loader->batches_per_epoch() < 1)
+        throw Error("bench videomae: the store ", args->get("store"), " holds ", loader->size(),
+                    " videos, fewer than one batch of ", B);
+    }
     if (!dry_run) {
       // One fixed clip batch, ImageNet-normalised from uniform pixels in [0, 1).
       Tensor videos = Tensor::empty({B, cfg.channels, cfg.num_frames, cfg.img_size, cfg.img_size}, DType::f32);
       const VideoMAEStepOptions so;
       const int64_t per_channel = cfg.num_frames * cfg.img_size * cfg.img_size;
       float* v = videos.data<float>();
-      for (int64_t i = 0; i < videos.numel(); ++i) {
+      for (int64_t i = 0; !loader && i < videos.numel(); ++i) {
         const size_t ch = size_t((i / per_channel) % cfg.channels);
         v[i] = float((rng.uniform() - double(so.mean[ch])) / double(so.std[ch]));
       }
       std::vector<Tensor> masks;
       for (int64_t i = 0; i < warmup + steps; ++i)
         masks.push_back(video::tube_mask_batch(grid, mask_ratio, seed, uint64_t(i * B), B));
+      video::ClipBatch cb;
       for (int64_t i = 0; i < warmup + steps; ++i) {
         const double t0 = now_s();
+        if (loader) {
+          while (!loader->next(cb)) {  // false once at the end of an epoch: the next call starts another
+          }
+          videos = cb.videos;
+        }
+        const double t_data = now_s() - t0;
         model->zero_grad();
         const VideoMAEStepStats st = model->pretrain_step(ctx, videos, masks[size_t(i)], so);
         opt->step(ctx, oc.lr);
         const double dt = now_s() - t0;
         last_loss = st.loss;
-        if (i >= warmup) times.push_back(dt);
+        if (i >= warmup) {
+          times.push_back(dt);
+          waits.push_back(t_data);
+        }
       }
       std::sort(times.begin(), times.end());
       if (!fixed_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
@@ -225,15 +261,18 @@ int bench_videomae(int argc, char** argv) {
     const double mfu = peak > 0 ? 100.0 * gflops / peak : 0.0;
     const double mfu_exec = peak > 0 && med > 0 ? 100.0 * executed_flops / med / 1e9 / peak : 0.0;
     const double device_hours = vps > 0 ? kSsv2TrainVideos * kSsv2Epochs / vps / 3600.0 : 0.0;
+    double wait_ms = 0;  // mean time a timed step waited for its batch
+    for (double w : waits) wait_ms += 1e3 * w / double(waits.size());
     if (format == "table") {
-      std::printf("| %s | synthetic | fp32 | %lld | %.3f | %.3f | %.0f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n", devices,
-                  (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, peak_rss_mb(), mfu, mfu_exec, device_hours);
+      std::printf("| %s | %s | fp32 | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n",
+                  devices, dataset.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, wait_ms, peak_rss_mb(),
+                  mfu, mfu_exec, device_hours);
     } else {
       nlohmann::ordered_json j;
       j["engine"] = "unmask";
       j["model"] = model_name;
       j["devices"] = devices;
-      j["dataset"] = "synthetic";
+      j["dataset"] = dataset;
       j["dtype"] = "fp32";
       j["batch"] = B;
       j["frames"] = cfg.num_frames;
@@ -251,6 +290,7 @@ int bench_videomae(int argc, char** argv) {
       j["step_ms"] = med * 1e3;
       j["step_ms_min"] = times.empty() ? 0.0 : times.front() * 1e3;
       j["step_ms_max"] = times.empty() ? 0.0 : times.back() * 1e3;
+      j["data_wait_ms"] = wait_ms;
       j["gflop_per_s"] = gflops;
       j["mfu_pct"] = mfu;
       j["executed_mfu_pct"] = mfu_exec;

@@ -6,7 +6,11 @@
 // app/cli.cc): the test binary does not link the app, and no other test includes these two files.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -14,6 +18,8 @@
 #include "../app/cli.cc"
 #include "../app/cmd_bench_videomae.cc"
 #include "unmask/videomae.h"
+#include "video/clip_store.h"
+#include "video/synthetic.h"
 #include "video/videomae_flops.h"
 
 namespace unmask {
@@ -158,6 +164,47 @@ TEST(VideoMAEBench, TableAndErrors) {
   EXPECT_THROW(run_bench({"--model", "tiny", "--synthetic", "--mask-ratio", "1.0"}), Error);
   EXPECT_THROW(run_bench({"--model", "tiny", "--synthetic", "--format", "csv"}), Error);
   EXPECT_THROW(run_bench({"--model", "tiny", "--synthetic", "--batch", "0"}), Error);
+  EXPECT_THROW(run_bench({"--model", "tiny", "--synthetic", "--store", "/nonexistent"}), Error);
+  EXPECT_THROW(run_bench({"--model", "tiny", "--store", "/nonexistent/store"}), Error);
+}
+
+TEST(VideoMAEBench, StoreRunReadsClipsThroughTheLoader) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("unmask_vmae_bench_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } cleanup{dir};
+  // Three 64 x 48 VP9 videos of 12 frames -> a store at short side 32 (tiny clips are 4 x 32^2).
+  const std::string list = (dir / "list.txt").string(), store = (dir / "store").string();
+  {
+    std::ofstream f(list);
+    for (int i = 0; i < 3; ++i) {
+      const std::string path = (dir / ("v" + std::to_string(i) + ".webm")).string();
+      video::encode_rgb_video(path, "vp9", video::render_synthetic_video(3, i, i % 4, 12, 64, 48), 12, 64, 48, 10, 6);
+      f << path << " " << i % 4 << "\n";
+    }
+  }
+  video::PrepareOptions po;
+  po.list = list;
+  po.out = store;
+  po.short_side = 32;
+  ASSERT_EQ(video::prepare_clip_store(po).ok, 3);
+  // Batch 2 of 3 videos: one batch per epoch, so the 3 steps cross epoch boundaries.
+  const auto rows = json_rows(run_bench({"--model", "tiny", "--batch", "2", "--store", store, "--rate", "2", "--steps",
+                                         "2", "--warmup", "1", "--threads", "1", "--loader-threads", "1",
+                                         "--peak-gflops", "100", "--format", "json"}));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("dataset"), store);
+  EXPECT_GT(rows[0].at("videos_per_s").get<double>(), 0.0);
+  EXPECT_GE(rows[0].at("data_wait_ms").get<double>(), 0.0);
+  EXPECT_LE(rows[0].at("data_wait_ms").get<double>(), rows[0].at("step_ms_max").get<double>());
+  const double loss = rows[0].at("loss").get<double>();
+  EXPECT_TRUE(std::isfinite(loss) && loss > 0.0) << loss;
 }
 
 }  // namespace
