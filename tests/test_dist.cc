@@ -31,12 +31,16 @@ class ScopedEnv {
     const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
   }
 
  private:
@@ -44,7 +48,9 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-bool under_launcher() { return Communicator::launcher_size() != 0; }
+bool under_launcher() {
+  return Communicator::launcher_size() != 0;
+}
 
 // ---- world() and the single-process backend ---------------------------------------------------
 
@@ -100,7 +106,7 @@ TEST(DistWorld, ValidatesArguments) {
   EXPECT_THROW(comm.allreduce_sum(&x, -1), Error);
   EXPECT_THROW(comm.allreduce_sum(static_cast<float*>(nullptr), 4), Error);
   EXPECT_NO_THROW(comm.allreduce_sum(static_cast<float*>(nullptr), 0));
-  EXPECT_THROW(comm.broadcast(&x, sizeof(x), 1), Error);   // root 1 of a 1-rank communicator
+  EXPECT_THROW(comm.broadcast(&x, sizeof(x), 1), Error);  // root 1 of a 1-rank communicator
   EXPECT_THROW(comm.broadcast(&x, sizeof(x), -1), Error);
   EXPECT_THROW(comm.set_timeout_s(0), Error);
   EXPECT_THROW(comm.set_timeout_s(-3), Error);
@@ -192,7 +198,9 @@ std::vector<Param> make_params(const std::vector<int64_t>& sizes, TestRng& rng) 
   return params;
 }
 
-double mb_of_elements(int64_t n) { return double(n) * 4 / (1024.0 * 1024.0); }
+double mb_of_elements(int64_t n) {
+  return double(n) * 4 / (1024.0 * 1024.0);
+}
 
 TEST(DistGradientSync, BucketsInReverseOrderWithinCapacity) {
   TestRng rng;

@@ -89,7 +89,7 @@ class Communicator {
   int local_rank() const;  // rank among the ranks on this host (selects the GPU)
   int local_size() const;
   bool is_root() const { return rank() == 0; }
-  const char* backend_name() const;  // "local" or "mpi"
+  const char* backend_name() const;     // "local" or "mpi"
   std::string host_of(int rank) const;  // host name of a rank ("" when unknown)
 
   double timeout_s() const { return timeout_s_; }
@@ -109,7 +109,8 @@ class Communicator {
   /// Every rank contributes `mine` (same length on every rank): the values of rank 0, then 1, ...
   std::vector<double> allgather(const std::vector<double>& mine, const char* what = nullptr);
   /// A trivially copyable value from every rank, in rank order.
-  template <typename T> std::vector<T> allgather_pod(const T& mine, const char* what = nullptr) {
+  template <typename T>
+  std::vector<T> allgather_pod(const T& mine, const char* what = nullptr) {
     static_assert(std::is_trivially_copyable_v<T>, "allgather_pod needs a trivially copyable type");
     std::vector<T> all(static_cast<size_t>(size()));
     allgather_bytes(&mine, sizeof(T), all.data(), what);

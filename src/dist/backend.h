@@ -45,9 +45,9 @@ struct DistOp {
   const void* send = nullptr;  // allgather: `count` bytes from this rank
   void* recv = nullptr;        // allgather: size * `count` bytes
   int64_t count = 0;
-  int root = 0;                // broadcast
+  int root = 0;  // broadcast
   double timeout_s = 60.0;
-  std::string label;           // "allreduce_sum of 1048576 f32 (gradient bucket 2 of 7)"
+  std::string label;  // "allreduce_sum of 1048576 f32 (gradient bucket 2 of 7)"
 };
 
 struct Communicator::Backend {
@@ -64,7 +64,9 @@ struct Communicator::Backend {
 };
 
 /// A Request that is already complete.
-inline Request completed_request() { return Request(); }
+inline Request completed_request() {
+  return Request();
+}
 
 /// The MPI backend (comm_mpi.cc; only in builds with UNMASK_HAVE_MPI).
 std::unique_ptr<Communicator::Backend> make_mpi_backend();

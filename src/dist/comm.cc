@@ -120,7 +120,9 @@ std::string label(const char* op, int64_t count, const char* unit, const char* w
 
 }  // namespace
 
-std::unique_ptr<Communicator::Backend> make_local_backend() { return std::make_unique<LocalBackend>(); }
+std::unique_ptr<Communicator::Backend> make_local_backend() {
+  return std::make_unique<LocalBackend>();
+}
 
 #ifndef UNMASK_HAVE_MPI
 std::unique_ptr<Communicator::Backend> make_mpi_backend() {
@@ -138,7 +140,9 @@ Communicator& Communicator::world() {
   return world;
 }
 
-bool Communicator::world_initialized() { return g_world_ready.load(); }
+bool Communicator::world_initialized() {
+  return g_world_ready.load();
+}
 
 bool Communicator::built_with_mpi() {
 #ifdef UNMASK_HAVE_MPI
@@ -160,12 +164,24 @@ Communicator::Communicator(std::unique_ptr<Backend> backend) : backend_(std::mov
 
 Communicator::~Communicator() = default;
 
-int Communicator::rank() const { return backend_->rank(); }
-int Communicator::size() const { return backend_->size(); }
-int Communicator::local_rank() const { return backend_->local_rank(); }
-int Communicator::local_size() const { return backend_->local_size(); }
-const char* Communicator::backend_name() const { return backend_->name(); }
-std::string Communicator::host_of(int r) const { return backend_->host_of(r); }
+int Communicator::rank() const {
+  return backend_->rank();
+}
+int Communicator::size() const {
+  return backend_->size();
+}
+int Communicator::local_rank() const {
+  return backend_->local_rank();
+}
+int Communicator::local_size() const {
+  return backend_->local_size();
+}
+const char* Communicator::backend_name() const {
+  return backend_->name();
+}
+std::string Communicator::host_of(int r) const {
+  return backend_->host_of(r);
+}
 
 void Communicator::set_timeout_s(double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds))
@@ -206,8 +222,12 @@ Request Communicator::iallreduce_sum(double* data, int64_t n, const char* what) 
   return backend_->start(std::move(op));
 }
 
-void Communicator::allreduce_sum(float* data, int64_t n, const char* what) { iallreduce_sum(data, n, what).wait(); }
-void Communicator::allreduce_sum(double* data, int64_t n, const char* what) { iallreduce_sum(data, n, what).wait(); }
+void Communicator::allreduce_sum(float* data, int64_t n, const char* what) {
+  iallreduce_sum(data, n, what).wait();
+}
+void Communicator::allreduce_sum(double* data, int64_t n, const char* what) {
+  iallreduce_sum(data, n, what).wait();
+}
 
 void Communicator::broadcast(void* data, size_t bytes, int root, const char* what) {
   check_buffer(data, int64_t(bytes), "broadcast");

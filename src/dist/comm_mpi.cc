@@ -37,7 +37,9 @@ using Clock = std::chrono::steady_clock;
 using dist::Range;
 using dist::shard_range;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Exit code of a job ended by a timeout (like coreutils' timeout).
 constexpr int kTimeoutExitCode = 124;
@@ -46,7 +48,8 @@ constexpr const char* kMismatch =
 
 /// out[i] = ((src[0][i] + src[1][i]) + src[2][i]) + ... in T, in blocks that stay in L1. `out` may
 /// be one of the sources (each block is read whole before it is written).
-template <typename T> void sum_in_rank_order(T* out, const T* const* src, int nsrc, int64_t n) {
+template <typename T>
+void sum_in_rank_order(T* out, const T* const* src, int nsrc, int64_t n) {
   constexpr int64_t kBlock = 2048;
   T acc[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {
@@ -237,6 +240,7 @@ class MpiBackend final : public Communicator::Backend {
     std::vector<MPI_Status> status(static_cast<size_t>(n));
     int left = n, idle_polls = 0;
     int64_t sleep_us = 0;
+    Clock::time_point idle_since = t0;
     while (left > 0) {
       int done = 0;
       const int rc = MPI_Testsome(n, p.reqs.data(), &done, index.data(), status.data());
@@ -282,10 +286,13 @@ class MpiBackend final : public Communicator::Backend {
                  "legitimately works alone this long)",
              kTimeoutExitCode);
       }
-      // Spin briefly (latency of small messages), then sleep with backoff up to 0.5 ms so that a
-      // waiting rank leaves the cores to the compute threads.
-      if (++idle_polls > 64) {
-        sleep_us = std::min<int64_t>(sleep_us * 2 + 10, 500);
+      // Poll (yielding) for 0.3 ms since the last progress, which is what small messages need,
+      // then sleep with backoff up to 0.2 ms so that a waiting rank leaves the cores to compute.
+      if (idle_polls++ == 0) idle_since = Clock::now();
+      if (seconds_since(idle_since) < 3e-4) {
+        std::this_thread::yield();
+      } else {
+        sleep_us = std::min<int64_t>(sleep_us * 2 + 10, 200);
         std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
       }
     }
@@ -297,18 +304,27 @@ class MpiBackend final : public Communicator::Backend {
     const Clock::time_point t0 = Clock::now();
     switch (op.kind) {
       case DistOpKind::allreduce_sum:
-        if (op.elem == DistElem::f32) allreduce<float>(op, MPI_FLOAT, t0);
-        else allreduce<double>(op, MPI_DOUBLE, t0);
+        if (op.elem == DistElem::f32)
+          allreduce<float>(op, MPI_FLOAT, t0);
+        else
+          allreduce<double>(op, MPI_DOUBLE, t0);
         break;
-      case DistOpKind::allgather: allgather(op, op.send, op.recv, op.count, t0); break;
-      case DistOpKind::barrier: allgather(op, nullptr, nullptr, 0, t0); break;
-      case DistOpKind::broadcast: broadcast(op, t0); break;
+      case DistOpKind::allgather:
+        allgather(op, op.send, op.recv, op.count, t0);
+        break;
+      case DistOpKind::barrier:
+        allgather(op, nullptr, nullptr, 0, t0);
+        break;
+      case DistOpKind::broadcast:
+        broadcast(op, t0);
+        break;
     }
     ++seq_;
   }
 
   /// Reduce-scatter (rank q adds chunk q in rank order) + allgather of the summed chunks.
-  template <typename T> void allreduce(const DistOp& op, MPI_Datatype type, Clock::time_point t0) {
+  template <typename T>
+  void allreduce(const DistOp& op, MPI_Datatype type, Clock::time_point t0) {
     T* data = static_cast<T*>(op.data);
     const int64_t n = op.count;
     const Range mine = shard_range(n, rank_, size_);
@@ -418,12 +434,14 @@ class MpiBackend final : public Communicator::Backend {
   std::vector<std::string> hosts_;
 
   // Used by the communication thread only.
-  uint64_t seq_ = 0;                 // operations run so far (the same on every rank)
-  std::vector<double> scratch_;      // incoming chunks of an allreduce, (size-1) x chunk
+  uint64_t seq_ = 0;             // operations run so far (the same on every rank)
+  std::vector<double> scratch_;  // incoming chunks of an allreduce, (size-1) x chunk
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator::Backend> make_mpi_backend() { return std::make_unique<MpiBackend>(); }
+std::unique_ptr<Communicator::Backend> make_mpi_backend() {
+  return std::make_unique<MpiBackend>();
+}
 
 }  // namespace unmask

@@ -11,7 +11,9 @@ namespace unmask::dist {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 }  // namespace
 
 GradientSync::GradientSync(Communicator& comm, std::vector<Param>& params, const GradientSyncOptions& options)
@@ -28,7 +30,8 @@ GradientSync::GradientSync(Communicator& comm, std::vector<Param>& params, const
     const Param& p = params[size_t(i)];
     if (!p.grad.defined() || p.grad.dtype() != DType::f32 || !p.grad.is_contiguous() ||
         p.grad.numel() != p.value.numel())
-      throw Error("GradientSync: the gradient of ", p.name, " must be an f32 contiguous tensor shaped like the value, got ",
+      throw Error("GradientSync: the gradient of ", p.name,
+                  " must be an f32 contiguous tensor shaped like the value, got ",
                   p.grad.defined() ? p.grad.describe() : std::string("none"));
     if (p.grad.device() != Device::cpu)
       throw Error("GradientSync: the gradient of ", p.name, " is on ", device_name(p.grad.device()),
@@ -146,7 +149,8 @@ void GradientSync::reduce_all() {
   finish();
 }
 
-void allreduce_scalars(Communicator& comm, std::initializer_list<double*> sums, std::initializer_list<int64_t*> counts) {
+void allreduce_scalars(Communicator& comm, std::initializer_list<double*> sums,
+                       std::initializer_list<int64_t*> counts) {
   if (comm.size() == 1) return;
   std::vector<double> packed;
   packed.reserve(sums.size() + counts.size());

@@ -36,12 +36,12 @@ struct GradientSyncOptions {
 };
 
 struct GradientSyncStats {
-  int64_t buckets = 0;          // number of buckets (fixed at construction)
-  int64_t reductions = 0;       // bucket all-reduces started, all steps
-  int64_t bytes_reduced = 0;    // f32 bytes all-reduced, all steps
-  double wait_seconds = 0;      // time finish() spent waiting for reductions, all steps
-  double copy_seconds = 0;      // time spent copying gradients in and out of buckets
-  int64_t steps = 0;            // finish() calls that reduced
+  int64_t buckets = 0;        // number of buckets (fixed at construction)
+  int64_t reductions = 0;     // bucket all-reduces started, all steps
+  int64_t bytes_reduced = 0;  // f32 bytes all-reduced, all steps
+  double wait_seconds = 0;    // time finish() spent waiting for reductions, all steps
+  double copy_seconds = 0;    // time spent copying gradients in and out of buckets
+  int64_t steps = 0;          // finish() calls that reduced
 };
 
 class GradientSync {

@@ -11,8 +11,7 @@ namespace unmask::dist {
 
 namespace {
 void check_rank(int rank, int size, const char* fn) {
-  if (size < 1 || rank < 0 || rank >= size)
-    throw Error("dist: ", fn, ": rank ", rank, " is not in [0, ", size, ")");
+  if (size < 1 || rank < 0 || rank >= size) throw Error("dist: ", fn, ": rank ", rank, " is not in [0, ", size, ")");
 }
 }  // namespace
 

@@ -25,9 +25,13 @@ namespace unmask {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
-Communicator& comm() { return Communicator::world(); }
+Communicator& comm() {
+  return Communicator::world();
+}
 
 /// Rank r's value at index i of stream `stream`: magnitudes over 2^-10..2^10, so that the order
 /// of f32 additions changes the result (a sum in another order would be caught).
@@ -38,7 +42,8 @@ float value_of(int r, uint64_t stream, int64_t i) {
 }
 
 /// ((v_0 + v_1) + v_2) + ... in T: the reference of allreduce_sum.
-template <typename T> T rank_order_sum(int size, uint64_t stream, int64_t i) {
+template <typename T>
+T rank_order_sum(int size, uint64_t stream, int64_t i) {
   T s = T(value_of(0, stream, i));
   for (int r = 1; r < size; ++r) s += T(value_of(r, stream, i));
   return s;
