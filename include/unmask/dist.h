@@ -76,7 +76,8 @@ class Communicator {
   static bool world_initialized();
   /// True when this binary was built with the MPI backend (UNMASK_HAVE_MPI).
   static bool built_with_mpi();
-  /// The number of ranks a launcher's environment announces (0 when none is detected).
+  /// The number of ranks a launcher's environment announces: 0 when none is detected, -1 for a
+  /// launcher that does not say (PMIx alone).
   static int launcher_size();
 
   explicit Communicator(std::unique_ptr<Backend> backend);
