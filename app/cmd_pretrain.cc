@@ -20,6 +20,7 @@
 #include "train/config.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
+#include "unmask/dist.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {
@@ -70,6 +71,7 @@ int cmd_pretrain(int argc, char** argv) {
       {"resume", "[DIR]", "continue from the latest checkpoint of the run directory (or of DIR, or the checkpoint DIR)", ""},
       {"print-config", "", "print the resolved config (file syntax) and exit", ""},
       {"quiet", "", "no progress output", ""},
+      {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
   };
   for (const char* k : kShortcuts) specs.push_back({k, "VALUE", std::string("same as --set ") + k + "=VALUE", ""});
   const std::string summary =
@@ -122,8 +124,11 @@ int cmd_pretrain(int argc, char** argv) {
   opt.progress = !args->has("quiet");
   opt.tty = opt.progress && ::isatty(2);
   opt.stop_signal = &g_stop_signal;
+  opt.max_steps_this_run = args->get_int("stop-after");
+  if (opt.max_steps_this_run < 0) throw Error("--stop-after must be >= 0, got ", opt.max_steps_this_run);
   install_handlers();
   train::TrainResult r = train::pretrain(opt);
+  if (!Communicator::world().is_root()) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;  // rank 0 reports
 
   const std::string ckpt = r.checkpoint;
   std::printf("%s %lld steps (step %lld -> %lld of %lld) in %s: loss %.4f -> %.4f, %.2f sequences/s%s\n",

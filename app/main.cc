@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli.h"
+#include "unmask/dist.h"
 #include "unmask/error.h"
 
 namespace {
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const unmask::Error& e) {
+    // Under mpirun the other ranks would wait in their next collective until its timeout: end
+    // the whole job now, with the message.
+    if (unmask::Communicator::world_initialized() && unmask::Communicator::world().size() > 1)
+      unmask::Communicator::world().abort(1, "unmask " + cmd + ": error: " + e.what());
     std::fprintf(stderr, "unmask %s: error: %s\n", cmd.c_str(), e.what());
     return 1;
   } catch (const std::bad_alloc&) {

@@ -26,6 +26,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$JOBS"
 ctest --test-dir build --output-on-failure -j"$JOBS"
 bash tests/mpi/run_mpi_tests.sh build  # data parallel: mpirun -np 2/3, faults; "skipped: no MPI" without mpirun
+bash tests/mpi/test_dp_pretrain.sh build/unmask  # BERT pretraining: N ranks == 1 rank, resume on another rank count, a killed rank
 
 stage "[2/6] parity with PyTorch (python3-torch)"
 /usr/bin/python3 tests/python/parity.py --unmask build/unmask --base

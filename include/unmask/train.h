@@ -56,7 +56,19 @@ struct TrainStepOptions {
   int64_t step = 0;              // optimizer step (dropout counter)
   int64_t micro = 0;             // micro-batch within the step (dropout counter)
   bool backward = true;          // false: forward and loss only (evaluation)
+  /// Data parallelism: divide the summed MLM / NSP losses by these counts instead of the
+  /// micro-batch's own (0 = own). Ranks holding slices of one batch pass the batch's global counts
+  /// (pretrain_counts summed over ranks), so the SUM of their gradients is the gradient of the
+  /// whole batch's loss.
+  int64_t mlm_normalizer = 0, nsp_normalizer = 0;
 };
+
+/// What pretrain_step normalises by, counted from a batch without running it: masked positions
+/// (each row's masked_lm_positions up to the first 0) and NSP labels >= 0.
+struct PretrainCounts {
+  int64_t masked = 0, nsp = 0;
+};
+PretrainCounts pretrain_counts(const PretrainBatch& batch);
 
 /// What one pretrain_step measured (sums, so micro-batches add up).
 struct PretrainStats {

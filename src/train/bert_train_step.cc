@@ -362,7 +362,8 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
     ops::layernorm(ctx, t, nullptr, I.mlm_ln_g.value, I.mlm_ln_b.value, eps, tn, &mean, &rstd);
     train::linear_forward(ctx, tn, I.emb.word, I.mlm_bias, logits);  // decoder tied to the word embeddings
     ops::CrossEntropyStats ce =
-        ops::cross_entropy(ctx, logits, targets, nullptr, bwd ? &logits : nullptr, options.loss_scale / float(M));
+        ops::cross_entropy(ctx, logits, targets, nullptr, bwd ? &logits : nullptr,
+                           options.loss_scale / float(options.mlm_normalizer > 0 ? options.mlm_normalizer : M));
     st.mlm_loss_sum = ce.loss_sum;
     st.mlm_count = ce.count;
     st.mlm_correct = ce.correct;
@@ -381,7 +382,8 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
     gather_rows(ctx, x, crows, cls);
     pooler_forward(ctx, I, cls, pre, pooled);
     train::linear_forward(ctx, pooled, I.nsp_w, I.nsp_b, nlogits);
-    const float scale = nsp_count > 0 ? options.loss_scale / float(nsp_count) : 0.0f;
+    const int64_t nsp_norm = options.nsp_normalizer > 0 ? options.nsp_normalizer : nsp_count;
+    const float scale = nsp_count > 0 ? options.loss_scale / float(nsp_norm) : 0.0f;
     ops::CrossEntropyStats ce = ops::cross_entropy(ctx, nlogits, ntargets, nullptr, bwd ? &nlogits : nullptr, scale);
     st.nsp_loss_sum = ce.loss_sum;
     st.nsp_count = ce.count;
@@ -600,6 +602,24 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
   }
   enc.backward(ctx, g);
   return res;
+}
+
+PretrainCounts pretrain_counts(const PretrainBatch& batch) {
+  PretrainCounts c;
+  const Tensor& pos = batch.masked_lm_positions;
+  UNMASK_CHECK(pos.defined() && pos.ndim() == 2 && pos.dtype() == DType::i32 && pos.is_contiguous(),
+               "pretrain_counts: masked_lm_positions must be contiguous i32 [B, P], got ",
+               pos.defined() ? pos.describe() : std::string("undefined"));
+  const int32_t* p = pos.data<int32_t>();
+  for (int64_t b = 0; b < pos.size(0); ++b)
+    for (int64_t j = 0; j < pos.size(1) && p[b * pos.size(1) + j] != 0; ++j) ++c.masked;
+  if (batch.next_sentence_labels.defined()) {
+    UNMASK_CHECK(batch.next_sentence_labels.dtype() == DType::i32 && batch.next_sentence_labels.is_contiguous(),
+                 "pretrain_counts: next_sentence_labels must be contiguous i32");
+    const int32_t* y = batch.next_sentence_labels.data<int32_t>();
+    for (int64_t b = 0; b < batch.next_sentence_labels.numel(); ++b) c.nsp += y[b] >= 0;
+  }
+  return c;
 }
 
 }  // namespace unmask

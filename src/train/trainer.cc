@@ -6,9 +6,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "data/pretrain_data.h"
+#include "dist/grad_sync.h"
+#include "ops/ops.h"
+#include "dist/shard.h"
+#include "unmask/dist.h"
 #include "data/shard_io.h"
 #include "io/file.h"
 #include "train/checkpoint.h"
@@ -19,6 +25,18 @@ namespace unmask::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Rows [lo, hi) of every tensor of a batch (views; the tensors are row-major [B, ...]).
+PretrainBatch slice_batch_rows(const PretrainBatch& b, int64_t lo, int64_t hi) {
+  PretrainBatch s;
+  s.input_ids = b.input_ids.slice(0, lo, hi);
+  s.segment_ids = b.segment_ids.slice(0, lo, hi);
+  s.input_mask = b.input_mask.slice(0, lo, hi);
+  s.masked_lm_positions = b.masked_lm_positions.slice(0, lo, hi);
+  s.masked_lm_ids = b.masked_lm_ids.slice(0, lo, hi);
+  if (b.next_sentence_labels.defined()) s.next_sentence_labels = b.next_sentence_labels.slice(0, lo, hi);
+  return s;
+}
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -107,12 +125,24 @@ TrainResult pretrain(const TrainerOptions& options) {
   cfg.validate();
   TrainResult result;
   result.total_steps = cfg.steps;
+  // Data parallelism (mpirun / srun): every rank reads the same global batches of batch x ranks
+  // rows (same seed, same loader position) and trains on its contiguous slice of rows; the losses
+  // are normalised by the global counts and the gradients summed over ranks, so N ranks x batch
+  // B/N compute the step of 1 rank x batch B. Rank 0 alone writes checkpoints, metrics and
+  // progress. One process: none of this runs.
+  Communicator& comm = Communicator::world();
+  const int world = comm.size(), rank = comm.rank();
+  const bool root = comm.is_root();
+  // What a checkpoint records: the run as one process would compute it (batch = batch x ranks), so
+  // a run resumes on any number of ranks that gives the same global batch.
+  PretrainConfig global_config = cfg;
+  global_config.batch = cfg.batch * world;
   auto warn = [&](const std::string& w) {
     result.warnings.push_back(w);
-    if (options.progress) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (options.progress && root) std::fprintf(stderr, "warning: %s\n", w.c_str());
   };
   auto note = [&](const std::string& w) {
-    if (options.progress) std::fprintf(stderr, "%s\n", w.c_str());
+    if (options.progress && root) std::fprintf(stderr, "%s\n", w.c_str());
   };
 
   // ---- data
@@ -142,8 +172,8 @@ TrainResult pretrain(const TrainerOptions& options) {
                   Hint("raise steps (--set steps=N) to train further"));
     if (resumed.phase != cfg.phase)
       warn("resuming a phase-" + std::to_string(resumed.phase) + " checkpoint as phase " + std::to_string(cfg.phase));
-    if (resumed.config_hash != cfg.numeric_hash()) {
-      std::string diff = config_diff(resumed.config, cfg.to_map());
+    if (resumed.config_hash != global_config.numeric_hash()) {
+      std::string diff = config_diff(resumed.config, global_config.to_map());
       warn("the config differs from the checkpoint's (" + (diff.empty() ? std::string("?") : diff) +
            "): the resumed run is not the same computation as an uninterrupted one");
     }
@@ -152,7 +182,7 @@ TrainResult pretrain(const TrainerOptions& options) {
       throw Error("the output directory ", run_dir, " already holds checkpoints (latest ", last, ")",
                   Hint("pass --resume to continue that run, or choose another output directory"));
   }
-  remove_stale_checkpoint_temporaries(run_dir);
+  if (root) remove_stale_checkpoint_temporaries(run_dir);
 
   // init_checkpoint may name a checkpoint (an HF directory) or a run directory (its latest one).
   if (!cfg.init_checkpoint.empty() && resume_dir.empty() && !io::file_exists(cfg.init_checkpoint + "/config.json")) {
@@ -175,7 +205,10 @@ TrainResult pretrain(const TrainerOptions& options) {
   if (!vocab_path.empty()) vocab = read_vocab(vocab_path);
   else warn("no vocab.txt (set vocab = \"...\"): checkpoints will lack vocab.txt and dynamic masking uses BERT's ids");
 
-  Context ctx({.num_threads = cfg.threads});
+  int threads = cfg.threads;
+  if (threads == 0 && comm.local_size() > 1)  // share the host's cores between its ranks
+    threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
+  Context ctx({.num_threads = threads});
   BertTrainModel model = weights_dir.empty()
                              ? BertTrainModel::random(random_model_config(cfg.model.substr(7), vocab.size), heads, cfg.seed)
                              : BertTrainModel::load(weights_dir, heads, cfg.seed);
@@ -191,6 +224,24 @@ TrainResult pretrain(const TrainerOptions& options) {
   oc.lr = float(cfg.lr), oc.beta1 = float(cfg.beta1), oc.beta2 = float(cfg.beta2), oc.eps = float(cfg.eps);
   oc.weight_decay = float(cfg.weight_decay), oc.max_grad_norm = float(cfg.max_grad_norm);
   Optimizer opt(oc, model.params());
+  std::unique_ptr<dist::GradientSync> grad_sync;
+  if (world > 1) {
+    // Same weights everywhere (same seed or the same checkpoint): compare per-tensor sums of squares.
+    std::vector<const Tensor*> values;
+    for (const Param& p : model.params()) values.push_back(&p.value);
+    const std::vector<double> mine = ops::sum_squares_many(ctx, values);
+    const std::vector<double> all = comm.allgather(mine, "the initial-weights check");
+    for (int r = 1; r < world; ++r)
+      for (size_t i = 0; i < mine.size(); ++i)
+        if (all[size_t(r) * mine.size() + i] != all[i])
+          throw Error("rank ", r, " starts from different weights than rank 0 (", model.params()[i].name, ")",
+                      Hint("every rank must load the same checkpoint or use the same seed"));
+    grad_sync = std::make_unique<dist::GradientSync>(comm, model.params(), dist::GradientSyncOptions{.average = false});
+    if (root)
+      note("data parallel: " + std::to_string(world) + " ranks (" + comm.backend_name() + "), batch " +
+           std::to_string(cfg.batch) + " per rank = " + std::to_string(cfg.batch * world) + " per micro-batch, " +
+           std::to_string(threads) + " threads per rank");
+  }
   data::LoaderPosition start_pos;
   int64_t step = 0;
   CheckpointMetrics carried;
@@ -224,7 +275,7 @@ TrainResult pretrain(const TrainerOptions& options) {
 
   data::LoaderOptions lo;
   lo.files = shards;
-  lo.batch_size = cfg.batch;
+  lo.batch_size = cfg.batch * world;  // the global batch; this rank trains on its rows
   lo.seed = cfg.seed;
   lo.dynamic_masking = cfg.dynamic_masking;
   lo.masked_lm_prob = cfg.masked_lm_prob;
@@ -242,7 +293,8 @@ TrainResult pretrain(const TrainerOptions& options) {
 
   const double peak = cfg.peak_gflops > 0 ? cfg.peak_gflops : measure_peak_gflops(ctx.num_threads());
   result.peak_gflops = peak;
-  MetricsLog log(run_dir, step);
+  std::optional<MetricsLog> log;  // rank 0 writes the run's files
+  if (root) log.emplace(run_dir, step);
   char title_buf[256];
   std::snprintf(title_buf, sizeof title_buf, "%s: %s, %lld layers x %lld, %s lr %g, batch %lld x %lld, seq %lld",
                 run_dir.c_str(), cfg.model.c_str(), (long long)mc.num_hidden_layers, (long long)mc.hidden_size,
@@ -257,8 +309,8 @@ TrainResult pretrain(const TrainerOptions& options) {
     st.phase = cfg.phase;
     st.seed = cfg.seed;
     st.loader = loader.position();
-    st.config_hash = cfg.numeric_hash();
-    st.config = cfg.to_map();
+    st.config_hash = global_config.numeric_hash();
+    st.config = global_config.to_map();  // batch = the global batch; any rank count may resume it
     st.metrics = carried;
     if (last) {
       st.metrics.loss = last->loss, st.metrics.mlm_loss = last->mlm_loss, st.metrics.nsp_loss = last->nsp_loss;
@@ -270,10 +322,12 @@ TrainResult pretrain(const TrainerOptions& options) {
   int64_t saved_step = -1;
   auto save = [&](const StepMetrics* last) {
     if (saved_step == step) return;
-    if (options.progress) progress.message("saving checkpoint " + checkpoint_name(step) + " ...");
-    result.checkpoint = write_checkpoint(run_dir, model, opt, make_state(last),
-                                         {.vocab_path = vocab_path, .keep_last = cfg.keep_checkpoints});
-    log.write_plot(title);
+    if (options.progress && root) progress.message("saving checkpoint " + checkpoint_name(step) + " ...");
+    if (root) {
+      result.checkpoint = write_checkpoint(run_dir, model, opt, make_state(last),
+                                           {.vocab_path = vocab_path, .keep_last = cfg.keep_checkpoints});
+      log->write_plot(title);
+    }
     saved_step = step;
   };
 
@@ -281,8 +335,19 @@ TrainResult pretrain(const TrainerOptions& options) {
   double time_in_steps = 0;
   int64_t seqs_this_run = 0;
   const StepMetrics* last = nullptr;
+  int stop_seen = 0;  // the signal that stopped the run (agreed over ranks)
+  auto stop_requested = [&] {
+    int local = options.stop_signal ? options.stop_signal->load() : 0;
+    if (world > 1) {  // every rank must stop at the same step: the first signal anywhere stops all
+      double any[2] = {double(local != 0), double(local)};
+      comm.allreduce_sum(any, 2, "the stop-signal check");
+      local = any[0] > 0 ? (local ? local : int(any[1] / any[0])) : 0;
+    }
+    if (local) stop_seen = local;
+    return local != 0;
+  };
   while (step < cfg.steps) {
-    if (options.stop_signal && options.stop_signal->load()) break;
+    if (stop_requested()) break;
     if (options.max_steps_this_run > 0 && step - result.start_step >= options.max_steps_this_run) break;
     if (options.before_step) options.before_step(model, step);
 
@@ -291,12 +356,21 @@ TrainResult pretrain(const TrainerOptions& options) {
     PretrainStats sum;
     double loss_sum = 0;
     std::vector<int64_t> lens;
+    std::vector<double> micro_sums;  // per micro-batch: MLM loss sum, NSP loss sum, and their global counts
     for (int64_t micro = 0; micro < cfg.accumulation; ++micro) {
       PretrainBatch b = loader.next();
       if (b.input_ids.size(1) != cfg.max_seq)
         throw Error("a batch of ", cfg.data, " has sequence length ", b.input_ids.size(1), ", not max_seq = ", cfg.max_seq,
                     Hint("every shard of a run must have the same sequence length"));
       TrainStepOptions so;
+      if (world > 1) {
+        const PretrainCounts global = pretrain_counts(b);  // every rank holds the whole global batch
+        const auto [lo_row, hi_row] = dist::shard_range(b.input_ids.size(0), rank, world);
+        b = slice_batch_rows(b, lo_row, hi_row);
+        so.mlm_normalizer = std::max<int64_t>(global.masked, 1);
+        so.nsp_normalizer = std::max<int64_t>(global.nsp, 1);
+        micro_sums.insert(micro_sums.end(), {0.0, 0.0, double(global.masked), double(global.nsp)});
+      }
       so.loss_scale = float(1.0 / double(cfg.accumulation));
       so.hidden_dropout = float(cfg.hidden_dropout);
       so.attention_dropout = float(cfg.attention_dropout);
@@ -305,6 +379,10 @@ TrainResult pretrain(const TrainerOptions& options) {
       so.micro = micro;
       PretrainStats s = model.pretrain_step(ctx, b, so);
       loss_sum += s.loss;
+      if (world > 1) {
+        micro_sums[size_t(4 * micro)] = s.mlm_loss_sum;
+        micro_sums[size_t(4 * micro + 1)] = s.nsp_loss_sum;
+      }
       sum.mlm_loss_sum += s.mlm_loss_sum, sum.mlm_count += s.mlm_count, sum.mlm_correct += s.mlm_correct;
       sum.nsp_loss_sum += s.nsp_loss_sum, sum.nsp_count += s.nsp_count, sum.nsp_correct += s.nsp_correct;
       sum.sequences += s.sequences, sum.tokens += s.tokens;
@@ -314,6 +392,29 @@ TrainResult pretrain(const TrainerOptions& options) {
         for (int64_t t = 0; t < b.input_mask.size(1); ++t) n += mask[r * b.input_mask.size(1) + t] != 0;
         lens.push_back(n);
       }
+    }
+    const int64_t local_masked = sum.mlm_count;  // this rank's work, for its FLOP count
+    if (world > 1) {
+      // Gradients: the sum over ranks (each normalised by the global counts). Statistics: global.
+      grad_sync->reduce_all();
+      std::vector<double> totals = micro_sums;
+      const size_t lens_at = totals.size();
+      totals.resize(lens_at + 8, 0.0);
+      double* t = totals.data() + lens_at;
+      t[0] = sum.mlm_correct, t[1] = sum.nsp_correct, t[2] = sum.sequences, t[3] = sum.tokens;
+      t[4] = sum.mlm_count, t[5] = sum.nsp_count, t[6] = sum.mlm_loss_sum, t[7] = sum.nsp_loss_sum;
+      comm.allreduce_sum(totals.data(), int64_t(totals.size()), "the step statistics");
+      // the loss of each micro-batch is the global mean, then the mean over micro-batches, as on one rank
+      loss_sum = 0;
+      for (int64_t micro = 0; micro < cfg.accumulation; ++micro) {
+        const double* m = totals.data() + 4 * micro;  // the counts were global already: divide by world
+        const double masked = m[2] / world, nsp_n = m[3] / world;
+        loss_sum += (masked > 0 ? m[0] / masked : 0.0) + (nsp_n > 0 ? m[1] / nsp_n : 0.0);
+      }
+      sum.mlm_correct = int64_t(t[0]), sum.nsp_correct = int64_t(t[1]);
+      sum.sequences = int64_t(t[2]), sum.tokens = int64_t(t[3]);
+      sum.mlm_count = int64_t(t[4]), sum.nsp_count = int64_t(t[5]);
+      sum.mlm_loss_sum = t[6], sum.nsp_loss_sum = t[7];
     }
     const double loss = loss_sum / double(cfg.accumulation);
     auto non_finite = [&](const std::string& what) {
@@ -353,21 +454,21 @@ TrainResult pretrain(const TrainerOptions& options) {
     m.sequences = sum.sequences, m.tokens = sum.tokens;
     m.seq_per_s = double(sum.sequences) / step_s;
     m.tokens_per_s = double(sum.tokens) / step_s;
-    m.flops_per_s = bert_train_flops(mc, lens, sum.mlm_count) / step_s;
+    m.flops_per_s = bert_train_flops(mc, lens, local_masked) / step_s;  // this rank's (MFU per device)
     m.mfu = peak > 0 ? m.flops_per_s / (peak * 1e9) : 0;
     m.elapsed = carried.elapsed_s + (now_s() - seg_start);
     if (std::isnan(carried.first_loss)) carried.first_loss = loss;
     carried.sequences += sum.sequences, carried.tokens += sum.tokens;
     time_in_steps += step_s;
     seqs_this_run += sum.sequences;
-    log.append(m);
+    if (root) log->append(m);
     result.steps.push_back(m);
     last = &result.steps.back();
-    if (options.progress) progress.update(m);
+    if (options.progress && root) progress.update(m);
 
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps) save(last);
   }
-  if (options.stop_signal && options.stop_signal->load()) result.stopped_by_signal = options.stop_signal->load();
+  if (stop_seen) result.stopped_by_signal = stop_seen;
   // The final checkpoint (also after a signal or max_steps_this_run), unless nothing changed.
   if (step > result.start_step) save(last);
   progress.finish();

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Data-parallel BERT pretraining under mpirun (issue 5), run by scripts/test.sh:
+#   1. equivalence: 2 ranks x batch 3 and 3 ranks x batch 2 give the loss and gradient-norm curves of 1 rank x batch 6
+#      (fp32, dropout off, accumulation 2) within 1e-5, and final weights within 1e-5 (per tensor,
+#      norm-relative);
+#   2. resume with a different number of ranks: 2 ranks stop after 4 steps, 3 ranks resume to 8 ->
+#      the same curve, no "config differs" warning; rank 0 alone writes checkpoints and metrics;
+#   3. a rank killed mid-run (SIGKILL): every rank is gone within 60 s, mpirun exits non-zero and
+#      names the lost rank; `--resume` then finishes the run from the last complete checkpoint.
+# Usage: tests/mpi/test_dp_pretrain.sh [build/unmask]. "skipped: no MPI" without mpirun.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+U=$(readlink -f "${1:-build/unmask}")
+if ! command -v mpirun >/dev/null; then echo "dp pretrain: skipped: no MPI (mpirun not found)"; exit 0; fi
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+W=$(mktemp -d /tmp/unmask-dp-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$W/vocab.txt"
+RANDOM=7
+for d in $(seq 1 40); do
+  for s in $(seq 1 $((4 + RANDOM % 5))); do
+    line=""
+    for w in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
+    echo "$line."
+  done
+  echo
+done > "$W/corpus.txt"
+"$U" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" --max-seq 32 --max-pred 5 \
+  --dupe-factor 2 >/dev/null 2>&1 && ok || bad "prepare-text"
+cat > "$W/dp.toml" <<EOF
+model = "random:tiny"
+vocab = "$W/vocab.txt"
+data = "$W/shards"
+output = "$W/run"
+steps = 8
+batch = 6
+accumulation = 2
+max_seq = 32
+max_pred = 5
+lr = 1e-3
+warmup = 0.25
+checkpoint_every = 2
+threads = 1
+log_every = 1
+peak_gflops = 1
+hidden_dropout = 0
+attention_dropout = 0
+EOF
+run() { UNMASK_DIST_TIMEOUT_S=30 timeout 300 "$@"; }
+
+# compare A B: loss curves (metrics.jsonl) and final weights within 1e-5
+compare() {
+  /usr/bin/python3 - "$1" "$2" <<'EOF'
+import json, os, sys
+import numpy as np
+sys.path.insert(0, "tests/python")
+import st_io
+a, b = sys.argv[1], sys.argv[2]
+la = [json.loads(l)["loss"] for l in open(os.path.join(a, "metrics.jsonl"))]
+lb = [json.loads(l)["loss"] for l in open(os.path.join(b, "metrics.jsonl"))]
+assert len(la) == len(lb) == 8, (len(la), len(lb))
+worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+# the gradient norms too: Adam is nearly scale-invariant, so a wrong gradient scale (e.g. a mean
+# instead of the sum of the ranks' global-normalised gradients) barely moves the losses
+ga = [json.loads(l)["grad_norm"] for l in open(os.path.join(a, "metrics.jsonl"))]
+gb = [json.loads(l)["grad_norm"] for l in open(os.path.join(b, "metrics.jsonl"))]
+worst = max([worst] + [abs(x - y) / abs(x) for x, y in zip(ga, gb)])
+wa, _ = st_io.read_safetensors(os.path.join(a, "checkpoints/step-000008/model.safetensors"))
+wb, _ = st_io.read_safetensors(os.path.join(b, "checkpoints/step-000008/model.safetensors"))
+# per tensor ||a - b|| / (||a|| + 1e-2): the key biases get zero gradient (softmax ignores them),
+# so their norm is ~1e-8 of rounding noise and a pure relative error would be meaningless there
+wworst = max(np.linalg.norm(wa[k].to_float64() - wb[k].to_float64()) / (np.linalg.norm(wa[k].to_float64()) + 1e-2)
+             for k in wa)
+print(f"loss and grad-norm curves rel diff {worst:.2e}, final weights rel diff {wworst:.2e}")
+sys.exit(0 if worst <= 1e-5 and wworst <= 1e-5 and set(wa) == set(wb) else 1)
+EOF
+}
+
+# 1. equivalence
+run "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/r1\"" --quiet >/dev/null 2>&1 && ok || bad "1 rank run"
+run "${MPIRUN[@]}" -np 2 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/r2\"" --set batch=3 --quiet \
+  >"$W/r2.out" 2>&1 && ok || bad "2 rank run: $(tail -3 "$W/r2.out")"
+run "${MPIRUN[@]}" -np 3 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/r3\"" --set batch=2 --quiet \
+  >"$W/r3.out" 2>&1 && ok || bad "3 rank run: $(tail -3 "$W/r3.out")"
+echo -n "2 ranks x 3 vs 1 x 6: "; compare "$W/r1" "$W/r2" && ok || bad "2 ranks differ from 1"
+echo -n "3 ranks x 2 vs 1 x 6: "; compare "$W/r1" "$W/r3" && ok || bad "3 ranks differ from 1"
+[ "$(grep -c 'pretrained 8 steps' "$W/r2.out")" = 1 ] && ok || bad "expected one summary line (rank 0), got $(grep -c 'pretrained 8 steps' "$W/r2.out")"
+[ "$(wc -l < "$W/r2/metrics.jsonl")" = 8 ] && ok || bad "metrics.jsonl should have 8 rows (rank 0 only)"
+
+# 2. resume on another rank count
+run "${MPIRUN[@]}" -np 2 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/rr\"" --set batch=3 --stop-after 4 \
+  --quiet >/dev/null 2>&1 && ok || bad "2 ranks, 4 steps"
+run "${MPIRUN[@]}" -np 3 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/rr\"" --set batch=2 --resume \
+  >"$W/rr.out" 2>&1 && ok || bad "3 ranks resume: $(tail -3 "$W/rr.out")"
+grep -q "config differs" "$W/rr.out" && bad "resuming on 3 ranks warned that the config differs" || ok
+echo -n "2 ranks then 3 ranks (resumed) vs 1 x 6: "; compare "$W/r1" "$W/rr" && ok || bad "resumed run differs"
+
+# 3. a rank killed mid-run
+"${MPIRUN[@]}" -np 2 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/kill\"" --set batch=3 --set steps=100000 \
+  --set checkpoint_every=5 --quiet >"$W/kill.out" 2>&1 &
+mpipid=$!
+for _ in $(seq 1 600); do
+  [[ -f "$W/kill/metrics.jsonl" && $(wc -l < "$W/kill/metrics.jsonl") -ge 12 ]] && break
+  sleep 0.1
+done
+victim=$(pgrep -f "output=\"$W/kill\"" | while read -r p; do
+  [ "$(ps -o comm= -p "$p")" = unmask ] && echo "$p"; done | tail -1)
+t0=$(date +%s)
+if [ -n "$victim" ]; then kill -9 "$victim"; else bad "no rank process found to kill"; fi
+for _ in $(seq 1 600); do kill -0 "$mpipid" 2>/dev/null || break; sleep 0.1; done
+wait "$mpipid"; rc=$?
+dt=$(( $(date +%s) - t0 ))
+left=$(pgrep -f "output=\"$W/kill\"" | wc -l)
+echo "killed rank: mpirun exit $rc after ${dt}s, $left processes left"
+[ "$rc" != 0 ] && [ "$dt" -le 60 ] && [ "$left" = 0 ] && ok || bad "after a SIGKILL: exit $rc in ${dt}s with $left processes left"
+grep -qi "rank" "$W/kill.out" && grep -qi "signal 9\|killed" "$W/kill.out" && ok || bad "mpirun did not name the lost rank: $(tail -5 "$W/kill.out")"
+last=$(ls "$W/kill/checkpoints" 2>/dev/null | tail -1)
+[ -n "$last" ] && ok || bad "no checkpoint before the kill"
+run "${MPIRUN[@]}" -np 2 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/kill\"" --set batch=3 --set steps=100000 \
+  --set checkpoint_every=5 --resume --stop-after 2 >"$W/resume.out" 2>&1 \
+  && grep -q "resumed from $W/kill/checkpoints/$last" "$W/resume.out" && ok \
+  || bad "resume after the kill: $(tail -3 "$W/resume.out")"
+
+echo "dp pretrain: $pass passed, $fail failed"
+[ "$fail" = 0 ]
