@@ -9,10 +9,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "data/rng.h"
+#include "dist/grad_sync.h"
+#include "dist/shard.h"
 #include "train/metrics.h"
+#include "unmask/dist.h"
 #include "unmask/error.h"
 #include "unmask/train.h"
 #include "video/masking.h"
@@ -127,15 +132,28 @@ int cmd_pretrain_video(int argc, char** argv) {
   const video::VideoMAENaming naming = naming_of(a);
   const OptimizerSetup os = optimizer_setup(a, steps);
 
-  Context ctx({.num_threads = int(a.get_int("threads"))});
+  // Data parallel under mpirun / srun: every rank loads the same global batches (batch x ranks
+  // clips, same seed) and trains on its rows; masks are keyed by the global clip index and the
+  // gradients summed over ranks with loss_scale = rows / global rows, so N ranks compute the step
+  // of one process with the global batch. Rank 0 writes. (Each rank decodes the whole global
+  // batch: per-rank sharding of the loader is still to do.)
+  Communicator& comm = Communicator::world();
+  const int world = comm.size(), rank = comm.rank();
+  const bool root = comm.is_root();
+  int threads = int(a.get_int("threads"));
+  if (threads == 0 && comm.local_size() > 1)
+    threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
+  Context ctx({.num_threads = threads});
   VideoMAEPretrainModel model = VideoMAEPretrainModel::random(config, uint64_t(seed));
   if (a.has("init-from")) {
     const video::LoadReport r = video::load_videomae(a.get("init-from"), config, model.params());
-    std::fprintf(stderr, "%s\n", r.summary().c_str());
+    if (root) std::fprintf(stderr, "%s\n", r.summary().c_str());
   }
+  std::unique_ptr<dist::GradientSync> grad_sync;
+  if (world > 1) grad_sync = std::make_unique<dist::GradientSync>(comm, model.params(), dist::GradientSyncOptions{.average = false});
   video::ClipLoaderOptions lo;
   lo.mode = video::ClipLoaderOptions::Mode::pretrain;
-  lo.batch = int(batch);
+  lo.batch = int(batch * world);
   lo.num_frames = int(config.num_frames);
   lo.crop = int(config.img_size);
   lo.seed = uint64_t(seed);
@@ -153,10 +171,16 @@ int cmd_pretrain_video(int argc, char** argv) {
   fc.batch = batch;
   const double step_flops = video::videomae_pretrain_step_flops(fc);
 
-  std::filesystem::create_directories(out);
-  JsonlLog log(out + "/metrics.jsonl");
+  std::optional<JsonlLog> log;
+  if (root) {
+    std::filesystem::create_directories(out);
+    log.emplace(out + "/metrics.jsonl");
+  }
   Optimizer opt(os.config, model.params());
-  std::fprintf(stderr, "pretrain-video: %s (dim %lld, depth %lld, decoder %lld x %lld), %lld x %lld^2 clips, "
+  if (root && world > 1)
+    std::fprintf(stderr, "pretrain-video: data parallel over %d ranks, batch %lld per rank, %d threads per rank\n", world,
+                 (long long)batch, threads);
+  if (root) std::fprintf(stderr, "pretrain-video: %s (dim %lld, depth %lld, decoder %lld x %lld), %lld x %lld^2 clips, "
                "%lld videos, batch %lld, %lld steps, tube mask %.2f, %.2f GFLOP/step\n",
                a.get("preset").c_str(), (long long)config.dim, (long long)config.depth,
                (long long)config.decoder_dim, (long long)config.decoder_depth, (long long)config.num_frames,
@@ -169,11 +193,20 @@ int cmd_pretrain_video(int argc, char** argv) {
   for (int64_t step = 0; step < steps; ++step) {
     next_batch(loader, b);
     const auto ts = Clock::now();
-    const int64_t B = b.videos.size(0);
-    const Tensor mask = video::tube_mask_batch(grid, ratio, uint64_t(seed), uint64_t(step * batch), B);
+    const int64_t B = b.videos.size(0);  // the global batch
+    const auto [row0, row1] = dist::shard_range(B, rank, world);
+    const Tensor mask =
+        video::tube_mask_batch(grid, ratio, uint64_t(seed), uint64_t(step * batch * world + row0), row1 - row0);
     model.zero_grad();
     VideoMAEStepOptions so;
-    const VideoMAEStepStats st = model.pretrain_step(ctx, b.videos, mask, so);
+    so.loss_scale = float(double(row1 - row0) / double(B));  // the ranks' gradients add up to the batch mean's
+    VideoMAEStepStats st = model.pretrain_step(ctx, world > 1 ? b.videos.slice(0, row0, row1) : b.videos, mask, so);
+    if (world > 1) {
+      grad_sync->reduce_all();
+      double weighted = st.loss * double(row1 - row0);
+      comm.allreduce_sum(&weighted, 1, "the step loss");
+      st.loss = weighted / double(B);
+    }
     const float lr = float(double(os.config.lr) * lr_multiplier(os.schedule, opt.step_count()));
     const OptimizerStepStats ost = opt.step(ctx, lr);
     const double step_s = seconds_since(ts);
@@ -184,22 +217,25 @@ int cmd_pretrain_video(int argc, char** argv) {
     window_loss += st.loss;
     ++window;
     std::ostringstream line;
+    line.precision(9);
     line << "{\"step\": " << step + 1 << ", \"loss\": " << st.loss << ", \"lr\": " << lr
          << ", \"grad_norm\": " << ost.grad_norm << ", \"clips\": " << B << ", \"step_s\": " << step_s
          << ", \"clips_per_s\": " << double(B) / step_s << ", \"gflops_per_s\": " << step_flops / step_s / 1e9
          << ", \"elapsed_s\": " << seconds_since(t0) << "}";
-    log.write(line.str());
+    if (root) log->write(line.str());
     const int64_t every = std::max<int64_t>(1, a.get_int("log-every"));
     if ((step + 1) % every == 0 || step + 1 == steps) {
-      print_step(step + 1, steps, window_loss / double(window), lr, ost.grad_norm, double(B) / step_s,
-                 step_flops / step_s / 1e9, 0, nullptr);
+      if (root)
+        print_step(step + 1, steps, window_loss / double(window), lr, ost.grad_norm, double(B) / step_s,
+                   step_flops / step_s / 1e9, 0, nullptr);
       window_loss = 0;
       window = 0;
     }
     const int64_t save_every = a.get_int("save-every");
-    if (save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps)
+    if (root && save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps)
       video::save_videomae(out + "/model", config, model.params(), naming);
   }
+  if (!root) return 0;
   video::save_videomae(out + "/model", config, model.params(), naming);
   std::fprintf(stderr, "%s\n", loader_split(loader.times()).c_str());
   std::printf("{\"steps\": %lld, \"first_loss\": %.6g, \"seconds\": %.2f, \"model\": \"%s/model\"}\n",
@@ -331,6 +367,7 @@ int cmd_finetune_video(int argc, char** argv) {
     window_loss += st.loss;
     ++window;
     std::ostringstream line;
+    line.precision(9);
     line << "{\"step\": " << step + 1 << ", \"epoch\": " << b.epoch << ", \"loss\": " << st.loss << ", \"lr\": " << lr
          << ", \"grad_norm\": " << ost.grad_norm << ", \"lam\": " << mix.lam << ", \"clips\": " << B
          << ", \"step_s\": " << step_s << ", \"clips_per_s\": " << double(B) / step_s

@@ -6,7 +6,8 @@
 #   2. resume with a different number of ranks: 2 ranks stop after 4 steps, 3 ranks resume to 8 ->
 #      the same curve, no "config differs" warning; rank 0 alone writes checkpoints and metrics;
 #   3. a rank killed mid-run (SIGKILL): every rank is gone within 60 s, mpirun exits non-zero and
-#      names the lost rank; `--resume` then finishes the run from the last complete checkpoint.
+#      names the lost rank; `--resume` then finishes the run from the last complete checkpoint;
+#   4. VideoMAE pretraining: 2 ranks x 4 clips == 1 rank x 8 clips (loss and gradient norms, 1e-5).
 # Usage: tests/mpi/test_dp_pretrain.sh [build/unmask]. "skipped: no MPI" without mpirun.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -125,6 +126,25 @@ run "${MPIRUN[@]}" -np 2 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/
   --set checkpoint_every=5 --resume --stop-after 2 >"$W/resume.out" 2>&1 \
   && grep -q "resumed from $W/kill/checkpoints/$last" "$W/resume.out" && ok \
   || bad "resume after the kill: $(tail -3 "$W/resume.out")"
+
+# 4. VideoMAE: 2 ranks x 4 clips give the loss and gradient-norm curves of 1 rank x 8 clips
+"$U" make-videos --output "$W/v" --videos-per-class 4 --width 64 --height 48 --frames 16 >/dev/null 2>&1 \
+  && "$U" prepare-video --list "$W/v/train_videomae.txt" --out "$W/v.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
+  && ok || bad "video data"
+vargs=(--data "$W/v.ucs" --preset tiny --patch 8 --steps 6 --lr 1e-3 --threads 1 --log-every 100)
+run "$U" pretrain-video "${vargs[@]}" --out "$W/v1" --batch 8 >/dev/null 2>&1 && ok || bad "videomae 1 rank"
+run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --out "$W/v2" --batch 4 >"$W/v2.out" 2>&1 \
+  && ok || bad "videomae 2 ranks: $(tail -3 "$W/v2.out")"
+/usr/bin/python3 - "$W/v1/metrics.jsonl" "$W/v2/metrics.jsonl" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 6, (len(a), len(b))
+worst = max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b) for k in ("loss", "grad_norm"))
+print(f"VideoMAE 2 ranks x 4 vs 1 x 8: loss and grad-norm curves rel diff {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+EOF
+[ $? = 0 ] && ok || bad "VideoMAE 2 ranks differ from 1"
 
 echo "dp pretrain: $pass passed, $fail failed"
 [ "$fail" = 0 ]
