@@ -7,7 +7,8 @@
 #      the same curve, no "config differs" warning; rank 0 alone writes checkpoints and metrics;
 #   3. a rank killed mid-run (SIGKILL): every rank is gone within 60 s, mpirun exits non-zero and
 #      names the lost rank; `--resume` then finishes the run from the last complete checkpoint;
-#   4. VideoMAE pretraining: 2 ranks x 4 clips == 1 rank x 8 clips (loss and gradient norms, 1e-5).
+#   4. VideoMAE pretraining: 2 ranks x 4 clips == 1 rank x 8 clips (loss and gradient norms, 1e-5);
+#   5. `unmask bench scaling` (BEVT's table) with 1 and 2 ranks.
 # Usage: tests/mpi/test_dp_pretrain.sh [build/unmask]. "skipped: no MPI" without mpirun.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -145,6 +146,17 @@ print(f"VideoMAE 2 ranks x 4 vs 1 x 8: loss and grad-norm curves rel diff {worst
 sys.exit(0 if worst <= 1e-5 else 1)
 EOF
 [ $? = 0 ] && ok || bad "VideoMAE 2 ranks differ from 1"
+
+# 5. bench scaling: one JSON row per rank count, global batch = ranks x mini-batch, positive times
+run "$U" bench scaling --model videomae-tiny --ranks 1,2 --batch 4 --steps 3 --warmup 1 --format json >"$W/sc.json" 2>"$W/sc.err" \
+  && /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r['devices'] for r in rows] == [1, 2], rows
+assert [r['global_batch'] for r in rows] == [4, 8], rows
+assert all(r['s_per_it'] > 0 and r['samples_per_s'] > 0 for r in rows), rows
+assert abs(rows[0]['efficiency'] - 1) < 1e-12, rows
+" "$W/sc.json" && ok || bad "bench scaling: $(cat "$W/sc.err" "$W/sc.json" | tail -3)"
 
 echo "dp pretrain: $pass passed, $fail failed"
 [ "$fail" = 0 ]
