@@ -49,7 +49,9 @@ namespace unmask::cli {
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 double peak_rss_mb() {
   struct rusage ru {};
@@ -119,10 +121,11 @@ int bench_videomae(int argc, char** argv) {
       {"peak-gflops", "X", "peak for MFU (default: the fp32 FMA peak measured with an FMA loop)", ""},
       {"format", "table|json", "output format (json: one object per row)", "table"},
   };
-  auto args = Args::parse("bench videomae",
-                          "VideoMAE pretraining throughput: full steps (tube-masked forward, backward, AdamW) on random "
-                          "weights, V-SWIFT's columns.",
-                          specs, argc, argv, 3);
+  auto args =
+      Args::parse("bench videomae",
+                  "VideoMAE pretraining throughput: full steps (tube-masked forward, backward, AdamW) on random "
+                  "weights, V-SWIFT's columns.",
+                  specs, argc, argv, 3);
   if (!args) return 0;
   const std::string format = args->get("format");
   if (format != "table" && format != "json") throw Error("--format must be table or json, got '", format, "'");
@@ -158,7 +161,9 @@ int bench_videomae(int argc, char** argv) {
 
   Context ctx({.num_threads = int(args->get_int("threads"))});
   const bool fixed_peak = args->has("peak-gflops");
-  double peak = fixed_peak ? std::stod(args->get("peak-gflops")) : dry_run ? 0.0 : train::measure_peak_gflops(ctx.num_threads());
+  double peak = fixed_peak ? std::stod(args->get("peak-gflops"))
+                : dry_run  ? 0.0
+                           : train::measure_peak_gflops(ctx.num_threads());
   char devices[64];
   std::snprintf(devices, sizeof devices, "CPU (%d threads)", ctx.num_threads());
 
@@ -167,8 +172,13 @@ int bench_videomae(int argc, char** argv) {
   std::optional<VideoMAEPretrainModel> model;
   std::optional<Optimizer> opt;
   // VideoMAE's pretraining AdamW (video.md section 2.1); lr 1.5e-4 x 2048 / 256 is the scaled base.
-  const OptimizerConfig oc{.kind = OptimizerKind::adamw, .lr = 1.2e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                           .weight_decay = 0.05f, .max_grad_norm = 0.0f};
+  const OptimizerConfig oc{.kind = OptimizerKind::adamw,
+                           .lr = 1.2e-3f,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.95f,
+                           .eps = 1e-8f,
+                           .weight_decay = 0.05f,
+                           .max_grad_norm = 0.0f};
   if (!dry_run) {
     model.emplace(VideoMAEPretrainModel::random(cfg, seed));
     long long counted = 0;
@@ -180,16 +190,20 @@ int bench_videomae(int argc, char** argv) {
   }
 
   if (format == "table") {
-    std::printf("# unmask bench videomae: %s (%lld parameters; encoder %lld/%lld/%lld, decoder %lld/%lld/%lld), "
-                "%lld x %lld^2, tube mask %.2f (%lld visible, %lld masked tokens of %lld), AdamW, %s kernels, "
-                "peak %.0f GFLOP/s%s\n",
-                model_name.c_str(), num_params, (long long)cfg.dim, (long long)cfg.depth, (long long)cfg.heads,
-                (long long)cfg.decoder_dim, (long long)cfg.decoder_depth, (long long)cfg.decoder_heads,
-                (long long)cfg.num_frames, (long long)cfg.img_size, mask_ratio, (long long)Nv, (long long)Nm,
-                (long long)Np, ctx.cpu_isa(), peak,
-                fixed_peak ? " (given)" : dry_run ? " (not measured)" : " (FMA loop; measured again after each row)");
-    std::printf("| devices | dataset | dtype | batch/device | model FLOPs (G/clip) | videos/s/device | step (ms) "
-                "| data wait (ms) | memory (peak RSS) | MFU | MFU executed | device-h SSv2 1200 ep |\n");
+    std::printf(
+        "# unmask bench videomae: %s (%lld parameters; encoder %lld/%lld/%lld, decoder %lld/%lld/%lld), "
+        "%lld x %lld^2, tube mask %.2f (%lld visible, %lld masked tokens of %lld), AdamW, %s kernels, "
+        "peak %.0f GFLOP/s%s\n",
+        model_name.c_str(), num_params, (long long)cfg.dim, (long long)cfg.depth, (long long)cfg.heads,
+        (long long)cfg.decoder_dim, (long long)cfg.decoder_depth, (long long)cfg.decoder_heads,
+        (long long)cfg.num_frames, (long long)cfg.img_size, mask_ratio, (long long)Nv, (long long)Nm, (long long)Np,
+        ctx.cpu_isa(), peak,
+        fixed_peak ? " (given)"
+        : dry_run  ? " (not measured)"
+                   : " (FMA loop; measured again after each row)");
+    std::printf(
+        "| devices | dataset | dtype | batch/device | model FLOPs (G/clip) | videos/s/device | step (ms) "
+        "| data wait (ms) | memory (peak RSS) | MFU | MFU executed | device-h SSv2 1200 ep |\n");
     std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   std::fflush(stdout);
@@ -264,9 +278,9 @@ int bench_videomae(int argc, char** argv) {
     double wait_ms = 0;  // mean time a timed step waited for its batch
     for (double w : waits) wait_ms += 1e3 * w / double(waits.size());
     if (format == "table") {
-      std::printf("| %s | %s | fp32 | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n",
-                  devices, dataset.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, wait_ms, peak_rss_mb(),
-                  mfu, mfu_exec, device_hours);
+      std::printf("| %s | %s | fp32 | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n", devices,
+                  dataset.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, wait_ms, peak_rss_mb(), mfu,
+                  mfu_exec, device_hours);
     } else {
       nlohmann::ordered_json j;
       j["engine"] = "unmask";
@@ -308,10 +322,11 @@ int bench_videomae(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (format == "table")
-    std::printf("# model FLOPs: forward per clip (matmuls, patch embed on all tokens, decoder depth %lld); MFU = 3 x "
-                "model FLOPs x videos/s / %.0f GFLOP/s (V-SWIFT's formula); MFU executed: patch embed on the "
-                "visible tokens only, as unmask runs it\n",
-                (long long)cfg.decoder_depth, peak);
+    std::printf(
+        "# model FLOPs: forward per clip (matmuls, patch embed on all tokens, decoder depth %lld); MFU = 3 x "
+        "model FLOPs x videos/s / %.0f GFLOP/s (V-SWIFT's formula); MFU executed: patch embed on the "
+        "visible tokens only, as unmask runs it\n",
+        (long long)cfg.decoder_depth, peak);
   return 0;
 }
 

@@ -5,7 +5,6 @@
 // The command's source is compiled into this test (with the small argument parser it uses,
 // app/cli.cc): the test binary does not link the app, and no other test includes these two files.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -71,8 +70,8 @@ TEST(VideoMAEBench, ViTBFlopsAreTheAnalyticCountOfTheConfiguredModel) {
     EXPECT_EQ(r.at("visible_tokens"), 160);  // 8 x (196 - int(0.9 x 196))
     EXPECT_EQ(r.at("masked_tokens"), 1408);
     f.batch = 1;
-    expect_rel_near(r.at("model_gflops_per_clip").get<double>() * 1e9, video::videomae_pretrain_forward_flops(f),
-                    1e-12, "forward FLOPs per clip");
+    expect_rel_near(r.at("model_gflops_per_clip").get<double>() * 1e9, video::videomae_pretrain_forward_flops(f), 1e-12,
+                    "forward FLOPs per clip");
     f.batch = B;
     expect_rel_near(r.at("step_gflop").get<double>() * 1e9, video::videomae_pretrain_step_flops(f), 1e-12,
                     "step FLOPs");
@@ -89,8 +88,8 @@ TEST(VideoMAEBench, ViTBFlopsAreTheAnalyticCountOfTheConfiguredModel) {
     EXPECT_EQ(r.at("dry_run"), true);
   }
   // The decoder depth actually run is the one counted.
-  const auto deep = json_rows(run_bench({"--model", "vit-b", "--batch", "1", "--decoder-depth", "8", "--dry-run",
-                                         "--format", "json"}));
+  const auto deep = json_rows(
+      run_bench({"--model", "vit-b", "--batch", "1", "--decoder-depth", "8", "--dry-run", "--format", "json"}));
   ASSERT_EQ(deep.size(), 1u);
   video::VideoMAEFlopConfig f8 = video::videomae_flop_preset("vit-b");
   f8.dec_depth = 8;
@@ -195,9 +194,9 @@ TEST(VideoMAEBench, StoreRunReadsClipsThroughTheLoader) {
   po.short_side = 32;
   ASSERT_EQ(video::prepare_clip_store(po).ok, 3);
   // Batch 2 of 3 videos: one batch per epoch, so the 3 steps cross epoch boundaries.
-  const auto rows = json_rows(run_bench({"--model", "tiny", "--batch", "2", "--store", store, "--rate", "2", "--steps",
-                                         "2", "--warmup", "1", "--threads", "1", "--loader-threads", "1",
-                                         "--peak-gflops", "100", "--format", "json"}));
+  const auto rows = json_rows(run_bench(
+      {"--model",  "tiny", "--batch",   "2", "--store",          store, "--rate",        "2",   "--steps",  "2",
+       "--warmup", "1",    "--threads", "1", "--loader-threads", "1",   "--peak-gflops", "100", "--format", "json"}));
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].at("dataset"), store);
   EXPECT_GT(rows[0].at("videos_per_s").get<double>(), 0.0);

@@ -56,21 +56,24 @@ struct TokenGeometry {
 
 // cols[r] = the unfolded tubelet of token ids[r] (flat b * Np + j), columns (c, dt, dy, dx) as the
 // Conv3d weight: the rows of videomae_unfold that `ids` selects.
-void unfold_rows(Context& ctx, const float* videos, const TokenGeometry& g, int64_t Np,
-                 const std::vector<int32_t>& ids, float* cols) {
+void unfold_rows(Context& ctx, const float* videos, const TokenGeometry& g, int64_t Np, const std::vector<int32_t>& ids,
+                 float* cols) {
   const int64_t K = g.C * g.tt * g.p * g.p;
-  ctx.parallel_for(int64_t(ids.size()), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = ids[size_t(r)] / Np, j = ids[size_t(r)] % Np;
-      const float* clip = g.clip(videos, b);
-      float* row = cols + r * K;
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t dt = 0; dt < g.tt; ++dt)
-          for (int64_t dy = 0; dy < g.p; ++dy)
-            std::memcpy(row + ((c * g.tt + dt) * g.p + dy) * g.p, clip + g.offset(j, c, dt, dy),
-                        size_t(g.p) * sizeof(float));
-    }
-  }, 16);
+  ctx.parallel_for(
+      int64_t(ids.size()),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t b = ids[size_t(r)] / Np, j = ids[size_t(r)] % Np;
+          const float* clip = g.clip(videos, b);
+          float* row = cols + r * K;
+          for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t dt = 0; dt < g.tt; ++dt)
+              for (int64_t dy = 0; dy < g.p; ++dy)
+                std::memcpy(row + ((c * g.tt + dt) * g.p + dy) * g.p, clip + g.offset(j, c, dt, dy),
+                            size_t(g.p) * sizeof(float));
+        }
+      },
+      16);
 }
 
 // The normalised-pixel target of token ids[r] (the rows of videomae_target that `ids` selects,
@@ -83,41 +86,44 @@ void target_and_loss_rows(Context& ctx, const float* videos, const TokenGeometry
                           const std::array<float, 3>& stdev, const float* pred, double gscale, float* dpred,
                           float* target, std::vector<double>& row_sq) {
   const int64_t P = g.tt * g.p * g.p, K = g.C * P;
-  ctx.parallel_for(int64_t(ids.size()), [&](int64_t begin, int64_t end) {
-    std::vector<double> x(static_cast<size_t>(P)), tgt(static_cast<size_t>(K));
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = ids[size_t(r)] / Np, j = ids[size_t(r)] % Np;
-      const float* clip = g.clip(videos, b);
-      for (int64_t c = 0; c < g.C; ++c) {
-        double sum = 0;
-        for (int64_t dt = 0; dt < g.tt; ++dt)
-          for (int64_t dy = 0; dy < g.p; ++dy) {
-            const float* src = clip + g.offset(j, c, dt, dy);
-            double* xs = x.data() + (dt * g.p + dy) * g.p;
-            for (int64_t dx = 0; dx < g.p; ++dx) {
-              xs[dx] = double(src[dx]) * double(stdev[size_t(c)]) + double(mean[size_t(c)]);
-              sum += xs[dx];
-            }
+  ctx.parallel_for(
+      int64_t(ids.size()),
+      [&](int64_t begin, int64_t end) {
+        std::vector<double> x(static_cast<size_t>(P)), tgt(static_cast<size_t>(K));
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t b = ids[size_t(r)] / Np, j = ids[size_t(r)] % Np;
+          const float* clip = g.clip(videos, b);
+          for (int64_t c = 0; c < g.C; ++c) {
+            double sum = 0;
+            for (int64_t dt = 0; dt < g.tt; ++dt)
+              for (int64_t dy = 0; dy < g.p; ++dy) {
+                const float* src = clip + g.offset(j, c, dt, dy);
+                double* xs = x.data() + (dt * g.p + dy) * g.p;
+                for (int64_t dx = 0; dx < g.p; ++dx) {
+                  xs[dx] = double(src[dx]) * double(stdev[size_t(c)]) + double(mean[size_t(c)]);
+                  sum += xs[dx];
+                }
+              }
+            const double mu = sum / double(P);
+            double ss = 0;
+            for (int64_t i = 0; i < P; ++i) ss += (x[size_t(i)] - mu) * (x[size_t(i)] - mu);
+            const double sd = std::sqrt(ss / double(P - 1));  // unbiased, as torch .var()
+            for (int64_t i = 0; i < P; ++i) tgt[size_t(i * g.C + c)] = double(float((x[size_t(i)] - mu) / (sd + 1e-6)));
           }
-        const double mu = sum / double(P);
-        double ss = 0;
-        for (int64_t i = 0; i < P; ++i) ss += (x[size_t(i)] - mu) * (x[size_t(i)] - mu);
-        const double sd = std::sqrt(ss / double(P - 1));  // unbiased, as torch .var()
-        for (int64_t i = 0; i < P; ++i) tgt[size_t(i * g.C + c)] = double(float((x[size_t(i)] - mu) / (sd + 1e-6)));
-      }
-      const float* pr = pred + r * K;
-      float* dp = dpred + r * K;
-      double sq = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double d = double(pr[k]) - tgt[size_t(k)];
-        sq += d * d;
-        dp[k] = float(gscale * d);
-      }
-      row_sq[size_t(r)] = sq;
-      if (target)
-        for (int64_t k = 0; k < K; ++k) target[r * K + k] = float(tgt[size_t(k)]);
-    }
-  }, 8);
+          const float* pr = pred + r * K;
+          float* dp = dpred + r * K;
+          double sq = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double d = double(pr[k]) - tgt[size_t(k)];
+            sq += d * d;
+            dp[k] = float(gscale * d);
+          }
+          row_sq[size_t(r)] = sq;
+          if (target)
+            for (int64_t k = 0; k < K; ++k) target[r * K + k] = float(tgt[size_t(k)]);
+        }
+      },
+      8);
 }
 
 }  // namespace
@@ -128,14 +134,13 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   const VideoMAEConfig& c = m.config;
   UNMASK_CHECK(ctx.device() == Device::cpu, "VideoMAEPretrainModel::pretrain_step runs on the CPU, got a ",
                device_name(ctx.device()), " context");
-  UNMASK_CHECK(videos.defined() && videos.dtype() == DType::f32 && videos.ndim() == 5 &&
-                   videos.size(1) == c.channels && videos.size(2) == c.num_frames && videos.size(3) == c.img_size &&
-                   videos.size(4) == c.img_size,
+  UNMASK_CHECK(videos.defined() && videos.dtype() == DType::f32 && videos.ndim() == 5 && videos.size(1) == c.channels &&
+                   videos.size(2) == c.num_frames && videos.size(3) == c.img_size && videos.size(4) == c.img_size,
                "videomae pretrain_step: videos must be f32 [B, ", c.channels, ", ", c.num_frames, ", ", c.img_size,
                ", ", c.img_size, "], got ", videos.defined() ? videos.describe() : std::string("undefined"));
   const int64_t B = videos.size(0), Np = c.num_patches(), K = c.patch_dim(), D = c.dim, Dd = c.decoder_dim;
-  UNMASK_CHECK(mask.defined() && (mask.dtype() == DType::u8 || mask.dtype() == DType::boolean) &&
-                   mask.ndim() == 2 && mask.size(0) == B && mask.size(1) == Np && mask.is_contiguous(),
+  UNMASK_CHECK(mask.defined() && (mask.dtype() == DType::u8 || mask.dtype() == DType::boolean) && mask.ndim() == 2 &&
+                   mask.size(0) == B && mask.size(1) == Np && mask.is_contiguous(),
                "videomae pretrain_step: mask must be u8 [", B, ", ", Np, "] (1 = masked), got ",
                mask.defined() ? mask.describe() : std::string("undefined"));
 
@@ -152,16 +157,19 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
       count += masked;
       (masked ? mask_ids : vis_ids).push_back(int32_t(b * Np + j));
     }
-    UNMASK_CHECK(count == Nm, "videomae pretrain_step: every mask row must mask the same number of tokens: row 0 masks ",
-                 Nm, ", row ", b, " masks ", count);
+    UNMASK_CHECK(count == Nm,
+                 "videomae pretrain_step: every mask row must mask the same number of tokens: row 0 masks ", Nm,
+                 ", row ", b, " masks ", count);
   }
-  UNMASK_CHECK(Nm >= 1 && Nv >= 1, "videomae pretrain_step: the mask must leave at least one visible and one "
-               "masked token per clip, got ", Nm, " masked of ", Np);
+  UNMASK_CHECK(Nm >= 1 && Nv >= 1,
+               "videomae pretrain_step: the mask must leave at least one visible and one "
+               "masked token per clip, got ",
+               Nm, " masked of ", Np);
 
   retain_freed_memory();
   const Tensor clips = videos.contiguous();
-  const TokenGeometry geo{c.channels, c.num_frames, c.img_size, c.img_size, c.tubelet, c.patch, c.grid_hw(),
-                          c.grid_hw()};
+  const TokenGeometry geo{c.channels, c.num_frames, c.img_size,  c.img_size,
+                          c.tubelet,  c.patch,      c.grid_hw(), c.grid_hw()};
 
   // ---- forward ----
   // Patch embedding of the visible tubelets: x0 = cols_vis Wpatch^T + b + pos[token].
@@ -193,16 +201,19 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
     const float* pe = m.dec_pos.data<float>();
     const float* mt = m.mask_token.value.data<float>();
     const float* ev = e2d.data<float>();
-    ctx.parallel_for(B * Np, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t b = r / Np, j = r % Np;
-        float* row = di + r * Dd;
-        const bool vis = j < Nv;
-        const int64_t tok = vis ? vis_ids[size_t(b * Nv + j)] % Np : mask_ids[size_t(b * Nm + j - Nv)] % Np;
-        const float* src = vis ? ev + (b * Nv + j) * Dd : mt;
-        for (int64_t k = 0; k < Dd; ++k) row[k] = src[k] + pe[tok * Dd + k];
-      }
-    }, 64);
+    ctx.parallel_for(
+        B * Np,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const int64_t b = r / Np, j = r % Np;
+            float* row = di + r * Dd;
+            const bool vis = j < Nv;
+            const int64_t tok = vis ? vis_ids[size_t(b * Nv + j)] % Np : mask_ids[size_t(b * Nm + j - Nv)] % Np;
+            const float* src = vis ? ev + (b * Nv + j) * Dd : mt;
+            for (int64_t k = 0; k < Dd; ++k) row[k] = src[k] + pe[tok * Dd + k];
+          }
+        },
+        64);
   }
   const BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Np, c.norm_eps};
   std::vector<BlockSaved> dec(m.dec_blocks.size());
@@ -215,8 +226,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
                 size_t(Nm * Dd) * sizeof(float));
   Tensor dec_ln = Tensor::empty({B * Nm, Dd}, DType::f32);
   Tensor dec_mean = Tensor::empty({B * Nm}, DType::f32), dec_rstd = Tensor::empty({B * Nm}, DType::f32);
-  ops::layernorm(ctx, dec_m, nullptr, m.dec_norm_g.value, m.dec_norm_b.value, c.norm_eps, dec_ln, &dec_mean,
-                 &dec_rstd);
+  ops::layernorm(ctx, dec_m, nullptr, m.dec_norm_g.value, m.dec_norm_b.value, c.norm_eps, dec_ln, &dec_mean, &dec_rstd);
   Tensor pred = Tensor::empty({B * Nm, K}, DType::f32);
   train::linear_forward(ctx, dec_ln, m.head_w, m.head_b, pred);
 
@@ -248,8 +258,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
                           m.dec_norm_b.grad);
   Tensor g = Tensor::zeros({B * Np, Dd}, DType::f32);
   for (int64_t b = 0; b < B; ++b)
-    std::memcpy(g.data<float>() + (b * Np + Nv) * Dd, dln.data<float>() + b * Nm * Dd,
-                size_t(Nm * Dd) * sizeof(float));
+    std::memcpy(g.data<float>() + (b * Np + Nv) * Dd, dln.data<float>() + b * Nm * Dd, size_t(Nm * Dd) * sizeof(float));
   for (size_t i = dec.size(); i-- > 0;) {
     video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, dec[i], ds, g);
     dec[i] = BlockSaved{};  // its memory serves the next block's backward
@@ -268,8 +277,8 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   }
   Tensor genc = Tensor::empty({B * Nv, D}, DType::f32);
   train::linear_backward(ctx, enc_ln, m.e2d_w, no_bias, de2d, &genc);
-  ops::layernorm_backward(ctx, enc_last, nullptr, m.enc_norm_g.value, enc_mean, enc_rstd, genc, genc,
-                          m.enc_norm_g.grad, m.enc_norm_b.grad);
+  ops::layernorm_backward(ctx, enc_last, nullptr, m.enc_norm_g.value, enc_mean, enc_rstd, genc, genc, m.enc_norm_g.grad,
+                          m.enc_norm_b.grad);
   for (size_t i = enc.size(); i-- > 0;) {
     video::block_backward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, enc[i], es, genc);
     enc[i] = BlockSaved{};
