@@ -59,6 +59,11 @@ void add_block_params(std::vector<Param>& out, const std::string& prefix, BlockP
 /// Pointers to the 13 value/grad pairs of a block (for zero_grad and the like).
 std::vector<PV*> block_storages(BlockParams& b);
 
+/// Once per process (glibc): keep freed memory in the heap (no mmap'd blocks, no trimming), so
+/// the next training step reuses its activations instead of faulting them in again. Called by
+/// both models' steps (videomae_step.cc explains the measurement).
+void retain_freed_memory();
+
 /// x [N, C] -> saved.out (allocated here, like every saved tensor).
 void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s,
                    BlockSaved& saved);

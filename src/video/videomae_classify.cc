@@ -178,6 +178,7 @@ VideoMAEClassifyStats VideoMAEClassifier::step(Context& ctx, const Tensor& video
   UNMASK_CHECK(ctx.device() == Device::cpu, "VideoMAEClassifier::step runs on the CPU, got a ",
                device_name(ctx.device()), " context");
   check_videos(c, videos, "VideoMAEClassifier::step");
+  video::retain_freed_memory();
   const int64_t B = videos.size(0), Np = c.num_patches(), D = c.dim, K = m.num_classes;
   const bool have_targets = targets.defined();
   if (have_targets)

@@ -20,13 +20,7 @@
 #include "unmask/error.h"
 #include "video/videomae.h"
 
-namespace unmask {
-
-using video::BlockSaved;
-using video::BlockShape;
-using video::PV;
-
-namespace {
+namespace unmask::video {
 
 // A step allocates and frees ~1 GB of activations (ViT-S, 4 clips). glibc hands blocks over
 // 128 KB .. 32 MB back with munmap and trims the heap top above 2 x that, so every step faults
@@ -42,6 +36,16 @@ void retain_freed_memory() {
   });
 #endif
 }
+
+}  // namespace unmask::video
+
+namespace unmask {
+
+using video::BlockSaved;
+using video::BlockShape;
+using video::PV;
+
+namespace {
 
 // The tubelet grid position of token j (t, h, w row-major) -> the clip offset of its first pixel.
 struct TokenGeometry {
@@ -166,7 +170,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
                "masked token per clip, got ",
                Nm, " masked of ", Np);
 
-  retain_freed_memory();
+  video::retain_freed_memory();
   const Tensor clips = videos.contiguous();
   const TokenGeometry geo{c.channels, c.num_frames, c.img_size,  c.img_size,
                           c.tubelet,  c.patch,      c.grid_hw(), c.grid_hw()};
