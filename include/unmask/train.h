@@ -18,6 +18,7 @@
 // same masks as an uninterrupted one.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,11 @@ struct TrainStepOptions {
   /// (pretrain_counts summed over ranks), so the SUM of their gradients is the gradient of the
   /// whole batch's loss.
   int64_t mlm_normalizer = 0, nsp_normalizer = 0;
+  /// Called during the backward pass as the gradients of params()[first, end) become final for
+  /// this micro-batch: the heads, then each encoder layer from the last, then the embeddings
+  /// (the tied word embedding last). Data parallelism starts each bucket's all-reduce from here
+  /// on the last micro-batch, overlapping it with the rest of the backward.
+  std::function<void(int64_t first, int64_t end)> grads_ready;
 };
 
 /// What pretrain_step normalises by, counted from a batch without running it: masked positions

@@ -107,12 +107,14 @@ void BertTrainModel::Impl::build_params() {
   };
   auto add_pv = [&](const std::string& name, const PV& pv) { add(name, pv.value, pv.grad); };
   const int64_t C = config.hidden_size;
+  layer_first.clear();
   add_pv("bert.embeddings.word_embeddings.weight", emb.word);
   add_pv("bert.embeddings.position_embeddings.weight", emb.pos);
   add_pv("bert.embeddings.token_type_embeddings.weight", emb.type);
   add_pv("bert.embeddings.LayerNorm.weight", emb.ln_g);
   add_pv("bert.embeddings.LayerNorm.bias", emb.ln_b);
   for (size_t l = 0; l < layers.size(); ++l) {
+    layer_first.push_back(int64_t(params.size()));
     const auto& L = layers[l];
     const std::string p = "bert.encoder.layer." + std::to_string(l) + ".";
     const char* qkv[3] = {"query", "key", "value"};
@@ -133,6 +135,7 @@ void BertTrainModel::Impl::build_params() {
     add_pv(p + "output.LayerNorm.weight", L.ln2_g);
     add_pv(p + "output.LayerNorm.bias", L.ln2_b);
   }
+  layer_first.push_back(int64_t(params.size()));  // the heads start here
   if (heads.pooler) {
     add_pv("bert.pooler.dense.weight", pooler_w);
     add_pv("bert.pooler.dense.bias", pooler_b);

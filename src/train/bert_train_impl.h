@@ -25,6 +25,9 @@ struct BertTrainModel::Impl {
   train::PV cls_w, cls_b;                      // [num_labels, C], [num_labels]
   /// HF-named views of the above, in HF state-dict order (built once by build_params).
   std::vector<Param> params;
+  // params index ranges (build_params): the embeddings are [0, layer_first[0]), layer l is
+  // [layer_first[l], layer_first[l + 1]), the heads [layer_first[L], params.size()).
+  std::vector<int64_t> layer_first;
 
   // ---- per-step state: activations saved by the forward for the backward ----
   train::Workspace ws;

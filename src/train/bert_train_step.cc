@@ -244,9 +244,12 @@ struct Encoder {
     for (size_t l = I.layers.size(); l-- > 0;) {
       const Tensor& x = l == 0 ? I.emb_saved.out : I.saved[l - 1].out;
       train::layer_backward(ctx, I.layers[l], x, I.saved[l], aa, s, layer_sites(l), g, sc);
+      if (ready) ready(I.layer_first[l], I.layer_first[l + 1]);
     }
     train::embedding_backward(ctx, I.emb, tok, s, embedding_site(), I.emb_saved, g, I.config.pad_token_id);
+    if (ready) ready(0, I.layer_first[0]);
   }
+  std::function<void(int64_t, int64_t)> ready;  // TrainStepOptions::grads_ready
 };
 
 // Gathers rows of x [N, C] into out [R, C] (rows: i32 [R]).
@@ -410,6 +413,8 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
     pooler_backward(ctx, I, cls, pre, dpooled, dcls);
     ops::embedding_backward(ctx, crows, dcls, g);
   }
+  if (options.grads_ready) options.grads_ready(I.layer_first.back(), int64_t(I.params.size()));  // the heads
+  enc.ready = options.grads_ready;
   enc.backward(ctx, g);
   return st;
 }

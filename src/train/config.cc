@@ -181,6 +181,8 @@ const std::vector<KeyDef>& keys() {
     float_key("masked_lm_prob", &PretrainConfig::masked_lm_prob, 0, 1, true, false, "in (0, 1]", true,
               "fraction of tokens masked (dynamic masking)");
     bool_key("prefetch", &PretrainConfig::prefetch, false, "read the next shard on a background thread");
+    bool_key("overlap_allreduce", &PretrainConfig::overlap_allreduce, false,
+             "data parallel: start each gradient bucket's all-reduce during the backward pass (same numbers either way)");
     t.push_back({"seed", "int", true, "seed of the initial weights, data order, masking and dropout",
                  [](PretrainConfig& c, const Value& v) {
                    KeyDef self{"seed", "int", true, "", {}, {}};

@@ -46,6 +46,7 @@ struct PretrainConfig {
   bool dynamic_masking = false;
   double masked_lm_prob = 0.15;       // dynamic masking only
   bool prefetch = true;
+  bool overlap_allreduce = true;  // data parallel: all-reduce buckets as the backward finishes them
   uint64_t seed = 42;
   // -- regularisation
   double hidden_dropout = 0.1, attention_dropout = 0.1;

@@ -370,6 +370,12 @@ TrainResult pretrain(const TrainerOptions& options) {
         so.mlm_normalizer = std::max<int64_t>(global.masked, 1);
         so.nsp_normalizer = std::max<int64_t>(global.nsp, 1);
         micro_sums.insert(micro_sums.end(), {0.0, 0.0, double(global.masked), double(global.nsp)});
+        // On the last micro-batch each bucket's all-reduce starts as soon as the backward has
+        // finished its gradients (with accumulation nothing is reduced before that).
+        if (cfg.overlap_allreduce && micro + 1 == cfg.accumulation)
+          so.grads_ready = [&](int64_t first, int64_t end) {
+            for (int64_t i = end; i-- > first;) grad_sync->mark_ready(i);
+          };
       }
       so.loss_scale = float(1.0 / double(cfg.accumulation));
       so.hidden_dropout = float(cfg.hidden_dropout);
@@ -396,7 +402,7 @@ TrainResult pretrain(const TrainerOptions& options) {
     const int64_t local_masked = sum.mlm_count;  // this rank's work, for its FLOP count
     if (world > 1) {
       // Gradients: the sum over ranks (each normalised by the global counts). Statistics: global.
-      grad_sync->reduce_all();
+      grad_sync->finish();  // reduces whatever was not marked ready (everything without overlap)
       std::vector<double> totals = micro_sums;
       const size_t lens_at = totals.size();
       totals.resize(lens_at + 8, 0.0);
