@@ -131,4 +131,29 @@ inline ::testing::AssertionResult all_close(const std::vector<double>& got,
          << ref[worst] << " (|err| " << std::fabs(got[worst] - ref[worst]) << "); NMSE " << nmse;
 }
 
+// Central difference of `loss` in the element of `value` whose analytic gradient (`grad`, same
+// shape, f32) is largest, a well-conditioned quotient: (loss(w + h) - loss(w - h)) / 2h, with the
+// element restored after. Returns {element index, analytic gradient, numeric gradient}.
+struct FiniteDifference {
+  int64_t index = 0;
+  double analytic = 0, numeric = 0;
+};
+template <typename LossFn>
+FiniteDifference central_difference_at_largest_grad(Tensor& value, const Tensor& grad, LossFn&& loss, float h = 1e-2f) {
+  FiniteDifference fd;
+  const float* g = grad.data<float>();
+  for (int64_t i = 0; i < grad.numel(); ++i)
+    if (std::fabs(g[i]) > std::fabs(g[fd.index])) fd.index = i;
+  float* w = value.data<float>() + fd.index;
+  const float orig = *w;
+  *w = orig + h;
+  const double plus = loss();
+  *w = orig - h;
+  const double minus = loss();
+  *w = orig;
+  fd.analytic = g[fd.index];
+  fd.numeric = (plus - minus) / (2.0 * double(h));
+  return fd;
+}
+
 }  // namespace unmask::test

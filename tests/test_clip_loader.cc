@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 
+#include "temp_dir.h"
 #include "unmask/error.h"
 #include "video/augment.h"
 #include "video/clip_loader.h"
@@ -28,18 +29,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("unmask_loader_" + std::to_string(::getpid()) + "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+// A temp directory named for this file's tests.
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("unmask_loader") {}
 };
 
 constexpr int kW = 64, kH = 48, kShort = 32, kVideos = 6;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <string>
 
+#include "temp_dir.h"
 #include "unmask/error.h"
 #include "video/clip_store.h"
 #include "video/decode.h"
@@ -27,18 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("unmask_store_" + std::to_string(::getpid()) + "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+// A temp directory named for this file's tests.
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("unmask_store") {}
 };
 
 constexpr int kW = 64, kH = 48, kFrames = 20, kShort = 32;

@@ -216,19 +216,10 @@ TEST(VideoMAE, GradientsMatchCentralDifferences) {
                            "encoder.norm.bias", "encoder_to_decoder.weight", "mask_token",
                            "decoder.blocks.0.mlp.fc1.bias", "decoder.norm.weight", "decoder.head.bias"}) {
     Param& p = find_param(m, name);
-    // the element with the largest gradient (a well-conditioned difference quotient)
-    int64_t best = 0;
-    for (int64_t i = 0; i < p.grad.numel(); ++i)
-      if (std::fabs(p.grad.data<float>()[i]) > std::fabs(p.grad.data<float>()[best])) best = i;
-    float* w = p.value.data<float>() + best;
-    const float orig = *w, h = 1e-2f;
-    *w = orig + h;
-    const double lp = m.pretrain_step(ctx, v, mask, fwd).loss;
-    *w = orig - h;
-    const double lm = m.pretrain_step(ctx, v, mask, fwd).loss;
-    *w = orig;
-    const double numeric = (lp - lm) / (2.0 * double(h));
-    const double analytic = p.grad.data<float>()[best];
+    const test::FiniteDifference fd = test::central_difference_at_largest_grad(
+        p.value, p.grad, [&] { return m.pretrain_step(ctx, v, mask, fwd).loss; });
+    const double analytic = fd.analytic, numeric = fd.numeric;
+    const int64_t best = fd.index;
     EXPECT_NEAR(analytic, numeric, 0.02 * std::fabs(numeric) + 2e-5) << name << "[" << best << "]";
   }
 }

@@ -97,17 +97,10 @@ TEST(VideoMAEClassify, GradientsMatchCentralDifferencesWithDropPathAndDropout) {
                            "blocks.1.attn.v_bias", "blocks.1.mlp.fc2.weight", "blocks.1.norm1.bias",
                            "fc_norm.weight", "head.weight", "head.bias"}) {
     Param& p = find(m, name);
-    int64_t best = 0;
-    for (int64_t i = 0; i < p.grad.numel(); ++i)
-      if (std::fabs(p.grad.data<float>()[i]) > std::fabs(p.grad.data<float>()[best])) best = i;
-    float* w = p.value.data<float>() + best;
-    const float orig = *w, h = 1e-2f;
-    *w = orig + h;
-    const double lp = m.step(ctx, v, targets, fwd).loss;
-    *w = orig - h;
-    const double lm = m.step(ctx, v, targets, fwd).loss;
-    *w = orig;
-    const double numeric = (lp - lm) / (2.0 * double(h));
+    const test::FiniteDifference fd = test::central_difference_at_largest_grad(
+        p.value, p.grad, [&] { return m.step(ctx, v, targets, fwd).loss; });
+    const double numeric = fd.numeric;
+    const int64_t best = fd.index;
     EXPECT_NEAR(p.grad.data<float>()[best], numeric, 0.02 * std::fabs(numeric) + 2e-5) << name << "[" << best << "]";
   }
   // evaluation mode ignores drop path and dropout; the same (seed, step) repeats the same masks
