@@ -117,7 +117,8 @@ TEST(VideoMAEBench, TinyRunPrintsConsistentJson) {
   VideoMAEConfig c4 = c;
   c4.decoder_depth = 4;
   int64_t params = 0;
-  for (const Param& p : VideoMAEPretrainModel::random(c4, 1).params()) params += p.value.numel();
+  VideoMAEPretrainModel model = VideoMAEPretrainModel::random(c4, 1);  // named: a temporary would die before the loop
+  for (const Param& p : model.params()) params += p.value.numel();
   EXPECT_EQ(r.at("params").get<int64_t>(), params);
   // FLOPs by hand for this config (matmuls, multiply-add = 2):
   //   embed 2 N P D, encoder depth x layer(V), e2d 2 V D Dd, decoder 4 x layer(N), head 2 R Dd P.
