@@ -9,12 +9,12 @@
 #   5. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   6. the CUDA backend build (sm_80, sm_90a) when nvcc is installed; its tests print
 #      "skipped: no CUDA device" here and run for real on a GPU (bench/gpu/run_device.sh)
-# Environment: JOBS (build jobs, default 2), FUZZ_SECONDS (per target, default 30),
+# Environment: JOBS (build jobs, default 2), FUZZ_SECONDS (per target, default 20),
 # UNMASK_SKIP_ASAN=1 / UNMASK_SKIP_FUZZ=1 / UNMASK_SKIP_JS=1 / UNMASK_SKIP_CUDA=1 to leave a stage out locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 
 bash scripts/install-deps.sh
 STAGES=0
@@ -65,7 +65,7 @@ if [ "${UNMASK_SKIP_CUDA:-0}" != 1 ] && [ -x /usr/local/cuda/bin/nvcc ]; then
   stage "[6/6] CUDA backend: compiles for sm_80 and sm_90a; its tests skip without a GPU"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNMASK_CUDA=ON \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >/dev/null
-  cmake --build build-cuda -j"$JOBS"
+  cmake --build build-cuda -j"$JOBS" --target unmask_cuda_tests  # every .cu and the core; the CPU targets are built above
   build-cuda/unmask_cuda_tests
 fi
 echo "== all tests passed"
