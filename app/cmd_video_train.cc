@@ -112,6 +112,7 @@ int cmd_pretrain_video(int argc, char** argv) {
             {"batch", "N", "clips per step", "8"},
             {"steps", "N", "optimizer steps", "100"},
             {"mask-ratio", "R", "tube mask ratio", "0.9"},
+            {"decoder-mask-ratio", "R", "VideoMAE v2 running-cell decoder masking ratio (0 = off: decode the masked tokens)", "0"},
             {"naming", "KIND", "checkpoint names: original (VideoMAE) or hf (transformers)", "original"},
             {"init-from", "PATH", "start from a checkpoint (safetensors dir/file or .pth)", ""},
             {"save-every", "N", "also write DIR/model every N steps (0 = only at the end)", "0"},
@@ -168,6 +169,9 @@ int cmd_pretrain_video(int argc, char** argv) {
   fc.dec_dim = config.decoder_dim, fc.dec_depth = config.decoder_depth, fc.dec_heads = config.decoder_heads;
   fc.dec_mlp_hidden = config.mlp_hidden(config.decoder_dim);
   fc.mask_ratio = ratio;
+  const double decoder_ratio = a.get_double("decoder-mask-ratio");
+  if (decoder_ratio > 0) video::running_cell_masked_per_cell(decoder_ratio);  // validates it
+  fc.decoder_mask_ratio = decoder_ratio;
   fc.batch = batch;
   const double step_flops = video::videomae_pretrain_step_flops(fc);
 
@@ -199,6 +203,9 @@ int cmd_pretrain_video(int argc, char** argv) {
         video::tube_mask_batch(grid, ratio, uint64_t(seed), uint64_t(step * batch * world + row0), row1 - row0);
     model.zero_grad();
     VideoMAEStepOptions so;
+    if (decoder_ratio > 0)
+      so.decoder_mask = video::running_cell_mask_batch(grid, decoder_ratio, uint64_t(seed),
+                                                       uint64_t(step * batch * world + row0), row1 - row0);
     so.loss_scale = float(double(row1 - row0) / double(B));  // the ranks' gradients add up to the batch mean's
     VideoMAEStepStats st = model.pretrain_step(ctx, world > 1 ? b.videos.slice(0, row0, row1) : b.videos, mask, so);
     if (world > 1) {

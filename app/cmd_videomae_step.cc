@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "unmask/error.h"
 #include "unmask/videomae.h"
+#include "video/masking.h"
 
 namespace unmask::cli {
 
@@ -29,6 +30,7 @@ int cmd_videomae_step(int argc, char** argv) {
       {"classify", "K", "fine-tuning model with K classes instead of the pretraining model", "0"},
       {"drop-path", "RATE", "--classify: drop path rate (linear over depth)", "0"},
       {"mixup", "", "--classify: mixup 0.8 / cutmix 1.0 / smoothing 0.1 (else smoothing 0.1 only)", ""},
+      {"decoder-mask-ratio", "R", "pretraining: VideoMAE v2 running-cell decoder mask with this ratio (0 = v1)", "0"},
   };
   auto parsed = Args::parse("videomae-step", "one VideoMAE pretraining step; dumps inputs, params, grads",
                             specs, argc, argv, 2);
@@ -107,13 +109,20 @@ int cmd_videomae_step(int argc, char** argv) {
 
   model.zero_grad();
   VideoMAEStepOptions opt;
+  if (const double dr = a.get_double("decoder-mask-ratio"); dr > 0)
+    opt.decoder_mask = video::running_cell_mask_batch({config.grid_t(), config.grid_hw(), config.grid_hw()}, dr,
+                                                      uint64_t(seed), 0, B);
   const VideoMAEStepStats st = model.pretrain_step(ctx, videos, mask, opt);
 
   std::filesystem::create_directories(out);
-  io::write_safetensors(out + "/inputs.safetensors", {{"videos", videos}, {"mask", mask}});
+  std::vector<std::pair<std::string, Tensor>> inputs = {{"videos", videos}, {"mask", mask}};
+  if (opt.decoder_mask.defined()) inputs.emplace_back("decoder_mask", opt.decoder_mask);
+  io::write_safetensors(out + "/inputs.safetensors", inputs);
   write_params(model.params());
-  std::printf("{\"loss\": %.9g, \"clips\": %lld, \"masked_tokens\": %lld, \"visible_tokens\": %lld}\n", st.loss,
-              (long long)st.clips, (long long)st.masked_tokens, (long long)st.visible_tokens);
+  std::printf("{\"loss\": %.9g, \"clips\": %lld, \"masked_tokens\": %lld, \"visible_tokens\": %lld, "
+              "\"decoded_tokens\": %lld, \"loss_tokens\": %lld}\n",
+              st.loss, (long long)st.clips, (long long)st.masked_tokens, (long long)st.visible_tokens,
+              (long long)st.decoded_tokens, (long long)st.loss_tokens);
   return 0;
 }
 

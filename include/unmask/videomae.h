@@ -60,14 +60,22 @@ struct VideoMAEStepOptions {
   /// The clip normalisation of the input (the target is built from videos * std + mean).
   std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
   std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
-  /// Keep the predicted pixels [B * Nm, patch_dim] and targets (same shape) of the step.
+  /// Keep the predicted pixels [B * Nd, patch_dim] and targets (same shape) of the step.
   bool keep_outputs = false;
+  /// VideoMAE v2 dual masking: u8 [B, num_patches], 1 = NOT decoded (a running-cell mask,
+  /// video/masking.h). The decoder then sees the visible tokens plus mask tokens at every kept
+  /// position (Nd per clip, the same in every row; kept positions may be encoder-visible), and the
+  /// loss is the MSE over the kept positions that the encoder masked. Undefined: decode exactly the
+  /// encoder-masked tokens (VideoMAE v1; the same as passing 1 - mask).
+  Tensor decoder_mask;
 };
 
 struct VideoMAEStepStats {
-  double loss = 0;             // mean squared error over masked tokens x patch_dim
+  double loss = 0;             // mean squared error over the loss tokens x patch_dim
   int64_t clips = 0, masked_tokens = 0, visible_tokens = 0;
-  Tensor pred, target;         // f32 [B * Nm, patch_dim] (keep_outputs only), clip-major, token order
+  int64_t decoded_tokens = 0;  // mask-token positions the decoder reconstructed (B * Nd)
+  int64_t loss_tokens = 0;     // of those, the encoder-masked ones the loss averages over
+  Tensor pred, target;         // f32 [B * Nd, patch_dim] (keep_outputs only), clip-major, token order
 };
 
 /// A VideoMAE pretraining model with owned f32 parameters and gradients (CPU).

@@ -170,6 +170,41 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
                "masked token per clip, got ",
                Nm, " masked of ", Np);
 
+  // Decoded positions per clip (ascending): the encoder-masked ones (v1), or with a decoder
+  // mask the kept ones (v2); loss_weight says which of them the loss counts (encoder-masked).
+  std::vector<int32_t> dec_ids = mask_ids;
+  int64_t Nd = Nm;
+  const Tensor& dmask = options.decoder_mask;
+  if (dmask.defined()) {
+    UNMASK_CHECK((dmask.dtype() == DType::u8 || dmask.dtype() == DType::boolean) && dmask.ndim() == 2 &&
+                     dmask.size(0) == B && dmask.size(1) == Np && dmask.is_contiguous(),
+                 "videomae pretrain_step: decoder_mask must be u8 [", B, ", ", Np, "] (1 = not decoded), got ",
+                 dmask.describe());
+    const uint8_t* dk = static_cast<const uint8_t*>(dmask.raw());
+    dec_ids.clear();
+    Nd = 0;
+    for (int64_t j = 0; j < Np; ++j) Nd += dk[j] == 0;
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t kept = 0;
+      for (int64_t j = 0; j < Np; ++j)
+        if (dk[b * Np + j] == 0) {
+          dec_ids.push_back(int32_t(b * Np + j));
+          ++kept;
+        }
+      UNMASK_CHECK(kept == Nd, "videomae pretrain_step: every decoder_mask row must keep the same number of tokens: ",
+                   "row 0 keeps ", Nd, ", row ", b, " keeps ", kept);
+    }
+    UNMASK_CHECK(Nd >= 1, "videomae pretrain_step: the decoder mask keeps no token");
+  }
+  std::vector<uint8_t> loss_weight(dec_ids.size(), 1);
+  int64_t loss_rows = int64_t(dec_ids.size());
+  if (dmask.defined()) {
+    loss_rows = 0;
+    for (size_t r = 0; r < dec_ids.size(); ++r) loss_rows += (loss_weight[r] = mk[dec_ids[r]] != 0);
+    UNMASK_CHECK(loss_rows >= 1, "videomae pretrain_step: no decoded token is encoder-masked, so there is no loss");
+  }
+  const int64_t Nt = Nv + Nd;  // decoder tokens per clip
+
   video::retain_freed_memory();
   const Tensor clips = videos.contiguous();
   const TokenGeometry geo{c.channels, c.num_frames, c.img_size,  c.img_size,
@@ -198,57 +233,65 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   PV no_bias;
   train::linear_forward(ctx, enc_ln, m.e2d_w, no_bias, e2d);
 
-  // Decoder input per clip: [e2d_vis + pos_dec[vis], mask_token + pos_dec[masked]] (Np rows).
-  Tensor dec_in = Tensor::empty({B * Np, Dd}, DType::f32);
+  // Decoder input per clip: [e2d_vis + pos_dec[vis], mask_token + pos_dec[decoded]] (Nt rows).
+  Tensor dec_in = Tensor::empty({B * Nt, Dd}, DType::f32);
   {
     float* di = dec_in.data<float>();
     const float* pe = m.dec_pos.data<float>();
     const float* mt = m.mask_token.value.data<float>();
     const float* ev = e2d.data<float>();
     ctx.parallel_for(
-        B * Np,
+        B * Nt,
         [&](int64_t begin, int64_t end) {
           for (int64_t r = begin; r < end; ++r) {
-            const int64_t b = r / Np, j = r % Np;
+            const int64_t b = r / Nt, j = r % Nt;
             float* row = di + r * Dd;
             const bool vis = j < Nv;
-            const int64_t tok = vis ? vis_ids[size_t(b * Nv + j)] % Np : mask_ids[size_t(b * Nm + j - Nv)] % Np;
+            const int64_t tok = vis ? vis_ids[size_t(b * Nv + j)] % Np : dec_ids[size_t(b * Nd + j - Nv)] % Np;
             const float* src = vis ? ev + (b * Nv + j) * Dd : mt;
             for (int64_t k = 0; k < Dd; ++k) row[k] = src[k] + pe[tok * Dd + k];
           }
         },
         64);
   }
-  const BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Np, c.norm_eps};
+  const BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Nt, c.norm_eps};
   std::vector<BlockSaved> dec(m.dec_blocks.size());
   for (size_t i = 0; i < dec.size(); ++i)
     video::block_forward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, ds, dec[i]);
-  // decoder.norm + head on the last Nm rows of every clip
-  Tensor dec_m = Tensor::empty({B * Nm, Dd}, DType::f32);
+  // decoder.norm + head on the last Nd rows of every clip
+  Tensor dec_m = Tensor::empty({B * Nd, Dd}, DType::f32);
   for (int64_t b = 0; b < B; ++b)
-    std::memcpy(dec_m.data<float>() + b * Nm * Dd, dec.back().out.data<float>() + (b * Np + Nv) * Dd,
-                size_t(Nm * Dd) * sizeof(float));
-  Tensor dec_ln = Tensor::empty({B * Nm, Dd}, DType::f32);
-  Tensor dec_mean = Tensor::empty({B * Nm}, DType::f32), dec_rstd = Tensor::empty({B * Nm}, DType::f32);
+    std::memcpy(dec_m.data<float>() + b * Nd * Dd, dec.back().out.data<float>() + (b * Nt + Nv) * Dd,
+                size_t(Nd * Dd) * sizeof(float));
+  Tensor dec_ln = Tensor::empty({B * Nd, Dd}, DType::f32);
+  Tensor dec_mean = Tensor::empty({B * Nd}, DType::f32), dec_rstd = Tensor::empty({B * Nd}, DType::f32);
   ops::layernorm(ctx, dec_m, nullptr, m.dec_norm_g.value, m.dec_norm_b.value, c.norm_eps, dec_ln, &dec_mean, &dec_rstd);
-  Tensor pred = Tensor::empty({B * Nm, K}, DType::f32);
+  Tensor pred = Tensor::empty({B * Nd, K}, DType::f32);
   train::linear_forward(ctx, dec_ln, m.head_w, m.head_b, pred);
 
-  // ---- loss: MSE against the normalised-pixel target of the masked tokens ----
-  const int64_t count = B * Nm * K;
-  Tensor target = options.keep_outputs ? Tensor::empty({B * Nm, K}, DType::f32) : Tensor();
-  Tensor dpred = Tensor::empty({B * Nm, K}, DType::f32);
+  // ---- loss: MSE against the normalised-pixel target of the loss tokens ----
+  const int64_t count = loss_rows * K;
+  Tensor target = options.keep_outputs ? Tensor::empty({B * Nd, K}, DType::f32) : Tensor();
+  Tensor dpred = Tensor::empty({B * Nd, K}, DType::f32);
   const double gscale = 2.0 * double(options.loss_scale) / double(count);
-  std::vector<double> row_sq(size_t(B * Nm));
-  target_and_loss_rows(ctx, clips.data<float>(), geo, Np, mask_ids, options.mean, options.std, pred.data<float>(),
+  std::vector<double> row_sq(size_t(B * Nd));
+  target_and_loss_rows(ctx, clips.data<float>(), geo, Np, dec_ids, options.mean, options.std, pred.data<float>(),
                        gscale, dpred.data<float>(), options.keep_outputs ? target.data<float>() : nullptr, row_sq);
   double sq = 0;
-  for (double v : row_sq) sq += v;
+  for (size_t r = 0; r < row_sq.size(); ++r) {
+    if (loss_weight[r]) {
+      sq += row_sq[r];
+    } else {  // decoded but encoder-visible (v2): reconstructed, not in the loss
+      std::memset(dpred.data<float>() + int64_t(r) * K, 0, size_t(K) * sizeof(float));
+    }
+  }
   VideoMAEStepStats st;
   st.loss = sq / double(count);
   st.clips = B;
   st.masked_tokens = B * Nm;
   st.visible_tokens = B * Nv;
+  st.decoded_tokens = B * Nd;
+  st.loss_tokens = loss_rows;
   if (options.keep_outputs) {
     st.pred = pred;
     st.target = target;
@@ -256,13 +299,13 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   if (!options.backward) return st;
 
   // ---- backward ----
-  Tensor dln = Tensor::empty({B * Nm, Dd}, DType::f32);
+  Tensor dln = Tensor::empty({B * Nd, Dd}, DType::f32);
   train::linear_backward(ctx, dec_ln, m.head_w, m.head_b, dpred, &dln);
   ops::layernorm_backward(ctx, dec_m, nullptr, m.dec_norm_g.value, dec_mean, dec_rstd, dln, dln, m.dec_norm_g.grad,
                           m.dec_norm_b.grad);
-  Tensor g = Tensor::zeros({B * Np, Dd}, DType::f32);
+  Tensor g = Tensor::zeros({B * Nt, Dd}, DType::f32);
   for (int64_t b = 0; b < B; ++b)
-    std::memcpy(g.data<float>() + (b * Np + Nv) * Dd, dln.data<float>() + b * Nm * Dd, size_t(Nm * Dd) * sizeof(float));
+    std::memcpy(g.data<float>() + (b * Nt + Nv) * Dd, dln.data<float>() + b * Nd * Dd, size_t(Nd * Dd) * sizeof(float));
   for (size_t i = dec.size(); i-- > 0;) {
     video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, dec[i], ds, g);
     dec[i] = BlockSaved{};  // its memory serves the next block's backward
@@ -272,9 +315,9 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   {
     float* mtg = m.mask_token.grad.data<float>();
     for (int64_t b = 0; b < B; ++b) {
-      std::memcpy(de2d.data<float>() + b * Nv * Dd, g.data<float>() + b * Np * Dd, size_t(Nv * Dd) * sizeof(float));
-      for (int64_t j = Nv; j < Np; ++j) {
-        const float* row = g.data<float>() + (b * Np + j) * Dd;
+      std::memcpy(de2d.data<float>() + b * Nv * Dd, g.data<float>() + b * Nt * Dd, size_t(Nv * Dd) * sizeof(float));
+      for (int64_t j = Nv; j < Nt; ++j) {
+        const float* row = g.data<float>() + (b * Nt + j) * Dd;
         for (int64_t k = 0; k < Dd; ++k) mtg[k] += row[k];
       }
     }

@@ -38,6 +38,10 @@ echo "pretrain-video: mean loss of steps 1-10 $first, of steps 351-400 $last"
 /usr/bin/python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) < 0.95 * float(sys.argv[1]) else 1)" "$first" "$last" \
   && ok || bad "pretraining loss did not fall by 5%: $first -> $last"
 [ -f "$T/pt/model/model.safetensors" ] && [ -f "$T/pt/model/config.json" ] && ok || bad "no pretrain checkpoint"
+# VideoMAE v2 dual masking (running-cell decoder mask 0.5): runs, logs every step
+"$BIN" pretrain-video --data "$T/train.ucs" --out "$T/pt2" --preset tiny --patch 8 --batch 8 --steps 20 \
+  --decoder-mask-ratio 0.5 --log-every 100 >/dev/null 2>"$T/pt2.err" && [ "$(wc -l < "$T/pt2/metrics.jsonl")" = 20 ] \
+  && ok || bad "pretrain-video --decoder-mask-ratio 0.5: $(tail -2 "$T/pt2.err")"
 
 # Fine-tuning from the pretrained encoder with VideoMAE's recipe (layer decay 0.75, drop path 0.1,
 # mixup 0.8 / cutmix 1.0, smoothing 0.1), evaluated on the held-out split.
@@ -74,7 +78,8 @@ expect_error "negative lr" "lr" "$BIN" finetune-video --data "$T/train.ucs" --ou
 expect_error "bad mixup value" "finite number" "$BIN" finetune-video --data "$T/train.ucs" --out "$T/x" --mixup abc
 expect_error "label beyond --num-classes" "num-classes" "$BIN" finetune-video --data "$T/train.ucs" --out "$T/x" --num-classes 2
 expect_error "unknown preset" "preset" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --preset enormous
-expect_error "patch not dividing the crop" "multiple of patch" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --patch 10
+expect_error "patch not dividing the crop" "multiple of patch"
+expect_error "decoder mask ratio 1.5" "ratio" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --decoder-mask-ratio 1.5 "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --patch 10
 # A list with a corrupt video: skipped and counted by default, an error naming it with --strict.
 head -c 3000 /dev/urandom >"$T/broken.webm"
 { echo "$T/broken.webm 0"; head -8 "$T/v/val_videomae.txt"; } >"$T/mixed.txt"

@@ -71,7 +71,11 @@ def block(x, p, prefix, heads, eps, drop=None):
     return x + sm * F.linear(h, p[prefix + "mlp.fc2.weight"], p[prefix + "mlp.fc2.bias"])
 
 
-def pretrain_loss(p, videos, mask, cfg):
+def pretrain_loss(p, videos, mask, cfg, decode_mask=None):
+    """decode_mask (VideoMAE v2 dual masking, True = not decoded): the decoder input is
+    [x_vis + pos_vis, mask_token + pos[~decode_mask]], the head runs on those last tokens and the
+    loss is the MSE over the decoded tokens that the encoder masked (v2 engine_for_pretraining:
+    labels = patches[~decode_masked_pos], cal_loss_mask = bool_masked_pos[~decode_masked_pos])."""
     B = videos.shape[0]
     tt, ps, eps = cfg["tubelet"], cfg["patch"], cfg["eps"]
     # encoder: Conv3d tubelet embed -> (t h w) tokens, + sinusoid, keep the visible ones
@@ -89,7 +93,8 @@ def pretrain_loss(p, videos, mask, cfg):
     Dd = x_vis.shape[2]
     pos = sinusoid_table(Np, Dd).to(x.dtype)[None].expand(B, -1, -1)
     pos_vis = pos[~mask].reshape(B, -1, Dd)
-    pos_mask = pos[mask].reshape(B, -1, Dd)
+    dec_sel = mask if decode_mask is None else ~decode_mask
+    pos_mask = pos[dec_sel].reshape(B, -1, Dd)
     x_full = torch.cat([x_vis + pos_vis, p["mask_token"] + pos_mask], dim=1)
     for i in range(cfg["ddepth"]):
         x_full = block(x_full, p, f"decoder.blocks.{i}.", cfg["dheads"], eps)
@@ -108,8 +113,12 @@ def pretrain_loss(p, videos, mask, cfg):
     norm = (patches - patches.mean(dim=-2, keepdim=True)) / (
         patches.var(dim=-2, unbiased=True, keepdim=True).sqrt() + 1e-6)
     norm = norm.reshape(b, t_ * h_ * w_, tt * ps * ps * c)
-    labels = norm[mask].reshape(B, -1, norm.shape[-1])
-    return F.mse_loss(pred, labels)
+    labels = norm[dec_sel].reshape(B, -1, norm.shape[-1])
+    if decode_mask is None:
+        return F.mse_loss(pred, labels)
+    loss_mask = mask[dec_sel].reshape(B, -1).to(pred.dtype)
+    per_token = ((pred - labels) ** 2).mean(dim=-1)
+    return (per_token * loss_mask).sum() / loss_mask.sum()
 
 
 def classify_loss(p, videos, targets, drop_scales, cfg):
@@ -206,6 +215,22 @@ def main() -> int:
     loss = pretrain_loss(p, videos, mask, TINY)
     loss.backward()
     failures += compare("pretrain", stats, loss, p, grads, args.tol)
+
+    # 1b. VideoMAE v2 dual masking: a running-cell decoder mask (ratio 0.5)
+    stats, inputs, p, grads = run_step(args.unmask, ["--batch", "2", "--masked", "2", "--seed", str(args.seed),
+                                                     "--decoder-mask-ratio", "0.5"])
+    videos = torch.from_numpy(arr(inputs["videos"]).astype(np.float64))
+    mask = torch.from_numpy(arr(inputs["mask"]).astype(bool))
+    dmask = torch.from_numpy(arr(inputs["decoder_mask"]).astype(bool))
+    loss = pretrain_loss(p, videos, mask, TINY, dmask)
+    loss.backward()
+    kept_visible = int((~dmask & ~mask).sum())
+    print(f"[pretrain+decoder mask] {stats['decoded_tokens']} decoded tokens, {stats['loss_tokens']} in the loss, "
+          f"{kept_visible} decoded but encoder-visible")
+    if not (kept_visible > 0 and stats["loss_tokens"] == int((~dmask & mask).sum())):
+        print("[pretrain+decoder mask] the masks do not exercise a decoded encoder-visible token")
+        failures += 1
+    failures += compare("pretrain+decoder mask", stats, loss, p, grads, args.tol)
 
     # 2. fine-tuning steps: smoothed one-hot targets; mixup/cutmix + drop path (the seeds pick
     #    both a mixup and a cutmix batch; the scales unmask drew are replayed here)
