@@ -78,8 +78,8 @@ expect_error "negative lr" "lr" "$BIN" finetune-video --data "$T/train.ucs" --ou
 expect_error "bad mixup value" "finite number" "$BIN" finetune-video --data "$T/train.ucs" --out "$T/x" --mixup abc
 expect_error "label beyond --num-classes" "num-classes" "$BIN" finetune-video --data "$T/train.ucs" --out "$T/x" --num-classes 2
 expect_error "unknown preset" "preset" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --preset enormous
-expect_error "patch not dividing the crop" "multiple of patch"
-expect_error "decoder mask ratio 1.5" "ratio" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --decoder-mask-ratio 1.5 "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --patch 10
+expect_error "patch not dividing the crop" "multiple of patch" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --patch 10
+expect_error "decoder mask ratio 1.5" "ratio" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --decoder-mask-ratio 1.5
 # A list with a corrupt video: skipped and counted by default, an error naming it with --strict.
 head -c 3000 /dev/urandom >"$T/broken.webm"
 { echo "$T/broken.webm 0"; head -8 "$T/v/val_videomae.txt"; } >"$T/mixed.txt"
