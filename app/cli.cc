@@ -119,7 +119,7 @@ double Args::get_double(const std::string& name) const {
     if (used != v.size() || !std::isfinite(x)) throw std::invalid_argument(v);
     return x;
   } catch (const std::exception&) {
-    throw Error("--", name, " must be a finite number, got '", v, "'");
+    throw Error("--", name, " must be a number, got '", v, "' (a finite number, e.g. 0.5)");
   }
 }
 

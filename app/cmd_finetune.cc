@@ -20,18 +20,6 @@ namespace {
 
 using finetune::TaskKind;
 
-double get_double(const Args& args, const std::string& name) {
-  const std::string v = args.get(name);
-  try {
-    size_t used = 0;
-    const double x = std::stod(v, &used);
-    if (used != v.size() || !std::isfinite(x)) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw Error("--", name, " must be a number, got '", v, "'");
-  }
-}
-
 int64_t positive_int(const Args& args, const std::string& name, int64_t min = 1) {
   const int64_t v = args.get_int(name);
   if (v < min) throw Error("--", name, " must be at least ", min, ", got ", v);
@@ -126,9 +114,9 @@ int cmd_finetune(int argc, char** argv) {
   finetune::TrainOptions to;
   to.epochs = positive_int(*args, "epochs");
   to.batch = positive_int(*args, "batch");
-  to.lr = float(get_double(*args, "lr"));
-  to.warmup = get_double(*args, "warmup");
-  to.weight_decay = float(get_double(*args, "weight-decay"));
+  to.lr = float(args->get_double("lr"));
+  to.warmup = args->get_double("warmup");
+  to.weight_decay = float(args->get_double("weight-decay"));
   to.seed = uint64_t(positive_int(*args, "seed", 0));
   to.max_steps = positive_int(*args, "max-steps", 0);
   to.log_every = positive_int(*args, "log-every");

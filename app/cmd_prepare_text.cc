@@ -11,18 +11,6 @@ namespace unmask::cli {
 
 namespace {
 
-double get_double(const Args& args, const std::string& name) {
-  const std::string v = args.get(name);
-  try {
-    size_t used = 0;
-    const double x = std::stod(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw Error("--", name, " must be a number, got '", v, "'");
-  }
-}
-
 // --input may repeat and each value may be a comma-separated list.
 std::vector<std::string> input_list(const Args& args) {
   std::vector<std::string> out;
@@ -71,8 +59,8 @@ int cmd_prepare_text(int argc, char** argv) {
   else throw Error("--format must be sentences or documents, got '", format, "'");
   o.max_seq_length = args->get_int("max-seq");
   o.max_predictions_per_seq = args->get_int("max-pred");
-  o.masked_lm_prob = get_double(*args, "masked-lm-prob");
-  o.short_seq_prob = get_double(*args, "short-seq-prob");
+  o.masked_lm_prob = args->get_double("masked-lm-prob");
+  o.short_seq_prob = args->get_double("short-seq-prob");
   o.dupe_factor = args->get_int("dupe-factor");
   const int64_t seed = args->get_int("seed");
   if (seed < 0) throw Error("--seed must be >= 0, got ", seed);
