@@ -143,7 +143,7 @@ int bench_videomae(int argc, char** argv) {
   if (args->has("img")) cfg.img_size = args->get_int("img");
   cfg.decoder_depth = args->get_int("decoder-depth");
   cfg.validate();
-  const double mask_ratio = std::stod(args->get("mask-ratio"));
+  const double mask_ratio = args->get_double("mask-ratio");
   if (!(mask_ratio > 0 && mask_ratio < 1)) throw Error("--mask-ratio must be in (0, 1), got ", args->get("mask-ratio"));
   const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup");
   if (steps < 1) throw Error("--steps must be at least 1, got ", steps);
@@ -161,7 +161,7 @@ int bench_videomae(int argc, char** argv) {
 
   Context ctx({.num_threads = int(args->get_int("threads"))});
   const bool fixed_peak = args->has("peak-gflops");
-  double peak = fixed_peak ? std::stod(args->get("peak-gflops"))
+  double peak = fixed_peak ? args->get_double("peak-gflops")
                 : dry_run  ? 0.0
                            : train::measure_peak_gflops(ctx.num_threads());
   char devices[64];
