@@ -117,6 +117,7 @@ struct LoaderOptions {
 /// instance within the file (in the file's shuffled instance order).
 struct LoaderPosition {
   int64_t epoch = 0, file_index = 0, sample_index = 0;
+  bool operator==(const LoaderPosition&) const = default;
 };
 
 /// Yields full micro-batches of batch_size instances forever (epochs roll over). Files are

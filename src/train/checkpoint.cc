@@ -82,7 +82,16 @@ std::string state_json(const TrainerState& s) {
   j["optimizer_step"] = s.optimizer_step;
   j["phase"] = s.phase;
   j["seed"] = s.seed;
-  j["loader"] = {{"epoch", s.loader.epoch}, {"file_index", s.loader.file_index}, {"sample_index", s.loader.sample_index}};
+  auto position = [](const data::LoaderPosition& p) {
+    return nlohmann::json{{"epoch", p.epoch}, {"file_index", p.file_index}, {"sample_index", p.sample_index}};
+  };
+  j["loader"] = position(s.loader);
+  j["data_sharding"] = s.data_sharding;
+  if (!s.rank_loaders.empty()) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const data::LoaderPosition& p : s.rank_loaders) ranks.push_back(position(p));
+    j["rank_loaders"] = ranks;
+  }
   j["config_hash"] = s.config_hash;
   j["config"] = s.config;
   j["metrics"] = metrics_json(s.metrics);
@@ -225,10 +234,18 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
     s.optimizer_step = j.at("optimizer_step").get<int64_t>();
     s.phase = j.at("phase").get<int>();
     s.seed = j.at("seed").get<uint64_t>();
-    const auto& l = j.at("loader");
-    s.loader.epoch = l.at("epoch").get<int64_t>();
-    s.loader.file_index = l.at("file_index").get<int64_t>();
-    s.loader.sample_index = l.at("sample_index").get<int64_t>();
+    auto position = [](const nlohmann::json& l) {
+      data::LoaderPosition p;
+      p.epoch = l.at("epoch").get<int64_t>();
+      p.file_index = l.at("file_index").get<int64_t>();
+      p.sample_index = l.at("sample_index").get<int64_t>();
+      if (p.epoch < 0 || p.file_index < 0 || p.sample_index < 0) throw Error("a negative loader position");
+      return p;
+    };
+    s.loader = position(j.at("loader"));
+    s.data_sharding = j.value("data_sharding", "batch");  // absent in checkpoints of earlier builds
+    if (auto it = j.find("rank_loaders"); it != j.end())
+      for (const auto& l : *it) s.rank_loaders.push_back(position(l));
     s.config_hash = j.at("config_hash").get<std::string>();
     s.config = j.at("config").get<std::map<std::string, std::string>>();
     const auto& m = j.at("metrics");

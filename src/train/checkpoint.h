@@ -4,7 +4,7 @@
 //     config.json, model.safetensors, vocab.txt   an HF model directory (unmask infer --model ...)
 //     optimizer.safetensors                        "P.exp_avg", "P.exp_avg_sq" for every param P;
 //                                                  metadata: optimizer, step
-//     trainer_state.json                           step, loader position, seed, config, metrics
+//     trainer_state.json                           step, loader position(s), seed, config, metrics
 //
 //   train::TrainerState st; st.step = 200; ...
 //   std::string dir = train::write_checkpoint("run", model, optimizer, st, {.vocab_path = v, .keep_last = 3});
@@ -45,7 +45,10 @@ struct TrainerState {
   int64_t optimizer_step = 0;      // Optimizer::step_count() (differs from step in phase 2)
   int phase = 1;
   uint64_t seed = 0;
-  data::LoaderPosition loader;     // position of the next micro-batch
+  data::LoaderPosition loader;     // position of the next micro-batch (data_sharding = batch)
+  // data_sharding = files / local: every rank's own loader position, in rank order (empty for batch).
+  std::string data_sharding = "batch";
+  std::vector<data::LoaderPosition> rank_loaders;
   std::string config_hash;         // PretrainConfig::numeric_hash()
   std::map<std::string, std::string> config;  // PretrainConfig::to_map()
   CheckpointMetrics metrics;

@@ -183,6 +183,14 @@ const std::vector<KeyDef>& keys() {
     bool_key("prefetch", &PretrainConfig::prefetch, false, "read the next shard on a background thread");
     bool_key("overlap_allreduce", &PretrainConfig::overlap_allreduce, false,
              "data parallel: start each gradient bucket's all-reduce during the backward pass (same numbers either way)");
+    t.push_back({"data_sharding", "batch|files|local", true,
+                 "data parallel: batch (every rank reads the global batch, keeps its rows: same numbers on any rank "
+                 "count), files (rank r reads shards r, r+N, ...), local (data is this machine's part; {rank} allowed)",
+                 [](PretrainConfig& c, const Value& v) {
+                   c.data_sharding = v.s == "files" ? DataSharding::files : v.s == "local" ? DataSharding::local
+                                                                                            : DataSharding::batch;
+                 },
+                 [](const PretrainConfig& c) { return quoted(data_sharding_name(c.data_sharding)); }});
     t.push_back({"seed", "int", true, "seed of the initial weights, data order, masking and dropout",
                  [](PretrainConfig& c, const Value& v) {
                    KeyDef self{"seed", "int", true, "", {}, {}};
@@ -355,6 +363,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
     std::swap(prev, cur);
   }
   return prev[b.size()];
+}
+
+const char* data_sharding_name(DataSharding s) {
+  return s == DataSharding::files ? "files" : s == DataSharding::local ? "local" : "batch";
 }
 
 const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::adamw ? "adamw" : "lamb"; }

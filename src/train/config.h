@@ -24,6 +24,18 @@
 
 namespace unmask::train {
 
+/// How the ranks of a data-parallel run (mpirun / srun) split the data (V-SWIFT's modes + DLE's):
+///   batch: every rank reads the same files and the same global batches and keeps its contiguous
+///          rows, so N ranks x B compute exactly 1 rank x N*B (any rank count resumes any run);
+///   files: mode 1, every machine holds the dataset: rank r reads only the shards r, r+N, r+2N,...
+///          (round robin, a disjoint slice), with its own seed for order and masking (DLE's way);
+///   local: mode 2, each machine holds only its part: `data` is this machine's directory ("{rank}"
+///          in it is replaced by the rank; without it the host's shards are dealt to its ranks),
+///          counts may differ; every rank draws `batch` rows per step from its own data, so a rank
+///          with fewer instances revisits them more often (V-SWIFT's resample-to-equal).
+enum class DataSharding : uint8_t { batch, files, local };
+const char* data_sharding_name(DataSharding s);
+
 struct PretrainConfig {
   // -- what to train, on what, where
   std::string model = "random:tiny";  // HF dir to start from, or "random:tiny|mini|small|medium|base|large"
@@ -47,6 +59,7 @@ struct PretrainConfig {
   double masked_lm_prob = 0.15;       // dynamic masking only
   bool prefetch = true;
   bool overlap_allreduce = true;  // data parallel: all-reduce buckets as the backward finishes them
+  DataSharding data_sharding = DataSharding::batch;  // data parallel: who reads what (above)
   uint64_t seed = 42;
   // -- regularisation
   double hidden_dropout = 0.1, attention_dropout = 0.1;

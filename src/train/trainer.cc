@@ -14,6 +14,7 @@
 #include "dist/grad_sync.h"
 #include "ops/ops.h"
 #include "dist/shard.h"
+#include "train/rank_data.h"
 #include "unmask/dist.h"
 #include "data/shard_io.h"
 #include "io/file.h"
@@ -125,11 +126,13 @@ TrainResult pretrain(const TrainerOptions& options) {
   cfg.validate();
   TrainResult result;
   result.total_steps = cfg.steps;
-  // Data parallelism (mpirun / srun): every rank reads the same global batches of batch x ranks
-  // rows (same seed, same loader position) and trains on its contiguous slice of rows; the losses
-  // are normalised by the global counts and the gradients summed over ranks, so N ranks x batch
-  // B/N compute the step of 1 rank x batch B. Rank 0 alone writes checkpoints, metrics and
-  // progress. One process: none of this runs.
+  // Data parallelism (mpirun / srun). Who reads what is data_sharding (train/rank_data.h): with
+  // "batch" every rank reads the same global batches of batch x ranks rows (same seed, same loader
+  // position) and trains on its contiguous slice of rows, so N ranks x batch B/N compute the step
+  // of 1 rank x batch B; with "files" / "local" each rank reads only its own shards with its own
+  // seed. Either way the losses are normalised by the global counts (masked tokens, NSP rows) and
+  // the gradients summed over ranks. Rank 0 alone writes checkpoints (with every rank's loader
+  // position), metrics and progress. One process: none of this runs.
   Communicator& comm = Communicator::world();
   const int world = comm.size(), rank = comm.rank();
   const bool root = comm.is_root();
@@ -146,18 +149,20 @@ TrainResult pretrain(const TrainerOptions& options) {
   };
 
   // ---- data
-  std::vector<std::string> shards = data::list_shards(cfg.data);
+  const RankData rank_data = plan_rank_data(cfg, {rank, world, comm.local_rank(), comm.local_size()});
+  const std::vector<std::string>& shards = rank_data.files;
   if (shards.empty())
-    throw Error("no shards (*.hdf5, *.h5) in ", cfg.data, Hint("make them with `unmask prepare-text`, or set data to DLE's hdf5_* directory"));
+    throw Error("no shards (*.hdf5, *.h5) in ", rank_data.data,
+                Hint("make them with `unmask prepare-text`, or set data to DLE's hdf5_* directory"));
   data::ShardInfo info = data::inspect_shard(shards.front());
   const std::string data_where = cfg.origin.count("max_seq") ? cfg.origin.at("max_seq") : (cfg.path.empty() ? "config" : cfg.path);
   if (info.seq_length != cfg.max_seq)
-    throw Error(data_where, ": max_seq = ", cfg.max_seq, " but the shards in ", cfg.data, " hold sequences of ", info.seq_length,
+    throw Error(data_where, ": max_seq = ", cfg.max_seq, " but the shards in ", rank_data.data, " hold sequences of ", info.seq_length,
                 Hint("set max_seq = " + std::to_string(info.seq_length) + " or point data at shards of length " +
                      std::to_string(cfg.max_seq)));
   if (!cfg.dynamic_masking && info.max_predictions != cfg.max_pred)
     throw Error(cfg.origin.count("max_pred") ? cfg.origin.at("max_pred") : data_where, ": max_pred = ", cfg.max_pred,
-                " but the shards in ", cfg.data, " hold ", info.max_predictions, " masked positions per sequence",
+                " but the shards in ", rank_data.data, " hold ", info.max_predictions, " masked positions per sequence",
                 Hint("set max_pred = " + std::to_string(info.max_predictions)));
 
   // ---- where the weights come from
@@ -252,7 +257,9 @@ TrainResult pretrain(const TrainerOptions& options) {
       throw Error("the checkpoint ", resume_dir, " was trained with ", kind, " but optimizer = ", optimizer_name(cfg.optimizer),
                   Hint("resume with the same optimizer"));
     opt.load_state(os);
-    start_pos = resumed.loader;
+    std::string why;
+    start_pos = rank_start_position(cfg.data_sharding, resumed, rank, world, &why);
+    if (!why.empty()) warn(why);
     step = resumed.step;
     carried = resumed.metrics;
     result.resumed_from = resume_dir;
@@ -275,8 +282,8 @@ TrainResult pretrain(const TrainerOptions& options) {
 
   data::LoaderOptions lo;
   lo.files = shards;
-  lo.batch_size = cfg.batch * world;  // the global batch; this rank trains on its rows
-  lo.seed = cfg.seed;
+  lo.batch_size = rank_data.loader_batch;  // batch sharding: the global batch, of which this rank trains on its rows
+  lo.seed = rank_data.loader_seed;
   lo.dynamic_masking = cfg.dynamic_masking;
   lo.masked_lm_prob = cfg.masked_lm_prob;
   lo.max_predictions_per_seq = cfg.max_pred;
@@ -284,6 +291,16 @@ TrainResult pretrain(const TrainerOptions& options) {
   lo.mask_id = vocab.mask_id, lo.cls_id = vocab.cls_id, lo.sep_id = vocab.sep_id, lo.pad_id = vocab.pad_id;
   lo.prefetch = cfg.prefetch;
   data::PretrainLoader loader(lo, start_pos);
+  if (world > 1 && cfg.data_sharding != DataSharding::batch) {
+    int64_t mine = 0;
+    for (const std::string& f : shards) mine += data::inspect_shard(f).num_instances;
+    const std::vector<int64_t> counts = comm.allgather_pod<int64_t>(mine, "the per-rank instance counts");
+    std::string list;
+    for (int64_t c : counts) list += (list.empty() ? "" : ", ") + std::to_string(c);
+    note(std::string("data_sharding = ") + data_sharding_name(cfg.data_sharding) + ": the ranks hold " + list +
+         " instances; each draws " + std::to_string(cfg.batch) + " per micro-batch from its own (a rank with fewer "
+         "revisits them more often)");
+  }
 
   ScheduleConfig sched;
   sched.kind = cfg.schedule;
@@ -302,6 +319,7 @@ TrainResult pretrain(const TrainerOptions& options) {
   const std::string title = title_buf;
   Progress progress(step, cfg.steps, cfg.log_every, options.tty);
 
+  std::vector<data::LoaderPosition> rank_positions;  // files / local: every rank's, gathered for the checkpoint
   auto make_state = [&](const StepMetrics* last) {
     TrainerState st;
     st.step = step;
@@ -309,6 +327,8 @@ TrainResult pretrain(const TrainerOptions& options) {
     st.phase = cfg.phase;
     st.seed = cfg.seed;
     st.loader = loader.position();
+    st.data_sharding = data_sharding_name(cfg.data_sharding);
+    st.rank_loaders = rank_positions;
     st.config_hash = global_config.numeric_hash();
     st.config = global_config.to_map();  // batch = the global batch; any rank count may resume it
     st.metrics = carried;
@@ -322,6 +342,8 @@ TrainResult pretrain(const TrainerOptions& options) {
   int64_t saved_step = -1;
   auto save = [&](const StepMetrics* last) {
     if (saved_step == step) return;
+    if (cfg.data_sharding != DataSharding::batch)
+      rank_positions = comm.allgather_pod<data::LoaderPosition>(loader.position(), "the loader positions");
     if (options.progress && root) progress.message("saving checkpoint " + checkpoint_name(step) + " ...");
     if (root) {
       result.checkpoint = write_checkpoint(run_dir, model, opt, make_state(last),
@@ -364,9 +386,15 @@ TrainResult pretrain(const TrainerOptions& options) {
                     Hint("every shard of a run must have the same sequence length"));
       TrainStepOptions so;
       if (world > 1) {
-        const PretrainCounts global = pretrain_counts(b);  // every rank holds the whole global batch
-        const auto [lo_row, hi_row] = dist::shard_range(b.input_ids.size(0), rank, world);
-        b = slice_batch_rows(b, lo_row, hi_row);
+        PretrainCounts global = pretrain_counts(b);
+        if (rank_data.keep_rows) {  // every rank holds the whole global batch: keep this rank's rows
+          const auto [lo_row, hi_row] = dist::shard_range(b.input_ids.size(0), rank, world);
+          b = slice_batch_rows(b, lo_row, hi_row);
+        } else {  // every rank holds its own rows: add the counts up
+          double c[2] = {double(global.masked), double(global.nsp)};
+          comm.allreduce_sum(c, 2, "the batch counts");
+          global.masked = int64_t(c[0]), global.nsp = int64_t(c[1]);
+        }
         so.mlm_normalizer = std::max<int64_t>(global.masked, 1);
         so.nsp_normalizer = std::max<int64_t>(global.nsp, 1);
         micro_sums.insert(micro_sums.end(), {0.0, 0.0, double(global.masked), double(global.nsp)});
