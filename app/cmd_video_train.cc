@@ -5,6 +5,7 @@
 // Data: --data is a clip store (`unmask prepare-video`, decode-once) or a list file decoded on the
 // fly. Output (--out DIR): DIR/model (model.safetensors + config.json, original or HF names),
 // DIR/metrics.jsonl (one line per step), and for fine-tuning DIR/eval.json.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -118,14 +119,19 @@ int cmd_pretrain_video(int argc, char** argv) {
             {"save-every", "N", "also write DIR/model every N steps (0 = only at the end)", "0"},
             {"log-every", "N", "print a line every N steps", "10"},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
-            {"seed", "N", "seed of the weights, masks and augmentation", "0"}},
+            {"seed", "N", "seed of the weights, masks and augmentation", "0"},
+            {"data-sharding", "MODE",
+             "data parallel: slice (rank r reads its videos of each global batch: one process's numbers) or local "
+             "(--data is this machine's part, {rank} in it replaced; ranks resample to equal counts)",
+             "slice"}},
            video_model_specs()),
       with(video_data_specs(), optimizer_specs("1.5e-4", "0.95", "0.1")));
   auto parsed = Args::parse("pretrain-video", "VideoMAE pretraining (tube masking, normalized-pixel MSE)", specs, argc,
                             argv, 2);
   if (!parsed) return 0;
   const Args& a = *parsed;
-  const std::string data = a.require("data"), out = a.require("out");
+  std::string data = a.require("data");
+  const std::string out = a.require("out");
   const VideoMAEConfig config = video_model_config(a);
   const int64_t batch = a.get_int("batch"), steps = a.get_int("steps"), seed = a.get_int("seed");
   const double ratio = a.get_double("mask-ratio");
@@ -133,14 +139,23 @@ int cmd_pretrain_video(int argc, char** argv) {
   const video::VideoMAENaming naming = naming_of(a);
   const OptimizerSetup os = optimizer_setup(a, steps);
 
-  // Data parallel under mpirun / srun: every rank loads the same global batches (batch x ranks
-  // clips, same seed) and trains on its rows; masks are keyed by the global clip index and the
+  // Data parallel under mpirun / srun. --data-sharding slice (V-SWIFT's mode 1): each rank's
+  // loader reads only its rows of every global batch (batch x ranks clips; the loader keys every
+  // random draw by the clip's global position), masks are keyed by the global clip index and the
   // gradients summed over ranks with loss_scale = rows / global rows, so N ranks compute the step
-  // of one process with the global batch. Rank 0 writes. (Each rank decodes the whole global
-  // batch: per-rank sharding of the loader is still to do.)
+  // of one process with the global batch. --data-sharding local (mode 2): each rank reads its own
+  // store or list, resampled to the largest rank's count per epoch. Rank 0 writes.
   Communicator& comm = Communicator::world();
   const int world = comm.size(), rank = comm.rank();
   const bool root = comm.is_root();
+  const std::string sharding = a.get("data-sharding");
+  if (sharding != "slice" && sharding != "local")
+    throw Error("--data-sharding must be slice or local, got '", sharding, "'");
+  if (sharding == "local")
+    for (size_t at = data.find("{rank}"); at != std::string::npos; at = data.find("{rank}", at))
+      data.replace(at, 6, std::to_string(rank));
+  else if (data.find("{rank}") != std::string::npos)
+    throw Error("--data ", data, " holds {rank}, which only --data-sharding local replaces");
   int threads = int(a.get_int("threads"));
   if (threads == 0 && comm.local_size() > 1)
     threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
@@ -154,10 +169,27 @@ int cmd_pretrain_video(int argc, char** argv) {
   if (world > 1) grad_sync = std::make_unique<dist::GradientSync>(comm, model.params(), dist::GradientSyncOptions{.average = false});
   video::ClipLoaderOptions lo;
   lo.mode = video::ClipLoaderOptions::Mode::pretrain;
-  lo.batch = int(batch * world);
+  lo.batch = int(batch);
   lo.num_frames = int(config.num_frames);
   lo.crop = int(config.img_size);
   lo.seed = uint64_t(seed);
+  if (world > 1) {
+    lo.rank = rank, lo.ranks = world;
+    if (sharding == "slice") {
+      lo.sharding = video::ClipLoaderOptions::Sharding::slice;
+    } else {
+      lo.sharding = video::ClipLoaderOptions::Sharding::resample;
+      lo.seed = dist::rank_seed(uint64_t(seed), rank);  // each rank's own order and augmentation
+      lo.rank_counts = comm.allgather_pod<int64_t>(int64_t(video_labels(a, data).size()), "the per-rank video counts");
+      if (root) {
+        std::string counts;
+        for (int64_t c : lo.rank_counts) counts += (counts.empty() ? "" : ", ") + std::to_string(c);
+        std::fprintf(stderr, "pretrain-video: --data-sharding local: the ranks hold %s videos; each epoch visits %lld "
+                     "on every rank\n", counts.c_str(),
+                     (long long)*std::max_element(lo.rank_counts.begin(), lo.rank_counts.end()));
+      }
+    }
+  }
   video::ClipLoader loader = open_video_loader(a, data, lo);
   const video::TokenGrid grid{config.grid_t(), config.grid_hw(), config.grid_hw()};
   video::tube_masked_per_frame(grid, ratio);  // validates the ratio
@@ -197,8 +229,8 @@ int cmd_pretrain_video(int argc, char** argv) {
   for (int64_t step = 0; step < steps; ++step) {
     next_batch(loader, b);
     const auto ts = Clock::now();
-    const int64_t B = b.videos.size(0);  // the global batch
-    const auto [row0, row1] = dist::shard_range(B, rank, world);
+    const int64_t B = batch * world;  // the global batch; this rank holds its rows [row0, row1)
+    const int64_t row0 = rank * batch, row1 = row0 + b.videos.size(0);
     const Tensor mask =
         video::tube_mask_batch(grid, ratio, uint64_t(seed), uint64_t(step * batch * world + row0), row1 - row0);
     model.zero_grad();
@@ -207,7 +239,7 @@ int cmd_pretrain_video(int argc, char** argv) {
       so.decoder_mask = video::running_cell_mask_batch(grid, decoder_ratio, uint64_t(seed),
                                                        uint64_t(step * batch * world + row0), row1 - row0);
     so.loss_scale = float(double(row1 - row0) / double(B));  // the ranks' gradients add up to the batch mean's
-    VideoMAEStepStats st = model.pretrain_step(ctx, world > 1 ? b.videos.slice(0, row0, row1) : b.videos, mask, so);
+    VideoMAEStepStats st = model.pretrain_step(ctx, b.videos, mask, so);
     if (world > 1) {
       grad_sync->reduce_all();
       double weighted = st.loss * double(row1 - row0);
@@ -278,7 +310,8 @@ int cmd_finetune_video(int argc, char** argv) {
                             argc, argv, 2);
   if (!parsed) return 0;
   const Args& a = *parsed;
-  const std::string data = a.require("data"), out = a.require("out");
+  std::string data = a.require("data");
+  const std::string out = a.require("out");
   VideoMAEConfig config = video_model_config(a);
   if (a.has("init-from")) {
     // the checkpoint's config wins over the preset, except the clip size given on the command line

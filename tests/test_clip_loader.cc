@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 
@@ -212,6 +213,107 @@ TEST(ClipLoader, EpochsCoverEveryVideoAndReshuffle) {
   o.batch = 6;
   ClipLoader plain = ClipLoader::from_store(d.store, o);
   EXPECT_EQ(epoch_of(plain)[0].video_index, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+}
+
+// Data parallel, mode 1: rank r's batch b is rows [r * B, (r + 1) * B) of batch b of one loader
+// with batch B x ranks, bit for bit (same videos, frames, crops), and the ranks never read the
+// same video in an epoch.
+TEST(ClipLoader, SlicesAreRowsOfOneLoadersGlobalBatches) {
+  Data d;
+  struct Case { int ranks, rank_batch, num_sample; };
+  for (const Case c : {Case{3, 1, 1}, Case{2, 2, 1}, Case{2, 2, 2}}) {
+    const std::string what = std::to_string(c.ranks) + " ranks x batch " + std::to_string(c.rank_batch) +
+                             ", num_sample " + std::to_string(c.num_sample);
+    ClipLoaderOptions o = small(ClipLoaderOptions::Mode::train);
+    o.num_sample = c.num_sample;
+    o.batch = c.rank_batch * c.ranks;
+    ClipLoader one = ClipLoader::from_store(d.store, o);
+    std::vector<ClipLoader> ranks;
+    for (int r = 0; r < c.ranks; ++r) {
+      ClipLoaderOptions ro = o;
+      ro.batch = c.rank_batch;
+      ro.sharding = ClipLoaderOptions::Sharding::slice;
+      ro.rank = r, ro.ranks = c.ranks;
+      ro.threads = 1 + r % 2;
+      ranks.push_back(ClipLoader::from_store(d.store, ro));
+    }
+    for (int e = 0; e < 2; ++e) {
+      const std::vector<ClipBatch> global = epoch_of(one);
+      std::vector<std::vector<ClipBatch>> parts;
+      for (ClipLoader& l : ranks) parts.push_back(epoch_of(l));
+      std::set<int64_t> read_by_rank[3];
+      for (int r = 0; r < c.ranks; ++r) {
+        ASSERT_EQ(parts[size_t(r)].size(), global.size()) << what << ": every rank takes the global batch count";
+        EXPECT_EQ(ranks[size_t(r)].batches_per_epoch(), one.batches_per_epoch()) << what;
+      }
+      for (size_t b = 0; b < global.size(); ++b) {
+        const ClipBatch& g = global[b];
+        const int64_t row = g.videos.numel() / g.videos.size(0);
+        for (int r = 0; r < c.ranks; ++r) {
+          const ClipBatch& p = parts[size_t(r)][b];
+          ASSERT_EQ(p.videos.size(0), c.rank_batch) << what;
+          const int64_t at = int64_t(r) * c.rank_batch;
+          EXPECT_EQ(0, std::memcmp(p.videos.data<float>(), g.videos.data<float>() + at * row,
+                                   size_t(c.rank_batch * row) * sizeof(float)))
+              << what << ", epoch " << e << ", batch " << b << ", rank " << r;
+          for (int64_t i = 0; i < c.rank_batch; ++i) {
+            EXPECT_EQ(p.video_index[size_t(i)], g.video_index[size_t(at + i)]) << what;
+            EXPECT_EQ(p.labels[size_t(i)], g.labels[size_t(at + i)]) << what;
+            read_by_rank[r].insert(p.video_index[size_t(i)]);
+          }
+        }
+      }
+      for (int r = 0; r < c.ranks; ++r)
+        for (int q = r + 1; q < c.ranks; ++q)
+          for (int64_t v : read_by_rank[r]) EXPECT_EQ(read_by_rank[q].count(v), 0u) << what << ": video " << v << " on two ranks";
+    }
+  }
+  ClipLoaderOptions bad = small(ClipLoaderOptions::Mode::train);
+  bad.sharding = ClipLoaderOptions::Sharding::slice;
+  bad.ranks = 2, bad.rank = 0, bad.batch = 3, bad.num_sample = 2;
+  EXPECT_NE(error_of([&] { ClipLoader::from_store(d.store, bad); }).find("not a multiple of num_sample"), std::string::npos);
+  bad.batch = 4, bad.num_sample = 1;
+  EXPECT_NE(error_of([&] { ClipLoader::from_store(d.store, bad); }).find("no full global batch"), std::string::npos)
+      << "6 videos, 2 ranks x 4";
+}
+
+// Data parallel, mode 2: a rank holding fewer videos than the largest rank visits max(counts) per
+// epoch, each of its videos floor(max / n) or one more times; the rank with most reads each once.
+TEST(ClipLoader, ResampleToEqualCounts) {
+  Data d;
+  ClipLoaderOptions o = small(ClipLoaderOptions::Mode::pretrain);
+  o.batch = 3;
+  o.sharding = ClipLoaderOptions::Sharding::resample;
+  o.ranks = 2, o.rank = 0;
+  o.rank_counts = {kVideos, 14};  // this rank holds the store's 6; the other 14
+  ClipLoader small_rank = ClipLoader::from_store(d.store, o);
+  EXPECT_EQ(small_rank.batches_per_epoch(), 4) << "14 videos a epoch, batches of 3, drop_last";
+  std::vector<int64_t> seen_first;
+  for (int e = 0; e < 2; ++e) {
+    std::map<int64_t, int> times;
+    std::vector<int64_t> order;
+    for (const ClipBatch& b : epoch_of(small_rank))
+      for (int64_t v : b.video_index) ++times[v], order.push_back(v);
+    EXPECT_EQ(order.size(), 12u);
+    int64_t total = 0;
+    for (const auto& [v, n] : times) {
+      EXPECT_TRUE(v >= 0 && v < kVideos);
+      EXPECT_LE(n, 3) << "video " << v;  // 14 entries over 6 videos: 2 or 3 each, 12 of them used
+      total += n;
+    }
+    EXPECT_EQ(total, 12);
+    if (e == 0) seen_first = order;
+    else EXPECT_NE(order, seen_first) << "epochs reshuffle";
+  }
+  o.rank_counts = {kVideos, 3};  // the largest rank: each of its videos once
+  ClipLoader big_rank = ClipLoader::from_store(d.store, o);
+  std::map<int64_t, int> once;
+  for (const ClipBatch& b : epoch_of(big_rank))
+    for (int64_t v : b.video_index) ++once[v];
+  EXPECT_EQ(once.size(), size_t(kVideos));
+  for (const auto& [v, n] : once) EXPECT_EQ(n, 1) << "video " << v;
+  o.rank_counts = {5, 14};
+  EXPECT_NE(error_of([&] { ClipLoader::from_store(d.store, o); }).find("rank_counts"), std::string::npos);
 }
 
 TEST(ClipLoader, BadVideosSkippedCountedOrStrict) {

@@ -21,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "dist/shard.h"
 #include "unmask/error.h"
 #include "video/augment.h"
 #include "video/decode.h"
@@ -119,6 +120,8 @@ struct ClipLoader::Impl {
   int short_side = 0;
   int store_stride = 1;
   int64_t videos = 0, rows_per_unit = 1, rows_per_epoch = 0, batches_per_epoch = 0, units_per_epoch = 0;
+  int64_t order_length = 0;  // entries of an epoch's order: videos, or max(rank_counts) with resample
+  int64_t block_units = 0;   // slice: videos per rank per batch (batch / num_sample)
   int dense_rate = 1;  // sampling rate in the source's frames
 
   // Shared state, guarded by mu.
@@ -177,8 +180,34 @@ struct ClipLoader::Impl {
       dense_rate = p.sampling_rate / store_stride;
     }
     rows_per_unit = test() ? int64_t(p.test_segments) * p.test_crops : p.num_sample;
-    rows_per_epoch = n * rows_per_unit;
-    if (!test() && p.drop_last) rows_per_epoch -= rows_per_epoch % p.batch;
+    order_length = n;
+    using S = ClipLoaderOptions::Sharding;
+    if (p.sharding != S::none) {
+      if (test()) throw Error("clip loader: sharding is for pretrain/train; test mode reads every video");
+      if (p.ranks < 1 || p.rank < 0 || p.rank >= p.ranks)
+        throw Error("clip loader: rank ", p.rank, " is not in [0, ", p.ranks, ")");
+      if (!p.drop_last) throw Error("clip loader: sharding needs drop_last (every rank takes the same steps)");
+    }
+    if (p.sharding == S::slice) {
+      if (p.batch % p.num_sample != 0)
+        throw Error("clip loader: batch ", p.batch, " is not a multiple of num_sample ", p.num_sample,
+                    Hint("with data-parallel slices each rank's batch holds whole videos"));
+      block_units = p.batch / p.num_sample;
+      const int64_t global_block = block_units * p.ranks;
+      units_per_epoch = n / global_block * block_units;
+      if (units_per_epoch == 0)
+        throw Error("clip loader: ", n, " videos make no full global batch of ", global_block, " videos (", p.ranks,
+                    " ranks x ", block_units, ")", Hint("lower the batch size or use fewer ranks"));
+      rows_per_epoch = units_per_epoch * rows_per_unit;
+    } else {
+      if (p.sharding == S::resample) {
+        if (int64_t(p.rank_counts.size()) != p.ranks || p.rank_counts[size_t(p.rank)] != n)
+          throw Error("clip loader: rank_counts must hold ", p.ranks, " counts with this rank's (", n, ") at ", p.rank);
+        order_length = *std::max_element(p.rank_counts.begin(), p.rank_counts.end());
+      }
+      rows_per_epoch = order_length * rows_per_unit;
+      if (!test() && p.drop_last) rows_per_epoch -= rows_per_epoch % p.batch;
+    }
     if (rows_per_epoch == 0)
       throw Error("clip loader: ", n, " videos x ", rows_per_unit, " clips make no full batch of ", p.batch,
                   Hint("lower the batch size or turn drop_last off"));
@@ -196,9 +225,14 @@ struct ClipLoader::Impl {
   std::shared_ptr<const std::vector<int64_t>> order_of(int64_t e) {  // under mu
     auto it = orders.find(e);
     if (it != orders.end()) return it->second;
-    auto ord = std::make_shared<std::vector<int64_t>>(size_t(videos));
-    for (int64_t i = 0; i < videos; ++i) (*ord)[size_t(i)] = i;
-    if (o.shuffle && !test()) {
+    std::shared_ptr<std::vector<int64_t>> ord;
+    if (o.sharding == ClipLoaderOptions::Sharding::resample) {
+      ord = std::make_shared<std::vector<int64_t>>(dist::resample_to_equal(o.rank_counts, o.rank, o.seed, uint64_t(e)));
+    } else {
+      ord = std::make_shared<std::vector<int64_t>>(size_t(videos));
+      for (int64_t i = 0; i < videos; ++i) (*ord)[size_t(i)] = i;
+    }
+    if (o.shuffle && !test() && o.sharding != ClipLoaderOptions::Sharding::resample) {
       SampleRng rng(mix(mix(o.seed, uint64_t(e)), 0x5EED0F0D0E5ull));
       for (int64_t i = videos - 1; i > 0; --i) std::swap((*ord)[size_t(i)], (*ord)[size_t(rng.below(i + 1))]);
     }
@@ -344,10 +378,15 @@ struct ClipLoader::Impl {
     std::vector<std::vector<float>> rows;
     double read_s = 0, aug_s = 0;
     int64_t video = -1;
-    const int64_t attempts = test() ? 1 : std::min<int64_t>(videos, 64);
+    const int64_t attempts = test() ? 1 : std::min<int64_t>(order_length, 64);
+    // The unit's position in the epoch's order, which also keys its random draws: with slices, the
+    // position in the order all ranks share (block u / block_units of this rank).
+    const int64_t g = o.sharding == ClipLoaderOptions::Sharding::slice
+                          ? ((u / block_units) * o.ranks + o.rank) * block_units + u % block_units
+                          : u;
     std::string first_error;
     for (int64_t a = 0; a < attempts && video < 0; ++a) {
-      const int64_t v = (*order)[size_t((u + a) % videos)];
+      const int64_t v = (*order)[size_t((g + a) % order_length)];
       {
         std::lock_guard<std::mutex> lock(mu);
         if (open_failed[size_t(v)]) {
@@ -356,7 +395,7 @@ struct ClipLoader::Impl {
         }
       }
       try {
-        produce(v, mix(mix(mix(o.seed, uint64_t(e)), uint64_t(u)), uint64_t(a)), nrows, &rows, &read_s, &aug_s);
+        produce(v, mix(mix(mix(o.seed, uint64_t(e)), uint64_t(g)), uint64_t(a)), nrows, &rows, &read_s, &aug_s);
         video = v;
       } catch (const BadVideo& b) {
         if (o.strict) throw Error("clip loader: ", b.message, " [", bad_video_reason_name(b.reason), "; strict]");
@@ -366,7 +405,7 @@ struct ClipLoader::Impl {
       }
     }
     if (video < 0 && !test())
-      throw Error("clip loader: ", attempts, " videos in a row could not be read, starting at position ", u,
+      throw Error("clip loader: ", attempts, " videos in a row could not be read, starting at position ", g,
                   " of epoch ", e, "; first: ", first_error,
                   Hint("check the list file; prepare-video reports every bad video"));
     if (video < 0) {  // test mode: this video's rows are left out
@@ -506,6 +545,9 @@ bool ClipLoader::next(ClipBatch& batch) {
 }
 int64_t ClipLoader::size() const {
   return impl_->videos;
+}
+int64_t ClipLoader::videos_per_epoch() const {
+  return impl_->units_per_epoch;
 }
 int64_t ClipLoader::batches_per_epoch() const {
   return impl_->batches_per_epoch;

@@ -76,6 +76,21 @@ struct ClipLoaderOptions {
   bool drop_last = true;  // pretrain/train (test mode keeps every row)
   bool strict = false;    // from_list: the first bad video is an Error from next()
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, std{0.229f, 0.224f, 0.225f};
+  // Data parallel (pretrain/train; dist/shard.h has V-SWIFT's two modes): this rank's part.
+  //   slice (every machine holds the data): the epoch's order, the same permutation on every rank,
+  //     is cut into blocks of batch / num_sample videos and rank r reads blocks r, r + ranks, ...;
+  //     every random draw is keyed by the video's position in that global order. So rank r's batch
+  //     b is rows [r * batch, (r + 1) * batch) of batch b of ONE loader with batch x ranks (same
+  //     videos, frames, crops, flips), and no two ranks read the same video in an epoch. The epoch
+  //     keeps the videos of whole global batches (drop_last over batch x ranks).
+  //   resample (each machine holds only its part): this loader's data is the rank's own;
+  //     rank_counts holds every rank's video count, and epoch e visits
+  //     dist::resample_to_equal(rank_counts, rank, seed, e): max(rank_counts) videos on every rank
+  //     (a rank with fewer videos revisits them), so all ranks take the same number of steps.
+  enum class Sharding { none, slice, resample };
+  Sharding sharding = Sharding::none;
+  int rank = 0, ranks = 1;
+  std::vector<int64_t> rank_counts;  // resample
 };
 
 struct ClipBatch {
@@ -113,7 +128,8 @@ class ClipLoader {
   /// The next batch of the current epoch; false (once) at the end of the epoch, after which the
   /// next call starts the next epoch. Rethrows a worker's Error.
   bool next(ClipBatch& batch);
-  int64_t size() const;               // videos
+  int64_t size() const;               // videos in the store / list (this rank's with resample)
+  int64_t videos_per_epoch() const;   // videos (decodes) an epoch reads on this rank
   int64_t batches_per_epoch() const;  // upper bound in test mode with bad videos (empty batches are skipped)
   int64_t rows_per_video() const;     // R above
   int64_t epoch() const;              // the epoch next() is in

@@ -8,7 +8,8 @@
 #      the same curve, no "config differs" warning; rank 0 alone writes checkpoints and metrics;
 #   3. a rank killed mid-run (SIGKILL): every rank is gone within 60 s, mpirun exits non-zero and
 #      names the lost rank; `--resume` then finishes the run from the last complete checkpoint;
-#   4. VideoMAE pretraining: 2 ranks x 4 clips == 1 rank x 8 clips (loss and gradient norms, 1e-5);
+#   4. VideoMAE pretraining: 2 ranks x 4 clips == 1 rank x 8 clips (loss and gradient norms, 1e-5), each
+#      rank's loader reading only its clips of every global batch; each rank its own store (mode 2);
 #   5. `unmask bench scaling` (BEVT's table) with 1 and 2 ranks;
 #   6. per-rank reading (data_sharding = files / local): a 2-rank run stopped and resumed on 2 ranks
 #      gives the uninterrupted curve (every rank's loader position is in the checkpoint); resumed on
@@ -159,6 +160,15 @@ print(f"VideoMAE 2 ranks x 4 vs 1 x 8: loss and grad-norm curves rel diff {worst
 sys.exit(0 if worst <= 1e-5 else 1)
 EOF
 [ $? = 0 ] && ok || bad "VideoMAE 2 ranks differ from 1"
+# mode 2: each rank its own store (different sizes), resampled to the larger count
+head -n 5 "$W/v/train_videomae.txt" > "$W/vpart0.txt" && tail -n +6 "$W/v/train_videomae.txt" > "$W/vpart1.txt" \
+  && "$U" prepare-video --list "$W/vpart0.txt" --out "$W/vl0.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
+  && "$U" prepare-video --list "$W/vpart1.txt" --out "$W/vl1.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
+  && ok || bad "video parts"
+nv1=$(wc -l < "$W/vpart1.txt")
+run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --data "$W/vl{rank}.ucs" --data-sharding local --out "$W/vl" \
+  --batch 4 >"$W/vl.out" 2>&1 && grep -q "the ranks hold 5, $nv1 videos; each epoch visits $nv1 on every rank" "$W/vl.out" \
+  && [ "$(wc -l < "$W/vl/metrics.jsonl")" = 6 ] && ok || bad "VideoMAE local sharding: $(tail -3 "$W/vl.out")"
 
 # 5. bench scaling: one JSON row per rank count, global batch = ranks x mini-batch, positive times
 run "$U" bench scaling --model videomae-tiny --ranks 1,2 --batch 4 --steps 3 --warmup 1 --format json >"$W/sc.json" 2>"$W/sc.err" \
