@@ -134,7 +134,7 @@ int bench_infer(int argc, char** argv) {
   // At least one untimed forward: the first one packs the weights for the GEMM and builds the
   // GEMM primitives for the shape, which would otherwise be timed.
   const int64_t warmup = std::max<int64_t>(1, args->get_int("warmup"));
-  const double min_time = std::stod(args->get("min-time"));
+  const double min_time = args->get_double("min-time");
   const uint64_t seed = uint64_t(args->get_int("seed"));
   const bool encoders_only = args->has("encoders-only");
   int64_t len_min = 0, len_max = 0;
@@ -151,7 +151,7 @@ int bench_infer(int argc, char** argv) {
                                                 : BertModel::load(model_arg);
   model.set_hidden_act(act == "gelu" ? HiddenAct::gelu : HiddenAct::gelu_tanh);
   const BertConfig& cfg = model.config();
-  const double peak = args->has("peak-gflops") ? std::stod(args->get("peak-gflops")) : measure_peak_gflops(ctx.num_threads());
+  const double peak = args->has("peak-gflops") ? args->get_double("peak-gflops") : measure_peak_gflops(ctx.num_threads());
 
   if (format == "table") {
     std::printf("# unmask bench infer: %s, %lld layers, hidden %lld, %s, %d threads (%s kernels), peak %.0f GFLOP/s%s%s\n",

@@ -124,7 +124,7 @@ int bench_train(int argc, char** argv) {
   const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup");
   if (steps < 1) throw Error("--steps must be at least 1, got ", steps);
   if (warmup < 0) throw Error("--warmup must be >= 0, got ", warmup);
-  const double dropout = std::stod(args->get("dropout"));
+  const double dropout = args->get_double("dropout");
   if (!(dropout >= 0 && dropout < 1)) throw Error("--dropout must be in [0, 1), got ", args->get("dropout"));
   const uint64_t seed = uint64_t(args->get_int("seed"));
 
@@ -160,7 +160,7 @@ int bench_train(int argc, char** argv) {
   // CPU: the FMA peak is measured before the first row and again after each one, and the best so
   // far is used: a measurement taken while another process shares the cores reads low.
   const bool fixed_peak = args->has("peak-gflops");
-  double peak = fixed_peak  ? std::stod(args->get("peak-gflops"))
+  double peak = fixed_peak  ? args->get_double("peak-gflops")
                 : on_cuda   ? (precision == "tf32" ? kH100Tf32PeakGflops : kH100Fp32PeakGflops)
                             : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;

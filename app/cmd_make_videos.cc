@@ -33,14 +33,7 @@ int cmd_make_videos(int argc, char** argv) {
   o.output_dir = args->require("output");
   o.codec = args->get("codec");
   o.videos_per_class = int(args->get_int("videos-per-class"));
-  const std::string vf = args->get("val-fraction");
-  try {
-    size_t used = 0;
-    o.val_fraction = std::stod(vf, &used);
-    if (used != vf.size()) throw std::invalid_argument(vf);
-  } catch (const std::exception&) {
-    throw Error("--val-fraction must be a number, got '", vf, "'");
-  }
+  o.val_fraction = args->get_double("val-fraction");
   o.frames = int(args->get_int("frames"));
   o.width = int(args->get_int("width"));
   o.height = int(args->get_int("height"));
