@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli.h"
+#include "unmask/context.h"
 #include "unmask/dist.h"
 #include "unmask/error.h"
 
@@ -30,6 +31,7 @@ const char* kUsage =
     "  eval-video  multi-view top-1/top-5 of a fine-tuned VideoMAE checkpoint\n"
     "  videomae-step  one VideoMAE pretraining step on a random model; dumps inputs, params, grads\n"
     "  convert-videomae  VideoMAE checkpoint (.pth / safetensors, original or HF names) -> safetensors dir\n"
+    "  version   what this build holds: CPU kernels, CUDA backend and devices, MPI, NCCL\n"
     "  dist-check  check a data-parallel launch (mpirun -np N / srun): every rank all-reduces a known pattern\n"
     "\n"
     "Run `unmask <command> --help` for the options of a command.\n";
@@ -59,6 +61,14 @@ int main(int argc, char** argv) {
     if (cmd == "make-videos") return unmask::cli::cmd_make_videos(argc, argv);
     if (cmd == "prepare-video") return unmask::cli::cmd_prepare_video(argc, argv);
     if (cmd == "dist-check") return unmask::cli::cmd_dist_check(argc, argv);
+    if (cmd == "version") {
+      const unmask::BuildInfo b = unmask::build_info();
+      std::printf("unmask (C++20)\n  cpu kernels: %s\n  cuda backend: %s", b.cpu_isa.c_str(), b.cuda ? "yes" : "no");
+      if (b.cuda) std::printf(" (archs %s; %d device(s) visible)", b.cuda_archs.c_str(), b.cuda_devices);
+      std::printf("\n  mpi: %s\n  nccl: %s\n  onednn: %s\n", b.mpi ? "yes" : "no", b.nccl ? "yes" : "no",
+                  b.dnnl ? "yes" : "no");
+      return 0;
+    }
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const unmask::Error& e) {

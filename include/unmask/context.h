@@ -7,6 +7,7 @@
 //   Context ctx({.num_threads = 2});
 //   ctx.parallel_for(rows, [&](int64_t begin, int64_t end) { ... });
 #pragma once
+#include <string>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -64,5 +65,14 @@ class Context {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<cuda::CudaState> cuda_;
 };
+
+/// What this build holds and what the machine offers (`unmask version`).
+struct BuildInfo {
+  bool cuda = false, mpi = false, nccl = false, dnnl = false;  // compiled in
+  int cuda_devices = 0;     // visible CUDA devices (CUDA builds; 0 without a driver or GPU)
+  std::string cpu_isa;      // the CPU kernels this machine runs (avx512, avx2, generic)
+  std::string cuda_archs;   // CUDA builds: the architectures compiled (CMake's UNMASK_CUDA_ARCHS)
+};
+BuildInfo build_info();
 
 }  // namespace unmask

@@ -74,4 +74,26 @@ void Context::make_current() const {
 #endif
 }
 
+BuildInfo build_info() {
+  BuildInfo b;
+  b.cpu_isa = cpu::kernels().name;
+#ifdef UNMASK_WITH_CUDA
+  b.cuda = true;
+  b.cuda_devices = cuda::device_count();
+#ifdef UNMASK_CUDA_ARCH_LIST
+  b.cuda_archs = UNMASK_CUDA_ARCH_LIST;
+#endif
+#endif
+#ifdef UNMASK_HAVE_MPI
+  b.mpi = true;
+#endif
+#ifdef UNMASK_HAVE_NCCL
+  b.nccl = true;
+#endif
+#ifdef UNMASK_WITH_DNNL
+  b.dnnl = true;
+#endif
+  return b;
+}
+
 }  // namespace unmask

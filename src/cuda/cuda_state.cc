@@ -57,6 +57,15 @@ CudaState::~CudaState() {
   }
 }
 
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 CudaState& cuda_state(Context& ctx) {
   CudaState* s = ctx.cuda_state();
   UNMASK_CHECK(s != nullptr, "this op runs on CUDA but the context was created for device ",

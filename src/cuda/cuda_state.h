@@ -49,4 +49,7 @@ class CudaState {
 /// The context's CUDA state; throws Error if the context does not run on CUDA.
 CudaState& cuda_state(Context& ctx);
 
+/// Visible CUDA devices (0 when there is no driver or device).
+int device_count();
+
 }  // namespace unmask::cuda

@@ -103,6 +103,14 @@ std::unique_ptr<Communicator::Backend> make_world_backend() {
   const int n = detect_launcher(&source);
   // mpirun -np 1 / srun -n 1 need no MPI either; PMIx alone may mean several ranks.
   if (n == 0 || n == 1) return make_local_backend();
+  // srun --mpi=none (a common site default) announces the tasks but gives them no process-management
+  // interface, so MPI_Init cannot wire them up (Open MPI aborts with a message about its build).
+  if (std::strcmp(source, "SLURM_STEP_NUM_TASKS") == 0 && !std::getenv("PMIX_RANK") && !std::getenv("PMI_RANK")) {
+    const char* type = std::getenv("SLURM_MPI_TYPE");
+    throw Error("dist: srun started ", n, " tasks without a PMI/PMIx interface (SLURM_MPI_TYPE=",
+                type && *type ? type : "unset", "), so the ranks cannot meet",
+                Hint("launch with srun --mpi=pmix (srun --mpi=list shows the plugins), or salloc -n N mpirun ..."));
+  }
   if (!Communicator::built_with_mpi()) {
     throw Error("dist: launched as one of ", n < 0 ? std::string("several") : std::to_string(n), " ranks (", source,
                 " is set) but this unmask was built without MPI, so the ranks cannot meet",

@@ -33,10 +33,6 @@ GradientSync::GradientSync(Communicator& comm, std::vector<Param>& params, const
       throw Error("GradientSync: the gradient of ", p.name,
                   " must be an f32 contiguous tensor shaped like the value, got ",
                   p.grad.defined() ? p.grad.describe() : std::string("none"));
-    if (p.grad.device() != Device::cpu)
-      throw Error("GradientSync: the gradient of ", p.name, " is on ", device_name(p.grad.device()),
-                  "; the MPI gradient sync reduces host memory",
-                  Hint("reduce GPU gradients with the NCCL communicator, or train on the CPU"));
     const int64_t numel = p.grad.numel();
     if (buckets_.empty() || (filled > 0 && filled + numel > cap_elems)) {
       buckets_.emplace_back();
@@ -79,7 +75,9 @@ void GradientSync::copy_in(int64_t i) {
   Bucket& b = buckets_[size_t(bucket_of_[size_t(i)])];
   const Tensor& g = params_[size_t(i)].grad;
   const auto t0 = Clock::now();
-  std::memcpy(b.flat.data() + b.offsets[size_t(slot_of_[size_t(i)])], g.data<float>(), g.nbytes());
+  float* dst = b.flat.data() + b.offsets[size_t(slot_of_[size_t(i)])];
+  if (g.device() == Device::cpu) std::memcpy(dst, g.data<float>(), g.nbytes());
+  else Tensor::from_blob(dst, g.shape(), DType::f32).copy_from(g);  // device -> host staging (waits for the backward)
   stats_.copy_seconds += seconds_since(t0);
   marked_[size_t(i)] = 1;
   ++b.ready;
@@ -127,11 +125,17 @@ void GradientSync::finish() {
     const auto t1 = Clock::now();
     for (size_t k = 0; k < b.params.size(); ++k) {
       Tensor& g = params_[size_t(b.params[k])].grad;
-      float* dst = g.data<float>();
-      const float* src = b.flat.data() + b.offsets[k];
+      float* src = b.flat.data() + b.offsets[k];
       const int64_t n = g.numel();
       // A division, not a multiplication by 1/size: (sum / 3) is what a reference computes.
-      for (int64_t j = 0; j < n; ++j) dst[j] = src[j] / scale_div;
+      if (g.device() == Device::cpu) {
+        float* dst = g.data<float>();
+        for (int64_t j = 0; j < n; ++j) dst[j] = src[j] / scale_div;
+      } else {  // host staging: the reduced values go back to the device
+        if (options_.average)
+          for (int64_t j = 0; j < n; ++j) src[j] /= scale_div;
+        g.copy_from(Tensor::from_blob(src, g.shape(), DType::f32));
+      }
     }
     stats_.copy_seconds += seconds_since(t1);
     b.ready = 0;

@@ -46,7 +46,9 @@ struct GradientSyncStats {
 
 class GradientSync {
  public:
-  /// `params` must outlive this object; its gradients must be f32, contiguous, on the CPU.
+  /// `params` must outlive this object; its gradients must be f32 and contiguous. Gradients on a
+  /// CUDA device are staged through the host buckets (copied out as they are marked, back after
+  /// the reduction): MPI on host memory, for ranks that share a GPU or lack NCCL.
   GradientSync(Communicator& comm, std::vector<Param>& params, const GradientSyncOptions& options = {});
 
   int64_t num_buckets() const { return int64_t(buckets_.size()); }

@@ -191,6 +191,13 @@ const std::vector<KeyDef>& keys() {
                                                                                             : DataSharding::batch;
                  },
                  [](const PretrainConfig& c) { return quoted(data_sharding_name(c.data_sharding)); }});
+    t.push_back({"device", "cpu|cuda", false,
+                 "where the steps run: cpu, or cuda (CUDA builds; each rank of a host takes GPU local_rank % GPUs)",
+                 [](PretrainConfig& c, const Value& v) { c.device = v.s == "cuda" ? Device::cuda : Device::cpu; },
+                 [](const PretrainConfig& c) { return quoted(std::string(device_name(c.device))); }});
+    t.push_back({"precision", "fp32|tf32", false, "GEMM precision: fp32, or tf32 (device = \"cuda\": TF32 tensor cores)",
+                 [](PretrainConfig& c, const Value& v) { c.tf32 = v.s == "tf32"; },
+                 [](const PretrainConfig& c) { return quoted(c.tf32 ? "tf32" : "fp32"); }});
     t.push_back({"seed", "int", true, "seed of the initial weights, data order, masking and dropout",
                  [](PretrainConfig& c, const Value& v) {
                    KeyDef self{"seed", "int", true, "", {}, {}};
@@ -512,6 +519,14 @@ void PretrainConfig::validate() const {
       throw Error(where("model"), ": model = \"", model, "\" needs 'vocab' (a vocab.txt) for its vocabulary size");
   }
   if (dynamic_masking && max_pred > max_seq) throw Error(where("max_pred"), ": max_pred ", max_pred, " exceeds max_seq ", max_seq);
+  if (tf32 && device != Device::cuda)
+    throw Error(where("precision"), ": precision = \"tf32\" needs device = \"cuda\" (the CPU GEMMs are fp32)");
+#ifndef UNMASK_WITH_CUDA
+  if (device == Device::cuda)
+    throw Error(where("device"), ": device = \"cuda\" but this unmask was built without the CUDA backend",
+                Hint("rebuild with -DUNMASK_CUDA=ON (needs the CUDA toolkit) on a machine with an NVIDIA GPU, or set "
+                     "device = \"cpu\""));
+#endif
 }
 
 BertConfig random_model_config(const std::string& size, int64_t vocab_size) {

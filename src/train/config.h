@@ -60,6 +60,8 @@ struct PretrainConfig {
   bool prefetch = true;
   bool overlap_allreduce = true;  // data parallel: all-reduce buckets as the backward finishes them
   DataSharding data_sharding = DataSharding::batch;  // data parallel: who reads what (above)
+  Device device = Device::cpu;        // cuda: CUDA builds; rank r of a host uses GPU local_rank % GPUs
+  bool tf32 = false;                  // precision = "tf32": fp32 GEMMs on TF32 tensor cores (cuda)
   uint64_t seed = 42;
   // -- regularisation
   double hidden_dropout = 0.1, attention_dropout = 0.1;

@@ -15,6 +15,9 @@
 #include "ops/ops.h"
 #include "dist/shard.h"
 #include "train/rank_data.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/cuda_state.h"
+#endif
 #include "unmask/dist.h"
 #include "data/shard_io.h"
 #include "io/file.h"
@@ -92,8 +95,8 @@ std::string config_diff(const std::map<std::string, std::string>& saved, const s
 
 // Non-finite elements: scans a contiguous f32 tensor; -1 when all are finite.
 int64_t first_bad(const Tensor& t) {
-  if (!t.defined() || t.dtype() != DType::f32 || t.device() != Device::cpu) return -1;
-  Tensor c = t.is_contiguous() ? t : t.contiguous();
+  if (!t.defined() || t.dtype() != DType::f32) return -1;
+  Tensor c = t.device() != Device::cpu ? t.to(Device::cpu) : t.is_contiguous() ? t : t.contiguous();
   const float* p = c.data<float>();
   for (int64_t i = 0; i < c.numel(); ++i)
     if (!std::isfinite(p[i])) return i;
@@ -101,7 +104,7 @@ int64_t first_bad(const Tensor& t) {
 }
 
 std::string value_text(const Tensor& t, int64_t i) {
-  Tensor c = t.is_contiguous() ? t : t.contiguous();
+  Tensor c = t.device() != Device::cpu ? t.to(Device::cpu) : t.is_contiguous() ? t : t.contiguous();
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", double(c.data<float>()[i]));
   return buf;
@@ -213,10 +216,20 @@ TrainResult pretrain(const TrainerOptions& options) {
   int threads = cfg.threads;
   if (threads == 0 && comm.local_size() > 1)  // share the host's cores between its ranks
     threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
-  Context ctx({.num_threads = threads});
+  // device = "cuda": rank r of a host takes GPU local_rank % GPUs (ranks may share one; their
+  // gradients are then reduced over MPI through host buffers, dist/grad_sync.h).
+  int device_index = 0;
+#ifdef UNMASK_WITH_CUDA
+  if (cfg.device == Device::cuda && cuda::device_count() > 0) device_index = comm.local_rank() % cuda::device_count();
+#endif
+  Context ctx({.num_threads = threads, .device = cfg.device, .device_index = device_index});
+#ifdef UNMASK_WITH_CUDA
+  if (cfg.device == Device::cuda) cuda::cuda_state(ctx).allow_tf32 = cfg.tf32;  // before the first GEMM
+#endif
   BertTrainModel model = weights_dir.empty()
                              ? BertTrainModel::random(random_model_config(cfg.model.substr(7), vocab.size), heads, cfg.seed)
                              : BertTrainModel::load(weights_dir, heads, cfg.seed);
+  model.to(ctx);  // no-op on the CPU; the optimizer's moments follow the parameters' device
   const BertConfig& mc = model.config();
   if (vocab.size > mc.vocab_size)
     throw Error("the vocab ", vocab_path, " has ", vocab.size, " tokens but the model's vocab_size is ", mc.vocab_size,
@@ -308,7 +321,8 @@ TrainResult pretrain(const TrainerOptions& options) {
   sched.total_steps = cfg.steps;
   sched.degree = cfg.poly_degree;
 
-  const double peak = cfg.peak_gflops > 0 ? cfg.peak_gflops : measure_peak_gflops(ctx.num_threads());
+  // MFU: against peak_gflops, else the CPU's FMA peak measured here (CUDA: none unless given).
+  const double peak = cfg.peak_gflops > 0 ? cfg.peak_gflops : cfg.device == Device::cuda ? 0.0 : measure_peak_gflops(ctx.num_threads());
   result.peak_gflops = peak;
   std::optional<MetricsLog> log;  // rank 0 writes the run's files
   if (root) log.emplace(run_dir, step);

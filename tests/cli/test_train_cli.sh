@@ -111,6 +111,12 @@ UNMASK_CHECKPOINT_FAULT=optimizer expect 1 "No space left on device" -- "$U" pre
 check "no checkpoint after a failed write" test -z "$(ls -A "$W/full/checkpoints" 2>/dev/null)"
 
 # ---- bad configs -----------------------------------------------------------------------------
+expect 1 'precision = "tf32" needs device = "cuda"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/tf" --set 'precision="tf32"'
+expect 1 'device must be one of cpu,cuda, got "gpu"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/gpu" --set 'device="gpu"'
+if ! "$U" version 2>/dev/null | grep -q "cuda backend: yes"; then  # a CPU-only build says so
+  expect 1 'device = "cuda" but this unmask was built without the CUDA backend' -- \
+    "$U" pretrain --config "$W/tiny.toml" --output "$W/cu" --set 'device="cuda"'
+fi
 printf 'steps = 5\nwarmpu = 0.1\n' > "$W/bad1.toml"
 expect 1 "bad1.toml:2: unknown key 'warmpu' (hint: did you mean 'warmup'?)" -- "$U" pretrain --config "$W/bad1.toml"
 printf 'data = "x"\noutput = "y"\nlr = fast\n' > "$W/bad2.toml"
