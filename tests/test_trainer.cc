@@ -19,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/metrics.h"
+#include "train/loss_scaler.h"
 #include "train/trainer.h"
 
 namespace unmask {
@@ -597,6 +598,102 @@ TEST(Trainer, NonFiniteLossNamesTheParameterAndSavesNothing) {
   // either way.
   expect_nan_stop("bert.encoder.layer.1.attention.self.query.weight", "[128,128]",
                   {"step 3: the loss is nan", "step 3: the optimizer refused the step"});
+}
+
+// ---- dynamic loss scaling -----------------------------------------------------------------------
+
+TEST(LossScaler, UnscalesExactlyBacksOffAndGrows) {
+  Context ctx({.num_threads = 1});
+  std::vector<Param> params(2);
+  params[0].name = "a", params[1].name = "b";
+  for (Param& p : params) {
+    p.value = Tensor::zeros({3}, DType::f32);
+    p.grad = Tensor::empty({3}, DType::f32);
+  }
+  auto set = [&](float x) {
+    for (Param& p : params)
+      for (int i = 0; i < 3; ++i) p.grad.data<float>()[i] = x * float(i + 1);
+  };
+  train::DynamicLossScaler s({.init_scale = 8, .window = 2, .min_scale = 1, .max_scale = 16});
+  set(0.375f * 8);  // the gradients of 8 x loss
+  EXPECT_TRUE(s.unscale(ctx, params));
+  for (const Param& p : params)
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(p.grad.data<float>()[i], 0.375f * float(i + 1)) << "exactly 1/8 of it";
+  EXPECT_EQ(s.scale(), 8.0f) << "one finite step of a window of 2";
+  set(1);
+  EXPECT_TRUE(s.unscale(ctx, params));
+  EXPECT_EQ(s.scale(), 16.0f) << "two finite steps in a row: doubled";
+  set(1);
+  EXPECT_TRUE(s.unscale(ctx, params));
+  EXPECT_TRUE(s.unscale(ctx, params));
+  EXPECT_EQ(s.scale(), 16.0f) << "not above max_scale";
+  set(1);
+  params[1].grad.data<float>()[2] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(s.unscale(ctx, params));
+  EXPECT_EQ(s.scale(), 8.0f) << "overflow: halved";
+  EXPECT_EQ(params[0].grad.data<float>()[1], 2.0f) << "an overflowed step's gradients are left alone";
+  params[0].grad.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(s.unscale(ctx, params));
+  EXPECT_EQ(s.scale(), 4.0f);
+  EXPECT_EQ(s.overflows(), 2);
+  EXPECT_EQ(s.good_steps(), 0) << "the run of finite steps restarts";
+  for (int k = 0; k < 5; ++k) s.unscale(ctx, params);
+  EXPECT_EQ(s.scale(), 1.0f) << "not below min_scale";
+  s.restore(8, 1);
+  EXPECT_EQ(s.scale(), 8.0f);
+  EXPECT_THROW(s.restore(32, 0), Error);
+  EXPECT_THROW(train::DynamicLossScaler({.init_scale = 0.5}), Error);
+  EXPECT_THROW(train::DynamicLossScaler({.init_scale = 8, .backoff = 1.5}), Error);
+}
+
+// In fp32 a power-of-two loss scale changes no bit of the run; an overflow skips the update (the
+// weights stay as they were, the scale halves) and the run still makes `steps` updates.
+TEST(Trainer, DynamicLossScalingIsExactAndSkipsOverflows) {
+  TinySetup plain(21, 5), scaled(21, 5), overflow(21, 5);
+  plain.config.hidden_dropout = plain.config.attention_dropout = 0;
+  for (TinySetup* t : {&scaled, &overflow}) {
+    t->config = plain.config;
+    t->config.output = t->dir / "run";
+    t->config.loss_scaling = true;
+    t->config.init_loss_scale = 1024;
+    t->config.loss_scale_window = 3;
+  }
+  const train::TrainResult a = train::pretrain(quiet(plain.config));
+  const train::TrainResult b = train::pretrain(quiet(scaled.config));
+  ASSERT_EQ(a.steps.size(), 5u);
+  ASSERT_EQ(b.steps.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i + 1;
+    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << "step " << i + 1 << ": the gradients were unscaled";
+  }
+  EXPECT_EQ(b.steps[0].loss_scale, 1024.0);
+  EXPECT_EQ(b.steps[3].loss_scale, 2048.0) << "doubled after a window of 3 finite steps";
+  EXPECT_EQ(b.skipped_steps, 0);
+
+  // Overflows planted in the 2nd and 3rd iterations' gradients.
+  std::vector<Tensor> before, after;
+  int64_t iteration = 0;
+  train::TrainerOptions o = quiet(overflow.config);
+  o.after_backward = [&](BertTrainModel& m, int64_t step) {
+    ++iteration;
+    if (iteration == 2) before.push_back(m.params()[5].value.contiguous());
+    if (iteration == 2 || iteration == 3) m.params()[7].grad.data<float>()[0] = std::numeric_limits<float>::infinity();
+    if (iteration == 4) after.push_back(m.params()[5].value.contiguous());
+    EXPECT_EQ(step, iteration <= 1 ? 0 : iteration <= 4 ? 1 : iteration - 3) << "skips do not count as steps";
+  };
+  const train::TrainResult c = train::pretrain(o);
+  EXPECT_EQ(c.end_step, 5) << "5 updates, in 7 iterations";
+  EXPECT_EQ(iteration, 7);
+  EXPECT_EQ(c.skipped_steps, 2);
+  ASSERT_EQ(c.steps.size(), 5u);
+  EXPECT_EQ(c.steps[1].skipped, 2) << "the step after the overflows reports them";
+  EXPECT_EQ(c.steps[1].loss_scale, 256.0) << "1024 halved twice";
+  ASSERT_EQ(before.size(), 1u);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(0, std::memcmp(before[0].raw(), after[0].raw(), before[0].nbytes())) << "skipped iterations changed the weights";
+  const train::TrainerState st = train::read_trainer_state(c.checkpoint);
+  EXPECT_EQ(st.loss_scale, 512.0) << "256 doubled after 3 finite steps, kept in the checkpoint";
+  EXPECT_EQ(st.loss_scale_good_steps, 1) << "iteration 7 began a new run";
 }
 
 }  // namespace

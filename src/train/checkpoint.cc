@@ -87,6 +87,7 @@ std::string state_json(const TrainerState& s) {
   };
   j["loader"] = position(s.loader);
   j["data_sharding"] = s.data_sharding;
+  if (s.loss_scale > 0) j["loss_scale"] = {{"scale", s.loss_scale}, {"good_steps", s.loss_scale_good_steps}};
   if (!s.rank_loaders.empty()) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const data::LoaderPosition& p : s.rank_loaders) ranks.push_back(position(p));
@@ -244,6 +245,10 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
     };
     s.loader = position(j.at("loader"));
     s.data_sharding = j.value("data_sharding", "batch");  // absent in checkpoints of earlier builds
+    if (auto it = j.find("loss_scale"); it != j.end()) {
+      s.loss_scale = it->at("scale").get<double>();
+      s.loss_scale_good_steps = it->at("good_steps").get<int64_t>();
+    }
     if (auto it = j.find("rank_loaders"); it != j.end())
       for (const auto& l : *it) s.rank_loaders.push_back(position(l));
     s.config_hash = j.at("config_hash").get<std::string>();

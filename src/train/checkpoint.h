@@ -49,6 +49,8 @@ struct TrainerState {
   // data_sharding = files / local: every rank's own loader position, in rank order (empty for batch).
   std::string data_sharding = "batch";
   std::vector<data::LoaderPosition> rank_loaders;
+  double loss_scale = 0;           // dynamic loss scaling: the scale (0 = off) and its run of finite steps
+  int64_t loss_scale_good_steps = 0;
   std::string config_hash;         // PretrainConfig::numeric_hash()
   std::map<std::string, std::string> config;  // PretrainConfig::to_map()
   CheckpointMetrics metrics;

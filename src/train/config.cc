@@ -198,6 +198,23 @@ const std::vector<KeyDef>& keys() {
     t.push_back({"precision", "fp32|tf32", false, "GEMM precision: fp32, or tf32 (device = \"cuda\": TF32 tensor cores)",
                  [](PretrainConfig& c, const Value& v) { c.tf32 = v.s == "tf32"; },
                  [](const PretrainConfig& c) { return quoted(c.tf32 ? "tf32" : "fp32"); }});
+    t.push_back({"loss_scaling", "none|dynamic", false,
+                 "dynamic: gradients of (scale x loss), unscaled before the update; a step whose gradients overflow "
+                 "is skipped and the scale halved (fp16's guard; exact in fp32 with a power-of-two scale)",
+                 [](PretrainConfig& c, const Value& v) { c.loss_scaling = v.s == "dynamic"; },
+                 [](const PretrainConfig& c) { return quoted(c.loss_scaling ? "dynamic" : "none"); }});
+    t.push_back({"init_loss_scale", "float", false, "the first loss scale (DLE: 2^20 = 1048576)",
+                 [](PretrainConfig& c, const Value& v) {
+                   KeyDef self{"init_loss_scale", "float", false, "", {}, {}};
+                   c.init_loss_scale = as_float(self, v, 1, 16777216.0, false, false, "in [1, 2^24]");
+                 },
+                 [](const PretrainConfig& c) { return number_text(c.init_loss_scale); }});
+    t.push_back({"loss_scale_window", "int", false, "finite steps in a row before the loss scale doubles",
+                 [](PretrainConfig& c, const Value& v) {
+                   KeyDef self{"loss_scale_window", "int", false, "", {}, {}};
+                   c.loss_scale_window = as_int(self, v, 1, ">= 1");
+                 },
+                 [](const PretrainConfig& c) { return std::to_string(c.loss_scale_window); }});
     t.push_back({"seed", "int", true, "seed of the initial weights, data order, masking and dropout",
                  [](PretrainConfig& c, const Value& v) {
                    KeyDef self{"seed", "int", true, "", {}, {}};

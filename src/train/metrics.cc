@@ -172,6 +172,7 @@ std::string metrics_json_line(const StepMetrics& m) {
                       {"elapsed", num(m.elapsed)},
                       {"sequences", m.sequences},
                       {"tokens", m.tokens}};
+  if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale, j["skipped"] = m.skipped;
   return j.dump();
 }
 
@@ -189,6 +190,7 @@ StepMetrics parse_metrics_line(const std::string& line) {
   m.seq_per_s = num("seq_per_s"), m.tokens_per_s = num("tokens_per_s"), m.flops_per_s = num("flops_per_s");
   m.mfu = num("mfu"), m.step_s = num("step_s"), m.elapsed = num("elapsed");
   m.sequences = j.value("sequences", int64_t(0)), m.tokens = j.value("tokens", int64_t(0));
+  m.loss_scale = j.value("loss_scale", 0.0), m.skipped = j.value("skipped", int64_t(0));
   return m;
 }
 

@@ -28,6 +28,8 @@ struct StepMetrics {
   double step_s = 0;         // wall time of the step (forward, backward, optimizer)
   double elapsed = 0;        // training seconds since step 0, over resumed segments
   int64_t sequences = 0, tokens = 0;  // of this step
+  double loss_scale = 0;     // dynamic loss scaling: the scale this step's gradients were taken at (0 = off)
+  int64_t skipped = 0;       // dynamic loss scaling: overflowed iterations skipped since the last step
 };
 
 /// One JSONL line (no trailing newline); non-finite values are written as null.

@@ -14,6 +14,7 @@
 #include "dist/grad_sync.h"
 #include "ops/ops.h"
 #include "dist/shard.h"
+#include "train/loss_scaler.h"
 #include "train/rank_data.h"
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/cuda_state.h"
@@ -260,6 +261,9 @@ TrainResult pretrain(const TrainerOptions& options) {
            std::to_string(cfg.batch) + " per rank = " + std::to_string(cfg.batch * world) + " per micro-batch, " +
            std::to_string(threads) + " threads per rank");
   }
+  std::optional<DynamicLossScaler> scaler;
+  if (cfg.loss_scaling)
+    scaler.emplace(LossScalerConfig{.init_scale = cfg.init_loss_scale, .window = cfg.loss_scale_window});
   data::LoaderPosition start_pos;
   int64_t step = 0;
   CheckpointMetrics carried;
@@ -275,6 +279,7 @@ TrainResult pretrain(const TrainerOptions& options) {
     if (!why.empty()) warn(why);
     step = resumed.step;
     carried = resumed.metrics;
+    if (scaler && resumed.loss_scale > 0) scaler->restore(resumed.loss_scale, resumed.loss_scale_good_steps);
     result.resumed_from = resume_dir;
     note("resuming from " + resume_dir + " (step " + std::to_string(step) + ")");
   } else if (!cfg.init_checkpoint.empty()) {
@@ -343,6 +348,7 @@ TrainResult pretrain(const TrainerOptions& options) {
     st.loader = loader.position();
     st.data_sharding = data_sharding_name(cfg.data_sharding);
     st.rank_loaders = rank_positions;
+    if (scaler) st.loss_scale = scaler->scale(), st.loss_scale_good_steps = scaler->good_steps();
     st.config_hash = global_config.numeric_hash();
     st.config = global_config.to_map();  // batch = the global batch; any rank count may resume it
     st.metrics = carried;
@@ -372,6 +378,7 @@ TrainResult pretrain(const TrainerOptions& options) {
   int64_t seqs_this_run = 0;
   const StepMetrics* last = nullptr;
   int stop_seen = 0;  // the signal that stopped the run (agreed over ranks)
+  int64_t skipped_since_step = 0;  // loss-scale overflows since the last update
   auto stop_requested = [&] {
     int local = options.stop_signal ? options.stop_signal->load() : 0;
     if (world > 1) {  // every rank must stop at the same step: the first signal anywhere stops all
@@ -419,7 +426,7 @@ TrainResult pretrain(const TrainerOptions& options) {
             for (int64_t i = end; i-- > first;) grad_sync->mark_ready(i);
           };
       }
-      so.loss_scale = float(1.0 / double(cfg.accumulation));
+      so.loss_scale = float(1.0 / double(cfg.accumulation)) * (scaler ? scaler->scale() : 1.0f);
       so.hidden_dropout = float(cfg.hidden_dropout);
       so.attention_dropout = float(cfg.attention_dropout);
       so.seed = cfg.seed;
@@ -476,6 +483,18 @@ TrainResult pretrain(const TrainerOptions& options) {
                                                " (resume from it with a lower lr, or check the data)"));
     };
     if (!std::isfinite(loss)) non_finite("the loss is " + std::to_string(loss));
+    if (options.after_backward) options.after_backward(model, step);
+    const float step_loss_scale = scaler ? scaler->scale() : 0.0f;
+    if (scaler && !scaler->unscale(ctx, model.params())) {
+      // The gradients of (scale x loss) overflowed: no update, the scale halves, the batch is spent.
+      // The same decision on every rank (the gradients were reduced first).
+      ++result.skipped_steps, ++skipped_since_step;
+      if (step_loss_scale <= 1.0f) non_finite("the gradients are not finite even at loss scale 1");
+      if (options.progress && root)
+        progress.message("step " + std::to_string(step + 1) + ": gradients overflowed at loss scale " +
+                         std::to_string(step_loss_scale) + "; skipped, scale now " + std::to_string(scaler->scale()));
+      continue;
+    }
     const double lr = cfg.lr * lr_multiplier(sched, opt.step_count());
     OptimizerStepStats os;
     try {
@@ -500,6 +519,8 @@ TrainResult pretrain(const TrainerOptions& options) {
     m.grad_norm = os.grad_norm;
     m.step_s = step_s;
     m.sequences = sum.sequences, m.tokens = sum.tokens;
+    m.loss_scale = step_loss_scale;
+    m.skipped = std::exchange(skipped_since_step, 0);
     m.seq_per_s = double(sum.sequences) / step_s;
     m.tokens_per_s = double(sum.tokens) / step_s;
     m.flops_per_s = bert_train_flops(mc, lens, local_masked) / step_s;  // this rank's (MFU per device)

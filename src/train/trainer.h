@@ -41,6 +41,9 @@ struct TrainerOptions {
   bool tty = false;      // draw a bar (stderr is a terminal) instead of plain lines
   /// Tests: called before each step with the number of steps completed (e.g. to inject a NaN).
   std::function<void(BertTrainModel&, int64_t)> before_step;
+  /// Tests: called once the step's gradients are final (reduced over ranks), before loss-scale
+  /// checks and the update, with the number of steps completed (e.g. to plant an overflow).
+  std::function<void(BertTrainModel&, int64_t)> after_backward;
 };
 
 struct TrainResult {
@@ -55,6 +58,7 @@ struct TrainResult {
   std::string checkpoint;     // the last checkpoint written (empty if none)
   std::string resumed_from;   // the checkpoint resumed from (empty if none)
   int stopped_by_signal = 0;  // the signal number when a signal stopped the run
+  int64_t skipped_steps = 0;  // dynamic loss scaling: iterations whose gradients overflowed (no update)
   std::vector<StepMetrics> steps;  // this invocation's steps
   std::vector<std::string> warnings;
 };
