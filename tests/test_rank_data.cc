@@ -72,14 +72,36 @@ TEST(RankData, BatchShardingGivesEveryRankTheGlobalBatch) {
   TempDir dir("rank_data");
   for (int f = 0; f < 3; ++f) write_numbered_shard(dir.file("shard_0000" + std::to_string(f) + ".hdf5"), 10, 1000 * (f + 1));
   const train::PretrainConfig c = config_for(dir.path.string(), train::DataSharding::batch);
+  // Rank r of 3 builds rows [4r, 4r + 4) of each global batch of 12; together they build exactly
+  // the batches one process with batch 12 reads.
+  std::vector<std::vector<int32_t>> parts;
   for (int r = 0; r < 3; ++r) {
     const train::RankData d = train::plan_rank_data(c, {r, 3, r, 3});
     EXPECT_EQ(d.files.size(), 3u);
     EXPECT_EQ(d.loader_batch, 12);
     EXPECT_EQ(d.loader_seed, 7u);
-    EXPECT_TRUE(d.keep_rows);
+    EXPECT_EQ(d.keep_begin, 4 * r);
+    EXPECT_EQ(d.keep_end, 4 * r + 4);
+    data::LoaderOptions lo;
+    lo.files = d.files;
+    lo.batch_size = d.loader_batch, lo.seed = d.loader_seed, lo.keep_begin = d.keep_begin, lo.keep_end = d.keep_end;
+    lo.dynamic_masking = true;
+    data::PretrainLoader loader(lo);
+    parts.push_back(take_ids(loader, 4 * 7));  // 7 global batches: past the end of the 30 instances
   }
-  EXPECT_FALSE(train::plan_rank_data(c, {0, 1, 0, 1}).keep_rows) << "one process keeps the whole batch";
+  const train::RankData one = train::plan_rank_data(c, {0, 1, 0, 1});
+  EXPECT_EQ(one.keep_end, -1) << "one process keeps the whole batch";
+  data::LoaderOptions lo;
+  lo.files = one.files;
+  lo.batch_size = 12, lo.seed = one.loader_seed, lo.dynamic_masking = true;
+  data::PretrainLoader whole(lo);
+  const std::vector<int32_t> all = take_ids(whole, 12 * 7);
+  for (int b = 0; b < 7; ++b)
+    for (int r = 0; r < 3; ++r)
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(parts[size_t(r)][size_t(b * 4 + i)], all[size_t(b * 12 + r * 4 + i)]) << "batch " << b << " rank " << r;
+  lo.keep_begin = 5, lo.keep_end = 5;
+  EXPECT_THROW(data::PretrainLoader{lo}, Error) << "an empty row range";
 }
 
 TEST(RankData, FileShardingReadsDisjointShardsThatCoverTheData) {
@@ -95,7 +117,6 @@ TEST(RankData, FileShardingReadsDisjointShardsThatCoverTheData) {
   for (int r = 0; r < world; ++r) {
     const train::RankData d = train::plan_rank_data(c, {r, world, r, world});
     EXPECT_EQ(d.loader_batch, 4) << "each rank reads its own batch";
-    EXPECT_FALSE(d.keep_rows);
     seeds.insert(d.loader_seed);
     int64_t n = 0;
     for (const std::string& f : d.files) n += data::read_shard(f).num_instances;

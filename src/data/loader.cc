@@ -178,6 +178,12 @@ PretrainLoader::PretrainLoader(const LoaderOptions& options, const LoaderPositio
   m.options = options;
   if (options.files.empty()) throw Error("pretrain loader: no shard files", Hint("list them with data::list_shards(dir)"));
   UNMASK_CHECK(options.batch_size >= 1, "pretrain loader: batch_size must be >= 1, got ", options.batch_size);
+  {
+    const int64_t end = options.keep_end < 0 ? options.batch_size : options.keep_end;
+    UNMASK_CHECK(options.keep_begin >= 0 && options.keep_begin < end && end <= options.batch_size,
+                 "pretrain loader: kept rows [", options.keep_begin, ", ", options.keep_end, ") are not a non-empty part of a batch of ",
+                 options.batch_size);
+  }
   if (options.dynamic_masking) {
     UNMASK_CHECK(options.masked_lm_prob > 0 && options.masked_lm_prob <= 1,
                  "pretrain loader: masked_lm_prob must be in (0, 1], got ", options.masked_lm_prob);
@@ -225,17 +231,19 @@ PretrainLoader::~PretrainLoader() = default;
 PretrainBatch PretrainLoader::next() {
   Impl& m = *impl_;
   const int64_t B = m.options.batch_size, S = m.seq_length, P = m.batch_predictions;
+  const int64_t k0 = m.options.keep_begin, k1 = m.options.keep_end < 0 ? B : m.options.keep_end;
+  const int64_t K = k1 - k0;  // rows built
   PretrainBatch out;
-  out.input_ids = Tensor::empty({B, S}, DType::i32);
-  out.segment_ids = Tensor::empty({B, S}, DType::i32);
-  out.input_mask = Tensor::empty({B, S}, DType::i32);
-  out.masked_lm_positions = Tensor::empty({B, P}, DType::i32);
-  out.masked_lm_ids = Tensor::empty({B, P}, DType::i32);
-  out.next_sentence_labels = Tensor::empty({B}, DType::i32);
+  out.input_ids = Tensor::empty({K, S}, DType::i32);
+  out.segment_ids = Tensor::empty({K, S}, DType::i32);
+  out.input_mask = Tensor::empty({K, S}, DType::i32);
+  out.masked_lm_positions = Tensor::empty({K, P}, DType::i32);
+  out.masked_lm_ids = Tensor::empty({K, P}, DType::i32);
+  out.next_sentence_labels = Tensor::empty({K}, DType::i32);
   for (int64_t b = 0; b < B; ++b) {
     m.normalize(m.pos);
-    m.make_current();
-    m.copy_row(b, m.samples[size_t(m.pos.sample_index)], out);
+    m.make_current();  // every row's file is made current, kept or not (the order and prefetch)
+    if (b >= k0 && b < k1) m.copy_row(b - k0, m.samples[size_t(m.pos.sample_index)], out);
     ++m.pos.sample_index;
   }
   m.normalize(m.pos);

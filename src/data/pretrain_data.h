@@ -111,6 +111,10 @@ struct LoaderOptions {
   int64_t vocab_size = 30522;
   int32_t mask_id = 103, cls_id = 101, sep_id = 102, pad_id = 0;
   bool prefetch = true;              // read the next shard on a background thread
+  /// Rows [keep_begin, keep_end) of every batch are built and returned; the others are passed over
+  /// (not copied, not masked) but still consumed, so the sequence of instances is unchanged. A
+  /// data-parallel rank of a global batch builds only its own rows. keep_end = -1: all rows.
+  int64_t keep_begin = 0, keep_end = -1;
 };
 
 /// Where the loader is: epoch, index into that epoch's shuffled file order, and the next

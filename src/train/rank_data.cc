@@ -34,7 +34,10 @@ RankData plan_rank_data(const PretrainConfig& cfg, const RankLayout& r) {
       d.files = data::list_shards(cfg.data);
       d.loader_batch = cfg.batch * r.size;
       d.loader_seed = cfg.seed;
-      d.keep_rows = r.size > 1;
+      if (r.size > 1) {  // the loader walks the global batch but builds (reads out, masks) only these rows
+        const dist::Range rows = dist::shard_range(d.loader_batch, r.rank, r.size);
+        d.keep_begin = rows.begin, d.keep_end = rows.end;
+      }
       return d;
     case DataSharding::files: {
       const std::vector<std::string> all = data::list_shards(cfg.data);

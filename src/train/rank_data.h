@@ -28,7 +28,9 @@ struct RankData {
   std::vector<std::string> files;  // the shards this rank's loader reads
   int64_t loader_batch = 0;        // batch: the global batch (cfg.batch x ranks); else cfg.batch
   uint64_t loader_seed = 0;        // batch: cfg.seed (every rank the same); else dist::rank_seed(cfg.seed, rank)
-  bool keep_rows = false;          // batch: train on rows shard_range(global batch, rank, size) only
+  // batch with > 1 rank: the loader builds only rows shard_range(global batch, rank, size) of each
+  // global batch (LoaderOptions::keep_begin / keep_end); -1 = all rows.
+  int64_t keep_begin = 0, keep_end = -1;
 };
 
 /// The files, batch and seed of rank `r.rank`. Errors: data_sharding = files with fewer shards

@@ -31,18 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Rows [lo, hi) of every tensor of a batch (views; the tensors are row-major [B, ...]).
-PretrainBatch slice_batch_rows(const PretrainBatch& b, int64_t lo, int64_t hi) {
-  PretrainBatch s;
-  s.input_ids = b.input_ids.slice(0, lo, hi);
-  s.segment_ids = b.segment_ids.slice(0, lo, hi);
-  s.input_mask = b.input_mask.slice(0, lo, hi);
-  s.masked_lm_positions = b.masked_lm_positions.slice(0, lo, hi);
-  s.masked_lm_ids = b.masked_lm_ids.slice(0, lo, hi);
-  if (b.next_sentence_labels.defined()) s.next_sentence_labels = b.next_sentence_labels.slice(0, lo, hi);
-  return s;
-}
-
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // What the trainer needs from vocab.txt: its size and the ids of the special tokens.
@@ -302,6 +290,7 @@ TrainResult pretrain(const TrainerOptions& options) {
   lo.files = shards;
   lo.batch_size = rank_data.loader_batch;  // batch sharding: the global batch, of which this rank trains on its rows
   lo.seed = rank_data.loader_seed;
+  lo.keep_begin = rank_data.keep_begin, lo.keep_end = rank_data.keep_end;
   lo.dynamic_masking = cfg.dynamic_masking;
   lo.masked_lm_prob = cfg.masked_lm_prob;
   lo.max_predictions_per_seq = cfg.max_pred;
@@ -407,15 +396,11 @@ TrainResult pretrain(const TrainerOptions& options) {
                     Hint("every shard of a run must have the same sequence length"));
       TrainStepOptions so;
       if (world > 1) {
+        // Every rank holds its own rows (of the global batch, or of its own data): add the counts up.
         PretrainCounts global = pretrain_counts(b);
-        if (rank_data.keep_rows) {  // every rank holds the whole global batch: keep this rank's rows
-          const auto [lo_row, hi_row] = dist::shard_range(b.input_ids.size(0), rank, world);
-          b = slice_batch_rows(b, lo_row, hi_row);
-        } else {  // every rank holds its own rows: add the counts up
-          double c[2] = {double(global.masked), double(global.nsp)};
-          comm.allreduce_sum(c, 2, "the batch counts");
-          global.masked = int64_t(c[0]), global.nsp = int64_t(c[1]);
-        }
+        double c[2] = {double(global.masked), double(global.nsp)};
+        comm.allreduce_sum(c, 2, "the batch counts");
+        global.masked = int64_t(c[0]), global.nsp = int64_t(c[1]);
         so.mlm_normalizer = std::max<int64_t>(global.masked, 1);
         so.nsp_normalizer = std::max<int64_t>(global.nsp, 1);
         micro_sums.insert(micro_sums.end(), {0.0, 0.0, double(global.masked), double(global.nsp)});
