@@ -120,6 +120,7 @@ int cmd_pretrain_video(int argc, char** argv) {
             {"log-every", "N", "print a line every N steps", "10"},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
             {"seed", "N", "seed of the weights, masks and augmentation", "0"},
+            {"no-overlap", "", "data parallel: all-reduce the gradients after the backward instead of during it", ""},
             {"data-sharding", "MODE",
              "data parallel: slice (rank r reads its videos of each global batch: one process's numbers) or local "
              "(--data is this machine's part, {rank} in it replaced; ranks resample to equal counts)",
@@ -149,6 +150,7 @@ int cmd_pretrain_video(int argc, char** argv) {
   const int world = comm.size(), rank = comm.rank();
   const bool root = comm.is_root();
   const std::string sharding = a.get("data-sharding");
+  const bool overlap = !a.has("no-overlap");
   if (sharding != "slice" && sharding != "local")
     throw Error("--data-sharding must be slice or local, got '", sharding, "'");
   if (sharding == "local")
@@ -239,9 +241,13 @@ int cmd_pretrain_video(int argc, char** argv) {
       so.decoder_mask = video::running_cell_mask_batch(grid, decoder_ratio, uint64_t(seed),
                                                        uint64_t(step * batch * world + row0), row1 - row0);
     so.loss_scale = float(double(row1 - row0) / double(B));  // the ranks' gradients add up to the batch mean's
+    if (world > 1 && overlap)  // each bucket's all-reduce starts as soon as the backward has finished it
+      so.grads_ready = [&](int64_t first, int64_t end) {
+        for (int64_t i = end; i-- > first;) grad_sync->mark_ready(i);
+      };
     VideoMAEStepStats st = model.pretrain_step(ctx, b.videos, mask, so);
     if (world > 1) {
-      grad_sync->reduce_all();
+      grad_sync->finish();  // reduces what was not marked (everything without overlap)
       double weighted = st.loss * double(row1 - row0);
       comm.allreduce_sum(&weighted, 1, "the step loss");
       st.loss = weighted / double(B);

@@ -251,6 +251,44 @@ TEST(VideoMAE, DeterministicAndAccumulating) {
   EXPECT_NE(0, std::memcmp(a.params()[0].value.raw(), d.params()[0].value.raw(), a.params()[0].value.nbytes()));
 }
 
+// grads_ready names every parameter exactly once, from the head back to the patch embedding, and
+// only once its gradient is final: a snapshot taken in the hook equals the gradient after the step.
+TEST(VideoMAE, GradsReadyReportsEachFinalGradientOnce) {
+  VideoMAEConfig c = VideoMAEConfig::tiny();
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  const Tensor v = random_videos(rng, c, 2);
+  const Tensor mask = tube_mask(c, 2, 3);
+  Context ctx({.num_threads = 2});
+  VideoMAEPretrainModel m = VideoMAEPretrainModel::random(c, 5);
+  perturb(m, rng);
+  const int64_t n = int64_t(m.params().size());
+  std::vector<int> times(static_cast<size_t>(n), 0);
+  std::vector<Tensor> snapshot(static_cast<size_t>(n));
+  std::vector<int64_t> order;  // the first index of each range, in call order
+  VideoMAEStepOptions o;
+  o.grads_ready = [&](int64_t first, int64_t end) {
+    ASSERT_TRUE(first >= 0 && first < end && end <= n) << first << " " << end;
+    order.push_back(first);
+    for (int64_t i = first; i < end; ++i) {
+      ++times[size_t(i)];
+      snapshot[size_t(i)] = m.params()[size_t(i)].grad.contiguous();
+    }
+  };
+  m.pretrain_step(ctx, v, mask, o);
+  for (int64_t i = 0; i < n; ++i) {
+    const Param& p = m.params()[size_t(i)];
+    ASSERT_EQ(times[size_t(i)], 1) << p.name;
+    EXPECT_EQ(0, std::memcmp(snapshot[size_t(i)].raw(), p.grad.contiguous().raw(), p.grad.nbytes()))
+        << p.name << " changed after it was reported final";
+  }
+  ASSERT_GE(order.size(), 3u);
+  EXPECT_EQ(m.params()[size_t(order.front())].name, "decoder.norm.weight") << "the head's side finishes first";
+  EXPECT_EQ(order.back(), 0) << "the patch embedding finishes last";
+  const std::string first_block = m.params()[size_t(order[1])].name;
+  EXPECT_EQ(first_block.rfind("decoder.blocks." + std::to_string(c.decoder_depth - 1) + ".", 0), 0u) << first_block;
+}
+
 // The params plug into the shared Optimizer: a few AdamW steps on one batch lower the loss.
 TEST(VideoMAE, AdamWStepsLowerTheLoss) {
   const VideoMAEConfig c = VideoMAEConfig::tiny();

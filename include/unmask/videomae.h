@@ -17,6 +17,7 @@
 //   opt.step(ctx, lr);
 #pragma once
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,6 +69,11 @@ struct VideoMAEStepOptions {
   /// loss is the MSE over the kept positions that the encoder masked. Undefined: decode exactly the
   /// encoder-masked tokens (VideoMAE v1; the same as passing 1 - mask).
   Tensor decoder_mask;
+  /// Data parallel: called during the backward with each index range [first, end) of params()
+  /// whose gradients are final (decoder norm + head, each decoder block from the last, the mask
+  /// token, encoder_to_decoder, the encoder norm, each encoder block from the last, the patch
+  /// embedding), so their all-reduce can start while the backward goes on (dist::GradientSync).
+  std::function<void(int64_t first, int64_t end)> grads_ready;
 };
 
 struct VideoMAEStepStats {

@@ -190,21 +190,39 @@ void VideoMAEPretrainModel::Impl::build_params() {
   const VideoMAEConfig& c = config;
   params.clear();
   const Shape conv{c.dim, c.channels, c.tubelet, c.patch, c.patch};
+  auto range_from = [&](int64_t first) { return ParamRange{first, int64_t(params.size())}; };
   params.push_back(Param{"encoder.patch_embed.proj.weight", patch_w.value.view(conv), patch_w.grad.view(conv), true});
   params.push_back(Param{"encoder.patch_embed.proj.bias", patch_b.value, patch_b.grad, false});
-  for (size_t i = 0; i < enc_blocks.size(); ++i)
+  patch_range = range_from(0);
+  enc_block_ranges.clear();
+  for (size_t i = 0; i < enc_blocks.size(); ++i) {
+    const int64_t first = int64_t(params.size());
     video::add_block_params(params, "encoder.blocks." + std::to_string(i) + ".", enc_blocks[i]);
+    enc_block_ranges.push_back(range_from(first));
+  }
+  int64_t first = int64_t(params.size());
   params.push_back(Param{"encoder.norm.weight", enc_norm_g.value, enc_norm_g.grad, false});
   params.push_back(Param{"encoder.norm.bias", enc_norm_b.value, enc_norm_b.grad, false});
-  for (size_t i = 0; i < dec_blocks.size(); ++i)
+  enc_norm_range = range_from(first);
+  dec_block_ranges.clear();
+  for (size_t i = 0; i < dec_blocks.size(); ++i) {
+    first = int64_t(params.size());
     video::add_block_params(params, "decoder.blocks." + std::to_string(i) + ".", dec_blocks[i]);
+    dec_block_ranges.push_back(range_from(first));
+  }
+  first = int64_t(params.size());
   params.push_back(Param{"decoder.norm.weight", dec_norm_g.value, dec_norm_g.grad, false});
   params.push_back(Param{"decoder.norm.bias", dec_norm_b.value, dec_norm_b.grad, false});
   params.push_back(Param{"decoder.head.weight", head_w.value, head_w.grad, true});
   params.push_back(Param{"decoder.head.bias", head_b.value, head_b.grad, false});
+  dec_norm_head_range = range_from(first);
+  first = int64_t(params.size());
   params.push_back(Param{"encoder_to_decoder.weight", e2d_w.value, e2d_w.grad, true});
+  e2d_range = range_from(first);
   const Shape mt{1, 1, c.decoder_dim};
+  first = int64_t(params.size());
   params.push_back(Param{"mask_token", mask_token.value.view(mt), mask_token.grad.view(mt), false});
+  mask_token_range = range_from(first);
 }
 
 std::vector<video::PV*> VideoMAEPretrainModel::Impl::storages() {

@@ -87,6 +87,14 @@ struct VideoMAEPretrainModel::Impl {
   video::PV head_w, head_b;                   // [patch_dim, Dd], [patch_dim]
   Tensor enc_pos, dec_pos;                    // fixed sinusoid tables [Np, D], [Np, Dd]
   std::vector<Param> params;                  // VideoMAE-named views, state-dict order
+  // Index ranges [first, end) into params, in the order the backward pass finishes them
+  // (VideoMAEStepOptions::grads_ready): decoder norm + head, decoder blocks from the last,
+  // mask token, encoder_to_decoder, encoder norm, encoder blocks from the last, patch embedding.
+  struct ParamRange {
+    int64_t first = 0, end = 0;
+  };
+  ParamRange patch_range, enc_norm_range, dec_norm_head_range, e2d_range, mask_token_range;
+  std::vector<ParamRange> enc_block_ranges, dec_block_ranges;
 
   std::vector<video::PV*> storages();
   void build_params();

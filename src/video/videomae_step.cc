@@ -299,16 +299,21 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   if (!options.backward) return st;
 
   // ---- backward ----
+  auto ready = [&](const Impl::ParamRange& r) {
+    if (options.grads_ready) options.grads_ready(r.first, r.end);
+  };
   Tensor dln = Tensor::empty({B * Nd, Dd}, DType::f32);
   train::linear_backward(ctx, dec_ln, m.head_w, m.head_b, dpred, &dln);
   ops::layernorm_backward(ctx, dec_m, nullptr, m.dec_norm_g.value, dec_mean, dec_rstd, dln, dln, m.dec_norm_g.grad,
                           m.dec_norm_b.grad);
+  ready(m.dec_norm_head_range);
   Tensor g = Tensor::zeros({B * Nt, Dd}, DType::f32);
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(g.data<float>() + (b * Nt + Nv) * Dd, dln.data<float>() + b * Nd * Dd, size_t(Nd * Dd) * sizeof(float));
   for (size_t i = dec.size(); i-- > 0;) {
     video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, dec[i], ds, g);
     dec[i] = BlockSaved{};  // its memory serves the next block's backward
+    ready(m.dec_block_ranges[i]);
   }
   // g = d dec_in: masked rows into mask_token, visible rows into encoder_to_decoder
   Tensor de2d = Tensor::empty({B * Nv, Dd}, DType::f32);
@@ -322,15 +327,20 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
       }
     }
   }
+  ready(m.mask_token_range);
   Tensor genc = Tensor::empty({B * Nv, D}, DType::f32);
   train::linear_backward(ctx, enc_ln, m.e2d_w, no_bias, de2d, &genc);
+  ready(m.e2d_range);
   ops::layernorm_backward(ctx, enc_last, nullptr, m.enc_norm_g.value, enc_mean, enc_rstd, genc, genc, m.enc_norm_g.grad,
                           m.enc_norm_b.grad);
+  ready(m.enc_norm_range);
   for (size_t i = enc.size(); i-- > 0;) {
     video::block_backward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, enc[i], es, genc);
     enc[i] = BlockSaved{};
+    ready(m.enc_block_ranges[i]);
   }
   train::linear_backward(ctx, cols_vis, m.patch_w, m.patch_b, genc, nullptr);
+  ready(m.patch_range);
   return st;
 }
 

@@ -9,7 +9,8 @@
 #   3. a rank killed mid-run (SIGKILL): every rank is gone within 60 s, mpirun exits non-zero and
 #      names the lost rank; `--resume` then finishes the run from the last complete checkpoint;
 #   4. VideoMAE pretraining: 2 ranks x 4 clips == 1 rank x 8 clips (loss and gradient norms, 1e-5), each
-#      rank's loader reading only its clips of every global batch; each rank its own store (mode 2);
+#      rank's loader reading only its clips of every global batch; the all-reduce overlapped with the
+#      backward gives the bits of one after it; each rank its own store (mode 2);
 #   5. `unmask bench scaling` (BEVT's table) with 1 and 2 ranks;
 #   6. per-rank reading (data_sharding = files / local): a 2-rank run stopped and resumed on 2 ranks
 #      gives the uninterrupted curve (every rank's loader position is in the checkpoint); resumed on
@@ -160,6 +161,13 @@ print(f"VideoMAE 2 ranks x 4 vs 1 x 8: loss and grad-norm curves rel diff {worst
 sys.exit(0 if worst <= 1e-5 else 1)
 EOF
 [ $? = 0 ] && ok || bad "VideoMAE 2 ranks differ from 1"
+# the all-reduce overlapped with the backward (the default) and after it: the same bits
+run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --out "$W/v2s" --batch 4 --no-overlap >/dev/null 2>&1 \
+  && /usr/bin/python3 -c "
+import json, sys
+f = lambda p: [(r['loss'], r['grad_norm']) for r in map(json.loads, open(p))]
+sys.exit(0 if f(sys.argv[1]) == f(sys.argv[2]) and len(f(sys.argv[1])) == 6 else 1)" "$W/v2/metrics.jsonl" "$W/v2s/metrics.jsonl" \
+  && ok || bad "VideoMAE: overlapped and non-overlapped all-reduce give different numbers"
 # mode 2: each rank its own store (different sizes), resampled to the larger count
 head -n 5 "$W/v/train_videomae.txt" > "$W/vpart0.txt" && tail -n +6 "$W/v/train_videomae.txt" > "$W/vpart1.txt" \
   && "$U" prepare-video --list "$W/vpart0.txt" --out "$W/vl0.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
