@@ -111,6 +111,19 @@ int64_t Args::get_int(const std::string& name) const {
   }
 }
 
+OptionSpec device_option() { return {"device", "cpu|cuda", "where the model runs (cuda: CUDA builds)", "cpu"}; }
+
+Device device_of(const Args& args) {
+  const std::string d = args.get("device");
+  if (d != "cpu" && d != "cuda") throw Error("--device must be cpu or cuda, got '", d, "'");
+#ifndef UNMASK_WITH_CUDA
+  if (d == "cuda")
+    throw Error("--device cuda: this unmask was built without the CUDA backend",
+                Hint("rebuild with -DUNMASK_CUDA=ON (the CUDA toolkit) and run on a machine with an NVIDIA GPU"));
+#endif
+  return d == "cuda" ? Device::cuda : Device::cpu;
+}
+
 double Args::get_double(const std::string& name) const {
   std::string v = get(name);
   try {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "unmask/device.h"
+
 namespace unmask::cli {
 
 struct OptionSpec {
@@ -39,6 +41,10 @@ class Args {
 };
 
 std::string usage(const std::string& command, const std::string& summary, const std::vector<OptionSpec>& specs);
+/// The shared `--device cpu|cuda` option, and its value: an Error for another value, and for
+/// cuda in a build without the CUDA backend (saying how to get one).
+OptionSpec device_option();
+Device device_of(const Args& args);
 size_t edit_distance(const std::string& a, const std::string& b);
 
 int cmd_infer(int argc, char** argv);

@@ -113,6 +113,7 @@ int bench_infer(int argc, char** argv) {
       {"encoders-only", "", "time the encoder layers only (input = hidden states), as AITemplate's table", ""},
       {"lengths", "uniform:MIN:MAX", "mixed-length batches run packed (no compute on padding); seq column = MAX", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      device_option(),
       {"iters", "N", "minimum timed iterations per row", "10"},
       {"min-time", "SEC", "keep iterating until this much time has passed per row", "2"},
       {"warmup", "N", "untimed iterations per row (at least 1)", "2"},
@@ -144,14 +145,19 @@ int bench_infer(int argc, char** argv) {
       throw Error("--lengths must be uniform:MIN:MAX with 1 <= MIN <= MAX, got '", spec, "'");
   }
 
-  Context ctx({.num_threads = int(args->get_int("threads"))});
+  const Device device = device_of(*args);
+  Context ctx({.num_threads = int(args->get_int("threads")), .device = device});
   const std::string model_arg = args->get("model");
   BertModel model = model_arg == "bert-base"    ? BertModel::random(BertConfig::base(), BertHeads{.pooler = true}, seed)
                     : model_arg == "bert-large" ? BertModel::random(BertConfig::large(), BertHeads{.pooler = true}, seed)
                                                 : BertModel::load(model_arg);
   model.set_hidden_act(act == "gelu" ? HiddenAct::gelu : HiddenAct::gelu_tanh);
+  model.to(ctx);  // no-op on the CPU
   const BertConfig& cfg = model.config();
-  const double peak = args->has("peak-gflops") ? args->get_double("peak-gflops") : measure_peak_gflops(ctx.num_threads());
+  // CUDA: fp32 GEMMs against the H100 SXM's dense fp32 rate unless --peak-gflops says otherwise.
+  const double peak = args->has("peak-gflops")   ? args->get_double("peak-gflops")
+                      : device == Device::cuda ? 67000.0
+                                               : measure_peak_gflops(ctx.num_threads());
 
   if (format == "table") {
     std::printf("# unmask bench infer: %s, %lld layers, hidden %lld, %s, %d threads (%s kernels), peak %.0f GFLOP/s%s%s\n",
@@ -199,6 +205,7 @@ int bench_infer(int argc, char** argv) {
         hidden = Tensor::empty({N, cfg.hidden_size}, DType::f32);
         std::normal_distribution<float> nd(0.f, 1.f);
         for (int64_t i = 0; i < hidden.numel(); ++i) hidden.data<float>()[i] = nd(rng);
+        if (device != Device::cpu) hidden = hidden.to(device);
         fo.embeddings = false;
         fo.hidden_in = &hidden;
       }
@@ -206,8 +213,10 @@ int bench_infer(int argc, char** argv) {
       std::vector<double> times;
       const double start = now_s();
       while (int64_t(times.size()) < min_iters || now_s() - start < min_time) {
+        ctx.synchronize();  // CUDA: each forward is timed whole (a no-op on the CPU)
         double t0 = now_s();
         BertOutputs out = model.forward(ctx, in, fo);
+        ctx.synchronize();
         times.push_back(now_s() - t0);
         if (times.size() > 100000) break;
       }

@@ -102,7 +102,7 @@ int bench_train(int argc, char** argv) {
       {"steps", "N", "timed steps per row (the median is reported)", "5"},
       {"warmup", "N", "untimed steps per row", "1"},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
-      {"device", "cpu|cuda", "where the step runs (cuda: CUDA builds)", "cpu"},
+      device_option(),
       {"precision", "fp32|tf32", "GEMM precision (tf32: CUDA tensor cores; the CPU is fp32)", "fp32"},
       {"optimizer", "adamw|lamb", "the optimizer of the timed update", "lamb"},
       {"dropout", "P", "hidden and attention dropout (as in training)", "0.1"},
@@ -135,17 +135,11 @@ int bench_train(int argc, char** argv) {
   else if (model_arg.rfind("random:", 0) == 0) cfg = train::random_model_config(model_arg.substr(7), 30522);
   else throw Error("--model must be bert-base, bert-large or random:SIZE, got '", model_arg, "'");
 
-  const std::string device_arg = args->get("device"), precision = args->get("precision");
-  if (device_arg != "cpu" && device_arg != "cuda") throw Error("--device must be cpu or cuda, got '", device_arg, "'");
+  const std::string precision = args->get("precision");
   if (precision != "fp32" && precision != "tf32") throw Error("--precision must be fp32 or tf32, got '", precision, "'");
-  const bool on_cuda = device_arg == "cuda";
+  const bool on_cuda = device_of(*args) == Device::cuda;
   if (!on_cuda && precision != "fp32")
     throw Error("--precision ", precision, " needs --device cuda (the CPU GEMMs are fp32)");
-#ifndef UNMASK_WITH_CUDA
-  if (on_cuda)
-    throw Error("--device cuda: this unmask was built without the CUDA backend",
-                Hint("rebuild with -DUNMASK_CUDA=ON (the CUDA toolkit) and run on a machine with an NVIDIA GPU"));
-#endif
 
   Context ctx({.num_threads = int(args->get_int("threads")), .device = on_cuda ? Device::cuda : Device::cpu});
   char devices[128];

@@ -27,6 +27,13 @@ Tensor to_i64(const std::vector<int32_t>& v) {
   return t;
 }
 
+// The outputs of a forward on another device, copied to the host.
+void outputs_to_host(BertOutputs& o) {
+  for (Tensor* t : {&o.last_hidden_state, &o.pooler_output, &o.mlm_logits, &o.nsp_logits, &o.qa_start_logits,
+                    &o.qa_end_logits, &o.seqcls_logits, &o.tokcls_logits})
+    if (t->defined() && t->device() != Device::cpu) *t = t->to(Device::cpu);
+}
+
 void make_dump_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -44,6 +51,7 @@ int cmd_infer(int argc, char** argv) {
       {"dump", "OUTDIR", "write input_ids, token_type_ids, last_hidden_state, pooler_output, mlm_logits, nsp_logits as .npy", ""},
       {"no-truncate", "", "fail instead of truncating text longer than the model's positions", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      device_option(),
   };
   auto args = Args::parse("infer", "Fill-mask demo: prints the top-k tokens for each [MASK] in the text.", specs, argc, argv, 2);
   if (!args) return 0;
@@ -54,8 +62,9 @@ int cmd_infer(int argc, char** argv) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw Error("--text is empty", Hint("give a sentence, e.g. --text \"Paris is the [MASK] of France.\""));
 
-  Context ctx({.num_threads = int(args->get_int("threads"))});
+  Context ctx({.num_threads = int(args->get_int("threads")), .device = device_of(*args)});
   BertModel model = BertModel::load(dir);
+  model.to(ctx);  // no-op on the CPU
   text::WordPieceTokenizer tok = load_tokenizer(dir);
   const int64_t max_len = model.config().max_position_embeddings;
   std::optional<std::string> pair;
@@ -89,6 +98,7 @@ int cmd_infer(int argc, char** argv) {
   ForwardOptions one_shot;
   one_shot.pack_weights = false;  // a single forward: packing the weights would cost more than it saves
   BertOutputs out = model.forward(ctx, in, one_shot);
+  outputs_to_host(out);
 
   if (args->has("dump")) {
     const std::string od = args->get("dump");
@@ -148,6 +158,7 @@ int cmd_forward(int argc, char** argv) {
       {"mode", "padded|packed", "padded: compute on [B, T]; packed: drop padding and run cu_seqlens", "packed"},
       {"dump", "OUTDIR", "directory for the output .npy files", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      device_option(),
   };
   auto args = Args::parse("forward", "Runs a batch of token ids and dumps every output as .npy in the padded [B, T, ...] layout.",
                           specs, argc, argv, 2);
@@ -193,8 +204,9 @@ int cmd_forward(int argc, char** argv) {
     lengths[b] = int32_t(len);
   }
 
-  Context ctx({.num_threads = int(args->get_int("threads"))});
+  Context ctx({.num_threads = int(args->get_int("threads")), .device = device_of(*args)});
   BertModel model = BertModel::load(dir);
+  model.to(ctx);  // no-op on the CPU
   BertInput in;
   BertOutputs out;
   if (mode == "padded") {
@@ -202,6 +214,7 @@ int cmd_forward(int argc, char** argv) {
     in.token_type_ids = tt;
     in.attention_mask = mask;
     out = model.forward(ctx, in);
+    outputs_to_host(out);
   } else {
     int64_t N = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
     in.input_ids = Tensor::empty({N}, DType::i64);
@@ -217,6 +230,7 @@ int cmd_forward(int argc, char** argv) {
       cu[b + 1] = cu[b] + lengths[b];
     }
     out = model.forward(ctx, in);
+    outputs_to_host(out);
     // Scatter packed rows back to [B, T, D] with zeros at padding.
     auto unpack = [&](Tensor& t) {
       if (!t.defined()) return;

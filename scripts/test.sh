@@ -73,7 +73,7 @@ if [ "${UNMASK_SKIP_CUDA:-0}" != 1 ] && [ -x /usr/local/cuda/bin/nvcc ]; then
   # the C++ files with CUDA dispatch (UNMASK_WITH_CUDA). The rest of the core is the code the
   # Release build above compiled and tested; linking and running unmask_cuda_tests (which prints
   # "skipped: no CUDA device" here) happens on GPU machines (bench/gpu/run_device.sh).
-  pattern="src/cuda/|tests/cuda/|src/dist/comm_nccl|$(grep -rl UNMASK_WITH_CUDA src | grep -v '^src/cuda/' | paste -sd'|' -)"
+  pattern="src/cuda/|tests/cuda/|src/dist/comm_nccl|$(grep -rl UNMASK_WITH_CUDA src app | grep -v '^src/cuda/' | paste -sd'|' -)"
   mapfile -t cuda_objects < <(ninja -C build-cuda -t targets all | sed -n 's/^\(CMakeFiles\/[^:]*\.o\): .*/\1/p' | grep -E "$pattern")
   ninja -C build-cuda -j"$JOBS" "${cuda_objects[@]}"
   echo "CUDA: ${#cuda_objects[@]} objects compiled for sm_80 and sm_90a"

@@ -123,7 +123,14 @@ class BertModel {
   int64_t parameter_bytes() const;
   int64_t num_parameters() const;
 
+  /// Runs on ctx's device: the weights must be there (to()). Inputs may be host tensors; the
+  /// outputs are on ctx's device.
   BertOutputs forward(Context& ctx, const BertInput& input, const ForwardOptions& options = {}) const;
+  /// Moves every weight to ctx's device (a no-op when they are there). Call it before the first
+  /// CPU forward if the model is to move: that forward packs the CPU weights and lets go of the
+  /// unpacked copies (an Error then says so).
+  void to(Context& ctx);
+  Device device() const;
 
  private:
   friend class BertTrainModel;  // to_inference_model() builds one from its parameters

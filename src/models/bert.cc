@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "models/bert_weights.h"
@@ -124,15 +125,33 @@ BatchLayout make_layout(const BertConfig& cfg, const BertInput& in, bool need_id
   return L;
 }
 
-// Copies the [CLS] row (first token) of each sequence: x [N, C] -> [B, C].
+// Copies the [CLS] row (first token) of each sequence: x [N, C] -> [B, C], on x's device.
 Tensor gather_first_tokens(const Tensor& x, const BatchLayout& L) {
   const int64_t C = x.size(1);
-  Tensor out = Tensor::empty({L.B, C}, DType::f32);
+  Tensor out = Tensor::empty({L.B, C}, DType::f32, x.device());
   for (int64_t b = 0; b < L.B; ++b) {
     int64_t row = L.packed ? L.cu_seqlens.data<int32_t>()[b] : b * L.T;
-    std::memcpy(out.data<float>() + b * C, x.data<float>() + row * C, C * sizeof(float));
+    if (x.device() == Device::cpu) {
+      std::memcpy(out.data<float>() + b * C, x.data<float>() + row * C, C * sizeof(float));
+    } else {
+      Tensor dst = out.slice(0, b, b + 1);
+      dst.copy_from(x.slice(0, row, row + 1));
+    }
   }
   return out;
+}
+
+// Every weight tensor of the model, for moving them between devices.
+std::vector<Tensor*> weight_tensors(BertWeights& W) {
+  std::vector<Tensor*> t = {&W.word_emb, &W.pos_emb,     &W.type_emb, &W.emb_ln_g, &W.emb_ln_b, &W.pooler_w,
+                            &W.pooler_b, &W.mlm_dense_w, &W.mlm_dense_b, &W.mlm_ln_g, &W.mlm_ln_b, &W.mlm_decoder_w,
+                            &W.mlm_bias, &W.nsp_w,       &W.nsp_b,    &W.qa_w,     &W.qa_b,     &W.cls_w,
+                            &W.cls_b};
+  for (BertLayerWeights& l : W.layers)
+    for (Tensor* x : {&l.qkv_w, &l.qkv_b, &l.attn_out_w, &l.attn_out_b, &l.ln1_g, &l.ln1_b, &l.ffn_in_w, &l.ffn_in_b,
+                      &l.ffn_out_w, &l.ffn_out_b, &l.ln2_g, &l.ln2_b})
+      t.push_back(x);
+  return t;
 }
 
 // Reshapes a packed-or-padded [N, D] result to the input's layout.
@@ -204,9 +223,32 @@ int64_t BertModel::num_parameters() const {
 
 int64_t BertModel::parameter_bytes() const { return num_parameters() * 4; }
 
+Device BertModel::device() const { return w_->emb_ln_g.device(); }
+
+void BertModel::to(Context& ctx) {
+  const Device dev = ctx.device();
+  BertWeights& W = *w_;
+  if (device() == dev) return;
+  for (const BertLayerWeights& l : W.layers)
+    if (!l.qkv_w.defined() && l.qkv_p.defined())
+      throw Error("BertModel::to(", device_name(dev), "): a CPU forward has packed the weights and dropped the "
+                  "unpacked copies", Hint("move the model before its first CPU forward, or load it again"));
+  const bool tied = W.mlm_decoder_w.defined() && W.mlm_decoder_w.raw() == W.word_emb.raw();
+  ctx.make_current();  // new device memory is tagged with ctx's stream
+  for (Tensor* t : weight_tensors(W))
+    if (t->defined() && !(tied && t == &W.mlm_decoder_w)) *t = t->to(dev);
+  if (tied) W.mlm_decoder_w = W.word_emb;  // still one tensor, as HF ties them
+  for (BertLayerWeights& l : W.layers) l.qkv_p = l.attn_out_p = l.ffn_in_p = l.ffn_out_p = {};
+  W.pooler_p = W.mlm_dense_p = {};
+}
+
 BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const ForwardOptions& opt) const {
+  const Device dev = ctx.device();
+  if (device() != dev)
+    throw Error("bert: the model's weights are on ", device_name(device()), " but the context runs on ",
+                device_name(dev), Hint("call model.to(ctx) first"));
   // Packs the Linear weights on the first CPU forward (ctx's thread count sets the slices).
-  if (ctx.device() == Device::cpu && opt.pack_weights && packed_gemm_enabled()) bert_pack_weights(ctx, *w_);
+  if (dev == Device::cpu && opt.pack_weights && packed_gemm_enabled()) bert_pack_weights(ctx, *w_);
   const BertWeights& W = *w_;
   const BertConfig& cfg = W.config;
   const int64_t C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
@@ -224,13 +266,18 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
                  "bert: hidden_in must be f32 [", L.N, ", ", C, "], got ", opt.hidden_in->describe());
   }
   const int64_t N = L.N;
+  if (dev != Device::cpu && opt.embeddings) {  // the ids the embedding gathers live beside the table
+    L.ids = L.ids.to(dev);
+    L.pos_ids = L.pos_ids.to(dev);
+    L.type_ids = L.type_ids.to(dev);
+  }
 
-  // Activations, allocated once per call:
-  Tensor x = Tensor::empty({N, C}, DType::f32);       // layer input / output
-  Tensor qkv = Tensor::empty({N, 3 * C}, DType::f32); // fused q, k, v
-  Tensor attn = Tensor::empty({N, C}, DType::f32);    // attention context
-  Tensor h = Tensor::empty({N, C}, DType::f32);       // projection outputs
-  Tensor f = Tensor::empty({N, I}, DType::f32);       // feed-forward hidden
+  // Activations, allocated once per call on ctx's device:
+  Tensor x = Tensor::empty({N, C}, DType::f32, dev);       // layer input / output
+  Tensor qkv = Tensor::empty({N, 3 * C}, DType::f32, dev); // fused q, k, v
+  Tensor attn = Tensor::empty({N, C}, DType::f32, dev);    // attention context
+  Tensor h = Tensor::empty({N, C}, DType::f32, dev);       // projection outputs
+  Tensor f = Tensor::empty({N, I}, DType::f32, dev);       // feed-forward hidden
 
   if (opt.embeddings) {
     // x = LayerNorm(word[ids] + pos[t] + type[tt])
@@ -278,11 +325,13 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
   if (opt.nsp && W.heads.nsp) out.nsp_logits = linear(ctx, pooled, W.nsp_w, W.nsp_b);  // [B, 2]
   if (opt.qa && W.heads.qa) {
     Tensor se = linear(ctx, x, W.qa_w, W.qa_b);  // [N, 2]
+    if (dev != Device::cpu) se = se.to(Device::cpu);  // split on the host (2 floats per token)
     Tensor start = Tensor::empty({N}, DType::f32), end = Tensor::empty({N}, DType::f32);
     for (int64_t r = 0; r < N; ++r) {
       start.data<float>()[r] = se.data<float>()[2 * r];
       end.data<float>()[r] = se.data<float>()[2 * r + 1];
     }
+    if (dev != Device::cpu) start = start.to(dev), end = end.to(dev);
     out.qa_start_logits = L.packed ? start : start.view({L.B, L.T});
     out.qa_end_logits = L.packed ? end : end.view({L.B, L.T});
   }

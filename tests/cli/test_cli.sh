@@ -35,6 +35,12 @@ expect 0 "usage: unmask forward" -- "$U" forward --help
 expect 2 "unknown command" -- "$U" frobnicate
 expect 1 "did you mean --text" -- "$U" infer --model "$W/m" --txt hi
 expect 1 "--model is required" -- "$U" infer --text hi
+expect 1 "--device must be cpu or cuda, got 'gpu'" -- "$U" infer --model "$W/m" --text "a [MASK] ." --device gpu
+expect 0 "[MASK] at position" -- "$U" infer --model "$W/m" --text "paris is the [MASK] of france ." --device cpu
+if ! "$U" version | grep -q "cuda backend: yes"; then  # a CPU-only build says how to get CUDA
+  expect 1 "built without the CUDA backend" -- "$U" infer --model "$W/m" --text "a [MASK] ." --device cuda
+  expect 1 "built without the CUDA backend" -- "$U" bench infer --device cuda --batch 1 --seq 8
+fi
 expect 1 "config.json not found" -- "$U" infer --model "$W/nope" --text hi
 expect 1 "--text is empty" -- "$U" infer --model "$W/m" --text "   "
 expect 1 "invalid UTF-8 at byte offset 3" -- "$U" infer --model "$W/m" --text $'abc\xff def'
