@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# bench/gpu/run_full_build.sh: the GPU machine's checks of the FULL unmask build (the CLI, the
+# trainer, MPI), as opposed to run_device.sh's CUDA-backend-only build. Build here (this machine
+# has the toolkit and every library), carry the build folder, run there in one `run` call:
+#
+#   here:   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNMASK_CUDA=ON \
+#             -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc && cmake --build build-cuda -j2
+#           (mkdir -p carry && cp build-cuda/unmask build-cuda/unmask_cuda_tests carry/; carry/ must be
+#            ignored by git: echo /carry/ >> .git/info/exclude)
+#   there:  run(command="bash bench/gpu/run_full_build.sh carry", carry=["carry"])
+#
+# Stages (each under its own timeout; a failing stage does not stop the later ones; logs in $OUT):
+#   1. `unmask version` and nvidia-smi;
+#   2. unmask_cuda_tests: every CUDA kernel and model test (BERT training and inference vs the CPU);
+#   3. `pretrain` of a tiny model, 8 steps, dropout off: device = "cpu" vs device = "cuda" (the
+#      loss curves must agree within 1e-4), and, with mpirun, 2 ranks sharing the GPU (host-staged
+#      MPI all-reduce, dist/grad_sync.h) vs 1 rank at the same global batch;
+#   4. `bench infer --device cuda` (fp32, BERT-base, seed 003's shapes as far as time allows).
+# DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
+set -u
+BIN=$(cd "${1:-carry}" && pwd)
+DEVICE=${DEVICE:-cuda}
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+W=$(mktemp -d /tmp/unmask-gpu-XXXXXX)
+T0=$(date +%s)
+at() { echo $(( $(date +%s) - T0 )); }
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+# 1. what we run on
+{ "$BIN/unmask" version; nvidia-smi 2>&1 | head -15; } > "$OUT/env.txt" 2>&1
+note "version: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-200)"
+
+# 2. CUDA tests
+if [ "$DEVICE" = cuda ] && [ -x "$BIN/unmask_cuda_tests" ]; then
+  timeout 240 "$BIN/unmask_cuda_tests" > "$OUT/cuda_tests.log" 2>&1
+  note "cuda tests: rc $? at $(at)s; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -10 | tee -a "$summary"
+else
+  note "cuda tests: skipped (DEVICE=$DEVICE or no $BIN/unmask_cuda_tests)"
+fi
+
+# 3. pretrain: cpu vs cuda, and 2 ranks sharing the device
+{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$W/vocab.txt"
+RANDOM=7
+for d in $(seq 1 40); do
+  for s in $(seq 1 $((4 + RANDOM % 5))); do
+    line=""
+    for w in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
+    echo "$line."
+  done
+  echo
+done > "$W/corpus.txt"
+"$BIN/unmask" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" --max-seq 32 \
+  --max-pred 5 --dupe-factor 2 > "$OUT/prepare.log" 2>&1
+cat > "$W/p.toml" <<EOF
+model = "random:tiny"
+vocab = "$W/vocab.txt"
+data = "$W/shards"
+steps = 8
+batch = 6
+max_seq = 32
+max_pred = 5
+lr = 1e-3
+warmup = 0.25
+checkpoint_every = 4
+log_every = 1
+peak_gflops = 1
+hidden_dropout = 0
+attention_dropout = 0
+EOF
+timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/cpu\"" --quiet > "$OUT/pretrain.log" 2>&1
+timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/dev\"" --set "device=\"$DEVICE\"" \
+  --quiet >> "$OUT/pretrain.log" 2>&1
+note "pretrain cpu vs $DEVICE: rc $? at $(at)s"
+ranks_dir=""
+if command -v mpirun > /dev/null; then
+  MPIRUN=(mpirun --oversubscribe -np 2)
+  [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+  UNMASK_DIST_TIMEOUT_S=60 timeout 180 "${MPIRUN[@]}" "$BIN/unmask" pretrain --config "$W/p.toml" \
+    --set "output=\"$W/ranks\"" --set "device=\"$DEVICE\"" --set batch=3 --quiet >> "$OUT/pretrain.log" 2>&1
+  note "pretrain 2 ranks x 3 on $DEVICE: rc $? at $(at)s"
+  ranks_dir="$W/ranks"
+else
+  note "pretrain 2 ranks: skipped (no mpirun)"
+fi
+python3 - "$W/cpu" "$W/dev" $ranks_dir <<'EOF' 2>&1 | tee -a "$summary"
+import json, os, sys
+def curve(d):
+    p = os.path.join(d, "metrics.jsonl")
+    return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))] if os.path.exists(p) else []
+ref = curve(sys.argv[1])
+for d in sys.argv[2:]:
+    c = curve(d)
+    if len(c) != len(ref) or not c:
+        print(f"{os.path.basename(d)}: {len(c)} steps vs {len(ref)} on the CPU: FAIL")
+        continue
+    worst = max(abs(a - b) / abs(b) for x, y in zip(c, ref) for a, b in zip(x, y))
+    print(f"{os.path.basename(d)} vs cpu: loss and grad-norm curves rel diff {worst:.2e}: {'ok' if worst <= 1e-4 else 'FAIL'}")
+EOF
+
+# 4. bench infer on the device (fp32), as many of seed 003's rows as fit
+timeout 200 "$BIN/unmask" bench infer --device "$DEVICE" --batch 1,8,32 --seq 128,384 --min-time 0.5 --iters 5 \
+  --format json > "$OUT/bench_infer.jsonl" 2> "$OUT/bench_infer.err"
+note "bench infer --device $DEVICE: rc $? at $(at)s, $(wc -l < "$OUT/bench_infer.jsonl") rows"
+tail -3 "$OUT/bench_infer.jsonl" | tee -a "$summary"
+rm -rf "$W"
+exit 0
