@@ -24,6 +24,7 @@ OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
+source tests/lib/tiny_corpus.sh
 W=$(mktemp -d /tmp/unmask-gpu-XXXXXX)
 T0=$(date +%s)
 at() { echo $(( $(date +%s) - T0 )); }
@@ -45,16 +46,7 @@ else
 fi
 
 # 3. pretrain: cpu vs cuda, and 2 ranks sharing the device
-{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$W/vocab.txt"
-RANDOM=7
-for d in $(seq 1 40); do
-  for s in $(seq 1 $((4 + RANDOM % 5))); do
-    line=""
-    for w in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
-    echo "$line."
-  done
-  echo
-done > "$W/corpus.txt"
+write_tiny_corpus "$W"
 "$BIN/unmask" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" --max-seq 32 \
   --max-pred 5 --dupe-factor 2 > "$OUT/prepare.log" 2>&1
 cat > "$W/p.toml" <<EOF

@@ -7,6 +7,7 @@
 # the error message of bad configs. No case may crash (exit >= 128 unless expected) or hang
 # (each runs under a timeout).
 set -uo pipefail
+source "$(dirname "$0")/../lib/tiny_corpus.sh"
 cd "$(dirname "$0")/../.."
 U=$(readlink -f "${1:-build/unmask}")
 W=$(mktemp -d /tmp/unmask-train-cli-XXXXXX)
@@ -31,16 +32,7 @@ check() {  # check DESCRIPTION test-args...
 }
 
 # ---- vocab, corpus, shards -------------------------------------------------------------------
-{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$W/vocab.txt"
-RANDOM=7
-for d in $(seq 1 40); do
-  for s in $(seq 1 $((4 + RANDOM % 5))); do
-    line=""
-    for w in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
-    echo "$line."
-  done
-  echo
-done > "$W/corpus.txt"
+write_tiny_corpus "$W"
 expect 0 "" -- "$U" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" \
   --max-seq 32 --max-pred 5 --dupe-factor 2
 

@@ -18,6 +18,7 @@
 #      local parts of different sizes train, and the ranks' counts are reported.
 # Usage: tests/mpi/test_dp_pretrain.sh [build/unmask]. "skipped: no MPI" without mpirun.
 set -uo pipefail
+source "$(dirname "$0")/../lib/tiny_corpus.sh"
 cd "$(dirname "$0")/../.."
 U=$(readlink -f "${1:-build/unmask}")
 if ! command -v mpirun >/dev/null; then echo "dp pretrain: skipped: no MPI (mpirun not found)"; exit 0; fi
@@ -29,37 +30,10 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
-{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$W/vocab.txt"
-RANDOM=7
-for d in $(seq 1 40); do
-  for s in $(seq 1 $((4 + RANDOM % 5))); do
-    line=""
-    for w in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
-    echo "$line."
-  done
-  echo
-done > "$W/corpus.txt"
+write_tiny_corpus "$W"
 "$U" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" --max-seq 32 --max-pred 5 \
   --dupe-factor 2 >/dev/null 2>&1 && ok || bad "prepare-text"
-cat > "$W/dp.toml" <<EOF
-model = "random:tiny"
-vocab = "$W/vocab.txt"
-data = "$W/shards"
-output = "$W/run"
-steps = 8
-batch = 6
-accumulation = 2
-max_seq = 32
-max_pred = 5
-lr = 1e-3
-warmup = 0.25
-checkpoint_every = 2
-threads = 1
-log_every = 1
-peak_gflops = 1
-hidden_dropout = 0
-attention_dropout = 0
-EOF
+write_dp_config "$W"
 run() { UNMASK_DIST_TIMEOUT_S=30 timeout 300 "$@"; }
 
 # compare A B: loss curves (metrics.jsonl) and final weights within 1e-5

@@ -12,6 +12,7 @@
 # without srun or when no Slurm controller answers within 5 s (tests/mpi/slurm_single_node.sh
 # starts a single-node Slurm on this machine). Jobs use -O (overcommit) so 3 ranks fit on 2 cores.
 set -uo pipefail
+source "$(dirname "$0")/../lib/tiny_corpus.sh"
 cd "$(dirname "$0")/../.." || exit 1
 U=$(readlink -f "${1:-build/unmask}")
 if ! command -v srun >/dev/null; then echo "srun: skipped: no Slurm (srun not found)"; exit 0; fi
@@ -61,37 +62,10 @@ if command -v mpirun >/dev/null; then
 fi
 
 # 4. equivalence (the corpus, shards and config of test_dp_pretrain.sh)
-{ printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$W/vocab.txt"
-RANDOM=7
-for _ in $(seq 1 40); do
-  for _ in $(seq 1 $((4 + RANDOM % 5))); do
-    line=""
-    for _ in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
-    echo "$line."
-  done
-  echo
-done > "$W/corpus.txt"
+write_tiny_corpus "$W"
 "$U" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" --max-seq 32 --max-pred 5 \
   --dupe-factor 2 >/dev/null 2>&1 && ok || bad "prepare-text"
-cat > "$W/dp.toml" <<EOF
-model = "random:tiny"
-vocab = "$W/vocab.txt"
-data = "$W/shards"
-output = "$W/run"
-steps = 8
-batch = 6
-accumulation = 2
-max_seq = 32
-max_pred = 5
-lr = 1e-3
-warmup = 0.25
-checkpoint_every = 2
-threads = 1
-log_every = 1
-peak_gflops = 1
-hidden_dropout = 0
-attention_dropout = 0
-EOF
+write_dp_config "$W"
 compare() {
   /usr/bin/python3 - "$1" "$2" <<'EOF'
 import json, os, sys
