@@ -54,15 +54,22 @@ struct PretrainLoader::Impl {
     if (pending_thread.joinable()) pending_thread.join();
   }
 
+  // The files this loader visits in `epoch`: the epoch's shuffle of all files, then (file_ranks
+  // > 1) only positions file_rank, file_rank + file_ranks, ... of it.
   const std::vector<int64_t>& file_order(int64_t epoch) {
     if (order_epoch != epoch) {
-      order.resize(options.files.size());
-      std::iota(order.begin(), order.end(), 0);
+      std::vector<int64_t> all(options.files.size());
+      std::iota(all.begin(), all.end(), 0);
       Rng rng(derive_key(options.seed, {kStreamFileOrder, uint64_t(epoch)}));
-      rng.shuffle(order.data(), int64_t(order.size()));
+      rng.shuffle(all.data(), int64_t(all.size()));
+      order.clear();
+      for (size_t i = size_t(options.file_rank); i < all.size(); i += size_t(options.file_ranks)) order.push_back(all[i]);
       order_epoch = epoch;
     }
     return order;
+  }
+  int64_t files_per_epoch() const {  // this loader's share: ceil((files - file_rank) / file_ranks)
+    return (int64_t(options.files.size()) - options.file_rank + options.file_ranks - 1) / options.file_ranks;
   }
 
   int64_t file_at(const LoaderPosition& p) { return file_order(p.epoch)[size_t(p.file_index)]; }
@@ -71,7 +78,7 @@ struct PretrainLoader::Impl {
   void normalize(LoaderPosition& p) {
     while (p.sample_index >= infos[size_t(file_at(p))].num_instances) {
       p.sample_index = 0;
-      if (++p.file_index == int64_t(options.files.size())) {
+      if (++p.file_index == files_per_epoch()) {
         p.file_index = 0;
         ++p.epoch;
       }
@@ -178,6 +185,12 @@ PretrainLoader::PretrainLoader(const LoaderOptions& options, const LoaderPositio
   m.options = options;
   if (options.files.empty()) throw Error("pretrain loader: no shard files", Hint("list them with data::list_shards(dir)"));
   UNMASK_CHECK(options.batch_size >= 1, "pretrain loader: batch_size must be >= 1, got ", options.batch_size);
+  UNMASK_CHECK(options.file_ranks >= 1 && options.file_rank >= 0 && options.file_rank < options.file_ranks,
+               "pretrain loader: file_rank ", options.file_rank, " is not in [0, file_ranks = ", options.file_ranks, ")");
+  if (int64_t(options.files.size()) < options.file_ranks)
+    throw Error("pretrain loader: ", options.files.size(), " shard file(s) for ", options.file_ranks,
+                " ranks reading by files: some ranks would read nothing",
+                Hint("write at least one shard per rank (unmask prepare-text --shards N)"));
   {
     const int64_t end = options.keep_end < 0 ? options.batch_size : options.keep_end;
     UNMASK_CHECK(options.keep_begin >= 0 && options.keep_begin < end && end <= options.batch_size,
@@ -209,7 +222,7 @@ PretrainLoader::PretrainLoader(const LoaderOptions& options, const LoaderPositio
   m.masking = {options.masked_lm_prob, options.max_predictions_per_seq, int32_t(options.vocab_size),
                options.mask_id, options.cls_id, options.sep_id};
 
-  const int64_t num_files = int64_t(options.files.size());
+  const int64_t num_files = m.files_per_epoch();
   if (start.epoch < 0 || start.file_index < 0 || start.file_index >= num_files || start.sample_index < 0)
     throw Error("pretrain loader: start position (epoch ", start.epoch, ", file ", start.file_index, ", sample ",
                 start.sample_index, ") is outside the ", num_files, " shard files",

@@ -115,10 +115,15 @@ struct LoaderOptions {
   /// (not copied, not masked) but still consumed, so the sequence of instances is unchanged. A
   /// data-parallel rank of a global batch builds only its own rows. keep_end = -1: all rows.
   int64_t keep_begin = 0, keep_end = -1;
+  /// Data parallel by files (DLE's run_pretraining): every epoch's shuffled file order is the same
+  /// on every rank, and this loader visits only its positions file_rank, file_rank + file_ranks,
+  /// ... of it, so the ranks read disjoint files within an epoch and other files the next.
+  int file_rank = 0, file_ranks = 1;
 };
 
-/// Where the loader is: epoch, index into that epoch's shuffled file order, and the next
-/// instance within the file (in the file's shuffled instance order).
+/// Where the loader is: epoch, index into that epoch's shuffled file order (this rank's part of
+/// it with file_ranks > 1), and the next instance within the file (in the file's shuffled
+/// instance order).
 struct LoaderPosition {
   int64_t epoch = 0, file_index = 0, sample_index = 0;
   bool operator==(const LoaderPosition&) const = default;

@@ -185,7 +185,7 @@ const std::vector<KeyDef>& keys() {
              "data parallel: start each gradient bucket's all-reduce during the backward pass (same numbers either way)");
     t.push_back({"data_sharding", "batch|files|local", true,
                  "data parallel: batch (every rank reads the global batch, keeps its rows: same numbers on any rank "
-                 "count), files (rank r reads shards r, r+N, ...), local (data is this machine's part; {rank} allowed)",
+                 "count), files (each epoch's shuffled shards r, r+N, ... on rank r, as DLE), local (data is this machine's part; {rank} allowed)",
                  [](PretrainConfig& c, const Value& v) {
                    c.data_sharding = v.s == "files" ? DataSharding::files : v.s == "local" ? DataSharding::local
                                                                                             : DataSharding::batch;

@@ -27,8 +27,9 @@ namespace unmask::train {
 /// How the ranks of a data-parallel run (mpirun / srun) split the data (V-SWIFT's modes + DLE's):
 ///   batch: every rank reads the same files and the same global batches and keeps its contiguous
 ///          rows, so N ranks x B compute exactly 1 rank x N*B (any rank count resumes any run);
-///   files: mode 1, every machine holds the dataset: rank r reads only the shards r, r+N, r+2N,...
-///          (round robin, a disjoint slice), with its own seed for order and masking (DLE's way);
+///   files: mode 1, every machine holds the dataset: each epoch shuffles the shard list (the same
+///          order on every rank) and rank r reads only its shards r, r+N, r+2N, ... of it (DLE's
+///          run_pretraining): disjoint within an epoch, other shards the next;
 ///   local: mode 2, each machine holds only its part: `data` is this machine's directory ("{rank}"
 ///          in it is replaced by the rank; without it the host's shards are dealt to its ranks),
 ///          counts may differ; every rank draws `batch` rows per step from its own data, so a rank

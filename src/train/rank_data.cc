@@ -46,8 +46,13 @@ RankData plan_rank_data(const PretrainConfig& cfg, const RankLayout& r) {
                     " ranks, so some ranks would read nothing",
                     Hint("write at least one shard per rank (unmask prepare-text --shards " + std::to_string(r.size) +
                          "), or use data_sharding = \"batch\""));
-      d.files = dist::shard_files(all, r.rank, r.size);
-      break;
+      // DLE's run_pretraining: each epoch shuffles the file list with the run's seed and rank r
+      // reads files r, r + N, ... of it; masks are keyed by (file, row), so no two ranks draw alike.
+      d.files = all;
+      d.file_rank = r.rank, d.file_ranks = r.size;
+      d.loader_batch = cfg.batch;
+      d.loader_seed = cfg.seed;
+      return d;
     }
     case DataSharding::local: {
       d.data = replace_rank(cfg.data, r.rank);

@@ -27,10 +27,13 @@ struct RankData {
   std::string data;                // cfg.data, with "{rank}" replaced (local)
   std::vector<std::string> files;  // the shards this rank's loader reads
   int64_t loader_batch = 0;        // batch: the global batch (cfg.batch x ranks); else cfg.batch
-  uint64_t loader_seed = 0;        // batch: cfg.seed (every rank the same); else dist::rank_seed(cfg.seed, rank)
+  uint64_t loader_seed = 0;        // batch, files: cfg.seed (every rank the same); local: dist::rank_seed(cfg.seed, rank)
   // batch with > 1 rank: the loader builds only rows shard_range(global batch, rank, size) of each
   // global batch (LoaderOptions::keep_begin / keep_end); -1 = all rows.
   int64_t keep_begin = 0, keep_end = -1;
+  // files: every rank lists all the shards and reads its positions of each epoch's shared shuffle
+  // (LoaderOptions::file_rank / file_ranks), so the files a rank reads change from epoch to epoch.
+  int file_rank = 0, file_ranks = 1;
 };
 
 /// The files, batch and seed of rank `r.rank`. Errors: data_sharding = files with fewer shards

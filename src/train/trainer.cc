@@ -291,6 +291,7 @@ TrainResult pretrain(const TrainerOptions& options) {
   lo.batch_size = rank_data.loader_batch;  // batch sharding: the global batch, of which this rank trains on its rows
   lo.seed = rank_data.loader_seed;
   lo.keep_begin = rank_data.keep_begin, lo.keep_end = rank_data.keep_end;
+  lo.file_rank = rank_data.file_rank, lo.file_ranks = rank_data.file_ranks;
   lo.dynamic_masking = cfg.dynamic_masking;
   lo.masked_lm_prob = cfg.masked_lm_prob;
   lo.max_predictions_per_seq = cfg.max_pred;
@@ -298,13 +299,13 @@ TrainResult pretrain(const TrainerOptions& options) {
   lo.mask_id = vocab.mask_id, lo.cls_id = vocab.cls_id, lo.sep_id = vocab.sep_id, lo.pad_id = vocab.pad_id;
   lo.prefetch = cfg.prefetch;
   data::PretrainLoader loader(lo, start_pos);
-  if (world > 1 && cfg.data_sharding != DataSharding::batch) {
+  if (world > 1 && cfg.data_sharding == DataSharding::local) {
     int64_t mine = 0;
     for (const std::string& f : shards) mine += data::inspect_shard(f).num_instances;
     const std::vector<int64_t> counts = comm.allgather_pod<int64_t>(mine, "the per-rank instance counts");
     std::string list;
     for (int64_t c : counts) list += (list.empty() ? "" : ", ") + std::to_string(c);
-    note(std::string("data_sharding = ") + data_sharding_name(cfg.data_sharding) + ": the ranks hold " + list +
+    note(std::string("data_sharding = local: the ranks hold ") + list +
          " instances; each draws " + std::to_string(cfg.batch) + " per micro-batch from its own (a rank with fewer "
          "revisits them more often)");
   }
