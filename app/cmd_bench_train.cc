@@ -40,6 +40,7 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 // H100 SXM dense peaks (GFLOP/s) for MFU on CUDA: fp32 on the CUDA cores, TF32 tensor cores.
 constexpr double kH100Fp32PeakGflops = 67000.0;
 constexpr double kH100Tf32PeakGflops = 494700.0;
+constexpr double kH100Bf16PeakGflops = 989400.0;  // dense bf16, H100 SXM datasheet
 
 double peak_rss_mb() {
   struct rusage ru {};
@@ -103,7 +104,7 @@ int bench_train(int argc, char** argv) {
       {"warmup", "N", "untimed steps per row", "1"},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
-      {"precision", "fp32|tf32", "GEMM precision (tf32: CUDA tensor cores; the CPU is fp32)", "fp32"},
+      {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores, fp32 master weights; the CPU is fp32)", "fp32"},
       {"optimizer", "adamw|lamb", "the optimizer of the timed update", "lamb"},
       {"dropout", "P", "hidden and attention dropout (as in training)", "0.1"},
       {"seed", "N", "seed of the weights and the batch", "1234"},
@@ -136,7 +137,8 @@ int bench_train(int argc, char** argv) {
   else throw Error("--model must be bert-base, bert-large or random:SIZE, got '", model_arg, "'");
 
   const std::string precision = args->get("precision");
-  if (precision != "fp32" && precision != "tf32") throw Error("--precision must be fp32 or tf32, got '", precision, "'");
+  if (precision != "fp32" && precision != "tf32" && precision != "bf16")
+    throw Error("--precision must be fp32, tf32 or bf16, got '", precision, "'");
   const bool on_cuda = device_of(*args) == Device::cuda;
   if (!on_cuda && precision != "fp32")
     throw Error("--precision ", precision, " needs --device cuda (the CPU GEMMs are fp32)");
@@ -148,6 +150,7 @@ int bench_train(int argc, char** argv) {
   if (on_cuda) {
     cuda::CudaState& cs = cuda::cuda_state(ctx);
     cs.allow_tf32 = precision == "tf32";  // before the first GEMM (plans are cached per shape)
+    cs.autocast_bf16 = precision == "bf16";
     std::snprintf(devices, sizeof devices, "1x %s", cs.props.name);
   }
 #endif
@@ -155,7 +158,9 @@ int bench_train(int argc, char** argv) {
   // far is used: a measurement taken while another process shares the cores reads low.
   const bool fixed_peak = args->has("peak-gflops");
   double peak = fixed_peak  ? args->get_double("peak-gflops")
-                : on_cuda   ? (precision == "tf32" ? kH100Tf32PeakGflops : kH100Fp32PeakGflops)
+                : on_cuda   ? (precision == "bf16"   ? kH100Bf16PeakGflops
+                               : precision == "tf32" ? kH100Tf32PeakGflops
+                                                     : kH100Fp32PeakGflops)
                             : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;
   BertTrainModel model = BertTrainModel::random(cfg, {.pooler = true, .mlm = true, .nsp = true}, seed);

@@ -39,6 +39,8 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : device(d
   }
   const char* tf32 = std::getenv("UNMASK_CUDA_TF32");
   allow_tf32 = tf32 && std::strcmp(tf32, "1") == 0;
+  const char* bf16 = std::getenv("UNMASK_CUDA_BF16");
+  autocast_bf16 = bf16 && std::strcmp(bf16, "1") == 0;
   set_current_stream(stream);
 }
 

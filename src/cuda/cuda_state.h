@@ -43,6 +43,12 @@ class CudaState {
   /// fp32 GEMMs use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) when true. Default from
   /// UNMASK_CUDA_TF32=1; off otherwise so that fp32 matches the CPU to ~1e-6.
   bool allow_tf32 = false;
+  /// bf16 autocast of the f32 GEMMs of ops::gemm (training; precision = "bf16"): a and b are
+  /// rounded to bf16 (round to nearest even) into stream-ordered temporaries and multiplied on
+  /// bf16 tensor cores with fp32 accumulation into the f32 c. Parameters, activations and every
+  /// other op stay f32 (fp32 master weights: no loss scaling needed). Default from
+  /// UNMASK_CUDA_BF16=1. Tensor-level gemm calls with bf16/f16 tensors are unaffected.
+  bool autocast_bf16 = false;
   std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;
 };
 

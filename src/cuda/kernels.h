@@ -56,6 +56,13 @@ void embedding_layernorm_forward(void* out, int64_t ldo, const int32_t* ids, con
                                  const void* gamma, const void* beta, DType param_dtype, float eps, int64_t N,
                                  int64_t C, DType dtype, cudaStream_t stream);
 
+/// dst = dtype(src), round to nearest even (cast.cu): the bf16 autocast of f32 GEMMs.
+///   src: f32 [batches][rows, cols] with row stride lds and batch stride batch_stride (0: one
+///   matrix shared by the batches: pass batches = 1); dst: `dtype` (bf16 or f16), packed
+///   [batches, rows, cols].
+void cast_f32_2d(void* dst, DType dtype, const float* src, int64_t lds, int64_t batch_stride, int64_t rows,
+                 int64_t cols, int64_t batches, cudaStream_t stream);
+
 /// Fills n elements of `dtype` at p with a quiet NaN (tests poison outputs with it).
 void fill_nan(void* p, int64_t n, DType dtype, cudaStream_t stream);
 

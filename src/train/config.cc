@@ -195,9 +195,11 @@ const std::vector<KeyDef>& keys() {
                  "where the steps run: cpu, or cuda (CUDA builds; each rank of a host takes GPU local_rank % GPUs)",
                  [](PretrainConfig& c, const Value& v) { c.device = v.s == "cuda" ? Device::cuda : Device::cpu; },
                  [](const PretrainConfig& c) { return quoted(std::string(device_name(c.device))); }});
-    t.push_back({"precision", "fp32|tf32", false, "GEMM precision: fp32, or tf32 (device = \"cuda\": TF32 tensor cores)",
-                 [](PretrainConfig& c, const Value& v) { c.tf32 = v.s == "tf32"; },
-                 [](const PretrainConfig& c) { return quoted(c.tf32 ? "tf32" : "fp32"); }});
+    t.push_back({"precision", "fp32|tf32|bf16", false,
+                 "GEMM precision: fp32; device = \"cuda\": tf32 (TF32 tensor cores) or bf16 (operands rounded to "
+                 "bf16, fp32 accumulation, fp32 master weights and activations)",
+                 [](PretrainConfig& c, const Value& v) { c.tf32 = v.s == "tf32", c.bf16 = v.s == "bf16"; },
+                 [](const PretrainConfig& c) { return quoted(c.bf16 ? "bf16" : c.tf32 ? "tf32" : "fp32"); }});
     t.push_back({"loss_scaling", "none|dynamic", false,
                  "dynamic: gradients of (scale x loss), unscaled before the update; a step whose gradients overflow "
                  "is skipped and the scale halved (fp16's guard; exact in fp32 with a power-of-two scale)",
@@ -536,8 +538,9 @@ void PretrainConfig::validate() const {
       throw Error(where("model"), ": model = \"", model, "\" needs 'vocab' (a vocab.txt) for its vocabulary size");
   }
   if (dynamic_masking && max_pred > max_seq) throw Error(where("max_pred"), ": max_pred ", max_pred, " exceeds max_seq ", max_seq);
-  if (tf32 && device != Device::cuda)
-    throw Error(where("precision"), ": precision = \"tf32\" needs device = \"cuda\" (the CPU GEMMs are fp32)");
+  if ((tf32 || bf16) && device != Device::cuda)
+    throw Error(where("precision"), ": precision = \"", tf32 ? "tf32" : "bf16",
+                "\" needs device = \"cuda\" (the CPU GEMMs are fp32)");
 #ifndef UNMASK_WITH_CUDA
   if (device == Device::cuda)
     throw Error(where("device"), ": device = \"cuda\" but this unmask was built without the CUDA backend",

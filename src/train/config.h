@@ -63,6 +63,7 @@ struct PretrainConfig {
   DataSharding data_sharding = DataSharding::batch;  // data parallel: who reads what (above)
   Device device = Device::cpu;        // cuda: CUDA builds; rank r of a host uses GPU local_rank % GPUs
   bool tf32 = false;                  // precision = "tf32": fp32 GEMMs on TF32 tensor cores (cuda)
+  bool bf16 = false;                  // precision = "bf16": GEMMs on bf16 tensor cores, fp32 master weights (cuda)
   bool loss_scaling = false;          // dynamic loss scaling (train/loss_scaler.h): fp16's guard
   double init_loss_scale = 1048576.0; // 2^20, DLE's
   int64_t loss_scale_window = 2000;   // finite steps before the scale doubles

@@ -213,7 +213,10 @@ TrainResult pretrain(const TrainerOptions& options) {
 #endif
   Context ctx({.num_threads = threads, .device = cfg.device, .device_index = device_index});
 #ifdef UNMASK_WITH_CUDA
-  if (cfg.device == Device::cuda) cuda::cuda_state(ctx).allow_tf32 = cfg.tf32;  // before the first GEMM
+  if (cfg.device == Device::cuda) {  // before the first GEMM (plans are cached per precision)
+    cuda::cuda_state(ctx).allow_tf32 = cfg.tf32;
+    cuda::cuda_state(ctx).autocast_bf16 = cfg.bf16;
+  }
 #endif
   BertTrainModel model = weights_dir.empty()
                              ? BertTrainModel::random(random_model_config(cfg.model.substr(7), vocab.size), heads, cfg.seed)
