@@ -5,6 +5,9 @@
 #include <utility>
 
 #include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
 
 namespace unmask::ops {
 namespace detail {
@@ -124,7 +127,7 @@ void throw_unsupported(std::string_view op, Device device, DType dtype) {
 bool supports(std::string_view op, Device device, DType dtype) {
   const bool known = op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" ||
                      op == "embedding" || op == "attention" ||
-                     // training (CPU only so far)
+                     // training
                      op == "layernorm_backward" || op == "activation_backward" ||
                      op == "bias_grad" || op == "softmax_backward" ||
                      op == "embedding_backward" || op == "cross_entropy" || op == "dropout" ||
@@ -133,7 +136,12 @@ bool supports(std::string_view op, Device device, DType dtype) {
   if (!known) return false;
   switch (device) {
     case Device::cpu: return dtype == DType::f32;
-    case Device::cuda: return false;  // no CUDA kernels yet (src/cuda/ops_cuda.h)
+    case Device::cuda:
+#ifdef UNMASK_WITH_CUDA
+      return cuda::supports(op, dtype);  // the CUDA backend's own table (src/cuda/ops_cuda.cc)
+#else
+      return false;  // this build has no CUDA backend
+#endif
   }
   return false;
 }
