@@ -5,8 +5,8 @@
 #
 #   here:   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNMASK_CUDA=ON \
 #             -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc && cmake --build build-cuda -j2
-#           (mkdir -p carry && cp build-cuda/unmask build-cuda/unmask_cuda_tests carry/; carry/ must be
-#            ignored by git: echo /carry/ >> .git/info/exclude)
+#           bash bench/gpu/pack_full_build.sh carry    (binaries + libs.tar.xz, ~55 MB; carry/ must be
+#           ignored by git: echo /carry/ >> .git/info/exclude)
 #   there:  run(command="bash bench/gpu/run_full_build.sh carry", carry=["carry"])
 #
 # Stages (each under its own timeout; a failing stage does not stop the later ones; logs in $OUT):
@@ -34,7 +34,12 @@ summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-# 1. what we run on
+# 1. what we run on (libraries the machine lacks come in libs.tar.xz; any still missing are named)
+if [ -f "$BIN/libs.tar.xz" ]; then
+  mkdir -p "$W/lib" && tar -xJf "$BIN/libs.tar.xz" -C "$W/lib" && export LD_LIBRARY_PATH="$W/lib:${LD_LIBRARY_PATH:-}"
+fi
+missing=$(ldd "$BIN/unmask" "$BIN/unmask_cuda_tests" 2>/dev/null | grep "not found" | sort -u | tr -s ' \t\n' ' ')
+[ -n "$missing" ] && note "missing libraries: $missing"
 { "$BIN/unmask" version; nvidia-smi 2>&1 | head -15; } > "$OUT/env.txt" 2>&1
 note "version: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-200)"
 
