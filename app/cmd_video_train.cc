@@ -154,9 +154,8 @@ int cmd_pretrain_video(int argc, char** argv) {
   if (sharding != "slice" && sharding != "local")
     throw Error("--data-sharding must be slice or local, got '", sharding, "'");
   if (sharding == "local")
-    for (size_t at = data.find("{rank}"); at != std::string::npos; at = data.find("{rank}", at))
-      data.replace(at, 6, std::to_string(rank));
-  else if (data.find("{rank}") != std::string::npos)
+    data = dist::with_rank(data, rank);
+  else if (dist::has_rank_placeholder(data))
     throw Error("--data ", data, " holds {rank}, which only --data-sharding local replaces");
   int threads = int(a.get_int("threads"));
   if (threads == 0 && comm.local_size() > 1)

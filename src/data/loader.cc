@@ -191,12 +191,11 @@ PretrainLoader::PretrainLoader(const LoaderOptions& options, const LoaderPositio
     throw Error("pretrain loader: ", options.files.size(), " shard file(s) for ", options.file_ranks,
                 " ranks reading by files: some ranks would read nothing",
                 Hint("write at least one shard per rank (unmask prepare-text --shards N)"));
-  {
-    const int64_t end = options.keep_end < 0 ? options.batch_size : options.keep_end;
-    UNMASK_CHECK(options.keep_begin >= 0 && options.keep_begin < end && end <= options.batch_size,
-                 "pretrain loader: kept rows [", options.keep_begin, ", ", options.keep_end, ") are not a non-empty part of a batch of ",
-                 options.batch_size);
-  }
+  if (m.options.keep_end < 0) m.options.keep_end = options.batch_size;  // all rows
+  UNMASK_CHECK(options.keep_begin >= 0 && options.keep_begin < m.options.keep_end &&
+                   m.options.keep_end <= options.batch_size,
+               "pretrain loader: kept rows [", options.keep_begin, ", ", options.keep_end,
+               ") are not a non-empty part of a batch of ", options.batch_size);
   if (options.dynamic_masking) {
     UNMASK_CHECK(options.masked_lm_prob > 0 && options.masked_lm_prob <= 1,
                  "pretrain loader: masked_lm_prob must be in (0, 1], got ", options.masked_lm_prob);
@@ -244,7 +243,7 @@ PretrainLoader::~PretrainLoader() = default;
 PretrainBatch PretrainLoader::next() {
   Impl& m = *impl_;
   const int64_t B = m.options.batch_size, S = m.seq_length, P = m.batch_predictions;
-  const int64_t k0 = m.options.keep_begin, k1 = m.options.keep_end < 0 ? B : m.options.keep_end;
+  const int64_t k0 = m.options.keep_begin, k1 = m.options.keep_end;  // keep_end resolved by the constructor
   const int64_t K = k1 - k0;  // rows built
   PretrainBatch out;
   out.input_ids = Tensor::empty({K, S}, DType::i32);
@@ -266,5 +265,11 @@ PretrainBatch PretrainLoader::next() {
 LoaderPosition PretrainLoader::position() const { return impl_->pos; }
 
 int64_t PretrainLoader::seq_length() const { return impl_->seq_length; }
+
+int64_t PretrainLoader::num_instances() const {
+  int64_t n = 0;
+  for (const ShardInfo& i : impl_->infos) n += i.num_instances;
+  return n;
+}
 
 }  // namespace unmask::data

@@ -153,6 +153,7 @@ class PretrainLoader {
   /// inside a non-empty file).
   LoaderPosition position() const;
   int64_t seq_length() const;
+  int64_t num_instances() const;  // over all of options.files (from the metadata the constructor read)
   struct Impl;
  private:
   std::unique_ptr<Impl> impl_;

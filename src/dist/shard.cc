@@ -70,4 +70,13 @@ uint64_t rank_seed(uint64_t seed, int rank) {
   return data::derive_key(seed, {data::kStreamRank, uint64_t(rank)});
 }
 
+std::string with_rank(std::string path, int rank) {
+  const std::string key = "{rank}";
+  for (size_t at = path.find(key); at != std::string::npos; at = path.find(key, at))
+    path.replace(at, key.size(), std::to_string(rank));
+  return path;
+}
+
+bool has_rank_placeholder(const std::string& path) { return path.find("{rank}") != std::string::npos; }
+
 }  // namespace unmask::dist

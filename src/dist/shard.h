@@ -40,6 +40,10 @@ std::vector<std::string> shard_files(const std::vector<std::string>& files, int 
 /// one more times). A pure function of (counts, rank, seed, epoch).
 std::vector<int64_t> resample_to_equal(const std::vector<int64_t>& count_per_rank, int rank, uint64_t seed,
                                        uint64_t epoch = 0);
+/// `path` with every "{rank}" replaced by the rank: each rank's own part of the data (mode 2).
+std::string with_rank(std::string path, int rank);
+/// Whether `path` holds the "{rank}" placeholder.
+bool has_rank_placeholder(const std::string& path);
 /// The seed of rank `rank`'s own random streams: data::derive_key(seed, {kStreamRank, rank}).
 uint64_t rank_seed(uint64_t seed, int rank);
 

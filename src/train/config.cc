@@ -198,25 +198,20 @@ const std::vector<KeyDef>& keys() {
     t.push_back({"precision", "fp32|tf32|bf16", false,
                  "GEMM precision: fp32; device = \"cuda\": tf32 (TF32 tensor cores) or bf16 (operands rounded to "
                  "bf16, fp32 accumulation, fp32 master weights and activations)",
-                 [](PretrainConfig& c, const Value& v) { c.tf32 = v.s == "tf32", c.bf16 = v.s == "bf16"; },
-                 [](const PretrainConfig& c) { return quoted(c.bf16 ? "bf16" : c.tf32 ? "tf32" : "fp32"); }});
+                 [](PretrainConfig& c, const Value& v) {
+                   c.precision = v.s == "bf16" ? GemmPrecision::bf16 : v.s == "tf32" ? GemmPrecision::tf32
+                                                                                      : GemmPrecision::fp32;
+                 },
+                 [](const PretrainConfig& c) { return quoted(precision_name(c.precision)); }});
     t.push_back({"loss_scaling", "none|dynamic", false,
                  "dynamic: gradients of (scale x loss), unscaled before the update; a step whose gradients overflow "
                  "is skipped and the scale halved (fp16's guard; exact in fp32 with a power-of-two scale)",
                  [](PretrainConfig& c, const Value& v) { c.loss_scaling = v.s == "dynamic"; },
                  [](const PretrainConfig& c) { return quoted(c.loss_scaling ? "dynamic" : "none"); }});
-    t.push_back({"init_loss_scale", "float", false, "the first loss scale (DLE: 2^20 = 1048576)",
-                 [](PretrainConfig& c, const Value& v) {
-                   KeyDef self{"init_loss_scale", "float", false, "", {}, {}};
-                   c.init_loss_scale = as_float(self, v, 1, 16777216.0, false, false, "in [1, 2^24]");
-                 },
-                 [](const PretrainConfig& c) { return number_text(c.init_loss_scale); }});
-    t.push_back({"loss_scale_window", "int", false, "finite steps in a row before the loss scale doubles",
-                 [](PretrainConfig& c, const Value& v) {
-                   KeyDef self{"loss_scale_window", "int", false, "", {}, {}};
-                   c.loss_scale_window = as_int(self, v, 1, ">= 1");
-                 },
-                 [](const PretrainConfig& c) { return std::to_string(c.loss_scale_window); }});
+    float_key("init_loss_scale", &PretrainConfig::init_loss_scale, 1, 16777216.0, false, false, "in [1, 2^24]", false,
+              "the first loss scale (DLE: 2^20 = 1048576)");
+    int_key("loss_scale_window", &PretrainConfig::loss_scale_window, 1, ">= 1", false,
+            "finite steps in a row before the loss scale doubles");
     t.push_back({"seed", "int", true, "seed of the initial weights, data order, masking and dropout",
                  [](PretrainConfig& c, const Value& v) {
                    KeyDef self{"seed", "int", true, "", {}, {}};
@@ -391,6 +386,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
+const char* precision_name(GemmPrecision p) {
+  return p == GemmPrecision::bf16 ? "bf16" : p == GemmPrecision::tf32 ? "tf32" : "fp32";
+}
+
 const char* data_sharding_name(DataSharding s) {
   return s == DataSharding::files ? "files" : s == DataSharding::local ? "local" : "batch";
 }
@@ -538,8 +537,8 @@ void PretrainConfig::validate() const {
       throw Error(where("model"), ": model = \"", model, "\" needs 'vocab' (a vocab.txt) for its vocabulary size");
   }
   if (dynamic_masking && max_pred > max_seq) throw Error(where("max_pred"), ": max_pred ", max_pred, " exceeds max_seq ", max_seq);
-  if ((tf32 || bf16) && device != Device::cuda)
-    throw Error(where("precision"), ": precision = \"", tf32 ? "tf32" : "bf16",
+  if (precision != GemmPrecision::fp32 && device != Device::cuda)
+    throw Error(where("precision"), ": precision = \"", precision_name(precision),
                 "\" needs device = \"cuda\" (the CPU GEMMs are fp32)");
 #ifndef UNMASK_WITH_CUDA
   if (device == Device::cuda)

@@ -37,6 +37,11 @@ namespace unmask::train {
 enum class DataSharding : uint8_t { batch, files, local };
 const char* data_sharding_name(DataSharding s);
 
+/// The GEMMs' precision (config key precision): fp32; on CUDA also tf32 (TF32 tensor cores) or
+/// bf16 (operands rounded to bf16, fp32 accumulation, fp32 master weights and activations).
+enum class GemmPrecision : uint8_t { fp32, tf32, bf16 };
+const char* precision_name(GemmPrecision p);
+
 struct PretrainConfig {
   // -- what to train, on what, where
   std::string model = "random:tiny";  // HF dir to start from, or "random:tiny|mini|small|medium|base|large"
@@ -62,8 +67,7 @@ struct PretrainConfig {
   bool overlap_allreduce = true;  // data parallel: all-reduce buckets as the backward finishes them
   DataSharding data_sharding = DataSharding::batch;  // data parallel: who reads what (above)
   Device device = Device::cpu;        // cuda: CUDA builds; rank r of a host uses GPU local_rank % GPUs
-  bool tf32 = false;                  // precision = "tf32": fp32 GEMMs on TF32 tensor cores (cuda)
-  bool bf16 = false;                  // precision = "bf16": GEMMs on bf16 tensor cores, fp32 master weights (cuda)
+  GemmPrecision precision = GemmPrecision::fp32;  // tf32 / bf16: tensor-core GEMMs (device = "cuda")
   bool loss_scaling = false;          // dynamic loss scaling (train/loss_scaler.h): fp16's guard
   double init_loss_scale = 1048576.0; // 2^20, DLE's
   int64_t loss_scale_window = 2000;   // finite steps before the scale doubles

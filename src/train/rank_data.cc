@@ -8,24 +8,13 @@
 
 namespace unmask::train {
 
-namespace {
-
-std::string replace_rank(std::string path, int rank) {
-  const std::string key = "{rank}";
-  for (size_t at = path.find(key); at != std::string::npos; at = path.find(key, at))
-    path.replace(at, key.size(), std::to_string(rank));
-  return path;
-}
-
-}  // namespace
-
 RankData plan_rank_data(const PretrainConfig& cfg, const RankLayout& r) {
   if (r.size < 1 || r.rank < 0 || r.rank >= r.size || r.local_size < 1 || r.local_rank < 0 || r.local_rank >= r.local_size)
     throw Error("data sharding: rank ", r.rank, " of ", r.size, " (", r.local_rank, " of ", r.local_size,
                 " on its host) is not a valid rank layout");
   RankData d;
   d.data = cfg.data;
-  const bool has_placeholder = cfg.data.find("{rank}") != std::string::npos;
+  const bool has_placeholder = dist::has_rank_placeholder(cfg.data);
   if (has_placeholder && cfg.data_sharding != DataSharding::local)
     throw Error("data = \"", cfg.data, "\" holds {rank}, which only data_sharding = \"local\" replaces",
                 Hint("set data_sharding = \"local\" (each rank reads its own directory) or remove {rank}"));
@@ -55,7 +44,7 @@ RankData plan_rank_data(const PretrainConfig& cfg, const RankLayout& r) {
       return d;
     }
     case DataSharding::local: {
-      d.data = replace_rank(cfg.data, r.rank);
+      d.data = dist::with_rank(cfg.data, r.rank);
       std::vector<std::string> here = data::list_shards(d.data);
       if (!has_placeholder && r.local_size > 1) {  // the host's ranks share its directory: deal its shards
         if (int64_t(here.size()) < r.local_size)

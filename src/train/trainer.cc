@@ -214,8 +214,8 @@ TrainResult pretrain(const TrainerOptions& options) {
   Context ctx({.num_threads = threads, .device = cfg.device, .device_index = device_index});
 #ifdef UNMASK_WITH_CUDA
   if (cfg.device == Device::cuda) {  // before the first GEMM (plans are cached per precision)
-    cuda::cuda_state(ctx).allow_tf32 = cfg.tf32;
-    cuda::cuda_state(ctx).autocast_bf16 = cfg.bf16;
+    cuda::cuda_state(ctx).allow_tf32 = cfg.precision == GemmPrecision::tf32;
+    cuda::cuda_state(ctx).autocast_bf16 = cfg.precision == GemmPrecision::bf16;
   }
 #endif
   BertTrainModel model = weights_dir.empty()
@@ -303,9 +303,8 @@ TrainResult pretrain(const TrainerOptions& options) {
   lo.prefetch = cfg.prefetch;
   data::PretrainLoader loader(lo, start_pos);
   if (world > 1 && cfg.data_sharding == DataSharding::local) {
-    int64_t mine = 0;
-    for (const std::string& f : shards) mine += data::inspect_shard(f).num_instances;
-    const std::vector<int64_t> counts = comm.allgather_pod<int64_t>(mine, "the per-rank instance counts");
+    const std::vector<int64_t> counts =
+        comm.allgather_pod<int64_t>(loader.num_instances(), "the per-rank instance counts");
     std::string list;
     for (int64_t c : counts) list += (list.empty() ? "" : ", ") + std::to_string(c);
     note(std::string("data_sharding = local: the ranks hold ") + list +

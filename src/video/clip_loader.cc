@@ -226,15 +226,15 @@ struct ClipLoader::Impl {
     auto it = orders.find(e);
     if (it != orders.end()) return it->second;
     std::shared_ptr<std::vector<int64_t>> ord;
-    if (o.sharding == ClipLoaderOptions::Sharding::resample) {
+    if (o.sharding == ClipLoaderOptions::Sharding::resample) {  // shuffled passes over this rank's videos
       ord = std::make_shared<std::vector<int64_t>>(dist::resample_to_equal(o.rank_counts, o.rank, o.seed, uint64_t(e)));
     } else {
       ord = std::make_shared<std::vector<int64_t>>(size_t(videos));
       for (int64_t i = 0; i < videos; ++i) (*ord)[size_t(i)] = i;
-    }
-    if (o.shuffle && !test() && o.sharding != ClipLoaderOptions::Sharding::resample) {
-      SampleRng rng(mix(mix(o.seed, uint64_t(e)), 0x5EED0F0D0E5ull));
-      for (int64_t i = videos - 1; i > 0; --i) std::swap((*ord)[size_t(i)], (*ord)[size_t(rng.below(i + 1))]);
+      if (o.shuffle && !test()) {
+        SampleRng rng(mix(mix(o.seed, uint64_t(e)), 0x5EED0F0D0E5ull));
+        for (int64_t i = videos - 1; i > 0; --i) std::swap((*ord)[size_t(i)], (*ord)[size_t(rng.below(i + 1))]);
+      }
     }
     while (orders.size() > 2) orders.erase(orders.begin());  // older epochs are done
     orders[e] = ord;
