@@ -84,7 +84,8 @@ struct VideoMAEStepStats {
   Tensor pred, target;         // f32 [B * Nd, patch_dim] (keep_outputs only), clip-major, token order
 };
 
-/// A VideoMAE pretraining model with owned f32 parameters and gradients (CPU).
+/// A VideoMAE pretraining model with owned f32 parameters and gradients, on the CPU or (after
+/// to(cuda_ctx)) on a GPU.
 class VideoMAEPretrainModel {
  public:
   /// VideoMAE's init: xavier_uniform on every Linear (fused qkv as one [3D, D] matrix), zero
@@ -102,10 +103,17 @@ class VideoMAEPretrainModel {
   /// [D, 3, 2, 16, 16], encoder.blocks.0.attn.qkv.weight, ..., mask_token [1, 1, Dd]).
   std::vector<Param>& params();
   void zero_grad();
+  /// Where the parameters live.
+  Device device() const;
+  /// Moves the parameters, gradients and position tables to ctx.device(). The Params are
+  /// rebuilt over the new storage: build the Optimizer after this call.
+  void to(Context& ctx);
 
-  /// Forward (+ backward, accumulating into the gradients) of the pretraining loss.
+  /// Forward (+ backward, accumulating into the gradients) of the pretraining loss, on ctx's
+  /// device (the model's; videos there too).
   ///   videos: f32 [B, 3, T, H, W], normalised by options.mean/std
-  ///   mask:   u8 [B, num_patches], nonzero = masked; every row masks the same number (>= 1)
+  ///   mask:   u8 [B, num_patches], nonzero = masked; every row masks the same number (>= 1).
+  ///           Read on the host (a device mask is copied back): it decides the step's index lists.
   VideoMAEStepStats pretrain_step(Context& ctx, const Tensor& videos, const Tensor& mask,
                                   const VideoMAEStepOptions& options);
 

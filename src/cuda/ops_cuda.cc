@@ -74,6 +74,7 @@ bool supports(std::string_view op, DType dtype) {
       op == "adamw_update" || op == "lamb_moments" || op == "axpy" || op == "sum_squares" || op == "scale_inplace")
     return dtype == DType::f32;  // training kernels (train_ops.cu, train_loss.cu, optim.cu)
   if (op == "attention_forward_train" || op == "attention_backward") return dtype == DType::f32;  // attention_train.cu
+  if (op == "tubelet_gather" || op == "tubelet_target" || op == "mse_rows") return dtype == DType::f32;  // video.cu
   return false;
 }
 

@@ -132,7 +132,9 @@ bool supports(std::string_view op, Device device, DType dtype) {
                      op == "bias_grad" || op == "softmax_backward" ||
                      op == "embedding_backward" || op == "cross_entropy" || op == "dropout" ||
                      op == "dropout_backward" || op == "attention_forward_train" ||
-                     op == "attention_backward";
+                     op == "attention_backward" ||
+                     // video tokens (video_ops.cc)
+                     op == "tubelet_gather" || op == "tubelet_target" || op == "mse_rows";
   if (!known) return false;
   switch (device) {
     case Device::cpu: return dtype == DType::f32;

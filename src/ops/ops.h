@@ -238,4 +238,35 @@ void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& up
 /// x *= s (in place).
 void scale_inplace(Context& ctx, Tensor& x, float s);
 
+// ---- video tokens (VideoMAE pretraining; ops/video_ops.cc) -----------------------------------
+//
+// Tubelet geometry: videos f32 [B, C, T, H, W] contiguous; token j of clip b has the flat id
+// b * Np + j, Np = (T / tt) (H / p) (W / p), (t, h, w) row-major, and covers frames
+// [t tt, (t + 1) tt), rows [h p, (h + 1) p) and columns [w p, (w + 1) p). K = C tt p p.
+struct Tubelet {
+  int64_t tubelet = 2;  // tt, frames per token
+  int64_t patch = 16;   // p, pixels per token side
+};
+
+/// cols[r, :] = the pixels of token ids[r] in the Conv3d weight's column order (c, dt, dy, dx):
+/// the rows of the tubelet unfold that ids selects. ids: i32 [R] flat token ids on the videos'
+/// device (checked against B Np on the CPU); cols: f32 [R, K].
+void tubelet_gather(Context& ctx, const Tensor& videos, const Tensor& ids, Tubelet t, Tensor& cols);
+
+/// VideoMAE's normalised-pixel target of token ids[r] (engine_for_pretraining.py): per channel
+/// c, x = video * stdev[c] + mean[c] over the token's tt p p pixels, then
+/// (x - mean(x)) / (sqrt(unbiased var(x)) + 1e-6), columns (dt, dy, dx, c) ("(p0 p1 p2) c").
+/// mean, stdev: C values each. CPU: float64 arithmetic, rounded once; CUDA: float64 sums.
+/// target: f32 [R, K].
+void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubelet t, const std::vector<float>& mean,
+                    const std::vector<float>& stdev, Tensor& target);
+
+/// Squared-error loss over rows: returns sum over the rows r with row_weight[r] != 0 of
+/// sum_k (pred[r, k] - target[r, k])^2 (double; the rows summed in a fixed order), and writes
+/// dpred[r, :] = float(grad_scale * (pred[r, :] - target[r, :])) on those rows, 0 on the others.
+/// pred, target, dpred: f32 [R, K] contiguous, same device (dpred may alias pred);
+/// row_weight: u8 [R] on that device, or null = every row. One host sync on CUDA.
+double mse_rows(Context& ctx, const Tensor& pred, const Tensor& target, const Tensor* row_weight, double grad_scale,
+                Tensor& dpred);
+
 }  // namespace unmask::ops

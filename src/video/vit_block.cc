@@ -13,7 +13,7 @@ using ops::Trans;
 
 namespace {
 
-Tensor f32(const Shape& s) { return Tensor::empty(s, DType::f32); }
+Tensor f32(const Shape& s, Device device) { return Tensor::empty(s, DType::f32, device); }
 
 ops::AttentionArgs attention_args(const BlockShape& s) {
   ops::AttentionArgs a;
@@ -24,17 +24,24 @@ ops::AttentionArgs attention_args(const BlockShape& s) {
 }
 
 // The qkv bias VideoMAE passes to F.linear: cat(q_bias, zeros, v_bias).
+// (On a GPU, two device-to-device copies: no host synchronisation.)
 Tensor qkv_bias(const BlockParams& p, int64_t C) {
-  Tensor b = Tensor::zeros({3 * C}, DType::f32);
-  std::memcpy(b.data<float>(), p.q_bias.value.data<float>(), size_t(C) * sizeof(float));
-  std::memcpy(b.data<float>() + 2 * C, p.v_bias.value.data<float>(), size_t(C) * sizeof(float));
+  Tensor b = Tensor::zeros({3 * C}, DType::f32, p.q_bias.value.device());
+  b.slice(0, 0, C).copy_from(p.q_bias.value);
+  b.slice(0, 2 * C, 3 * C).copy_from(p.v_bias.value);
   return b;
 }
 
 Tensor copy_of(const Tensor& t) {
-  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
   c.copy_from(t);
   return c;
+}
+
+// Drop path scales are host arrays: the classifier that uses them runs on the CPU.
+void check_drop_device(const float* drop, const Tensor& x) {
+  UNMASK_CHECK(!drop || x.device() == Device::cpu, "ViT block: drop path runs on the CPU only, got ", x.describe(),
+               Hint("set drop_path to 0 to train on a GPU"));
 }
 
 // out = residual + branch, the branch = a W^T + b scaled per clip by drop[clip] when drop path is on
@@ -42,6 +49,7 @@ Tensor copy_of(const Tensor& t) {
 void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, const Tensor& residual,
                      const float* drop, int64_t tokens, Tensor& out) {
   out = copy_of(residual);
+  check_drop_device(drop, a);
   if (!drop) {
     ops::GemmArgs res;
     res.beta = 1.0f;
@@ -49,7 +57,7 @@ void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, co
     ops::gemm(ctx, a, Trans::no, w.value, Trans::yes, out, res);
     return;
   }
-  Tensor branch = f32({a.size(0), w.value.size(0)});
+  Tensor branch = f32({a.size(0), w.value.size(0)}, a.device());
   train::linear_forward(ctx, a, w, b, branch);
   const int64_t N = out.size(0), C = out.size(1);
   float* o = out.data<float>();
@@ -64,6 +72,7 @@ void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, co
 // The gradient reaching a drop-path branch: g scaled per clip (g itself when drop path is off).
 Tensor branch_grad(const Tensor& g, const float* drop, int64_t tokens) {
   if (!drop) return g;
+  check_drop_device(drop, g);
   Tensor gb = copy_of(g);
   const int64_t N = g.size(0), C = g.size(1);
   float* d = gb.data<float>();
@@ -78,6 +87,7 @@ Tensor branch_grad(const Tensor& g, const float* drop, int64_t tokens) {
 
 void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s, BlockSaved& sv) {
   const int64_t N = x.size(0), C = s.C;
+  auto f32 = [&](const Shape& shape) { return video::f32(shape, x.device()); };
   sv.ln1 = f32({N, C}); sv.mean1 = f32({N}); sv.rstd1 = f32({N});
   ops::layernorm(ctx, x, nullptr, p.norm1_g.value, p.norm1_b.value, s.eps, sv.ln1, &sv.mean1, &sv.rstd1);
   const Tensor bias = qkv_bias(p, C);
@@ -101,6 +111,7 @@ void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const Bl
 void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSaved& sv, const BlockShape& s,
                     Tensor& g) {
   const int64_t N = x.size(0), C = s.C;
+  auto f32 = [&](const Shape& shape) { return video::f32(shape, x.device()); };
   // out = x1 + fc2(gelu(fc1(LN2(x1))))
   Tensor df = f32({N, s.I});
   train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, branch_grad(g, s.drop_mlp, s.tokens), &df);
@@ -117,7 +128,7 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
   ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                           sv.ctx, sv.lse, dctx, dq, dk, dv, attention_args(s), ops::AttentionTrainArgs{});
-  Tensor dbias = Tensor::zeros({3 * C}, DType::f32);
+  Tensor dbias = Tensor::zeros({3 * C}, DType::f32, x.device());
   ops::bias_grad(ctx, dqkv, dbias);  // the key third is dropped: k has no bias
   ops::axpy(ctx, 1.0f, dbias.slice(0, 0, C), p.q_bias.grad);
   ops::axpy(ctx, 1.0f, dbias.slice(0, 2 * C, 3 * C), p.v_bias.grad);

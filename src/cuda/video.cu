@@ -1,0 +1,204 @@
+// cuda/video.cu: the video-token ops of VideoMAE pretraining on the GPU (ops.h semantics; CPU
+// twin and float64 arithmetic in ops/video_ops.cc): the tubelet gather, the normalised-pixel
+// target and the squared-error loss with its gradient.
+//
+//   tubelet_gather  one thread per output element (r, k), grid-stride: k = ((c tt + dt) p + dy) p
+//                   + dx, consecutive threads read consecutive pixels of one tubelet row (p
+//                   floats) and write consecutive columns. Pure data movement: 4 R K bytes each way.
+//   tubelet_target  one block per token row; per channel two passes over its tt p p pixels
+//                   (mean, then the sum of squared deviations), both in double like the CPU, and
+//                   a third pass that writes the row (columns (dt, dy, dx, c)).
+//   mse_rows        one block per row: double sum of squared differences and the gradient
+//                   float(grad_scale * d); then one block adds the row sums over a fixed stride
+//                   and a fixed tree (the same bits every run) and the total comes back in one copy.
+// No atomics anywhere; every output element has one writer.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/check.h"
+#include "cuda/common.cuh"
+#include "cuda/cuda_state.h"
+#include "cuda/ops_cuda.h"
+#include "cuda/train_kernels.h"
+#include "unmask/error.h"
+
+namespace unmask::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+constexpr int kTotalThreads = 1024;
+constexpr int kMaxChannels = 4;
+
+// Clip and token geometry (ops.h): token j = (t, h, w) row-major over (T/tt, H/p, W/p).
+struct TokenGeo {
+  int64_t B, C, T, H, W, tt, p, gh, gw, Np, K;
+  __device__ int64_t pixel(int64_t id, int64_t c, int64_t dt, int64_t dy, int64_t dx) const {
+    const int64_t b = id / Np, j = id % Np;
+    const int64_t t = j / (gh * gw), h = (j / gw) % gh, w = j % gw;
+    return (((b * C + c) * T + t * tt + dt) * H + h * p + dy) * W + w * p + dx;
+  }
+};
+
+TokenGeo make_geo(int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t tt, int64_t p) {
+  UNMASK_CHECK(tt >= 1 && p >= 1 && T % tt == 0 && H % p == 0 && W % p == 0,
+               "video ops (cuda): tubelet ", tt, " x ", p, " does not tile ", T, " x ", H, " x ", W);
+  TokenGeo g{B, C, T, H, W, tt, p, H / p, W / p, 0, 0};
+  g.Np = (T / tt) * g.gh * g.gw;
+  g.K = C * tt * p * p;
+  return g;
+}
+
+/// Sum over the block in double (blockDim.x a multiple of 32); every thread gets the result.
+__device__ double block_sum_double(double x) {
+  __shared__ double partial[32];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, nwarps = blockDim.x / kWarpSize;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();  // a previous call may still be reading `partial`
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  x = lane < nwarps ? partial[lane] : 0.0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__global__ void tubelet_gather_kernel(float* cols, const float* videos, const int32_t* ids, int64_t R, TokenGeo g) {
+  const int64_t total = R * g.K, pp = g.p * g.p;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / g.K, k = i % g.K;
+    const int64_t id = ids[r];
+    if (id < 0 || id >= g.B * g.Np) {
+      cols[i] = 0.0f;
+      continue;
+    }
+    const int64_t dx = k % g.p, dy = (k / g.p) % g.p, dt = (k / pp) % g.tt, c = k / (pp * g.tt);
+    cols[i] = videos[g.pixel(id, c, dt, dy, dx)];
+  }
+}
+
+struct ChannelNorm {
+  float mean[kMaxChannels], stdev[kMaxChannels];
+};
+
+/// Block r: target[r, i C + c] for token ids[r], i = (dt p + dy) p + dx.
+__global__ void __launch_bounds__(kRowThreads)
+    tubelet_target_kernel(float* target, const float* videos, const int32_t* ids, TokenGeo g, ChannelNorm norm) {
+  const int64_t r = blockIdx.x;
+  float* row = target + r * g.K;
+  const int64_t id = ids[r];
+  const int64_t P = g.tt * g.p * g.p, pp = g.p * g.p;
+  if (id < 0 || id >= g.B * g.Np) {
+    for (int64_t k = threadIdx.x; k < g.K; k += blockDim.x) row[k] = 0.0f;
+    return;
+  }
+  for (int64_t c = 0; c < g.C; ++c) {
+    const double m = double(norm.mean[c]), s = double(norm.stdev[c]);
+    auto value = [&](int64_t i) {
+      return double(videos[g.pixel(id, c, i / pp, (i / g.p) % g.p, i % g.p)]) * s + m;
+    };
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < P; i += blockDim.x) sum += value(i);
+    const double mu = block_sum_double(sum) / double(P);
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < P; i += blockDim.x) {
+      const double d = value(i) - mu;
+      ss += d * d;
+    }
+    const double sd = sqrt(block_sum_double(ss) / double(P - 1));  // unbiased, as torch .var()
+    for (int64_t i = threadIdx.x; i < P; i += blockDim.x) row[i * g.C + c] = float((value(i) - mu) / (sd + 1e-6));
+  }
+}
+
+/// Block r: row_sq[r] = sum_k (pred - target)^2 and dpred = float(grad_scale * d), or 0 / a zero
+/// row where row_weight[r] == 0. dpred may alias pred (each element is read, then written, by
+/// one thread).
+__global__ void __launch_bounds__(kRowThreads)
+    mse_rows_kernel(double* row_sq, float* dpred, const float* pred, const float* target, const uint8_t* row_weight,
+                    double grad_scale, int64_t K) {
+  const int64_t r = blockIdx.x;
+  float* d = dpred + r * K;
+  if (row_weight && !row_weight[r]) {
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x) d[k] = 0.0f;
+    if (threadIdx.x == 0) row_sq[r] = 0.0;
+    return;
+  }
+  const float* a = pred + r * K;
+  const float* b = target + r * K;
+  double sq = 0;
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+    const double diff = double(a[k]) - double(b[k]);
+    sq += diff * diff;
+    d[k] = float(grad_scale * diff);
+  }
+  sq = block_sum_double(sq);
+  if (threadIdx.x == 0) row_sq[r] = sq;
+}
+
+/// One block: thread t adds rows t, t + kTotalThreads, ... in order, then a fixed tree.
+__global__ void __launch_bounds__(kTotalThreads) sum_rows_kernel(double* total, const double* row_sq, int64_t R) {
+  __shared__ double s[kTotalThreads];
+  double acc = 0;
+  for (int64_t r = threadIdx.x; r < R; r += kTotalThreads) acc += row_sq[r];
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kTotalThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) s[threadIdx.x] += s[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *total = s[0];
+}
+
+unsigned grid_stride(int64_t work, int threads) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(ceil_div(work, threads), int64_t(1) << 16)));
+}
+
+}  // namespace
+
+void tubelet_gather(Context& ctx, const float* videos, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
+                    const int32_t* ids, int64_t R, int64_t tubelet, int64_t patch, float* cols) {
+  CudaState& st = cuda_state(ctx);
+  if (R == 0) return;
+  const TokenGeo g = make_geo(B, C, T, H, W, tubelet, patch);
+  tubelet_gather_kernel<<<grid_stride(R * g.K, 256), 256, 0, st.stream>>>(cols, videos, ids, R, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void tubelet_target(Context& ctx, const float* videos, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
+                    const int32_t* ids, int64_t R, int64_t tubelet, int64_t patch, const std::vector<float>& mean,
+                    const std::vector<float>& stdev, float* target) {
+  CudaState& st = cuda_state(ctx);
+  UNMASK_CHECK(C >= 1 && C <= kMaxChannels && int64_t(mean.size()) == C && int64_t(stdev.size()) == C,
+               "tubelet_target (cuda): 1 to ", kMaxChannels, " channels with one mean and stdev each, got C = ", C,
+               " with ", mean.size(), " and ", stdev.size());
+  UNMASK_CHECK(R < (int64_t(1) << 31), "tubelet_target (cuda): ", R, " rows exceed the grid");
+  if (R == 0) return;
+  const TokenGeo g = make_geo(B, C, T, H, W, tubelet, patch);
+  ChannelNorm norm{};
+  for (int64_t c = 0; c < C; ++c) {
+    norm.mean[c] = mean[size_t(c)];
+    norm.stdev[c] = stdev[size_t(c)];
+  }
+  tubelet_target_kernel<<<unsigned(R), kRowThreads, 0, st.stream>>>(target, videos, ids, g, norm);
+  CUDA_CHECK_LAUNCH();
+}
+
+double mse_rows(Context& ctx, const float* pred, const float* target, const uint8_t* row_weight, double grad_scale,
+                float* dpred, int64_t R, int64_t K) {
+  CudaState& st = cuda_state(ctx);
+  UNMASK_CHECK(R < (int64_t(1) << 31), "mse_rows (cuda): ", R, " rows exceed the grid");
+  if (R == 0 || K == 0) return 0.0;
+  ScratchBuffer sums(size_t(R + 1) * sizeof(double), st.stream);  // row sums | total
+  double* row_sq = sums.as<double>();
+  mse_rows_kernel<<<unsigned(R), kRowThreads, 0, st.stream>>>(row_sq, dpred, pred, target, row_weight, grad_scale, K);
+  CUDA_CHECK_LAUNCH();
+  sum_rows_kernel<<<1, kTotalThreads, 0, st.stream>>>(row_sq + R, row_sq, R);
+  CUDA_CHECK_LAUNCH();
+  double total = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&total, row_sq + R, sizeof total, cudaMemcpyDeviceToHost, st.stream));
+  CUDA_CHECK(cudaStreamSynchronize(st.stream));
+  return total;
+}
+
+}  // namespace unmask::cuda

@@ -1,0 +1,209 @@
+// ops/video_ops.cc: the video-token ops of VideoMAE pretraining (ops.h): the tubelet gather of
+// the visible tokens, the normalised-pixel target of the decoded ones and the squared-error
+// loss with its gradient. CPU here (on the context's threads); CUDA in cuda/video.cu.
+//
+// The CPU target is computed in double and rounded once, and the loss is summed per row in
+// double and then over the rows in row order: the results do not depend on the thread count.
+#include <cmath>
+#include <cstring>
+
+#include "ops/op_common.h"
+#include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
+
+namespace unmask::ops {
+namespace {
+
+// The checked geometry of a video batch and a token-id list.
+struct Geometry {
+  int64_t B = 0, C = 0, T = 0, H = 0, W = 0, tt = 0, p = 0, gh = 0, gw = 0, Np = 0, K = 0, R = 0;
+  // Offset of pixel (c, dt, dy, 0) of token j within its clip.
+  int64_t offset(int64_t j, int64_t c, int64_t dt, int64_t dy) const {
+    const int64_t t = j / (gh * gw), h = (j / gw) % gh, w = j % gw;
+    return ((c * T + t * tt + dt) * H + h * p + dy) * W + w * p;
+  }
+};
+
+Geometry check_geometry(const char* op, const Tensor& videos, const Tensor& ids, Tubelet t, const Tensor& out,
+                        const char* out_name) {
+  detail::check_f32(op, "videos", videos);
+  detail::check_f32(op, out_name, out);
+  UNMASK_CHECK(videos.ndim() == 5 && videos.is_contiguous(), op, ": videos must be a contiguous [B, C, T, H, W], got ",
+               videos.describe());
+  const Device dev = videos.device();
+  detail::check_device(op, "ids", ids, dev);
+  detail::check_device(op, out_name, out, dev);
+  UNMASK_CHECK(ids.dtype() == DType::i32 && ids.ndim() == 1 && ids.is_contiguous(), op,
+               ": ids must be a contiguous i32 [R], got ", ids.describe());
+  Geometry g;
+  g.B = videos.size(0), g.C = videos.size(1), g.T = videos.size(2), g.H = videos.size(3), g.W = videos.size(4);
+  g.tt = t.tubelet, g.p = t.patch;
+  UNMASK_CHECK(g.tt >= 1 && g.p >= 1 && g.T % g.tt == 0 && g.H % g.p == 0 && g.W % g.p == 0, op, ": tubelet ", g.tt,
+               " x ", g.p, " x ", g.p, " does not tile the clips ", videos.describe(),
+               Hint("T must be a multiple of the tubelet and H, W of the patch size"));
+  g.gh = g.H / g.p, g.gw = g.W / g.p;
+  g.Np = (g.T / g.tt) * g.gh * g.gw;
+  g.K = g.C * g.tt * g.p * g.p;
+  g.R = ids.size(0);
+  UNMASK_CHECK(out.ndim() == 2 && out.size(0) == g.R && out.size(1) == g.K && out.is_contiguous(), op, ": ", out_name,
+               " must be a contiguous f32 [", g.R, ", ", g.K, "], got ", out.describe());
+  UNMASK_CHECK(g.B * g.Np < (int64_t(1) << 31), op, ": ", g.B * g.Np, " tokens do not fit the i32 ids");
+  if (dev == Device::cpu) {
+    const int32_t* id = ids.data<int32_t>();
+    for (int64_t r = 0; r < g.R; ++r)
+      UNMASK_CHECK(id[r] >= 0 && int64_t(id[r]) < g.B * g.Np, op, ": ids[", r, "] = ", id[r], " is outside [0, ",
+                   g.B * g.Np, ") (", g.B, " clips x ", g.Np, " tokens)");
+  }
+  return g;
+}
+
+}  // namespace
+
+void tubelet_gather(Context& ctx, const Tensor& videos, const Tensor& ids, Tubelet t, Tensor& cols) {
+  constexpr const char* op = "tubelet_gather";
+  const Geometry g = check_geometry(op, videos, ids, t, cols, "cols");
+  if (g.R == 0) return;
+  if (videos.device() == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    return cuda::tubelet_gather(ctx, videos.data<float>(), g.B, g.C, g.T, g.H, g.W, ids.data<int32_t>(), g.R, g.tt,
+                                g.p, cols.data<float>());
+#else
+    detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
+  }
+  const float* v = videos.data<float>();
+  const int32_t* id = ids.data<int32_t>();
+  float* out = cols.data<float>();
+  const int64_t clip = g.C * g.T * g.H * g.W;
+  ctx.parallel_for(
+      g.R,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t b = id[r] / g.Np, j = id[r] % g.Np;
+          float* row = out + r * g.K;
+          for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t dt = 0; dt < g.tt; ++dt)
+              for (int64_t dy = 0; dy < g.p; ++dy)
+                std::memcpy(row + ((c * g.tt + dt) * g.p + dy) * g.p, v + b * clip + g.offset(j, c, dt, dy),
+                            size_t(g.p) * sizeof(float));
+        }
+      },
+      16);
+}
+
+void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubelet t, const std::vector<float>& mean,
+                    const std::vector<float>& stdev, Tensor& target) {
+  constexpr const char* op = "tubelet_target";
+  const Geometry g = check_geometry(op, videos, ids, t, target, "target");
+  UNMASK_CHECK(int64_t(mean.size()) == g.C && int64_t(stdev.size()) == g.C, op, ": mean and stdev need ", g.C,
+               " values (one per channel), got ", mean.size(), " and ", stdev.size());
+  const int64_t P = g.tt * g.p * g.p;
+  UNMASK_CHECK(P >= 2, op, ": a token of ", P, " pixel has no unbiased variance");
+  if (g.R == 0) return;
+  if (videos.device() == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    return cuda::tubelet_target(ctx, videos.data<float>(), g.B, g.C, g.T, g.H, g.W, ids.data<int32_t>(), g.R, g.tt,
+                                g.p, mean, stdev, target.data<float>());
+#else
+    detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
+  }
+  const float* v = videos.data<float>();
+  const int32_t* id = ids.data<int32_t>();
+  float* out = target.data<float>();
+  const int64_t clip = g.C * g.T * g.H * g.W;
+  ctx.parallel_for(
+      g.R,
+      [&](int64_t begin, int64_t end) {
+        std::vector<double> x(static_cast<size_t>(P));
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t b = id[r] / g.Np, j = id[r] % g.Np;
+          float* row = out + r * g.K;
+          for (int64_t c = 0; c < g.C; ++c) {
+            double sum = 0;
+            for (int64_t dt = 0; dt < g.tt; ++dt)
+              for (int64_t dy = 0; dy < g.p; ++dy) {
+                const float* src = v + b * clip + g.offset(j, c, dt, dy);
+                double* xs = x.data() + (dt * g.p + dy) * g.p;
+                for (int64_t dx = 0; dx < g.p; ++dx) {
+                  xs[dx] = double(src[dx]) * double(stdev[size_t(c)]) + double(mean[size_t(c)]);
+                  sum += xs[dx];
+                }
+              }
+            const double mu = sum / double(P);
+            double ss = 0;
+            for (int64_t i = 0; i < P; ++i) ss += (x[size_t(i)] - mu) * (x[size_t(i)] - mu);
+            const double sd = std::sqrt(ss / double(P - 1));  // unbiased, as torch .var()
+            for (int64_t i = 0; i < P; ++i) row[i * g.C + c] = float((x[size_t(i)] - mu) / (sd + 1e-6));
+          }
+        }
+      },
+      8);
+}
+
+double mse_rows(Context& ctx, const Tensor& pred, const Tensor& target, const Tensor* row_weight, double grad_scale,
+                Tensor& dpred) {
+  constexpr const char* op = "mse_rows";
+  detail::check_f32(op, "pred", pred);
+  detail::check_f32(op, "target", target);
+  detail::check_f32(op, "dpred", dpred);
+  const Device dev = pred.device();
+  detail::check_device(op, "target", target, dev);
+  detail::check_device(op, "dpred", dpred, dev);
+  UNMASK_CHECK(pred.ndim() == 2 && pred.is_contiguous(), op, ": pred must be a contiguous [R, K], got ", pred.describe());
+  detail::check_same_shape(op, "pred", pred, "target", target);
+  detail::check_same_shape(op, "pred", pred, "dpred", dpred);
+  UNMASK_CHECK(target.is_contiguous() && dpred.is_contiguous(), op, ": target and dpred must be contiguous, got ",
+               target.describe(), " and ", dpred.describe());
+  detail::check_no_overlap(op, "dpred", dpred, "pred", pred, true);
+  detail::check_no_overlap(op, "dpred", dpred, "target", target, false);
+  const int64_t R = pred.size(0), K = pred.size(1);
+  const uint8_t* w = nullptr;
+  if (row_weight) {
+    UNMASK_CHECK((row_weight->dtype() == DType::u8 || row_weight->dtype() == DType::boolean) &&
+                     row_weight->ndim() == 1 && row_weight->size(0) == R && row_weight->is_contiguous(),
+                 op, ": row_weight must be a contiguous u8 [", R, "], got ", row_weight->describe());
+    detail::check_device(op, "row_weight", *row_weight, dev);
+    w = static_cast<const uint8_t*>(row_weight->raw());
+  }
+  if (R == 0 || K == 0) return 0.0;
+  if (dev == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    return cuda::mse_rows(ctx, pred.data<float>(), target.data<float>(), w, grad_scale, dpred.data<float>(), R, K);
+#else
+    detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
+  }
+  const float* pr = pred.data<float>();
+  const float* tg = target.data<float>();
+  float* dp = dpred.data<float>();
+  std::vector<double> row_sq(static_cast<size_t>(R), 0.0);
+  ctx.parallel_for(
+      R,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          float* d = dp + r * K;
+          if (w && !w[r]) {
+            std::memset(d, 0, size_t(K) * sizeof(float));
+            continue;
+          }
+          const float* a = pr + r * K;
+          const float* b = tg + r * K;
+          double sq = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double diff = double(a[k]) - double(b[k]);
+            sq += diff * diff;
+            d[k] = float(grad_scale * diff);
+          }
+          row_sq[size_t(r)] = sq;
+        }
+      },
+      8);
+  double total = 0;
+  for (double s : row_sq) total += s;
+  return total;
+}
+
+}  // namespace unmask::ops
