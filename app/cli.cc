@@ -7,6 +7,10 @@
 #include <sstream>
 
 #include "unmask/error.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/allocator.h"
+#include "cuda/cuda_state.h"
+#endif
 
 namespace unmask::cli {
 
@@ -122,6 +126,55 @@ Device device_of(const Args& args) {
                 Hint("rebuild with -DUNMASK_CUDA=ON (the CUDA toolkit) and run on a machine with an NVIDIA GPU"));
 #endif
   return d == "cuda" ? Device::cuda : Device::cpu;
+}
+
+std::string precision_of(const Args& args, Device device) {
+  const std::string p = args.get("precision");
+  if (p != "fp32" && p != "tf32" && p != "bf16") throw Error("--precision must be fp32, tf32 or bf16, got '", p, "'");
+  if (device != Device::cuda && p != "fp32")
+    throw Error("--precision ", p, " needs --device cuda", Hint("the CPU GEMMs are fp32"));
+  return p;
+}
+
+std::string setup_device(Context& ctx, const std::string& precision) {
+#ifdef UNMASK_WITH_CUDA
+  if (ctx.device() == Device::cuda) {
+    cuda::CudaState& cs = cuda::cuda_state(ctx);
+    cs.allow_tf32 = precision == "tf32";  // before the first GEMM (plans are cached per precision)
+    cs.autocast_bf16 = precision == "bf16";
+    return std::string("1x ") + cs.props.name;
+  }
+#endif
+  (void)precision;
+  return "CPU (" + std::to_string(ctx.num_threads()) + " threads)";
+}
+
+int gpu_for_local_rank(Device device, int local_rank) {
+#ifdef UNMASK_WITH_CUDA
+  const int n = device == Device::cuda ? cuda::device_count() : 0;
+  if (n > 0) return local_rank % n;
+#endif
+  (void)device, (void)local_rank;
+  return 0;
+}
+
+double h100_peak_gflops(const std::string& precision) {
+  return precision == "bf16" ? 989400.0 : precision == "tf32" ? 494700.0 : 67000.0;
+}
+
+double peak_gpu_mb(const Context& ctx) {
+#ifdef UNMASK_WITH_CUDA
+  if (ctx.device() == Device::cuda) return double(cuda::allocator_stats().peak_allocated_bytes) / (1024.0 * 1024.0);
+#endif
+  (void)ctx;
+  return 0.0;
+}
+
+void reset_peak_gpu(const Context& ctx) {
+#ifdef UNMASK_WITH_CUDA
+  if (ctx.device() == Device::cuda) cuda::allocator_reset_peak();
+#endif
+  (void)ctx;
 }
 
 double Args::get_double(const std::string& name) const {

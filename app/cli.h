@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "unmask/context.h"
 #include "unmask/device.h"
 
 namespace unmask::cli {
@@ -45,6 +46,21 @@ std::string usage(const std::string& command, const std::string& summary, const 
 /// cuda in a build without the CUDA backend (saying how to get one).
 OptionSpec device_option();
 Device device_of(const Args& args);
+/// `--precision fp32|tf32|bf16` checked against the device (tf32 and bf16 are CUDA tensor-core
+/// modes; the CPU is fp32). Returns the value.
+std::string precision_of(const Args& args, Device device);
+/// Applies a precision to a CUDA context (CudaState::allow_tf32 / autocast_bf16) before its first
+/// GEMM, and returns the devices column "1x <GPU name>" (CPU: "CPU (<n> threads)").
+std::string setup_device(Context& ctx, const std::string& precision);
+/// The GPU a process of a host uses: local_rank % visible GPUs (0 on the CPU or without a GPU).
+int gpu_for_local_rank(Device device, int local_rank);
+/// Dense H100 SXM datasheet peaks in GFLOP/s for MFU on CUDA: fp32 CUDA cores 67,000, TF32
+/// tensor cores 494,700, bf16 989,400.
+double h100_peak_gflops(const std::string& precision);
+/// The CUDA caching allocator's high-water mark in MiB (0 for a CPU context or build).
+double peak_gpu_mb(const Context& ctx);
+/// Resets that high-water mark to the memory allocated now (a benchmark row's own peak).
+void reset_peak_gpu(const Context& ctx);
 size_t edit_distance(const std::string& a, const std::string& b);
 
 int cmd_infer(int argc, char** argv);

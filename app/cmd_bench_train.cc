@@ -22,10 +22,6 @@
 #include <random>
 
 #include "cli.h"
-#ifdef UNMASK_WITH_CUDA
-#include "cuda/allocator.h"
-#include "cuda/cuda_state.h"
-#endif
 #include "train/config.h"
 #include "train/metrics.h"
 #include "unmask/error.h"
@@ -37,24 +33,10 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// H100 SXM dense peaks (GFLOP/s) for MFU on CUDA: fp32 on the CUDA cores, TF32 tensor cores.
-constexpr double kH100Fp32PeakGflops = 67000.0;
-constexpr double kH100Tf32PeakGflops = 494700.0;
-constexpr double kH100Bf16PeakGflops = 989400.0;  // dense bf16, H100 SXM datasheet
-
 double peak_rss_mb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_maxrss) / 1024.0;
-}
-
-// The CUDA caching allocator's high-water mark (0 on the CPU).
-double peak_gpu_mb(bool on_cuda) {
-#ifdef UNMASK_WITH_CUDA
-  if (on_cuda) return double(cuda::allocator_stats().peak_allocated_bytes) / (1024.0 * 1024.0);
-#endif
-  (void)on_cuda;
-  return 0.0;
 }
 
 // DLE's layout, all tokens real: [CLS] A [SEP] B [SEP] with A and B halves, P sorted distinct
@@ -136,32 +118,17 @@ int bench_train(int argc, char** argv) {
   else if (model_arg.rfind("random:", 0) == 0) cfg = train::random_model_config(model_arg.substr(7), 30522);
   else throw Error("--model must be bert-base, bert-large or random:SIZE, got '", model_arg, "'");
 
-  const std::string precision = args->get("precision");
-  if (precision != "fp32" && precision != "tf32" && precision != "bf16")
-    throw Error("--precision must be fp32, tf32 or bf16, got '", precision, "'");
   const bool on_cuda = device_of(*args) == Device::cuda;
-  if (!on_cuda && precision != "fp32")
-    throw Error("--precision ", precision, " needs --device cuda (the CPU GEMMs are fp32)");
-
+  const std::string precision = precision_of(*args, on_cuda ? Device::cuda : Device::cpu);
   Context ctx({.num_threads = int(args->get_int("threads")), .device = on_cuda ? Device::cuda : Device::cpu});
-  char devices[128];
-  std::snprintf(devices, sizeof devices, "CPU (%d threads)", ctx.num_threads());
-#ifdef UNMASK_WITH_CUDA
-  if (on_cuda) {
-    cuda::CudaState& cs = cuda::cuda_state(ctx);
-    cs.allow_tf32 = precision == "tf32";  // before the first GEMM (plans are cached per shape)
-    cs.autocast_bf16 = precision == "bf16";
-    std::snprintf(devices, sizeof devices, "1x %s", cs.props.name);
-  }
-#endif
+  const std::string devices_name = setup_device(ctx, precision);
+  const char* devices = devices_name.c_str();
   // CPU: the FMA peak is measured before the first row and again after each one, and the best so
   // far is used: a measurement taken while another process shares the cores reads low.
   const bool fixed_peak = args->has("peak-gflops");
-  double peak = fixed_peak  ? args->get_double("peak-gflops")
-                : on_cuda   ? (precision == "bf16"   ? kH100Bf16PeakGflops
-                               : precision == "tf32" ? kH100Tf32PeakGflops
-                                                     : kH100Fp32PeakGflops)
-                            : train::measure_peak_gflops(ctx.num_threads());
+  double peak = fixed_peak ? args->get_double("peak-gflops")
+                : on_cuda  ? h100_peak_gflops(precision)
+                           : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;
   BertTrainModel model = BertTrainModel::random(cfg, {.pooler = true, .mlm = true, .nsp = true}, seed);
   model.to(ctx);  // no-op on the CPU
@@ -233,7 +200,7 @@ int bench_train(int argc, char** argv) {
                     "\"mlm_head\": \"masked\"}\n",
                     model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
                     peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
-                    peak_gpu_mb(on_cuda), devices);
+                    peak_gpu_mb(ctx), devices);
       std::fflush(stdout);
     }
   }

@@ -25,8 +25,15 @@
 //   executed      the same count with the patch embedding on the visible tokens only, which is
 //                 what unmask's step computes (the masked tubelets are never embedded); its MFU
 //                 is the lower, stricter figure.
-//   memory        peak resident set size of the process (getrusage): the CPU allocator keeps no
-//                 high-water mark of its own.
+//   memory        CPU: peak resident set size of the process (getrusage): the CPU allocator keeps
+//                 no high-water mark of its own. CUDA: the caching allocator's peak of allocated
+//                 device memory during the row (weights, gradients, AdamW moments, activations).
+//
+// --device cuda (CUDA builds): the model and the synthetic clip batch are on the GPU before
+// timing (a --store batch is uploaded inside the timed step), the step is bracketed by
+// ctx.synchronize(), --precision tf32 or bf16 runs the GEMMs on tensor cores (bf16: an autocast
+// of the f32 GEMMs with fp32 master weights, CudaState::autocast_bf16), and MFU is against the
+// H100 SXM dense peak of that precision unless --peak-gflops is given.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -117,8 +124,11 @@ int bench_videomae(int argc, char** argv) {
       {"loader-threads", "N", "--store: loader worker threads", "2"},
       {"dry-run", "", "print the configuration and FLOP counts without running steps", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      device_option(),
+      {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores, fp32 master weights)", "fp32"},
       {"seed", "N", "seed of the weights, the clips and the masks", "1234"},
-      {"peak-gflops", "X", "peak for MFU (default: the fp32 FMA peak measured with an FMA loop)", ""},
+      {"peak-gflops", "X", "peak for MFU (default: CPU the fp32 FMA peak measured with an FMA loop; CUDA the "
+                          "H100 SXM dense peak of --precision)", ""},
       {"format", "table|json", "output format (json: one object per row)", "table"},
   };
   auto args =
@@ -159,13 +169,18 @@ int bench_videomae(int argc, char** argv) {
     throw Error("--mask-ratio ", mask_ratio, " masks ", masked_per_slot, " of ", grid.per_frame(),
                 " positions per time slot", Hint("the step needs at least one masked and one visible token"));
 
-  Context ctx({.num_threads = int(args->get_int("threads"))});
+  const Device device = device_of(*args);
+  const bool on_cuda = device == Device::cuda;
+  const std::string precision = precision_of(*args, device);
+  Context ctx({.num_threads = int(args->get_int("threads")), .device = device});
+  const std::string devices_name = setup_device(ctx, precision);
+  const char* devices = devices_name.c_str();
   const bool fixed_peak = args->has("peak-gflops");
   double peak = fixed_peak ? args->get_double("peak-gflops")
+                : on_cuda  ? h100_peak_gflops(precision)
                 : dry_run  ? 0.0
                            : train::measure_peak_gflops(ctx.num_threads());
-  char devices[64];
-  std::snprintf(devices, sizeof devices, "CPU (%d threads)", ctx.num_threads());
+  const bool measured_peak = !fixed_peak && !on_cuda;
 
   const long long num_params = count_params(cfg);
   // A dry run builds no model (ViT-g's weights and moments are ~16 GB).
@@ -181,6 +196,7 @@ int bench_videomae(int argc, char** argv) {
                            .max_grad_norm = 0.0f};
   if (!dry_run) {
     model.emplace(VideoMAEPretrainModel::random(cfg, seed));
+    model->to(ctx);  // no-op on the CPU
     long long counted = 0;
     for (const Param& p : model->params()) counted += p.value.numel();
     if (counted != num_params)
@@ -192,18 +208,20 @@ int bench_videomae(int argc, char** argv) {
   if (format == "table") {
     std::printf(
         "# unmask bench videomae: %s (%lld parameters; encoder %lld/%lld/%lld, decoder %lld/%lld/%lld), "
-        "%lld x %lld^2, tube mask %.2f (%lld visible, %lld masked tokens of %lld), AdamW, %s kernels, "
+        "%lld x %lld^2, tube mask %.2f (%lld visible, %lld masked tokens of %lld), AdamW, %s kernels, %s, "
         "peak %.0f GFLOP/s%s\n",
         model_name.c_str(), num_params, (long long)cfg.dim, (long long)cfg.depth, (long long)cfg.heads,
         (long long)cfg.decoder_dim, (long long)cfg.decoder_depth, (long long)cfg.decoder_heads,
         (long long)cfg.num_frames, (long long)cfg.img_size, mask_ratio, (long long)Nv, (long long)Nm, (long long)Np,
-        ctx.cpu_isa(), peak,
+        on_cuda ? "cuda" : ctx.cpu_isa(), precision.c_str(), peak,
         fixed_peak ? " (given)"
+        : on_cuda  ? " (H100 SXM dense)"
         : dry_run  ? " (not measured)"
                    : " (FMA loop; measured again after each row)");
     std::printf(
         "| devices | dataset | dtype | batch/device | model FLOPs (G/clip) | videos/s/device | step (ms) "
-        "| data wait (ms) | memory (peak RSS) | MFU | MFU executed | device-h SSv2 1200 ep |\n");
+        "| data wait (ms) | memory (%s) | MFU | MFU executed | device-h SSv2 1200 ep |\n",
+        on_cuda ? "peak GPU" : "peak RSS");
     std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   std::fflush(stdout);
@@ -237,6 +255,7 @@ int bench_videomae(int argc, char** argv) {
     if (!dry_run) {
       // One fixed clip batch, ImageNet-normalised from uniform pixels in [0, 1).
       Tensor videos = Tensor::empty({B, cfg.channels, cfg.num_frames, cfg.img_size, cfg.img_size}, DType::f32);
+      reset_peak_gpu(ctx);
       const VideoMAEStepOptions so;
       const int64_t per_channel = cfg.num_frames * cfg.img_size * cfg.img_size;
       float* v = videos.data<float>();
@@ -244,21 +263,24 @@ int bench_videomae(int argc, char** argv) {
         const size_t ch = size_t((i / per_channel) % cfg.channels);
         v[i] = float((rng.uniform() - double(so.mean[ch])) / double(so.std[ch]));
       }
+      if (!loader && on_cuda) videos = videos.to(Device::cuda);  // synthetic input already on the GPU
       std::vector<Tensor> masks;
       for (int64_t i = 0; i < warmup + steps; ++i)
         masks.push_back(video::tube_mask_batch(grid, mask_ratio, seed, uint64_t(i * B), B));
       video::ClipBatch cb;
       for (int64_t i = 0; i < warmup + steps; ++i) {
+        ctx.synchronize();  // no-op on the CPU; CUDA: the step's work is timed whole
         const double t0 = now_s();
         if (loader) {
           while (!loader->next(cb)) {  // false once at the end of an epoch: the next call starts another
           }
-          videos = cb.videos;
+          videos = on_cuda ? cb.videos.to(Device::cuda) : cb.videos;
         }
         const double t_data = now_s() - t0;
         model->zero_grad();
         const VideoMAEStepStats st = model->pretrain_step(ctx, videos, masks[size_t(i)], so);
         opt->step(ctx, oc.lr);
+        ctx.synchronize();
         const double dt = now_s() - t0;
         last_loss = st.loss;
         if (i >= warmup) {
@@ -267,7 +289,7 @@ int bench_videomae(int argc, char** argv) {
         }
       }
       std::sort(times.begin(), times.end());
-      if (!fixed_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
+      if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
     }
     const double med = times.empty() ? 0.0 : times[times.size() / 2];
     const double vps = med > 0 ? double(B) / med : 0.0;
@@ -278,16 +300,17 @@ int bench_videomae(int argc, char** argv) {
     double wait_ms = 0;  // mean time a timed step waited for its batch
     for (double w : waits) wait_ms += 1e3 * w / double(waits.size());
     if (format == "table") {
-      std::printf("| %s | %s | fp32 | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n", devices,
-                  dataset.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, wait_ms, peak_rss_mb(), mfu,
-                  mfu_exec, device_hours);
+      std::printf("| %s | %s | %s | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n", devices,
+                  dataset.c_str(), precision.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, wait_ms,
+                  on_cuda ? peak_gpu_mb(ctx) : peak_rss_mb(), mfu, mfu_exec, device_hours);
     } else {
       nlohmann::ordered_json j;
       j["engine"] = "unmask";
       j["model"] = model_name;
       j["devices"] = devices;
       j["dataset"] = dataset;
-      j["dtype"] = "fp32";
+      j["dtype"] = precision;
+      j["device"] = on_cuda ? "cuda" : "cpu";
       j["batch"] = B;
       j["frames"] = cfg.num_frames;
       j["img"] = cfg.img_size;
@@ -310,6 +333,7 @@ int bench_videomae(int argc, char** argv) {
       j["executed_mfu_pct"] = mfu_exec;
       j["peak_gflops"] = peak;
       j["peak_rss_mb"] = peak_rss_mb();
+      j["peak_gpu_mb"] = peak_gpu_mb(ctx);
       j["device_hours_ssv2_1200ep"] = device_hours;
       j["threads"] = ctx.num_threads();
       j["steps"] = dry_run ? 0 : steps;

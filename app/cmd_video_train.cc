@@ -104,6 +104,14 @@ void print_step(int64_t step, int64_t total, double loss, double lr, double gnor
   std::fputc('\n', stderr);
 }
 
+// The parameters with host copies of the values of those on a GPU (what the checkpoint writer reads).
+std::vector<Param> host_values(const std::vector<Param>& params) {
+  std::vector<Param> out = params;
+  for (Param& p : out)
+    if (p.value.device() != Device::cpu) p.value = p.value.to(Device::cpu), p.grad = Tensor();
+  return out;
+}
+
 }  // namespace
 
 int cmd_pretrain_video(int argc, char** argv) {
@@ -119,6 +127,8 @@ int cmd_pretrain_video(int argc, char** argv) {
             {"save-every", "N", "also write DIR/model every N steps (0 = only at the end)", "0"},
             {"log-every", "N", "print a line every N steps", "10"},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
+            device_option(),
+            {"precision", "fp32|tf32|bf16", "GEMM precision on cuda (bf16: tensor cores, fp32 master weights)", "fp32"},
             {"seed", "N", "seed of the weights, masks and augmentation", "0"},
             {"no-overlap", "", "data parallel: all-reduce the gradients after the backward instead of during it", ""},
             {"data-sharding", "MODE",
@@ -160,12 +170,18 @@ int cmd_pretrain_video(int argc, char** argv) {
   int threads = int(a.get_int("threads"));
   if (threads == 0 && comm.local_size() > 1)
     threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
-  Context ctx({.num_threads = threads});
+  // --device cuda: rank r of a host uses GPU local_rank % GPUs; the clips are uploaded per step,
+  // checkpoints written from host copies.
+  const Device device = device_of(a);
+  const std::string precision = precision_of(a, device);
+  Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
+  setup_device(ctx, precision);
   VideoMAEPretrainModel model = VideoMAEPretrainModel::random(config, uint64_t(seed));
   if (a.has("init-from")) {
     const video::LoadReport r = video::load_videomae(a.get("init-from"), config, model.params());
     if (root) std::fprintf(stderr, "%s\n", r.summary().c_str());
   }
+  model.to(ctx);  // no-op on the CPU; before the gradient sync and the optimizer take the params
   std::unique_ptr<dist::GradientSync> grad_sync;
   if (world > 1) grad_sync = std::make_unique<dist::GradientSync>(comm, model.params(), dist::GradientSyncOptions{.average = false});
   video::ClipLoaderOptions lo;
@@ -244,7 +260,7 @@ int cmd_pretrain_video(int argc, char** argv) {
       so.grads_ready = [&](int64_t first, int64_t end) {
         for (int64_t i = end; i-- > first;) grad_sync->mark_ready(i);
       };
-    VideoMAEStepStats st = model.pretrain_step(ctx, b.videos, mask, so);
+    VideoMAEStepStats st = model.pretrain_step(ctx, device == Device::cpu ? b.videos : b.videos.to(device), mask, so);
     if (world > 1) {
       grad_sync->finish();  // reduces what was not marked (everything without overlap)
       double weighted = st.loss * double(row1 - row0);
@@ -277,10 +293,10 @@ int cmd_pretrain_video(int argc, char** argv) {
     }
     const int64_t save_every = a.get_int("save-every");
     if (root && save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps)
-      video::save_videomae(out + "/model", config, model.params(), naming);
+      video::save_videomae(out + "/model", config, host_values(model.params()), naming);
   }
   if (!root) return 0;
-  video::save_videomae(out + "/model", config, model.params(), naming);
+  video::save_videomae(out + "/model", config, host_values(model.params()), naming);
   std::fprintf(stderr, "%s\n", loader_split(loader.times()).c_str());
   std::printf("{\"steps\": %lld, \"first_loss\": %.6g, \"seconds\": %.2f, \"model\": \"%s/model\"}\n",
               (long long)steps, first_loss, seconds_since(t0), out.c_str());

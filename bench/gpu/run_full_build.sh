@@ -17,6 +17,8 @@
 #      MPI all-reduce, dist/grad_sync.h) vs 1 rank at the same global batch;
 #   4. `bench infer --device cuda` (fp32, BERT-base, seed 003's shapes as far as time allows);
 #   5. `bench train --device cuda` for fp32, tf32 and bf16 (autocast GEMMs), BERT-base seq 128 batch 32;
+#   6. `bench videomae --device cuda`: ViT-B batch 32 in fp32 and bf16 (the side-by-side with
+#      PyTorch is bench/gpu/compare_videomae_gpu.sh, a call of its own);
 #   also in 3: `pretrain precision = "bf16"` near the fp32 CPU curve (5e-2).
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
 set -u
@@ -121,6 +123,14 @@ if [ "$DEVICE" = cuda ]; then
     timeout 120 "$BIN/unmask" bench train --device cuda --precision $prec --model bert-base --seq 128 --batch 32 \
       --steps 3 --format json >> "$OUT/bench_train.jsonl" 2>> "$OUT/bench_train.err"
     note "bench train $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_train.jsonl" | cut -c1-160)"
+  done
+fi
+# 6. VideoMAE ViT-B pretraining steps on the device (the CUDA tests compared them with the CPU)
+if [ "$DEVICE" = cuda ]; then
+  for prec in fp32 bf16; do
+    timeout 150 "$BIN/unmask" bench videomae --device cuda --precision $prec --model vit-b --batch 32 --synthetic \
+      --steps 3 --format json >> "$OUT/bench_videomae.jsonl" 2>> "$OUT/bench_videomae.err"
+    note "bench videomae $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_videomae.jsonl" | cut -c1-200)"
   done
 fi
 rm -rf "$W"

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""PyTorch eager CPU VideoMAE pretraining-step benchmark (the peer for `unmask bench videomae`).
+"""PyTorch VideoMAE pretraining-step benchmark (the peer for `unmask bench videomae`), CPU or GPU.
 
   /usr/bin/python3 bench/peers/torch_videomae_train.py --model vit-s --batch 4 --steps 3 --warmup 1 --threads 2
+  python3 bench/peers/torch_videomae_train.py --device cuda --precision bf16 --attention sdpa --model vit-b --batch 64
 
 The model is VideoMAE's pretraining model written out in torch.nn modules the way VideoMAE's
 modeling_pretrain.py computes it (/work/shared/reference/video.md section 1), fp32, eager:
@@ -13,8 +14,13 @@ modeling_pretrain.py computes it (/work/shared/reference/video.md section 1), fp
   N_masked rows; loss = MSE against the normalised-pixel target (un-normalise the clip, per-patch
   per-channel mean and unbiased std, (x - mean) / (std + 1e-6), (p0 p1 p2 c) order) of the
   masked tokens, built under no_grad inside the step as VideoMAE's engine_for_pretraining.py does.
-  Attention is plain matmul-softmax-matmul: torch 1.13 has no F.scaled_dot_product_attention, and
-  that is what VideoMAE's own code runs.
+  Attention: --attention eager is plain matmul-softmax-matmul, what VideoMAE's own code runs (and
+  all torch 1.13 has); --attention sdpa calls F.scaled_dot_product_attention (torch >= 2.0: flash /
+  memory-efficient kernels on a GPU), the default when it exists.
+GPU (--device cuda): the model, the clip batch and the masks are on the GPU before timing; the
+step is bracketed by torch.cuda.synchronize(); --precision bf16 runs forward and loss under
+torch.autocast(bfloat16) (fp32 master weights, no loss scaling), tf32 sets allow_tf32; --compile
+wraps the model in torch.compile. Memory: torch.cuda.max_memory_allocated over the row.
 Init: xavier_uniform on every Linear, zero biases, LayerNorm (1, 0), Conv3d PyTorch default,
 mask_token trunc_normal(0.02, +-0.02). Optimizer: torch.optim.AdamW(betas (0.9, 0.95), eps 1e-8,
 weight decay 0.05 except 1-D params and biases (VideoMAE's skip list), no clipping).
@@ -58,6 +64,9 @@ def sinusoid_table(n, d):
     return torch.tensor(pos, dtype=torch.float32).unsqueeze(0)
 
 
+USE_SDPA = False  # set by main(): --attention sdpa
+
+
 class Attention(nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
@@ -70,9 +79,12 @@ class Attention(nn.Module):
         B, N, C = x.shape
         bias = torch.cat((self.q_bias, torch.zeros_like(self.v_bias), self.v_bias))
         qkv = F.linear(x, self.qkv.weight, bias).reshape(B, N, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0] * self.scale, qkv[1], qkv[2]
-        attn = (q @ k.transpose(-2, -1)).softmax(dim=-1)
-        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
+        if USE_SDPA:
+            o = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])  # scale = head_dim^-0.5
+        else:
+            q, k, v = qkv[0] * self.scale, qkv[1], qkv[2]
+            o = (q @ k.transpose(-2, -1)).softmax(dim=-1) @ v
+        return self.proj(o.transpose(1, 2).reshape(B, N, C))
 
 
 class Block(nn.Module):
@@ -128,9 +140,9 @@ class VideoMAEPretrain(nn.Module):
     def target(self, videos, mask):
         """The normalised-pixel target of the masked tokens [B, N_masked, tt * p * p * 3]."""
         with torch.no_grad():
-            mean = torch.tensor(MEAN).view(1, 3, 1, 1, 1)
-            std = torch.tensor(STD).view(1, 3, 1, 1, 1)
-            v = videos * std + mean
+            mean = torch.tensor(MEAN, device=videos.device).view(1, 3, 1, 1, 1)
+            std = torch.tensor(STD, device=videos.device).view(1, 3, 1, 1, 1)
+            v = videos.float() * std + mean
             B, C, T, Hh, W = v.shape
             p = self.patch
             # b c (t p0) (h p1) (w p2) -> b (t h w) (p0 p1 p2) c
@@ -178,13 +190,35 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--peak-gflops", type=float, default=0.0, help="peak for MFU (0: no MFU)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
+    ap.add_argument("--attention", default="auto", choices=["auto", "eager", "sdpa"],
+                    help="auto: sdpa when this torch has it")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = ap.parse_args(argv)
+    global USE_SDPA
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+    if a.attention == "sdpa" and not has_sdpa:
+        ap.error(f"--attention sdpa: torch {torch.__version__} has no F.scaled_dot_product_attention (>= 2.0)")
+    USE_SDPA = a.attention == "sdpa" or (a.attention == "auto" and has_sdpa)
+    dev = torch.device(a.device)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device")
+    if a.device == "cpu" and a.precision == "tf32":
+        ap.error("--precision tf32 needs --device cuda")
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     torch.manual_seed(a.seed)
     D, depth, H, Dd, Hd, mlp_ratio, patch, frames0, img0 = SIZES[a.model]
     frames, img = a.frames or frames0, a.img or img0
-    model = VideoMAEPretrain(D, depth, H, Dd, Hd, mlp_ratio, patch, frames, img, a.decoder_depth).train()
+    model = VideoMAEPretrain(D, depth, H, Dd, Hd, mlp_ratio, patch, frames, img, a.decoder_depth).to(dev).train()
+    fwd_model = torch.compile(model) if a.compile else model
+    autocast = (torch.autocast(device_type=a.device, dtype=torch.bfloat16) if a.precision == "bf16"
+                else torch.autocast(device_type=a.device, enabled=False))
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    devices = f"1x {torch.cuda.get_device_name()}" if a.device == "cuda" else f"CPU ({a.threads} threads)"
     decay = [p for n, p in model.named_parameters() if p.ndim > 1 and not n.endswith(".bias")]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim > 1 and not n.endswith(".bias"))]
     lr = 1.2e-3
@@ -197,15 +231,21 @@ def main(argv=None):
     for B in [int(b) for b in a.batch.split(",")]:
         pixels = torch.from_numpy(rng.random((B, 3, frames, img, img), dtype=np.float32))
         videos = (pixels - torch.tensor(MEAN).view(1, 3, 1, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1, 1)
-        masks = [tube_masks(grid_t, grid_hw, a.mask_ratio, B, rng) for _ in range(a.warmup + a.steps)]
+        videos = videos.to(dev)
+        masks = [tube_masks(grid_t, grid_hw, a.mask_ratio, B, rng).to(dev) for _ in range(a.warmup + a.steps)]
+        if a.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         times, loss = [], float("nan")
         for i in range(a.warmup + a.steps):
+            sync()
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            pred = model(videos, masks[i])
-            out = F.mse_loss(pred, model.target(videos, masks[i]))
+            with autocast:
+                pred = fwd_model(videos, masks[i])
+                out = F.mse_loss(pred.float(), model.target(videos, masks[i]))
             out.backward()
             opt.step()
+            sync()
             dt = time.perf_counter() - t0
             loss = float(out.detach())
             if i >= a.warmup:
@@ -217,8 +257,9 @@ def main(argv=None):
         N = grid_t * grid_hw * grid_hw
         Nm = grid_t * int(a.mask_ratio * grid_hw * grid_hw)
         print(json.dumps({
-            "engine": "pytorch", "model": a.model, "devices": f"CPU ({a.threads} threads)", "dataset": "synthetic",
-            "dtype": "fp32", "batch": B, "frames": frames, "img": img, "mask_ratio": a.mask_ratio,
+            "engine": "pytorch", "model": a.model, "devices": devices, "dataset": "synthetic",
+            "dtype": a.precision, "device": a.device, "attention": "sdpa" if USE_SDPA else "eager",
+            "compile": a.compile, "batch": B, "frames": frames, "img": img, "mask_ratio": a.mask_ratio,
             "decoder_depth": a.decoder_depth, "tokens": N, "visible_tokens": N - Nm, "masked_tokens": Nm,
             "params": num_params, "model_gflops_per_clip": fwd / 1e9, "step_gflop": step_flops / 1e9,
             "executed_step_gflop": step_flops / 1e9, "videos_per_s": B / med, "step_ms": med * 1e3,
@@ -227,6 +268,7 @@ def main(argv=None):
             "executed_mfu_pct": 100.0 * gflops / a.peak_gflops if a.peak_gflops > 0 else 0.0,
             "peak_gflops": a.peak_gflops,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20 if a.device == "cuda" else 0.0,
             "device_hours_ssv2_1200ep": SSV2_TRAIN_VIDEOS * SSV2_EPOCHS / (B / med) / 3600,
             "threads": a.threads, "steps": a.steps, "warmup": a.warmup, "loss": loss, "optimizer": "adamw",
             "dry_run": False, "torch": torch.__version__}), flush=True)

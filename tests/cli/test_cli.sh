@@ -40,7 +40,11 @@ expect 0 "[MASK] at position" -- "$U" infer --model "$W/m" --text "paris is the 
 if ! "$U" version | grep -q "cuda backend: yes"; then  # a CPU-only build says how to get CUDA
   expect 1 "built without the CUDA backend" -- "$U" infer --model "$W/m" --text "a [MASK] ." --device cuda
   expect 1 "built without the CUDA backend" -- "$U" bench infer --device cuda --batch 1 --seq 8
+  expect 1 "built without the CUDA backend" -- "$U" bench videomae --device cuda --model tiny --synthetic
+  expect 1 "built without the CUDA backend" -- "$U" pretrain-video --device cuda --data "$W/none" --out "$W/v"
 fi
+expect 1 "--precision bf16 needs --device cuda" -- "$U" bench videomae --model tiny --synthetic --precision bf16
+expect 1 "--precision must be fp32, tf32 or bf16, got 'fp8'" -- "$U" bench train --precision fp8
 expect 1 "config.json not found" -- "$U" infer --model "$W/nope" --text hi
 expect 1 "--text is empty" -- "$U" infer --model "$W/m" --text "   "
 expect 1 "invalid UTF-8 at byte offset 3" -- "$U" infer --model "$W/m" --text $'abc\xff def'

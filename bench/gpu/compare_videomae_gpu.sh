@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# bench/gpu/compare_videomae_gpu.sh [BIN_DIR]: VideoMAE ViT-B pretraining on one GPU, unmask vs
+# PyTorch, side by side in one run (issue 6, item 5, third benchmark; item 6, memory).
+#
+#   there:  run(command="bash bench/gpu/compare_videomae_gpu.sh carry", carry=["carry"])
+#           (BIN_DIR holds the full CUDA build: bench/gpu/pack_full_build.sh)
+#
+# Both engines: VideoMAE ViT-B (768/12/12, decoder 384/4/6), 16 x 224^2 clips, tubelet 2 x 16 x 16,
+# tube mask 0.9 (160 visible of 1568 tokens), decoder on all 1568 tokens, normalised-pixel MSE on
+# the 1408 masked, AdamW (0.9, 0.95, wd 0.05), random weights, one synthetic clip batch already on
+# the GPU, a fresh tube mask per step; a timed step = zero_grad + forward + loss + backward +
+# optimizer step, bracketed by device synchronisation; median of STEPS after WARMUP.
+#   unmask    `unmask bench videomae --device cuda --precision P --synthetic --format json`
+#   PyTorch   bench/peers/torch_videomae_train.py --device cuda --precision P --attention sdpa
+#             (VideoMAE's modules in torch.nn, F.scaled_dot_product_attention, torch.autocast bf16),
+#             and the same under torch.compile for the bf16 rows.
+# The engines alternate per row. MFU = 3 x model FLOPs x clips/s / the H100 SXM dense peak of the
+# precision (bf16 989.4 TFLOP/s); the memory column is each engine's allocator peak over the row.
+# Environment: BATCHES (default "32 64 128"), MEM_BATCH (default 256: the memory row, unmask and
+# PyTorch bf16), PRECISIONS (default "bf16 fp32"), STEPS (5), WARMUP (2), OUT (default ./gpu_out).
+set -u
+BIN=$(cd "${1:-carry}" && pwd)
+OUT=${OUT:-$PWD/gpu_out}
+BATCHES=${BATCHES:-32 64 128}
+MEM_BATCH=${MEM_BATCH:-256}
+PRECISIONS=${PRECISIONS:-bf16 fp32}
+STEPS=${STEPS:-5}
+WARMUP=${WARMUP:-2}
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+W=$(mktemp -d /tmp/unmask-vmae-XXXXXX)
+if [ -f "$BIN/libs.tar.xz" ]; then
+  mkdir -p "$W/lib" && tar -xJf "$BIN/libs.tar.xz" -C "$W/lib" && export LD_LIBRARY_PATH="$W/lib:${LD_LIBRARY_PATH:-}"
+fi
+ROWS="$OUT/videomae_gpu.jsonl"
+: > "$ROWS"
+T0=$(date +%s)
+at() { echo $(( $(date +%s) - T0 )); }
+
+unmask_row() {  # precision batch
+  timeout 300 "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
+    --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" ||
+    echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"failed\": true}" >> "$ROWS"
+}
+torch_row() {  # precision batch [--compile]
+  timeout 400 python3 bench/peers/torch_videomae_train.py --device cuda --precision "$1" --attention sdpa \
+    --model vit-b --batch "$2" --steps "$STEPS" --warmup "$WARMUP" ${3:-} >> "$ROWS" 2>> "$OUT/videomae_torch.err" ||
+    echo "{\"engine\": \"pytorch\", \"dtype\": \"$1\", \"batch\": $2, \"compile\": $([ -n "${3:-}" ] && echo true || echo false), \"failed\": true}" >> "$ROWS"
+}
+
+for prec in $PRECISIONS; do
+  for b in $BATCHES; do
+    unmask_row "$prec" "$b"
+    torch_row "$prec" "$b"
+    [ "$prec" = bf16 ] && torch_row "$prec" "$b" --compile
+    echo "videomae $prec batch $b done at $(at)s"
+  done
+done
+unmask_row bf16 "$MEM_BATCH"
+torch_row bf16 "$MEM_BATCH"
+echo "memory rows (batch $MEM_BATCH) done at $(at)s"
+
+python3 - "$ROWS" <<'EOF' | tee "$OUT/videomae_gpu_summary.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peak = {"bf16": 989.4e3, "tf32": 494.7e3, "fp32": 67.0e3}
+def key(r):
+    eng = r.get("engine", "?") + (" compile" if r.get("compile") else "")
+    return (r.get("dtype"), r.get("batch"), eng)
+best = {}
+print("| precision | batch | engine | clips/s | step (ms) | MFU | peak GPU memory (MiB) |")
+print("|---|---:|---|---:|---:|---:|---:|")
+for r in rows:
+    d, b, eng = key(r)
+    if r.get("failed"):
+        print(f"| {d} | {b} | {eng} | failed | | | |")
+        continue
+    vps = r["videos_per_s"]
+    mfu = 100.0 * 3.0 * r["model_gflops_per_clip"] * vps / peak.get(d, 1e300)
+    print(f"| {d} | {b} | {eng} | {vps:.1f} | {r['step_ms']:.1f} | {mfu:.1f}% | {r.get('peak_gpu_mb', 0):.0f} |")
+    if eng.startswith("pytorch"):
+        best[(d, b)] = max(best.get((d, b), 0.0), vps)
+print()
+print("| precision | batch | unmask / best PyTorch |")
+print("|---|---:|---:|")
+for r in rows:
+    d, b, eng = key(r)
+    if eng == "unmask" and not r.get("failed") and best.get((d, b)):
+        print(f"| {d} | {b} | {r['videos_per_s'] / best[(d, b)]:.2f}x |")
+EOF
+rm -rf "$W"
+exit 0

@@ -1,0 +1,328 @@
+// tests/cuda/test_cuda_videomae.cc: VideoMAE pretraining on a CUDA context against the same
+// model on the CPU (the CPU step is tied to PyTorch by tests/python/videomae_parity.py).
+//
+// Cases:
+//   * the video-token ops on fresh random clips: tubelet_gather (a copy: bit-exact), tubelet_target
+//     (both in double, rounded once: within 1 ulp-ish, 1e-6 absolute on values of order 1),
+//     mse_rows with and without row weights (the loss within 1e-12 relative; the gradient within
+//     1e-7 of its scale), and an out-of-range id on the CPU (an Error naming it);
+//   * one pretrain_step (v1 tube mask) and one with a v2 decoder mask: the loss within 1e-5
+//     relative and every gradient within 1e-4 of its norm (fp32 on both sides, different
+//     summation orders; the same tolerances and reasoning as test_cuda_bert_train.cc);
+//   * 4 AdamW steps: the loss of every step within 1e-4;
+//   * bf16 autocast (CudaState::autocast_bf16): the loss within 2e-2 of the fp32 CPU loss;
+//   * a speed smoke: ViT-B, 16 x 224^2, tube 0.9, decoder depth 4, batch 32, fp32 / tf32 / bf16,
+//     printing clips/s and the allocator's peak for the record (bench videomae is the benchmark).
+// The geometry of the comparisons (8 frames, 64^2, patch 16: 64 tokens per clip, 16 visible with
+// a 0.75 tube mask, decoder on 64) puts more than one 64-row attention tile in the decoder.
+// Without a CUDA device every test skips.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/allocator.h"
+#include "cuda/cuda_state.h"
+#include "cuda_test_common.h"
+#include "ops/ops.h"
+#include "test_harness.h"
+#include "unmask/context.h"
+#include "unmask/tensor.h"
+#include "unmask/train.h"
+#include "unmask/videomae.h"
+#include "video/masking.h"
+
+using namespace unmask;
+
+using cuda_test::base_seed;
+using cuda_test::cpu;
+using cuda_test::gpu;
+
+namespace {
+
+uint64_t test_seed(const std::string& test) {
+  uint64_t h = base_seed();
+  for (const char c : test) h = (h ^ uint64_t(uint8_t(c))) * 0x100000001b3ull;
+  return h;
+}
+std::string seed_note() { return "seed " + std::to_string(base_seed()) + " (UNMASK_TEST_SEED)"; }
+
+std::vector<double> values(const Tensor& t) {
+  const Tensor h = t.device() == Device::cpu ? t.contiguous() : t.to(Device::cpu);
+  const float* p = h.data<float>();
+  return std::vector<double>(p, p + h.numel());
+}
+double norm(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+double rel(double got, double want) { return std::fabs(got - want) / std::max(std::fabs(want), 1e-30); }
+
+// 8 frames of 64^2, tubelet 2, patch 16: 4 x 4 x 4 = 64 tokens; encoder 64/2/2, decoder 32/2/1.
+VideoMAEConfig test_config() {
+  VideoMAEConfig c = VideoMAEConfig::tiny();
+  c.num_frames = 8;
+  c.img_size = 64;
+  c.decoder_depth = 2;
+  return c;
+}
+
+Tensor random_videos(std::mt19937_64& gen, const VideoMAEConfig& c, int64_t B) {
+  Tensor v = Tensor::empty({B, c.channels, c.num_frames, c.img_size, c.img_size}, DType::f32);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (int64_t i = 0; i < v.numel(); ++i) v.data<float>()[i] = u(gen);
+  return v;
+}
+
+video::TokenGrid grid_of(const VideoMAEConfig& c) { return {c.grid_t(), c.grid_hw(), c.grid_hw()}; }
+
+// Biases, LayerNorm weights and the mask token moved off their init (zeros / ones) so every
+// gradient path carries signal; the same perturbation on both models.
+void perturb(VideoMAEPretrainModel& m, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  for (Param& p : m.params()) {
+    if (p.value.ndim() == 2 || p.value.ndim() == 5) continue;
+    for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] += u(gen);
+  }
+}
+
+// Every gradient of `got` (CUDA) against `want` (CPU): ||g - w|| / max(||w||, 1e-3 ||W||) <= tol.
+void expect_grads_close(VideoMAEPretrainModel& want, VideoMAEPretrainModel& got, double tol, const std::string& what) {
+  std::vector<Param>& pw = want.params();
+  std::vector<Param>& pg = got.params();
+  ASSERT_EQ(pw.size(), pg.size()) << what;
+  std::vector<std::vector<double>> w(pw.size()), g(pw.size());
+  double global = 0;
+  for (size_t i = 0; i < pw.size(); ++i) {
+    ASSERT_EQ(pw[i].name, pg[i].name) << what;
+    ASSERT_EQ(pg[i].grad.device(), Device::cuda) << what << ": " << pg[i].name;
+    w[i] = values(pw[i].grad);
+    g[i] = values(pg[i].grad);
+    const double n = norm(w[i]);
+    global += n * n;
+  }
+  global = std::sqrt(global);
+  ASSERT_GT(global, 0.0) << what << ": the CPU gradients are all zero (the test would prove nothing)";
+  double worst = 0;
+  std::string worst_name;
+  for (size_t i = 0; i < pw.size(); ++i) {
+    double d = 0;
+    for (size_t k = 0; k < w[i].size(); ++k) d += (g[i][k] - w[i][k]) * (g[i][k] - w[i][k]);
+    const double err = std::sqrt(d) / std::max(norm(w[i]), 1e-3 * global);
+    EXPECT_LE(err, tol) << what << ": " << pw[i].name << " |grad cpu| " << norm(w[i]) << ", |grad cuda| "
+                        << norm(g[i]) << "; " << seed_note();
+    if (err > worst) worst = err, worst_name = pw[i].name;
+  }
+  std::printf("[ %s ] worst gradient error %.3g (%s), global norm %.4g\n", what.c_str(), worst, worst_name.c_str(),
+              global);
+}
+
+// Sets the context's GEMM precision for a scope, then restores it.
+struct PrecisionScope {
+  cuda::CudaState& st;
+  bool tf32, bf16;
+  PrecisionScope(Context& ctx, bool allow_tf32, bool autocast_bf16)
+      : st(cuda::cuda_state(ctx)), tf32(st.allow_tf32), bf16(st.autocast_bf16) {
+    st.allow_tf32 = allow_tf32;
+    st.autocast_bf16 = autocast_bf16;
+  }
+  ~PrecisionScope() {
+    st.allow_tf32 = tf32;
+    st.autocast_bf16 = bf16;
+  }
+};
+
+// Flat ids b * Np + j of a random selection of R tokens (repeats allowed) over B clips.
+Tensor random_ids(std::mt19937_64& gen, int64_t R, int64_t total) {
+  Tensor ids = Tensor::empty({R}, DType::i32);
+  std::uniform_int_distribution<int32_t> u(0, int32_t(total - 1));
+  for (int64_t r = 0; r < R; ++r) ids.data<int32_t>()[r] = u(gen);
+  return ids;
+}
+
+TEST(CudaVideoOps, TubeletGatherAndTargetMatchTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 gen(test_seed("gather-target"));
+  // 3 clips of 3 x 4 x 48 x 32, tubelet 2 x 16: 2 x 3 x 2 = 12 tokens per clip, K = 1536.
+  Tensor v = Tensor::empty({3, 3, 4, 48, 32}, DType::f32);
+  std::normal_distribution<float> n(0.3f, 1.5f);
+  for (int64_t i = 0; i < v.numel(); ++i) v.data<float>()[i] = n(gen);
+  const Tensor ids = random_ids(gen, 29, 36);
+  const ops::Tubelet tube{2, 16};
+  const std::vector<float> mean = {0.485f, 0.456f, 0.406f}, stdev = {0.229f, 0.224f, 0.225f};
+  Tensor cols_cpu = Tensor::empty({29, 1536}, DType::f32), tgt_cpu = Tensor::empty({29, 1536}, DType::f32);
+  ops::tubelet_gather(cpu(), v, ids, tube, cols_cpu);
+  ops::tubelet_target(cpu(), v, ids, tube, mean, stdev, tgt_cpu);
+  const Tensor vg = v.to(Device::cuda), idg = ids.to(Device::cuda);
+  Tensor cols = Tensor::empty({29, 1536}, DType::f32, Device::cuda), tgt = Tensor::empty({29, 1536}, DType::f32, Device::cuda);
+  ops::tubelet_gather(gpu(), vg, idg, tube, cols);
+  ops::tubelet_target(gpu(), vg, idg, tube, mean, stdev, tgt);
+  EXPECT_EQ(max_abs_diff(values(cols), values(cols_cpu)), 0.0) << "the gather is a copy; " << seed_note();
+  const double d = max_abs_diff(values(tgt), values(tgt_cpu));
+  EXPECT_LE(d, 1e-6) << seed_note();
+  EXPECT_GT(norm(values(tgt_cpu)), 1.0);
+  std::printf("[ tubelet_target ] max |cuda - cpu| %.3g\n", d);
+  // An id outside [0, B Np) is an Error on the CPU (host ids are checked).
+  Tensor bad = ids.contiguous();
+  bad.data<int32_t>()[5] = 36;
+  EXPECT_THROW(ops::tubelet_gather(cpu(), v, bad, tube, cols_cpu), Error);
+}
+
+TEST(CudaVideoOps, MseRowsMatchesTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 gen(test_seed("mse"));
+  const int64_t R = 37, K = 1536;
+  Tensor pred = Tensor::empty({R, K}, DType::f32), target = Tensor::empty({R, K}, DType::f32);
+  Tensor weight = Tensor::empty({R}, DType::u8);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int64_t i = 0; i < R * K; ++i) pred.data<float>()[i] = n(gen), target.data<float>()[i] = n(gen);
+  for (int64_t r = 0; r < R; ++r) static_cast<uint8_t*>(weight.raw())[r] = uint8_t(r % 3 != 1);
+  for (const bool weighted : {false, true}) {
+    const double gscale = 2.0 / double(R * K);
+    Tensor dp_cpu = Tensor::empty({R, K}, DType::f32);
+    const double want = ops::mse_rows(cpu(), pred, target, weighted ? &weight : nullptr, gscale, dp_cpu);
+    const Tensor pg = pred.to(Device::cuda), tg = target.to(Device::cuda), wg = weight.to(Device::cuda);
+    Tensor dp = Tensor::empty({R, K}, DType::f32, Device::cuda);
+    const double got = ops::mse_rows(gpu(), pg, tg, weighted ? &wg : nullptr, gscale, dp);
+    EXPECT_LE(rel(got, want), 1e-12) << "weighted " << weighted << ": cuda " << got << " cpu " << want;
+    EXPECT_LE(max_abs_diff(values(dp), values(dp_cpu)), 1e-7 * gscale * 10) << "weighted " << weighted;
+    EXPECT_GT(want, 0.5 * double(R * K));  // two unit normals differ by ~2 per element squared
+  }
+}
+
+// One step on both devices from the same weights, clips and masks; v2 adds a decoder mask.
+void compare_one_step(bool dual_masking) {
+  const VideoMAEConfig c = test_config();
+  const uint64_t seed = test_seed(dual_masking ? "step-v2" : "step-v1");
+  std::mt19937_64 gen(seed);
+  const int64_t B = 3;
+  VideoMAEPretrainModel want = VideoMAEPretrainModel::random(c, seed);
+  VideoMAEPretrainModel got = VideoMAEPretrainModel::random(c, seed);
+  perturb(want, seed + 1);
+  perturb(got, seed + 1);
+  got.to(gpu());
+  ASSERT_EQ(got.device(), Device::cuda);
+  const Tensor v = random_videos(gen, c, B);
+  const Tensor mask = video::tube_mask_batch(grid_of(c), 0.75, seed, 0, B);
+  VideoMAEStepOptions o;
+  o.keep_outputs = true;
+  if (dual_masking) o.decoder_mask = video::running_cell_mask_batch(grid_of(c), 0.5, seed, 0, B);
+  want.zero_grad();
+  got.zero_grad();
+  const VideoMAEStepStats sw = want.pretrain_step(cpu(), v, mask, o);
+  const VideoMAEStepStats sg = got.pretrain_step(gpu(), v.to(Device::cuda), mask, o);
+  const std::string what = dual_masking ? "v2 decoder mask" : "v1 tube mask";
+  EXPECT_LE(rel(sg.loss, sw.loss), 1e-5) << what << ": loss cuda " << sg.loss << " cpu " << sw.loss << "; "
+                                         << seed_note();
+  EXPECT_EQ(sg.loss_tokens, sw.loss_tokens);
+  EXPECT_EQ(sg.decoded_tokens, sw.decoded_tokens);
+  EXPECT_LE(max_abs_diff(values(sg.target), values(sw.target)), 1e-6) << what;
+  std::printf("[ %s ] loss cpu %.9g cuda %.9g (rel %.3g)\n", what.c_str(), sw.loss, sg.loss, rel(sg.loss, sw.loss));
+  expect_grads_close(want, got, 1e-4, what);
+}
+
+TEST(CudaVideoMAE, StepMatchesTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  PrecisionScope fp32(gpu(), false, false);
+  compare_one_step(false);
+}
+
+TEST(CudaVideoMAE, DualMaskingStepMatchesTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  PrecisionScope fp32(gpu(), false, false);
+  compare_one_step(true);
+}
+
+TEST(CudaVideoMAE, AdamWStepsMatchTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  PrecisionScope fp32(gpu(), false, false);
+  const VideoMAEConfig c = test_config();
+  const uint64_t seed = test_seed("adamw");
+  std::mt19937_64 gen(seed);
+  const int64_t B = 2;
+  VideoMAEPretrainModel want = VideoMAEPretrainModel::random(c, seed);
+  VideoMAEPretrainModel got = VideoMAEPretrainModel::random(c, seed);
+  got.to(gpu());
+  const OptimizerConfig oc{.kind = OptimizerKind::adamw, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                           .weight_decay = 0.05f, .max_grad_norm = 0.0f};
+  Optimizer ow(oc, want.params()), og(oc, got.params());
+  const Tensor v = random_videos(gen, c, B);
+  const Tensor vg = v.to(Device::cuda);
+  for (int step = 0; step < 4; ++step) {
+    const Tensor mask = video::tube_mask_batch(grid_of(c), 0.75, seed, uint64_t(step * B), B);
+    want.zero_grad();
+    got.zero_grad();
+    const double lw = want.pretrain_step(cpu(), v, mask, {}).loss;
+    const double lg = got.pretrain_step(gpu(), vg, mask, {}).loss;
+    ow.step(cpu(), oc.lr);
+    og.step(gpu(), oc.lr);
+    EXPECT_LE(rel(lg, lw), 1e-4) << "step " << step << ": cuda " << lg << " cpu " << lw << "; " << seed_note();
+    std::printf("[ adamw step %d ] loss cpu %.9g cuda %.9g\n", step, lw, lg);
+  }
+}
+
+TEST(CudaVideoMAE, Bf16AutocastStaysNearFp32) {
+  REQUIRE_CUDA_DEVICE();
+  const VideoMAEConfig c = test_config();
+  const uint64_t seed = test_seed("bf16");
+  std::mt19937_64 gen(seed);
+  VideoMAEPretrainModel want = VideoMAEPretrainModel::random(c, seed);
+  VideoMAEPretrainModel got = VideoMAEPretrainModel::random(c, seed);
+  got.to(gpu());
+  const Tensor v = random_videos(gen, c, 2);
+  const Tensor mask = video::tube_mask_batch(grid_of(c), 0.75, seed, 0, 2);
+  PrecisionScope bf16(gpu(), false, true);
+  want.zero_grad();
+  got.zero_grad();
+  const double lw = want.pretrain_step(cpu(), v, mask, {}).loss;
+  const double lg = got.pretrain_step(gpu(), v.to(Device::cuda), mask, {}).loss;
+  EXPECT_LE(rel(lg, lw), 2e-2) << "bf16 " << lg << " fp32 cpu " << lw << "; " << seed_note();
+  EXPECT_NE(lg, lw);  // the bf16 GEMMs did run (an exact match would mean fp32 ran)
+  std::printf("[ bf16 autocast ] loss fp32 cpu %.9g bf16 cuda %.9g (rel %.3g)\n", lw, lg, rel(lg, lw));
+}
+
+TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
+  REQUIRE_CUDA_DEVICE();
+  const VideoMAEConfig c = VideoMAEConfig::base();
+  const int64_t B = 32;
+  VideoMAEPretrainModel m = VideoMAEPretrainModel::random(c, 7);
+  m.to(gpu());
+  const OptimizerConfig oc{.kind = OptimizerKind::adamw, .lr = 1.2e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                           .weight_decay = 0.05f, .max_grad_norm = 0.0f};
+  Optimizer opt(oc, m.params());
+  std::mt19937_64 gen(7);
+  const Tensor v = random_videos(gen, c, B).to(Device::cuda);
+  for (const char* prec : {"fp32", "tf32", "bf16"}) {
+    PrecisionScope p(gpu(), std::string(prec) == "tf32", std::string(prec) == "bf16");
+    cuda::allocator_reset_peak();
+    std::vector<double> times;
+    double loss = 0;
+    for (int i = 0; i < 3; ++i) {
+      const Tensor mask = video::tube_mask_batch(grid_of(c), 0.9, 7, uint64_t(i * B), B);
+      gpu().synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      m.zero_grad();
+      loss = m.pretrain_step(gpu(), v, mask, {}).loss;
+      opt.step(gpu(), oc.lr);
+      gpu().synchronize();
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    EXPECT_TRUE(std::isfinite(loss)) << prec;
+    std::printf("[ ViT-B b%lld %s ] step %.1f ms (first %.1f), %.1f clips/s, peak %.0f MiB, loss %.4f\n",
+                (long long)B, prec, 1e3 * times.back(), 1e3 * times.front(), double(B) / times.back(),
+                double(cuda::allocator_stats().peak_allocated_bytes) / 1048576.0, loss);
+  }
+}
+
+}  // namespace
