@@ -149,6 +149,14 @@ std::string setup_device(Context& ctx, const std::string& precision) {
   return "CPU (" + std::to_string(ctx.num_threads()) + " threads)";
 }
 
+std::string attention_mode(Context& ctx) {
+#ifdef UNMASK_WITH_CUDA
+  if (ctx.device() == Device::cuda) return cuda::cuda_state(ctx).attention_bf16 ? "bf16-tc" : "f32";
+#endif
+  (void)ctx;
+  return "cpu";
+}
+
 int gpu_for_local_rank(Device device, int local_rank) {
 #ifdef UNMASK_WITH_CUDA
   const int n = device == Device::cuda ? cuda::device_count() : 0;

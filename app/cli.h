@@ -52,6 +52,9 @@ std::string precision_of(const Args& args, Device device);
 /// Applies a precision to a CUDA context (CudaState::allow_tf32 / autocast_bf16) before its first
 /// GEMM, and returns the devices column "1x <GPU name>" (CPU: "CPU (<n> threads)").
 std::string setup_device(Context& ctx, const std::string& precision);
+/// Which training attention a context runs: "cpu", "f32" (CUDA cores) or "bf16-tc" (tensor cores,
+/// CudaState::attention_bf16 / UNMASK_CUDA_ATTN_BF16=1; head size 64 without dropout).
+std::string attention_mode(Context& ctx);
 /// The GPU a process of a host uses: local_rank % visible GPUs (0 on the CPU or without a GPU).
 int gpu_for_local_rank(Device device, int local_rank);
 /// Dense H100 SXM datasheet peaks in GFLOP/s for MFU on CUDA: fp32 CUDA cores 67,000, TF32

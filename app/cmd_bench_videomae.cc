@@ -208,12 +208,12 @@ int bench_videomae(int argc, char** argv) {
   if (format == "table") {
     std::printf(
         "# unmask bench videomae: %s (%lld parameters; encoder %lld/%lld/%lld, decoder %lld/%lld/%lld), "
-        "%lld x %lld^2, tube mask %.2f (%lld visible, %lld masked tokens of %lld), AdamW, %s kernels, %s, "
-        "peak %.0f GFLOP/s%s\n",
+        "%lld x %lld^2, tube mask %.2f (%lld visible, %lld masked tokens of %lld), AdamW, %s kernels, %s GEMMs, "
+        "attention %s, peak %.0f GFLOP/s%s\n",
         model_name.c_str(), num_params, (long long)cfg.dim, (long long)cfg.depth, (long long)cfg.heads,
         (long long)cfg.decoder_dim, (long long)cfg.decoder_depth, (long long)cfg.decoder_heads,
         (long long)cfg.num_frames, (long long)cfg.img_size, mask_ratio, (long long)Nv, (long long)Nm, (long long)Np,
-        on_cuda ? "cuda" : ctx.cpu_isa(), precision.c_str(), peak,
+        on_cuda ? "cuda" : ctx.cpu_isa(), precision.c_str(), attention_mode(ctx).c_str(), peak,
         fixed_peak ? " (given)"
         : on_cuda  ? " (H100 SXM dense)"
         : dry_run  ? " (not measured)"
@@ -311,6 +311,7 @@ int bench_videomae(int argc, char** argv) {
       j["dataset"] = dataset;
       j["dtype"] = precision;
       j["device"] = on_cuda ? "cuda" : "cpu";
+      j["attention"] = attention_mode(ctx);
       j["batch"] = B;
       j["frames"] = cfg.num_frames;
       j["img"] = cfg.img_size;

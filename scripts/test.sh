@@ -77,6 +77,10 @@ if [ "${UNMASK_SKIP_CUDA:-0}" != 1 ] && [ -x /usr/local/cuda/bin/nvcc ]; then
   mapfile -t cuda_objects < <(ninja -C build-cuda -t targets all | sed -n 's/^\(CMakeFiles\/[^:]*\.o\): .*/\1/p' | grep -E "$pattern")
   ninja -C build-cuda -j"$JOBS" "${cuda_objects[@]}"
   echo "CUDA: ${#cuda_objects[@]} objects compiled for sm_80 and sm_90a"
+  # The tensor-core attention's fragment index math, emulated per lane on the CPU (forward and
+  # training backward), since the kernels themselves run only on GPU machines.
+  /usr/bin/python3 tests/cuda/check_fragment_layout.py
+  /usr/bin/python3 tests/cuda/check_flash_bwd.py
 fi
 echo "== all tests passed"
 # One plain closing line over the stages that ran (each stage above exits non-zero on failure).

@@ -10,7 +10,8 @@
 # the 1408 masked, AdamW (0.9, 0.95, wd 0.05), random weights, one synthetic clip batch already on
 # the GPU, a fresh tube mask per step; a timed step = zero_grad + forward + loss + backward +
 # optimizer step, bracketed by device synchronisation; median of STEPS after WARMUP.
-#   unmask    `unmask bench videomae --device cuda --precision P --synthetic --format json`
+#   unmask    `unmask bench videomae --device cuda --precision P --synthetic --format json`; for bf16
+#             also with UNMASK_CUDA_ATTN_BF16=1 (the tensor-core training attention)
 #   PyTorch   bench/peers/torch_videomae_train.py --device cuda --precision P --attention sdpa
 #             (VideoMAE's modules in torch.nn, F.scaled_dot_product_attention, torch.autocast bf16),
 #             and the same under torch.compile for the bf16 rows.
@@ -38,8 +39,8 @@ ROWS="$OUT/videomae_gpu.jsonl"
 T0=$(date +%s)
 at() { echo $(( $(date +%s) - T0 )); }
 
-unmask_row() {  # precision batch
-  timeout 300 "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
+unmask_row() {  # precision batch [attention: f32 (default) | bf16 = UNMASK_CUDA_ATTN_BF16=1, tensor cores]
+  UNMASK_CUDA_ATTN_BF16=$([ "${3:-f32}" = bf16 ] && echo 1 || echo 0) timeout 300 "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
     --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" ||
     echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"failed\": true}" >> "$ROWS"
 }
@@ -52,12 +53,13 @@ torch_row() {  # precision batch [--compile]
 for prec in $PRECISIONS; do
   for b in $BATCHES; do
     unmask_row "$prec" "$b"
+    [ "$prec" = bf16 ] && unmask_row "$prec" "$b" bf16
     torch_row "$prec" "$b"
     [ "$prec" = bf16 ] && torch_row "$prec" "$b" --compile
     echo "videomae $prec batch $b done at $(at)s"
   done
 done
-unmask_row bf16 "$MEM_BATCH"
+unmask_row bf16 "$MEM_BATCH" bf16
 torch_row bf16 "$MEM_BATCH"
 echo "memory rows (batch $MEM_BATCH) done at $(at)s"
 
@@ -67,6 +69,8 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peak = {"bf16": 989.4e3, "tf32": 494.7e3, "fp32": 67.0e3}
 def key(r):
     eng = r.get("engine", "?") + (" compile" if r.get("compile") else "")
+    if r.get("attention") == "bf16-tc":
+        eng += " (tensor-core attention)"
     return (r.get("dtype"), r.get("batch"), eng)
 best = {}
 print("| precision | batch | engine | clips/s | step (ms) | MFU | peak GPU memory (MiB) |")
@@ -82,12 +86,12 @@ for r in rows:
     if eng.startswith("pytorch"):
         best[(d, b)] = max(best.get((d, b), 0.0), vps)
 print()
-print("| precision | batch | unmask / best PyTorch |")
-print("|---|---:|---:|")
+print("| precision | batch | unmask | unmask / best PyTorch |")
+print("|---|---:|---|---:|")
 for r in rows:
     d, b, eng = key(r)
-    if eng == "unmask" and not r.get("failed") and best.get((d, b)):
-        print(f"| {d} | {b} | {r['videos_per_s'] / best[(d, b)]:.2f}x |")
+    if eng.startswith("unmask") and not r.get("failed") and best.get((d, b)):
+        print(f"| {d} | {b} | {eng} | {r['videos_per_s'] / best[(d, b)]:.2f}x |")
 EOF
 rm -rf "$W"
 exit 0

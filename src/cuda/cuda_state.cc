@@ -41,6 +41,8 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : device(d
   allow_tf32 = tf32 && std::strcmp(tf32, "1") == 0;
   const char* bf16 = std::getenv("UNMASK_CUDA_BF16");
   autocast_bf16 = bf16 && std::strcmp(bf16, "1") == 0;
+  const char* attn = std::getenv("UNMASK_CUDA_ATTN_BF16");
+  attention_bf16 = attn && std::strcmp(attn, "1") == 0;
   set_current_stream(stream);
 }
 

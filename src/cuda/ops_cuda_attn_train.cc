@@ -128,7 +128,10 @@ void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, con
   AttnTrainParams p;
   Uploads up;
   fill_common("attention_forward_train", st, q, k, v, out, lse, args, train, p, up);
-  attention_train_forward(p, st.stream);
+  if (st.attention_bf16 && attention_train_tc_applies(p))
+    attention_train_tc_forward(p, st.stream);
+  else
+    attention_train_forward(p, st.stream);
 }
 
 void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -154,7 +157,10 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
   if (p.rows == 0) return;
   ScratchBuffer delta(size_t(p.num_heads) * size_t(p.rows) * sizeof(float), st.stream);
   p.delta = delta.as<float>();
-  attention_train_backward(p, st.stream);
+  if (st.attention_bf16 && attention_train_tc_applies(p))
+    attention_train_tc_backward(p, st.stream);
+  else
+    attention_train_backward(p, st.stream);
 }
 
 }  // namespace unmask::cuda

@@ -131,15 +131,17 @@ void expect_grads_close(VideoMAEPretrainModel& want, VideoMAEPretrainModel& got,
 // Sets the context's GEMM precision for a scope, then restores it.
 struct PrecisionScope {
   cuda::CudaState& st;
-  bool tf32, bf16;
-  PrecisionScope(Context& ctx, bool allow_tf32, bool autocast_bf16)
-      : st(cuda::cuda_state(ctx)), tf32(st.allow_tf32), bf16(st.autocast_bf16) {
+  bool tf32, bf16, attn;
+  PrecisionScope(Context& ctx, bool allow_tf32, bool autocast_bf16, bool attention_bf16 = false)
+      : st(cuda::cuda_state(ctx)), tf32(st.allow_tf32), bf16(st.autocast_bf16), attn(st.attention_bf16) {
     st.allow_tf32 = allow_tf32;
     st.autocast_bf16 = autocast_bf16;
+    st.attention_bf16 = attention_bf16;
   }
   ~PrecisionScope() {
     st.allow_tf32 = tf32;
     st.autocast_bf16 = bf16;
+    st.attention_bf16 = attn;
   }
 };
 
@@ -272,24 +274,42 @@ TEST(CudaVideoMAE, AdamWStepsMatchTheCpu) {
   }
 }
 
-TEST(CudaVideoMAE, Bf16AutocastStaysNearFp32) {
-  REQUIRE_CUDA_DEVICE();
-  const VideoMAEConfig c = test_config();
-  const uint64_t seed = test_seed("bf16");
+// bf16 GEMMs (autocast), optionally with the tensor-core attention as well: the loss within 2e-2
+// of the fp32 CPU loss, and not equal to it (the low-precision path did run).
+void expect_bf16_step_near_fp32(bool attention_bf16) {
+  VideoMAEConfig c = test_config();
+  if (attention_bf16) {  // head size 64 (the tensor-core backward's instance) in both stacks
+    c.dim = 128, c.heads = 2, c.decoder_dim = 64, c.decoder_heads = 1;
+    c.validate();
+  }
+  const uint64_t seed = test_seed(attention_bf16 ? "bf16-attn" : "bf16");
   std::mt19937_64 gen(seed);
   VideoMAEPretrainModel want = VideoMAEPretrainModel::random(c, seed);
   VideoMAEPretrainModel got = VideoMAEPretrainModel::random(c, seed);
   got.to(gpu());
   const Tensor v = random_videos(gen, c, 2);
   const Tensor mask = video::tube_mask_batch(grid_of(c), 0.75, seed, 0, 2);
-  PrecisionScope bf16(gpu(), false, true);
+  PrecisionScope bf16(gpu(), false, true, attention_bf16);
   want.zero_grad();
   got.zero_grad();
   const double lw = want.pretrain_step(cpu(), v, mask, {}).loss;
   const double lg = got.pretrain_step(gpu(), v.to(Device::cuda), mask, {}).loss;
   EXPECT_LE(rel(lg, lw), 2e-2) << "bf16 " << lg << " fp32 cpu " << lw << "; " << seed_note();
-  EXPECT_NE(lg, lw);  // the bf16 GEMMs did run (an exact match would mean fp32 ran)
-  std::printf("[ bf16 autocast ] loss fp32 cpu %.9g bf16 cuda %.9g (rel %.3g)\n", lw, lg, rel(lg, lw));
+  EXPECT_NE(lg, lw);
+  std::printf("[ bf16%s ] loss fp32 cpu %.9g bf16 cuda %.9g (rel %.3g)\n", attention_bf16 ? " + tensor-core attention" : "",
+              lw, lg, rel(lg, lw));
+}
+
+TEST(CudaVideoMAE, Bf16AutocastStaysNearFp32) {
+  REQUIRE_CUDA_DEVICE();
+  expect_bf16_step_near_fp32(false);
+}
+
+// Head size 32 in test_config() has no tensor-core backward instance, so this uses ViT-S-like
+// heads (64) on the small clips: encoder 128/2 heads, decoder 64/1 head.
+TEST(CudaVideoMAE, TensorCoreAttentionStepStaysNearFp32) {
+  REQUIRE_CUDA_DEVICE();
+  expect_bf16_step_near_fp32(true);
 }
 
 TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
@@ -303,8 +323,8 @@ TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
   Optimizer opt(oc, m.params());
   std::mt19937_64 gen(7);
   const Tensor v = random_videos(gen, c, B).to(Device::cuda);
-  for (const char* prec : {"fp32", "tf32", "bf16"}) {
-    PrecisionScope p(gpu(), std::string(prec) == "tf32", std::string(prec) == "bf16");
+  for (const std::string prec : {"fp32", "tf32", "bf16", "bf16-tc"}) {
+    PrecisionScope p(gpu(), prec == "tf32", prec.rfind("bf16", 0) == 0, prec == "bf16-tc");
     cuda::allocator_reset_peak();
     std::vector<double> times;
     double loss = 0;
@@ -320,7 +340,7 @@ TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
     }
     EXPECT_TRUE(std::isfinite(loss)) << prec;
     std::printf("[ ViT-B b%lld %s ] step %.1f ms (first %.1f), %.1f clips/s, peak %.0f MiB, loss %.4f\n",
-                (long long)B, prec, 1e3 * times.back(), 1e3 * times.front(), double(B) / times.back(),
+                (long long)B, prec.c_str(), 1e3 * times.back(), 1e3 * times.front(), double(B) / times.back(),
                 double(cuda::allocator_stats().peak_allocated_bytes) / 1048576.0, loss);
   }
 }

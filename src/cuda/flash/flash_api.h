@@ -31,4 +31,11 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
 /// size up to 256, any row strides. Slow; for f32, unusual shapes and tests.
 void attention_naive_forward(const FlashFwdParams& p, cudaStream_t stream);
 
+struct FlashBwdParams;  // flash/bwd_kernel.cuh
+/// Whether the tensor-core backward (flash/flash_bwd.cu) has an instance for this head size.
+bool flash_bwd_head_dim_supported(int head_dim);
+/// dq, dk, dv (f32, overwritten) of the attention whose forward wrote p.lse, from bf16 q, k, v,
+/// dout and delta = rowsum(dout * out); checks p (throws Error naming the bad value).
+void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream);
+
 }  // namespace unmask::cuda

@@ -40,7 +40,8 @@ AttentionKernel attention_kernel_for(const FlashFwdParams& p) {
                   rows_16b_aligned(p.q, p.q_row_stride, p.head_dim) &&
                   rows_16b_aligned(p.k, p.k_row_stride, p.head_dim) &&
                   rows_16b_aligned(p.v, p.v_row_stride, p.head_dim) &&
-                  rows_16b_aligned(p.o, p.o_row_stride, p.head_dim);
+                  (p.o_f32 ? is_aligned(p.o, 8) && p.o_row_stride % 2 == 0
+                           : rows_16b_aligned(p.o, p.o_row_stride, p.head_dim));
   return ok ? AttentionKernel::flash : AttentionKernel::naive;
 }
 
@@ -51,6 +52,9 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream) {
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m) {
   check_params(p);
   if (p.batch == 0 || p.max_seqlen == 0) return;
+  UNMASK_CHECK(!(p.o_f32 || p.lse) || force == AttentionKernel::flash,
+               "attention (cuda): an f32 output and the log-sum-exp are written by the flash kernel only");
+  UNMASK_CHECK(!p.lse || p.lse_head_stride >= 1, "attention (cuda): lse_head_stride must be >= 1 with an lse");
   if (force == AttentionKernel::naive) return attention_naive_forward(p, stream);
   UNMASK_CHECK(attention_kernel_for(p) == AttentionKernel::flash, "attention (cuda): the flash kernel needs bf16/f16, ",
                "head size 64, 80, 88 or 128 and 16-byte aligned rows; got ", dtype_name(p.dtype), " HS=", p.head_dim,

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
   const T* gQ = static_cast<const T*>(p.q) + (seq_start + q0) * p.q_row_stride + head * D;
   const T* gK = static_cast<const T*>(p.k) + seq_start * p.k_row_stride + head * D;
   const T* gV = static_cast<const T*>(p.v) + seq_start * p.v_row_stride + head * D;
-  T* gO = static_cast<T*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;
+  T* gO = static_cast<T*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;  // not o_f32
   const int n_blocks = (seqlen + BN - 1) / BN;
 
   // ---- prologue: Q and the first K/V tile ----
@@ -217,21 +217,34 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
     __syncthreads();  // buffer `buf` is refilled by the prefetch of step j+2... issued at step j+1
   }
 
-  // ---- epilogue: normalise and store ----
+  // ---- epilogue: normalise and store (and the log-sum-exp for training) ----
   float inv[2];
+  const int row0 = warp * 16 + lane / 4, row1 = row0 + 8;
+  const bool ok0 = q0 + row0 < seqlen, ok1 = q0 + row1 < seqlen;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+    if (p.lse && lane % 4 == 0 && (r == 0 ? ok0 : ok1))  // ln(sum exp(S scale)) = (m + log2 l) ln 2
+      p.lse[head * p.lse_head_stride + seq_start + q0 + (r == 0 ? row0 : row1)] =
+          l > 0.0f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
   }
-  const int row0 = warp * 16 + lane / 4, row1 = row0 + 8;
-  const bool ok0 = q0 + row0 < seqlen, ok1 = q0 + row1 < seqlen;
+  float* gOf = static_cast<float*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;  // o_f32 only
 #pragma unroll
   for (int i = 0; i < Kt::kNTilesO; ++i) {
     if (i * 8 >= D) break;  // pad columns (HS not a multiple of 16)
     const int c = i * 8 + (lane % 4) * 2;
+    if (p.o_f32) {
+      if (ok0)
+        *reinterpret_cast<float2*>(gOf + int64_t(row0) * p.o_row_stride + c) =
+            make_float2(acc_o[i][0] * inv[0], acc_o[i][1] * inv[0]);
+      if (ok1)
+        *reinterpret_cast<float2*>(gOf + int64_t(row1) * p.o_row_stride + c) =
+            make_float2(acc_o[i][2] * inv[1], acc_o[i][3] * inv[1]);
+      continue;
+    }
     if (ok0)
       *reinterpret_cast<uint32_t*>(gO + int64_t(row0) * p.o_row_stride + c) =
           pack2<T>(acc_o[i][0] * inv[0], acc_o[i][1] * inv[0]);

@@ -44,6 +44,14 @@ struct FlashFwdParams {
   float scale = 0.0f;       // softmax scale, usually 1/sqrt(HS)
   float scale_log2 = 0.0f;  // scale * log2(e): the kernels use exp2
   DType dtype = DType::bf16;  // of q, k, v, o: bf16 or f16 (flash), f32 too (naive kernel)
+
+  // Training forward (flash kernel only; the f32 training attention's contract, ops.h):
+  // o_f32: o holds f32 rows (the fp32 accumulators stored unrounded) instead of `dtype`;
+  // lse: f32 [NH, lse_head_stride], natural log-sum-exp of the scaled scores of each query row
+  // (row n of head h at lse[h * lse_head_stride + n]; -inf for a row with no real key).
+  bool o_f32 = false;
+  float* lse = nullptr;
+  int64_t lse_head_stride = 0;
 };
 
 }  // namespace unmask::cuda

@@ -1,0 +1,104 @@
+// cuda/attention_train_tc.cu: the training attention on tensor cores (bf16 operands, fp32
+// accumulators), behind the same AttnTrainParams as the f32 kernels of attention_train.cu and
+// chosen by ops_cuda_attn_train.cc when CudaState::attention_bf16 is set and it applies.
+//
+// Forward: q, k, v (f32 rows) are rounded to bf16 copies and the flash forward kernel
+// (flash/fwd_kernel.cuh) writes the f32 output and the log-sum-exp. Backward: q, k, v and dout
+// are rounded again (nothing extra is kept between the passes), delta = rowsum(dout * out) is
+// taken in f32, and the flash backward (flash/bwd_kernel.cuh) writes f32 dq, dk, dv.
+// Traffic per pass is a few reads of the [N, C] rows; nothing of size T x T exists.
+#include <cuda_runtime.h>
+
+#include "cuda/attention_train.h"
+#include "cuda/common.cuh"
+#include "cuda/flash/bwd_kernel.cuh"
+#include "cuda/flash/flash_api.h"
+#include "cuda/kernels.h"
+#include "cuda/train_kernels.h"
+
+namespace unmask::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// delta[h * N + n] = sum_d dout[n, h HS + d] * out[n, h HS + d]; one warp per (row, head).
+__global__ void attention_delta_kernel(float* delta, const float* dout, int64_t lddo, const float* out, int64_t ldo,
+                                       int64_t N, int NH, int HS) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (w >= N * NH) return;
+  const int64_t n = w / NH;
+  const int h = int(w % NH);
+  const float* a = dout + n * lddo + int64_t(h) * HS;
+  const float* o = out + n * ldo + int64_t(h) * HS;
+  float s = 0.0f;
+  for (int d = lane; d < HS; d += kWarpSize) s += a[d] * o[d];
+  s = warp_sum(s);
+  if (lane == 0) delta[int64_t(h) * N + n] = s;
+}
+
+/// A bf16 copy [N, C] (contiguous) of f32 rows with stride ld.
+void to_bf16(void* dst, const float* src, int64_t ld, int64_t N, int64_t C, cudaStream_t stream) {
+  cast_f32_2d(dst, DType::bf16, src, ld, 0, N, C, 1, stream);
+}
+
+}  // namespace
+
+bool attention_train_tc_applies(const AttnTrainParams& p) {
+  return p.dropout_p == 0.0f && flash_bwd_head_dim_supported(p.head_size) && p.rows < (int64_t(1) << 31);
+}
+
+void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
+  UNMASK_CHECK(attention_train_tc_applies(p), "attention (cuda, bf16 tensor cores): needs dropout 0 and head size 64");
+  const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
+  if (N == 0) return;
+  ScratchBuffer qkv(size_t(3 * N * C) * 2, stream);
+  char* base = qkv.as<char>();
+  void *qb = base, *kb = base + N * C * 2, *vb = base + 2 * N * C * 2;
+  to_bf16(qb, p.q, p.ldq, N, C, stream);
+  to_bf16(kb, p.k, p.ldk, N, C, stream);
+  to_bf16(vb, p.v, p.ldv, N, C, stream);
+  FlashFwdParams f;
+  f.q = qb, f.k = kb, f.v = vb, f.o = p.out;
+  f.q_row_stride = f.k_row_stride = f.v_row_stride = C;
+  f.o_row_stride = p.ldo;
+  f.num_heads = p.num_heads, f.head_dim = p.head_size, f.batch = p.batch, f.max_seqlen = p.max_seqlen;
+  f.cu_seqlens = p.cu_seqlens, f.key_mask = p.key_mask, f.mask_elem_bytes = p.mask_elem_bytes;
+  f.mask_batch_stride = p.mask_batch_stride;
+  f.scale = p.scale, f.scale_log2 = p.scale * kLog2e;
+  f.dtype = DType::bf16;
+  f.o_f32 = true, f.lse = p.lse, f.lse_head_stride = N;
+  attention_forward(f, stream, AttentionKernel::flash);
+}
+
+void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) {
+  UNMASK_CHECK(attention_train_tc_applies(p), "attention backward (cuda, bf16 tensor cores): needs dropout 0 and head "
+               "size 64");
+  UNMASK_CHECK(p.delta, "attention backward (cuda, bf16 tensor cores): p.delta (NH * N floats) is required");
+  const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
+  if (N == 0) return;
+  const int64_t warps = N * p.num_heads;
+  attention_delta_kernel<<<unsigned(ceil_div(warps * kWarpSize, int64_t(256))), 256, 0, stream>>>(
+      p.delta, p.dout, p.lddo, p.out, p.ldo, N, p.num_heads, p.head_size);
+  CUDA_CHECK_LAUNCH();
+  ScratchBuffer rows(size_t(4 * N * C) * 2, stream);
+  char* base = rows.as<char>();
+  void *qb = base, *kb = base + N * C * 2, *vb = base + 2 * N * C * 2, *db = base + 3 * N * C * 2;
+  to_bf16(qb, p.q, p.ldq, N, C, stream);
+  to_bf16(kb, p.k, p.ldk, N, C, stream);
+  to_bf16(vb, p.v, p.ldv, N, C, stream);
+  to_bf16(db, p.dout, p.lddo, N, C, stream);
+  FlashBwdParams b;
+  b.q = qb, b.k = kb, b.v = vb, b.dout = db;
+  b.q_row_stride = b.k_row_stride = b.v_row_stride = b.dout_row_stride = C;
+  b.lse = p.lse, b.delta = p.delta, b.lse_head_stride = N;
+  b.dq = p.dq, b.dk = p.dk, b.dv = p.dv;
+  b.dq_row_stride = p.lddq, b.dk_row_stride = p.lddk, b.dv_row_stride = p.lddv;
+  b.num_heads = p.num_heads, b.head_dim = p.head_size, b.batch = p.batch, b.max_seqlen = p.max_seqlen;
+  b.cu_seqlens = p.cu_seqlens, b.key_mask = p.key_mask, b.mask_elem_bytes = p.mask_elem_bytes;
+  b.mask_batch_stride = p.mask_batch_stride;
+  b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
+  flash_attention_backward(b, stream);
+}
+
+}  // namespace unmask::cuda

@@ -1,0 +1,335 @@
+// cuda/flash/bwd_kernel.cuh: flash attention backward on tensor cores (mma.sync m16n8k16, bf16
+// operands, fp32 accumulators), the training twin of fwd_kernel.cuh. No atomics: two kernels,
+// each output element written once (the f32 attention_train.cu does the same on CUDA cores).
+//
+// Inputs: bf16 copies of q, k, v, dout; lse (natural, from the forward) and
+// delta = rowsum(dout * out) (f32, [NH, N]). With s = S * scale * log2(e) and
+// lse2 = lse * log2(e), P = exp2(s - lse2) is the forward's softmax, recomputed per tile:
+//
+//   dK/dV kernel, grid (key blocks of kBlockN, NH, B); warp w owns 16 keys; loop over query
+//   tiles of kBlockM (Q, dO, lse2, delta staged in shared memory):
+//     S^T = K Q^T           A = K (registers), B = Q rows (ldmatrix)
+//     P^T = exp2(S^T scale log2e - lse2[q]), 0 for a masked or missing key
+//     dV += P^T dO          A = P^T (accumulators re-packed to bf16), B = dO (ldmatrix.trans)
+//     dP^T = V dO^T         A = V (registers), B = dO rows (ldmatrix)
+//     dS^T = P^T (dP^T - delta[q])
+//     dK += dS^T Q          A = dS^T (re-packed), B = Q (ldmatrix.trans);  dK *= scale at the end
+//   dQ kernel, grid (query blocks of kBlockM, NH, B); warp w owns 16 queries; loop over key tiles:
+//     S = Q K^T, P = exp2(S scale log2e + mask - lse2[row]), dP = dO V^T,
+//     dS = P (dP - delta[row]), dQ += dS K (B = K via ldmatrix.trans);  dQ *= scale at the end
+//
+// A query row with no real key has lse = -inf; its lse2 is taken as +inf so that P = 0 and it
+// adds nothing (the forward gave it a zero output). Rows past the sequence end are zero-filled
+// in shared memory and get lse2 = +inf; keys past it or masked get P = 0. Dropout is not
+// supported here (p = 0: the caller falls back to the f32 kernels otherwise).
+// Fragment layouts and ldmatrix patterns: mma.cuh and fwd_kernel.cuh (the same three patterns:
+// an A operand from row-major smem, a B operand whose n index is the smem row, and a B operand
+// whose k index is the smem row, through .trans).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/flash/fwd_kernel.cuh"
+#include "cuda/flash/mma.cuh"
+
+namespace unmask::cuda {
+
+struct FlashBwdParams {
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;  // bf16 rows, head h at column h * HS
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0, dout_row_stride = 0;
+  const float* lse = nullptr;    // [NH, lse_head_stride], natural log
+  const float* delta = nullptr;  // [NH, lse_head_stride]
+  int64_t lse_head_stride = 0;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // f32 rows (overwritten)
+  int64_t dq_row_stride = 0, dk_row_stride = 0, dv_row_stride = 0;
+  int num_heads = 0, head_dim = 0, batch = 0, max_seqlen = 0;
+  const int32_t* cu_seqlens = nullptr;  // packed mode, device [B+1]
+  const void* key_mask = nullptr;       // padded mode, device [B, T], optional
+  int mask_elem_bytes = 1;
+  int64_t mask_batch_stride = 0;
+  float scale = 0.0f, scale_log2 = 0.0f;
+};
+
+template <int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 64>
+struct FlashBwdTraits {
+  using Element = __nv_bfloat16;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimPad = (kHeadDim + 15) / 16 * 16;
+  static constexpr int kBlockM = kBlockM_;  // queries per tile
+  static constexpr int kBlockN = kBlockN_;  // keys per tile
+  static constexpr int kWarps = 4;          // dK/dV: kBlockN = 16 kWarps keys; dQ: kBlockM = 16 kWarps queries
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kSmemStride = kHeadDimPad + 8;
+  static constexpr int kChunksPerRow = kHeadDimPad / 8;
+  static constexpr int kKSteps = kHeadDimPad / 16;
+  static constexpr int kNTilesO = kHeadDimPad / 8;
+  static constexpr size_t kSmemTile = size_t(64) * kSmemStride * sizeof(Element);
+  static constexpr size_t kSmemBytes = 4 * kSmemTile + 2 * 64 * sizeof(float);  // K, V, Q, dO + two row vectors
+  static_assert(kBlockM == 64 && kBlockN == 64 && kWarps * 16 == 64, "one 16-row MMA tile per warp, 64-row tiles");
+  static_assert(kHeadDim % 8 == 0 && kHeadDim <= 128, "head rows move in 16-byte chunks; accumulators in registers");
+  static_assert((kSmemStride * sizeof(Element)) % 16 == 0 && (kSmemStride * sizeof(Element)) % 128 != 0,
+                "16-byte aligned, bank-conflict-free smem rows");
+  static_assert(kSmemBytes <= 48 * 1024, "fits the default 48 KB of dynamic shared memory");
+};
+
+namespace flash {
+
+/// Sequence b's first row and length (packed or padded, as the forward).
+__device__ __forceinline__ void bwd_sequence(const FlashBwdParams& p, int b, int64_t& start, int& len) {
+  if (p.cu_seqlens) {
+    start = p.cu_seqlens[b];
+    len = p.cu_seqlens[b + 1] - p.cu_seqlens[b];
+  } else {
+    start = int64_t(b) * p.max_seqlen;
+    len = p.max_seqlen;
+  }
+}
+
+/// Whether key `key` of sequence b takes part (inside the sequence and not masked).
+__device__ __forceinline__ bool bwd_key_real(const FlashBwdParams& p, int b, int key, int seqlen) {
+  if (key >= seqlen) return false;
+  if (!p.key_mask) return true;
+  const int64_t off = int64_t(b) * p.mask_batch_stride + key;
+  const char* m = static_cast<const char*>(p.key_mask);
+  if (p.mask_elem_bytes == 1) return reinterpret_cast<const uint8_t*>(m)[off] != 0;
+  if (p.mask_elem_bytes == 4) return reinterpret_cast<const int32_t*>(m)[off] != 0;
+  return reinterpret_cast<const int64_t*>(m)[off] != 0;
+}
+
+/// lse in the log2 domain, +inf for a row with no real key or past the sequence (P = 0).
+__device__ __forceinline__ float bwd_lse2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+}
+
+/// acc[16 x 64] += A (16 x HS, registers) * B^T where B is a [64][LDS] smem tile whose rows are
+/// the n index (keys or queries) and whose columns are the k index (head dim).
+template <typename Kt>
+__device__ __forceinline__ void mma_rows_nt(float (&acc)[8][4], const uint32_t (&a)[Kt::kKSteps][4],
+                                            const typename Kt::Element* sB, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < Kt::kKSteps; ++ks) {
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bf[4];
+      const int row = np * 16 + (lane % 8) + (lane / 16) * 8, c = ks * 16 + ((lane / 8) % 2) * 8;
+      ldmatrix_x4(bf, sB + row * Kt::kSmemStride + c);
+      mma_16816<typename Kt::Element>(acc[2 * np], a[ks], bf[0], bf[1]);
+      mma_16816<typename Kt::Element>(acc[2 * np + 1], a[ks], bf[2], bf[3]);
+    }
+  }
+}
+
+/// out[16 x HS] += P (16 x 64, fp32 accumulators, rounded to bf16) * B where B is a [64][LDS]
+/// smem tile whose rows are the k index (the 64 of P's columns) and columns the head dim.
+template <typename Kt>
+__device__ __forceinline__ void mma_acc_nn(float (&out)[Kt::kNTilesO][4], const float (&pacc)[8][4],
+                                           const typename Kt::Element* sB, int lane) {
+  using T = typename Kt::Element;
+#pragma unroll
+  for (int kt = 0; kt < 4; ++kt) {
+    uint32_t pf[4];
+    pf[0] = pack2<T>(pacc[2 * kt][0], pacc[2 * kt][1]);
+    pf[1] = pack2<T>(pacc[2 * kt][2], pacc[2 * kt][3]);
+    pf[2] = pack2<T>(pacc[2 * kt + 1][0], pacc[2 * kt + 1][1]);
+    pf[3] = pack2<T>(pacc[2 * kt + 1][2], pacc[2 * kt + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
+      uint32_t bf[4];
+      const int row = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
+      ldmatrix_x4_trans(bf, sB + row * Kt::kSmemStride + c);
+      mma_16816<T>(out[2 * dp], pf, bf[0], bf[1]);
+      mma_16816<T>(out[2 * dp + 1], pf, bf[2], bf[3]);
+    }
+  }
+}
+
+/// A-operand fragments of rows warp*16 .. +15 of a [64][LDS] smem tile, every k-step.
+template <typename Kt>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[Kt::kKSteps][4], const typename Kt::Element* s, int warp,
+                                             int lane) {
+#pragma unroll
+  for (int ks = 0; ks < Kt::kKSteps; ++ks) {
+    const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = ks * 16 + (lane / 16) * 8;
+    ldmatrix_x4(a[ks], s + r * Kt::kSmemStride + c);
+  }
+}
+
+/// Stores rows `row0` and `row0 + 8` (when < valid) of a 16 x HS accumulator times `mul` as f32.
+template <typename Kt>
+__device__ __forceinline__ void store_rows_f32(float* g, int64_t ld, const float (&acc)[Kt::kNTilesO][4], int row0,
+                                               int valid, float mul, int lane) {
+#pragma unroll
+  for (int i = 0; i < Kt::kNTilesO; ++i) {
+    if (i * 8 >= Kt::kHeadDim) break;
+    const int c = i * 8 + (lane % 4) * 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      if (row >= valid) continue;
+      float* dst = g + int64_t(row) * ld + c;
+      dst[0] = acc[i][2 * r] * mul;
+      dst[1] = acc[i][2 * r + 1] * mul;
+    }
+  }
+}
+
+template <typename Kt>
+__global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
+  using T = typename Kt::Element;
+  constexpr int D = Kt::kHeadDim, LDS = Kt::kSmemStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // [64][LDS] this CTA's keys
+  T* sV = sK + 64 * LDS;
+  T* sQ = sV + 64 * LDS;                   // [64][LDS] the current query tile
+  T* sdO = sQ + 64 * LDS;
+  float* sLse2 = reinterpret_cast<float*>(sdO + 64 * LDS);  // [64]
+  float* sDelta = sLse2 + 64;                               // [64]
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int head = blockIdx.y, b = blockIdx.z;
+  int64_t start;
+  int seqlen;
+  bwd_sequence(p, b, start, seqlen);
+  const int k0 = blockIdx.x * 64;
+  if (k0 >= seqlen) return;
+
+  const T* gQ = static_cast<const T*>(p.q) + start * p.q_row_stride + head * D;
+  const T* gdO = static_cast<const T*>(p.dout) + start * p.dout_row_stride + head * D;
+  load_tile<Kt, 64>(sK, static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D, p.k_row_stride,
+                    min(64, seqlen - k0), tid);
+  load_tile<Kt, 64>(sV, static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D, p.v_row_stride,
+                    min(64, seqlen - k0), tid);
+  cp_async_commit();
+  // This thread's accumulator rows are keys k0 + warp*16 + lane/4 (+ 8).
+  const bool key_ok[2] = {bwd_key_real(p, b, k0 + warp * 16 + lane / 4, seqlen),
+                          bwd_key_real(p, b, k0 + warp * 16 + lane / 4 + 8, seqlen)};
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t k_frag[Kt::kKSteps][4], v_frag[Kt::kKSteps][4];
+  load_a_frags<Kt>(k_frag, sK, warp, lane);
+  load_a_frags<Kt>(v_frag, sV, warp, lane);
+
+  float acc_dk[Kt::kNTilesO][4], acc_dv[Kt::kNTilesO][4];
+#pragma unroll
+  for (int i = 0; i < Kt::kNTilesO; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.0f;
+
+  const float* lse = p.lse + head * p.lse_head_stride + start;
+  const float* delta = p.delta + head * p.lse_head_stride + start;
+  for (int q0 = 0; q0 < seqlen; q0 += 64) {
+    __syncthreads();  // every warp is done with the previous Q / dO tile
+    const int valid = min(64, seqlen - q0);
+    load_tile<Kt, 64>(sQ, gQ + int64_t(q0) * p.q_row_stride, p.q_row_stride, valid, tid);
+    load_tile<Kt, 64>(sdO, gdO + int64_t(q0) * p.dout_row_stride, p.dout_row_stride, valid, tid);
+    cp_async_commit();
+    for (int i = tid; i < 64; i += Kt::kThreads) {
+      sLse2[i] = i < valid ? bwd_lse2(lse[q0 + i]) : INFINITY;
+      sDelta[i] = i < valid ? delta[q0 + i] : 0.0f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float acc_p[8][4], acc_dp[8][4];  // P^T and dP^T: 16 keys x 64 queries
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_p[t][e] = acc_dp[t][e] = 0.0f;
+    mma_rows_nt<Kt>(acc_p, k_frag, sQ, lane);   // S^T = K Q^T
+    mma_rows_nt<Kt>(acc_dp, v_frag, sdO, lane);  // dP^T = V dO^T
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = t * 8 + (lane % 4) * 2 + (e & 1);
+        const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - sLse2[q]) : 0.0f;
+        acc_p[t][e] = pv;
+        acc_dp[t][e] = pv * (acc_dp[t][e] - sDelta[q]);  // dS^T
+      }
+    }
+    mma_acc_nn<Kt>(acc_dv, acc_p, sdO, lane);  // dV += P^T dO
+    mma_acc_nn<Kt>(acc_dk, acc_dp, sQ, lane);  // dK += dS^T Q
+  }
+  const int valid_keys = seqlen - k0;
+  store_rows_f32<Kt>(p.dk + (start + k0) * p.dk_row_stride + head * D, p.dk_row_stride, acc_dk, warp * 16 + lane / 4,
+                     valid_keys, p.scale, lane);
+  store_rows_f32<Kt>(p.dv + (start + k0) * p.dv_row_stride + head * D, p.dv_row_stride, acc_dv, warp * 16 + lane / 4,
+                     valid_keys, 1.0f, lane);
+}
+
+template <typename Kt>
+__global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid_constant__ FlashBwdParams p) {
+  using T = typename Kt::Element;
+  constexpr int D = Kt::kHeadDim, LDS = Kt::kSmemStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // [64][LDS] this CTA's queries
+  T* sdO = sQ + 64 * LDS;
+  T* sK = sdO + 64 * LDS;                  // [64][LDS] the current key tile
+  T* sV = sK + 64 * LDS;
+  float* sBias = reinterpret_cast<float*>(sV + 64 * LDS);  // [64]: 0 or -inf per key
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int head = blockIdx.y, b = blockIdx.z;
+  int64_t start;
+  int seqlen;
+  bwd_sequence(p, b, start, seqlen);
+  const int q0 = blockIdx.x * 64;
+  if (q0 >= seqlen) return;
+
+  load_tile<Kt, 64>(sQ, static_cast<const T*>(p.q) + (start + q0) * p.q_row_stride + head * D, p.q_row_stride,
+                    min(64, seqlen - q0), tid);
+  load_tile<Kt, 64>(sdO, static_cast<const T*>(p.dout) + (start + q0) * p.dout_row_stride + head * D,
+                    p.dout_row_stride, min(64, seqlen - q0), tid);
+  cp_async_commit();
+  float lse2[2], delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + warp * 16 + lane / 4 + 8 * r;
+    const bool ok = row < seqlen;
+    lse2[r] = ok ? bwd_lse2(p.lse[head * p.lse_head_stride + start + row]) : INFINITY;
+    delta[r] = ok ? p.delta[head * p.lse_head_stride + start + row] : 0.0f;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t q_frag[Kt::kKSteps][4], do_frag[Kt::kKSteps][4];
+  load_a_frags<Kt>(q_frag, sQ, warp, lane);
+  load_a_frags<Kt>(do_frag, sdO, warp, lane);
+
+  float acc_dq[Kt::kNTilesO][4];
+#pragma unroll
+  for (int i = 0; i < Kt::kNTilesO; ++i) acc_dq[i][0] = acc_dq[i][1] = acc_dq[i][2] = acc_dq[i][3] = 0.0f;
+  const T* gK = static_cast<const T*>(p.k) + start * p.k_row_stride + head * D;
+  const T* gV = static_cast<const T*>(p.v) + start * p.v_row_stride + head * D;
+  for (int k0 = 0; k0 < seqlen; k0 += 64) {
+    __syncthreads();  // every warp is done with the previous K / V tile
+    const int valid = min(64, seqlen - k0);
+    load_tile<Kt, 64>(sK, gK + int64_t(k0) * p.k_row_stride, p.k_row_stride, valid, tid);
+    load_tile<Kt, 64>(sV, gV + int64_t(k0) * p.v_row_stride, p.v_row_stride, valid, tid);
+    cp_async_commit();
+    for (int i = tid; i < 64; i += Kt::kThreads) sBias[i] = bwd_key_real(p, b, k0 + i, seqlen) ? 0.0f : -INFINITY;
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float acc_p[8][4], acc_dp[8][4];  // P and dP: 16 queries x 64 keys
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_p[t][e] = acc_dp[t][e] = 0.0f;
+    mma_rows_nt<Kt>(acc_p, q_frag, sK, lane);    // S = Q K^T
+    mma_rows_nt<Kt>(acc_dp, do_frag, sV, lane);  // dP = dO V^T
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = t * 8 + (lane % 4) * 2 + (e & 1);
+        const float pv = exp2f(acc_p[t][e] * p.scale_log2 + sBias[key] - lse2[e >> 1]);
+        acc_dp[t][e] = pv * (acc_dp[t][e] - delta[e >> 1]);  // dS
+      }
+    }
+    mma_acc_nn<Kt>(acc_dq, acc_dp, sK, lane);  // dQ += dS K
+  }
+  store_rows_f32<Kt>(p.dq + (start + q0) * p.dq_row_stride + head * D, p.dq_row_stride, acc_dq, warp * 16 + lane / 4,
+                     seqlen - q0, p.scale, lane);
+}
+
+}  // namespace flash
+}  // namespace unmask::cuda

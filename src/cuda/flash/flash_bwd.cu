@@ -1,0 +1,33 @@
+// cuda/flash/flash_bwd.cu: the checked entry of the tensor-core attention backward (bwd_kernel.cuh).
+// One instance: bf16, head size 64 (BERT-base/large, ViT-S/B/L and their decoders); other head
+// sizes keep the f32 kernels (attention_train.cu).
+#include "cuda/common.cuh"
+#include "cuda/flash/bwd_kernel.cuh"
+#include "cuda/flash/flash_api.h"
+
+namespace unmask::cuda {
+
+bool flash_bwd_head_dim_supported(int head_dim) { return head_dim == 64; }
+
+void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
+  UNMASK_CHECK(flash_bwd_head_dim_supported(p.head_dim), "attention backward (cuda, bf16): head size ", p.head_dim,
+               " has no tensor-core instance (64 only)");
+  UNMASK_CHECK(p.q && p.k && p.v && p.dout && p.lse && p.delta && p.dq && p.dk && p.dv,
+               "attention backward (cuda, bf16): every pointer is required");
+  UNMASK_CHECK(p.num_heads >= 1 && p.num_heads <= 65535 && p.batch >= 0 && p.batch <= 65535 && p.max_seqlen >= 0,
+               "attention backward (cuda, bf16): bad sizes NH=", p.num_heads, " B=", p.batch, " T=", p.max_seqlen);
+  for (const void* ptr : {p.q, p.k, p.v, p.dout})
+    UNMASK_CHECK(is_aligned(ptr, 16), "attention backward (cuda, bf16): q/k/v/dout must be 16-byte aligned");
+  UNMASK_CHECK(p.q_row_stride % 8 == 0 && p.k_row_stride % 8 == 0 && p.v_row_stride % 8 == 0 &&
+                   p.dout_row_stride % 8 == 0,
+               "attention backward (cuda, bf16): bf16 row strides must be multiples of 8 elements");
+  if (p.batch == 0 || p.max_seqlen == 0) return;
+  using Kt = FlashBwdTraits<64>;
+  const dim3 grid(unsigned((p.max_seqlen + 63) / 64), unsigned(p.num_heads), unsigned(p.batch));
+  flash::flash_bwd_dkdv_kernel<Kt><<<grid, Kt::kThreads, Kt::kSmemBytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  flash::flash_bwd_dq_kernel<Kt><<<grid, Kt::kThreads, Kt::kSmemBytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace unmask::cuda

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""CPU check of the tensor-core attention backward (src/cuda/flash/bwd_kernel.cuh) and of the
+training forward's log-sum-exp (fwd_kernel.cuh's epilogue), without a GPU.
+
+Emulates ldmatrix(.trans).x4 and mma.m16n8k16 per lane exactly as the PTX ISA defines their
+fragments (the same model as check_fragment_layout.py, vectorised with numpy), then runs the
+two backward kernels' per-warp code paths with the kernels' own index expressions (fragment
+loads, the element loops with their query/key indices, the masks, lse2 = +inf for rows without
+a key, the final scale) for every CTA of a small problem, in float64 (no bf16 rounding: this
+checks the index math and the algebra, not the precision). The result must equal PyTorch
+autograd of softmax(scale Q K^T + mask) V in float64:
+  * one sequence of 150 rows (3 tiles, the last partial: rows and keys past the end),
+  * a padded key mask with masked keys inside the sequence,
+  * a query tile whose keys are all masked is not needed: the lse = -inf path is checked on
+    its own (P = 0 for such a row).
+  python3 tests/cuda/check_flash_bwd.py
+"""
+import math
+
+import numpy as np
+import torch
+
+LOG2E = 1.4426950408889634
+
+
+def ldmatrix_x4(smem, addr_of_lane, trans=False):
+    """regs [32, 4, 2]: lane l's register i holds two elements of 8x8 matrix i, whose rows start
+    at the addresses lanes 8i..8i+7 give."""
+    regs = np.zeros((32, 4, 2))
+    lanes = np.arange(32)
+    for i in range(4):
+        mat = np.stack([smem[r, c:c + 8] for (r, c) in (addr_of_lane(8 * i + j) for j in range(8))])
+        if not trans:
+            regs[:, i, 0] = mat[lanes // 4, 2 * (lanes % 4)]
+            regs[:, i, 1] = mat[lanes // 4, 2 * (lanes % 4) + 1]
+        else:
+            regs[:, i, 0] = mat[2 * (lanes % 4), lanes // 4]
+            regs[:, i, 1] = mat[2 * (lanes % 4) + 1, lanes // 4]
+    return regs
+
+
+def mma(acc, a, b0, b1):
+    """acc [32, 4] += A B for fragments a [32, 4, 2], b0, b1 [32, 2] (m16n8k16 layouts)."""
+    lanes = np.arange(32)
+    g, t = lanes // 4, lanes % 4
+    A = np.zeros((16, 16))
+    B = np.zeros((16, 8))
+    for j in range(2):
+        A[g, 2 * t + j] = a[:, 0, j]
+        A[g + 8, 2 * t + j] = a[:, 1, j]
+        A[g, 2 * t + 8 + j] = a[:, 2, j]
+        A[g + 8, 2 * t + 8 + j] = a[:, 3, j]
+        B[2 * t + j, g] = b0[:, j]
+        B[2 * t + 8 + j, g] = b1[:, j]
+    C = A @ B
+    acc[:, 0] += C[g, 2 * t]
+    acc[:, 1] += C[g, 2 * t + 1]
+    acc[:, 2] += C[g + 8, 2 * t]
+    acc[:, 3] += C[g + 8, 2 * t + 1]
+
+
+def load_a_frags(s, warp, ksteps):  # bwd_kernel.cuh load_a_frags
+    return [ldmatrix_x4(s, lambda l, ks=ks: (warp * 16 + (l % 8) + ((l // 8) % 2) * 8, ks * 16 + (l // 16) * 8))
+            for ks in range(ksteps)]
+
+
+def mma_rows_nt(acc, a, sB, ksteps):  # acc [8][32, 4] += A B^T, B rows = n
+    for ks in range(ksteps):
+        for np_ in range(4):
+            bf = ldmatrix_x4(sB, lambda l: (np_ * 16 + (l % 8) + (l // 16) * 8, ks * 16 + ((l // 8) % 2) * 8))
+            mma(acc[2 * np_], a[ks], bf[:, 0], bf[:, 1])
+            mma(acc[2 * np_ + 1], a[ks], bf[:, 2], bf[:, 3])
+
+
+def mma_acc_nn(out, pacc, sB, ntiles_o):  # out [ntiles_o][32, 4] += P B, B rows = k
+    for kt in range(4):
+        pf = np.stack([pacc[2 * kt][:, 0:2], pacc[2 * kt][:, 2:4], pacc[2 * kt + 1][:, 0:2],
+                       pacc[2 * kt + 1][:, 2:4]], axis=1)  # pack2 pairs, [32, 4, 2]
+        for dp in range(ntiles_o // 2):
+            bf = ldmatrix_x4(sB, lambda l: (kt * 16 + (l % 8) + ((l // 8) % 2) * 8, dp * 16 + (l // 16) * 8),
+                             trans=True)
+            mma(out[2 * dp], pf, bf[:, 0], bf[:, 1])
+            mma(out[2 * dp + 1], pf, bf[:, 2], bf[:, 3])
+
+
+def tile(X, r0, valid, D, LDS):
+    """load_tile: rows [r0, r0 + valid) of X (columns < D) into a zero [64, LDS] tile."""
+    s = np.zeros((64, LDS))
+    s[:valid, :D] = X[r0:r0 + valid, :D]
+    return s
+
+
+def store_rows(G, acc, row_base, valid, mul, D, ntiles_o):  # store_rows_f32 (row_base = tile start + warp*16)
+    lanes = np.arange(32)
+    for i in range(ntiles_o):
+        if i * 8 >= D:
+            break
+        for r in range(2):
+            for l in range(32):
+                row = lanes[l] // 4 + 8 * r
+                if row_base[1] + row >= valid:
+                    continue
+                c = i * 8 + (l % 4) * 2
+                G[row_base[0] + row_base[1] + row, c] = acc[i][l, 2 * r] * mul
+                G[row_base[0] + row_base[1] + row, c + 1] = acc[i][l, 2 * r + 1] * mul
+
+
+def backward(Q, K, V, dO, lse, delta, key_real, scale, D):
+    T = Q.shape[0]
+    DP = (D + 15) // 16 * 16
+    LDS, KS, NT = DP + 8, DP // 16, DP // 8
+    s2 = scale * LOG2E
+    lse2 = np.where(lse == -np.inf, np.inf, lse * LOG2E)
+    dQ, dK, dV = np.full((T, D), np.nan), np.full((T, D), np.nan), np.full((T, D), np.nan)
+    for k0 in range(0, T, 64):  # dK/dV kernel: one CTA per key block
+        sK, sV = tile(K, k0, min(64, T - k0), D, LDS), tile(V, k0, min(64, T - k0), D, LDS)
+        for warp in range(4):
+            lanes = np.arange(32)
+            key_ok = [np.array([k0 + warp * 16 + l // 4 + 8 * r < T and key_real[k0 + warp * 16 + l // 4 + 8 * r]
+                                for l in lanes]) for r in range(2)]
+            kf, vf = load_a_frags(sK, warp, KS), load_a_frags(sV, warp, KS)
+            acc_dk = [np.zeros((32, 4)) for _ in range(NT)]
+            acc_dv = [np.zeros((32, 4)) for _ in range(NT)]
+            for q0 in range(0, T, 64):
+                valid = min(64, T - q0)
+                sQ, sdO = tile(Q, q0, valid, D, LDS), tile(dO, q0, valid, D, LDS)
+                sL = np.array([lse2[q0 + i] if i < valid else np.inf for i in range(64)])
+                sD = np.array([delta[q0 + i] if i < valid else 0.0 for i in range(64)])
+                acc_p = [np.zeros((32, 4)) for _ in range(8)]
+                acc_dp = [np.zeros((32, 4)) for _ in range(8)]
+                mma_rows_nt(acc_p, kf, sQ, KS)
+                mma_rows_nt(acc_dp, vf, sdO, KS)
+                for t in range(8):
+                    for e in range(4):
+                        q = t * 8 + (lanes % 4) * 2 + (e & 1)
+                        pv = np.where(key_ok[e >> 1], np.exp2(acc_p[t][:, e] * s2 - sL[q]), 0.0)
+                        acc_p[t][:, e] = pv
+                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] - sD[q])
+                mma_acc_nn(acc_dv, acc_p, sdO, NT)
+                mma_acc_nn(acc_dk, acc_dp, sQ, NT)
+            store_rows(dK, acc_dk, (k0, warp * 16), T - k0, scale, D, NT)
+            store_rows(dV, acc_dv, (k0, warp * 16), T - k0, 1.0, D, NT)
+    for q0 in range(0, T, 64):  # dQ kernel: one CTA per query block
+        sQ, sdO = tile(Q, q0, min(64, T - q0), D, LDS), tile(dO, q0, min(64, T - q0), D, LDS)
+        for warp in range(4):
+            lanes = np.arange(32)
+            rows = [q0 + warp * 16 + lanes // 4 + 8 * r for r in range(2)]
+            l2 = [np.array([lse2[x] if x < T else np.inf for x in rows[r]]) for r in range(2)]
+            dl = [np.array([delta[x] if x < T else 0.0 for x in rows[r]]) for r in range(2)]
+            qf, dof = load_a_frags(sQ, warp, KS), load_a_frags(sdO, warp, KS)
+            acc_dq = [np.zeros((32, 4)) for _ in range(NT)]
+            for k0 in range(0, T, 64):
+                valid = min(64, T - k0)
+                sK, sV = tile(K, k0, valid, D, LDS), tile(V, k0, valid, D, LDS)
+                bias = np.array([0.0 if k0 + i < T and key_real[k0 + i] else -np.inf for i in range(64)])
+                acc_p = [np.zeros((32, 4)) for _ in range(8)]
+                acc_dp = [np.zeros((32, 4)) for _ in range(8)]
+                mma_rows_nt(acc_p, qf, sK, KS)
+                mma_rows_nt(acc_dp, dof, sV, KS)
+                for t in range(8):
+                    for e in range(4):
+                        key = t * 8 + (lanes % 4) * 2 + (e & 1)
+                        pv = np.exp2(acc_p[t][:, e] * s2 + bias[key] - l2[e >> 1])
+                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] - dl[e >> 1])
+                mma_acc_nn(acc_dq, acc_dp, sK, NT)
+            store_rows(dQ, acc_dq, (q0, warp * 16), T - q0, scale, D, NT)
+    return dQ, dK, dV
+
+
+def forward_lse(S2, key_real):
+    """The forward epilogue's lse: running max m and sum l over 64-key blocks in the log2 domain
+    (s = S scale log2e + 0 / -inf), lse = (m + log2 l) ln 2, or -inf when l = 0."""
+    T = S2.shape[0]
+    out = np.empty(T)
+    for r in range(T):
+        m, l = -np.inf, 0.0
+        for k0 in range(0, T, 64):
+            s = np.array([S2[r, k] if k < T and key_real[k] else -np.inf for k in range(k0, k0 + 64)])
+            m_new = max(m, s.max())
+            sub = 0.0 if m_new == -np.inf else m_new
+            l = l * np.exp2(m - sub) + np.exp2(s - sub).sum()
+            m = m_new
+        out[r] = (m + math.log2(l)) * math.log(2) if l > 0 else -np.inf
+    return out
+
+
+def main():
+    rng = np.random.default_rng(7)
+    T, D = 150, 64
+    scale = 1.0 / math.sqrt(D)
+    Q, K, V, dO = (rng.uniform(-1.5, 1.5, (T, D)) for _ in range(4))
+    key_real = np.ones(T, dtype=bool)
+    key_real[[3, 64, 65, 100, 149]] = False  # masked keys inside every tile
+    # Reference: float64 autograd
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (Q, K, V))
+    bias = torch.tensor(np.where(key_real, 0.0, -np.inf))
+    Sref = scale * tq @ tk.T + bias
+    P = torch.softmax(Sref, dim=-1)
+    out = P @ tv
+    out.backward(torch.tensor(dO))
+    lse_ref = torch.logsumexp(Sref, dim=-1).detach().numpy()
+    lse = forward_lse((Q @ K.T) * scale * LOG2E, key_real)
+    assert np.max(np.abs(lse - lse_ref)) < 1e-12, ("lse", np.max(np.abs(lse - lse_ref)))
+    delta = (dO * out.detach().numpy()).sum(axis=1)
+    dQ, dK, dV = backward(Q, K, V, dO, lse, delta, key_real, scale, D)
+    for name, got, want in (("dQ", dQ, tq.grad), ("dK", dK, tk.grad), ("dV", dV, tv.grad)):
+        want = want.numpy()
+        err = np.max(np.abs(got - want))
+        assert not np.isnan(got).any(), (name, "rows left unwritten")
+        assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, err)
+        print(f"{name}: max |emulated - autograd| {err:.2e} over {T} rows")
+    assert np.abs(dK[key_real == False]).max() == 0 and np.abs(dV[key_real == False]).max() == 0  # noqa: E712
+    # A row with no real key: lse = -inf -> lse2 = +inf -> P = 0, whatever the scores.
+    assert forward_lse(np.zeros((3, 3)), np.zeros(3, dtype=bool))[0] == -np.inf
+    assert np.exp2(5.0 * scale * LOG2E - np.inf) == 0.0
+    print("flash backward: dQ, dK, dV fragments and masks match autograd (T=150, D=64, 5 masked keys)")
+
+
+if __name__ == "__main__":
+    main()

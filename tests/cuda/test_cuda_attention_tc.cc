@@ -1,0 +1,248 @@
+// tests/cuda/test_cuda_attention_tc.cc: the tensor-core training attention (attention_train_tc.cu,
+// flash/bwd_kernel.cuh; CudaState::attention_bf16) against float64 and against a naive
+// implementation in the same precision, per the rule for low-precision kernels.
+//
+// For each case (padded with a key mask and a row whose keys are all masked; packed with
+// unequal lengths; VideoMAE's encoder shape without a mask) on fresh random inputs:
+//   exact  = float64 attention forward and backward of the f32 inputs (below, on the CPU);
+//   naive  = the same float64 code with every matmul operand rounded to bf16 (q, k, v, dout, the
+//            probabilities before P V and P^T dO, dS before dS K and dS^T Q);
+//   kernel = the CUDA op with attention_bf16 on.
+// Pass: max |kernel - exact| <= 2 max |naive - exact| + 1e-6 for out, lse, dq, dk, dv, and the
+// f32 kernels (attention_bf16 off) stay within 1e-4 of exact (so `exact` is right).
+// The index math of the kernels is also checked without a GPU: tests/cuda/check_flash_bwd.py.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_state.h"
+#include "cuda_test_common.h"
+#include "ops/ops.h"
+#include "test_harness.h"
+#include "unmask/context.h"
+#include "unmask/tensor.h"
+
+using namespace unmask;
+
+using cuda_test::base_seed;
+using cuda_test::gpu;
+
+namespace {
+
+double bf16_round(double x) {
+  const float f = float(x);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return f;  // inf / nan
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+struct Case {
+  std::string name;
+  int64_t NH = 2, HS = 64;
+  std::vector<int64_t> lens;  // sequence lengths (packed) or B copies of T (padded)
+  bool packed = false;
+  std::vector<std::vector<uint8_t>> key_real;  // padded: per sequence, 1 = real key (empty: all)
+};
+
+struct Grads {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+// Float64 attention forward + backward over the sequences of a case; `round` rounds every
+// matmul operand to bf16. Rows [N, NH*HS], head h at columns h*HS; lse [NH, N].
+Grads reference(const Case& c, const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                const std::vector<double>& dout, bool round) {
+  const int64_t C = c.NH * c.HS;
+  int64_t N = 0;
+  for (int64_t L : c.lens) N += L;
+  auto R = [&](double x) { return round ? bf16_round(x) : x; };
+  Grads g;
+  g.out.assign(size_t(N * C), 0), g.lse.assign(size_t(c.NH * N), 0);
+  g.dq.assign(size_t(N * C), 0), g.dk.assign(size_t(N * C), 0), g.dv.assign(size_t(N * C), 0);
+  const double scale = 1.0 / std::sqrt(double(c.HS));
+  int64_t start = 0;
+  for (size_t s = 0; s < c.lens.size(); ++s) {
+    const int64_t T = c.lens[s];
+    auto real = [&](int64_t j) { return c.key_real.empty() || c.key_real[s][size_t(j)] != 0; };
+    for (int64_t h = 0; h < c.NH; ++h) {
+      auto at = [&](const std::vector<double>& x, int64_t row, int64_t d) { return x[size_t((start + row) * C + h * c.HS + d)]; };
+      std::vector<double> P(size_t(T * T), 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        double m = -INFINITY;
+        std::vector<double> sc(size_t(T), -INFINITY);
+        for (int64_t j = 0; j < T; ++j) {
+          if (!real(j)) continue;
+          double d = 0;
+          for (int64_t e = 0; e < c.HS; ++e) d += R(at(q, i, e)) * R(at(k, j, e));
+          sc[size_t(j)] = d * scale;
+          m = std::max(m, sc[size_t(j)]);
+        }
+        double l = 0;
+        for (int64_t j = 0; j < T; ++j) l += real(j) ? std::exp(sc[size_t(j)] - m) : 0.0;
+        g.lse[size_t(h * N + start + i)] = l > 0 ? m + std::log(l) : -INFINITY;
+        for (int64_t j = 0; j < T; ++j) P[size_t(i * T + j)] = l > 0 && real(j) ? std::exp(sc[size_t(j)] - m) / l : 0.0;
+        for (int64_t e = 0; e < c.HS; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j < T; ++j) o += R(P[size_t(i * T + j)]) * R(at(v, j, e));
+          g.out[size_t((start + i) * C + h * c.HS + e)] = o;
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        double delta = 0;
+        for (int64_t e = 0; e < c.HS; ++e) delta += at(dout, i, e) * g.out[size_t((start + i) * C + h * c.HS + e)];
+        for (int64_t j = 0; j < T; ++j) {
+          const double p = P[size_t(i * T + j)];
+          double dp = 0;
+          for (int64_t e = 0; e < c.HS; ++e) dp += R(at(dout, i, e)) * R(at(v, j, e));
+          const double ds = p * (dp - delta);
+          for (int64_t e = 0; e < c.HS; ++e) {
+            g.dv[size_t((start + j) * C + h * c.HS + e)] += R(p) * R(at(dout, i, e));
+            g.dq[size_t((start + i) * C + h * c.HS + e)] += scale * R(ds) * R(at(k, j, e));
+            g.dk[size_t((start + j) * C + h * c.HS + e)] += scale * R(ds) * R(at(q, i, e));
+          }
+        }
+      }
+    }
+    start += T;
+  }
+  return g;
+}
+
+std::vector<double> host(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu);
+  return std::vector<double>(h.data<float>(), h.data<float>() + h.numel());
+}
+
+double max_err(const std::vector<double>& got, const std::vector<double>& want) {
+  double e = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want[i]) && got[i] == want[i]) continue;  // lse of a row without keys
+    e = std::max(e, std::fabs(got[i] - want[i]));
+  }
+  return e;
+}
+
+Grads run_cuda(const Case& c, const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+               const std::vector<double>& dout, bool tensor_cores) {
+  Context& ctx = gpu();
+  cuda::CudaState& st = cuda::cuda_state(ctx);
+  const bool saved = st.attention_bf16;
+  st.attention_bf16 = tensor_cores;
+  const int64_t C = c.NH * c.HS;
+  const int64_t N = int64_t(q.size()) / C;
+  auto up = [&](const std::vector<double>& x, int64_t cols) {
+    Tensor h = Tensor::empty({int64_t(x.size()) / cols, cols}, DType::f32);
+    for (size_t i = 0; i < x.size(); ++i) h.data<float>()[i] = float(x[i]);
+    return h.to(Device::cuda);
+  };
+  // q, k, v as column slices of one [N, 3C] buffer, as the models pass them.
+  std::vector<double> qkv(size_t(N * 3 * C));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < C; ++e) {
+      qkv[size_t(n * 3 * C + e)] = q[size_t(n * C + e)];
+      qkv[size_t(n * 3 * C + C + e)] = k[size_t(n * C + e)];
+      qkv[size_t(n * 3 * C + 2 * C + e)] = v[size_t(n * C + e)];
+    }
+  Tensor tqkv = up(qkv, 3 * C), tdout = up(dout, C);
+  Tensor out = Tensor::empty({N, C}, DType::f32, Device::cuda), lse = Tensor::empty({c.NH, N}, DType::f32, Device::cuda);
+  Tensor dqkv = Tensor::empty({N, 3 * C}, DType::f32, Device::cuda);
+  ops::AttentionArgs a;
+  a.num_heads = int(c.NH);
+  a.scale = float(1.0 / std::sqrt(double(c.HS)));
+  Tensor cu, mask;
+  if (c.packed) {
+    cu = Tensor::empty({int64_t(c.lens.size()) + 1}, DType::i32);
+    cu.data<int32_t>()[0] = 0;
+    for (size_t s = 0; s < c.lens.size(); ++s) cu.data<int32_t>()[s + 1] = cu.data<int32_t>()[s] + int32_t(c.lens[s]);
+    cu = cu.to(Device::cuda);
+    a.cu_seqlens = &cu;
+  } else {
+    a.padded_seq_len = c.lens[0];
+    if (!c.key_real.empty()) {
+      mask = Tensor::empty({int64_t(c.lens.size()), c.lens[0]}, DType::u8);
+      for (size_t s = 0; s < c.lens.size(); ++s)
+        std::memcpy(static_cast<uint8_t*>(mask.raw()) + s * size_t(c.lens[0]), c.key_real[s].data(), size_t(c.lens[0]));
+      mask = mask.to(Device::cuda);
+      a.key_padding_mask = &mask;
+    }
+  }
+  const Tensor tq = tqkv.slice(1, 0, C), tk = tqkv.slice(1, C, 2 * C), tv = tqkv.slice(1, 2 * C, 3 * C);
+  ops::attention_forward_train(ctx, tq, tk, tv, out, lse, a, {});
+  Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
+  ops::attention_backward(ctx, tq, tk, tv, out, lse, tdout, dq, dk, dv, a, {});
+  ctx.synchronize();
+  st.attention_bf16 = saved;
+  Grads g;
+  g.out = host(out), g.lse = host(lse), g.dq = host(dq), g.dk = host(dk), g.dv = host(dv);
+  return g;
+}
+
+void check_case(const Case& c, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> u(-1.5, 1.5);
+  int64_t N = 0;
+  for (int64_t L : c.lens) N += L;
+  const int64_t C = c.NH * c.HS;
+  std::vector<double> q(size_t(N * C)), k(q.size()), v(q.size()), dout(q.size());
+  for (auto* x : {&q, &k, &v, &dout})
+    for (double& e : *x) e = double(float(u(gen)));
+  const Grads exact = reference(c, q, k, v, dout, false);
+  const Grads naive = reference(c, q, k, v, dout, true);
+  const Grads f32 = run_cuda(c, q, k, v, dout, false);
+  const Grads tc = run_cuda(c, q, k, v, dout, true);
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  const std::vector<double>* e[] = {&exact.out, &exact.lse, &exact.dq, &exact.dk, &exact.dv};
+  const std::vector<double>* n[] = {&naive.out, &naive.lse, &naive.dq, &naive.dk, &naive.dv};
+  const std::vector<double>* f[] = {&f32.out, &f32.lse, &f32.dq, &f32.dk, &f32.dv};
+  const std::vector<double>* t[] = {&tc.out, &tc.lse, &tc.dq, &tc.dk, &tc.dv};
+  for (int i = 0; i < 5; ++i) {
+    const double en = max_err(*n[i], *e[i]), et = max_err(*t[i], *e[i]), ef = max_err(*f[i], *e[i]);
+    EXPECT_LE(ef, 1e-4) << c.name << " " << names[i] << ": the f32 kernels disagree with float64";
+    EXPECT_LE(et, 2 * en + 1e-6) << c.name << " " << names[i] << ": tensor cores " << et << ", naive bf16 " << en
+                                 << "; seed " << base_seed();
+    std::printf("[ %s %s ] max error: tensor cores %.3g, naive bf16 %.3g, f32 %.3g\n", c.name.c_str(), names[i], et, en,
+                ef);
+  }
+}
+
+TEST(CudaAttentionTc, PaddedWithKeyMaskMatchesNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "padded";
+  c.lens = {150, 150, 150};
+  c.key_real.assign(3, std::vector<uint8_t>(150, 1));
+  for (int j : {3, 64, 65, 100, 149}) c.key_real[0][size_t(j)] = 0;
+  for (int j = 120; j < 150; ++j) c.key_real[1][size_t(j)] = 0;  // right padding
+  std::fill(c.key_real[2].begin(), c.key_real[2].end(), 0);      // no real key: zero out, lse -inf
+  check_case(c, base_seed() ^ 0x11);
+}
+
+TEST(CudaAttentionTc, PackedUnequalLengthsMatchesNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "packed";
+  c.packed = true;
+  c.lens = {150, 37, 64, 1};
+  check_case(c, base_seed() ^ 0x22);
+}
+
+TEST(CudaAttentionTc, VideoMAEEncoderShapeMatchesNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "vit";
+  c.NH = 3;
+  c.lens = {157, 157};
+  check_case(c, base_seed() ^ 0x33);
+}
+
+}  // namespace
