@@ -49,7 +49,7 @@ Device device_of(const Args& args);
 /// `--precision fp32|tf32|bf16` checked against the device (tf32 and bf16 are CUDA tensor-core
 /// modes; the CPU is fp32). Returns the value.
 std::string precision_of(const Args& args, Device device);
-/// Applies a precision to a CUDA context (CudaState::allow_tf32 / autocast_bf16) before its first
+/// Applies a precision to a CUDA context (CudaState::allow_tf32 / autocast) before its first
 /// GEMM, and returns the devices column "1x <GPU name>" (CPU: "CPU (<n> threads)").
 std::string setup_device(Context& ctx, const std::string& precision);
 /// Which training attention a context runs: "cpu", "f32" (CUDA cores) or "bf16-tc" (tensor cores,

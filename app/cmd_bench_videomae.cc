@@ -32,7 +32,7 @@
 // --device cuda (CUDA builds): the model and the synthetic clip batch are on the GPU before
 // timing (a --store batch is uploaded inside the timed step), the step is bracketed by
 // ctx.synchronize(), --precision tf32 or bf16 runs the GEMMs on tensor cores (bf16: an autocast
-// of the f32 GEMMs with fp32 master weights, CudaState::autocast_bf16), and MFU is against the
+// of the f32 GEMMs with fp32 master weights, CudaState::autocast), and MFU is against the
 // H100 SXM dense peak of that precision unless --peak-gflops is given.
 #include <sys/resource.h>
 

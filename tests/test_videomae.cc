@@ -198,6 +198,38 @@ TEST(VideoMAE, LossEqualsFloat64Recomputation) {
   EXPECT_GT(st.loss, 0.1);  // a random model is far from the target
 }
 
+// Recomputing each block's GELU in the backward (the GPU default) changes no bit of the loss or
+// of any gradient; both the v1 and the v2 (decoder mask) steps.
+TEST(VideoMAE, RecomputedGeluGivesTheSameBits) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  const VideoMAEConfig c = VideoMAEConfig::tiny();
+  VideoMAEPretrainModel m = VideoMAEPretrainModel::random(c, rng.seed());
+  perturb(m, rng);
+  Context ctx({.num_threads = 2});
+  const Tensor v = random_videos(rng, c, 2);
+  const Tensor mask = tube_mask(c, 2, 2);
+  auto run = [&](bool recompute) {
+    VideoMAEStepOptions o;
+    o.recompute_gelu = recompute;
+    m.zero_grad();
+    const double loss = m.pretrain_step(ctx, v, mask, o).loss;
+    std::vector<std::vector<float>> grads;
+    for (const Param& p : m.params())
+      grads.emplace_back(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+    return std::make_pair(loss, grads);
+  };
+  const auto kept = run(false), recomputed = run(true);
+  EXPECT_EQ(kept.first, recomputed.first);
+  ASSERT_EQ(kept.second.size(), recomputed.second.size());
+  double norm = 0;
+  for (size_t i = 0; i < kept.second.size(); ++i) {
+    EXPECT_EQ(kept.second[i], recomputed.second[i]) << m.params()[i].name;
+    for (float g : kept.second[i]) norm += double(g) * g;
+  }
+  EXPECT_GT(norm, 0.0);  // the gradients are not all zero
+}
+
 TEST(VideoMAE, GradientsMatchCentralDifferences) {
   TestRng rng;
   SCOPED_TRACE(rng.note());

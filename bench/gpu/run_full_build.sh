@@ -19,7 +19,8 @@
 #   5. `bench train --device cuda` for fp32, tf32 and bf16 (autocast GEMMs), BERT-base seq 128 batch 32;
 #   6. `bench videomae --device cuda`: ViT-B batch 32 in fp32 and bf16 (the side-by-side with
 #      PyTorch is bench/gpu/compare_videomae_gpu.sh, a call of its own);
-#   also in 3: `pretrain precision = "bf16"` near the fp32 CPU curve (5e-2).
+#   also in 3: `pretrain precision = "bf16"` and `"fp16"` (with dynamic loss scaling) near the fp32
+#   CPU curve (5e-2).
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
 set -u
 BIN=$(cd "${1:-carry}" && pwd)
@@ -83,7 +84,11 @@ if [ "$DEVICE" = cuda ]; then  # bf16 autocast GEMMs: near, not equal to, the fp
   timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/bf16\"" --set 'device="cuda"' \
     --set 'precision="bf16"' --quiet >> "$OUT/pretrain.log" 2>&1
   note "pretrain cuda bf16: rc $? at $(at)s"
-  bf16_dir="$W/bf16"
+  # fp16 GEMM operands need the dynamic loss scaler (2^10 start: no overflow expected on this model)
+  timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/fp16\"" --set 'device="cuda"' \
+    --set 'precision="fp16"' --set 'loss_scaling="dynamic"' --set init_loss_scale=1024 --quiet >> "$OUT/pretrain.log" 2>&1
+  note "pretrain cuda fp16: rc $? at $(at)s"
+  bf16_dir="$W/bf16 $W/fp16"
 fi
 ranks_dir=""
 if command -v mpirun > /dev/null; then
@@ -108,7 +113,7 @@ for d in sys.argv[2:]:
         print(f"{os.path.basename(d)}: {len(c)} steps vs {len(ref)} on the CPU: FAIL")
         continue
     worst = max(abs(a - b) / abs(b) for x, y in zip(c, ref) for a, b in zip(x, y))
-    tol = 5e-2 if d.endswith("bf16") else 1e-4  # bf16 operands: ~2^-8 per GEMM
+    tol = 5e-2 if d.endswith(("bf16", "fp16")) else 1e-4  # half operands: ~2^-8 (bf16) / 2^-11 (fp16) per GEMM
     print(f"{os.path.basename(d)} vs cpu: loss and grad-norm curves rel diff {worst:.2e}: {'ok' if worst <= tol else 'FAIL'}")
 EOF
 

@@ -20,6 +20,7 @@
 #include <functional>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,10 @@ struct VideoMAEStepOptions {
   /// token, encoder_to_decoder, the encoder norm, each encoder block from the last, the patch
   /// embedding), so their all-reduce can start while the backward goes on (dist::GradientSync).
   std::function<void(int64_t first, int64_t end)> grads_ready;
+  /// Recompute each block's GELU output in the backward instead of keeping it (saves 4 of the 14
+  /// [tokens, dim]-sized activations a block keeps; one extra GELU pass). Unset: on a GPU only,
+  /// where memory bounds the batch (ViT-B at 256 clips). The results are the same bits either way.
+  std::optional<bool> recompute_gelu;
 };
 
 struct VideoMAEStepStats {

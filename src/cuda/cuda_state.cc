@@ -40,7 +40,10 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : device(d
   const char* tf32 = std::getenv("UNMASK_CUDA_TF32");
   allow_tf32 = tf32 && std::strcmp(tf32, "1") == 0;
   const char* bf16 = std::getenv("UNMASK_CUDA_BF16");
-  autocast_bf16 = bf16 && std::strcmp(bf16, "1") == 0;
+  const char* fp16 = std::getenv("UNMASK_CUDA_FP16");
+  autocast = bf16 && std::strcmp(bf16, "1") == 0   ? DType::bf16
+             : fp16 && std::strcmp(fp16, "1") == 0 ? DType::f16
+                                                   : DType::f32;
   const char* attn = std::getenv("UNMASK_CUDA_ATTN_BF16");
   attention_bf16 = attn && std::strcmp(attn, "1") == 0;
   set_current_stream(stream);

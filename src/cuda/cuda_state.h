@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "unmask/context.h"
+#include "unmask/dtype.h"
 
 namespace unmask::cuda {
 
@@ -43,12 +44,13 @@ class CudaState {
   /// fp32 GEMMs use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) when true. Default from
   /// UNMASK_CUDA_TF32=1; off otherwise so that fp32 matches the CPU to ~1e-6.
   bool allow_tf32 = false;
-  /// bf16 autocast of the f32 GEMMs of ops::gemm (training; precision = "bf16"): a and b are
-  /// rounded to bf16 (round to nearest even) into stream-ordered temporaries and multiplied on
-  /// bf16 tensor cores with fp32 accumulation into the f32 c. Parameters, activations and every
-  /// other op stay f32 (fp32 master weights: no loss scaling needed). Default from
-  /// UNMASK_CUDA_BF16=1. Tensor-level gemm calls with bf16/f16 tensors are unaffected.
-  bool autocast_bf16 = false;
+  /// Autocast of the f32 GEMMs of ops::gemm (training; precision = "bf16" / "fp16"): bf16 or f16
+  /// (f32 = off). a and b are rounded to that type (round to nearest even; fp16 overflows to inf,
+  /// which the dynamic loss scaler catches) into stream-ordered temporaries and multiplied on
+  /// tensor cores with fp32 accumulation into the f32 c. Parameters, activations and every other
+  /// op stay f32 (fp32 master weights). Default from UNMASK_CUDA_BF16=1 or UNMASK_CUDA_FP16=1.
+  /// Tensor-level gemm calls with bf16/f16 tensors are unaffected.
+  DType autocast = DType::f32;
   /// Training attention on tensor cores (attention_train_tc.cu: bf16 q/k/v/dout operands, fp32
   /// accumulators, f32 in and out) where it applies (dropout 0, head size 64); the f32 kernels
   /// otherwise. Default from UNMASK_CUDA_ATTN_BF16=1. Off by default until it has run on a GPU.

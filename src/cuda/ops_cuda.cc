@@ -339,15 +339,16 @@ void gemm(Context& ctx, const ops::GemmParams& p) {
   g.bias = p.bias;
   g.bias_dtype = DType::f32;
   g.act = p.act;
-  Tensor a16, b16;  // bf16 autocast: packed bf16 copies of a and b, alive until gemm_lt has queued
-  if (st.autocast_bf16 && p.M > 0 && p.N > 0 && p.K > 0) {
+  Tensor a16, b16;  // autocast: packed bf16/f16 copies of a and b, alive until gemm_lt has queued
+  const DType half = st.autocast;
+  if ((half == DType::bf16 || half == DType::f16) && p.M > 0 && p.N > 0 && p.K > 0) {
     // Stored a: [M, K] (ta no) or [K, M]; stored b: [K, N] (tb no) or [N, K]; a shared operand
     // (batch stride 0) is cast once.
     auto cast = [&](const float* src, int64_t ld, int64_t bstride, int64_t rows, int64_t cols, Tensor& out,
                     const void** dst, int64_t* dst_ld, int64_t* dst_bstride) {
       const int64_t batches = bstride == 0 ? 1 : p.batch;
-      out = Tensor::empty({batches, rows, cols}, DType::bf16, Device::cuda);
-      cast_f32_2d(out.raw(), DType::bf16, src, ld, bstride, rows, cols, batches, st.stream);
+      out = Tensor::empty({batches, rows, cols}, half, Device::cuda);
+      cast_f32_2d(out.raw(), half, src, ld, bstride, rows, cols, batches, st.stream);
       *dst = out.raw();
       *dst_ld = cols;
       *dst_bstride = bstride == 0 ? 0 : rows * cols;
@@ -355,7 +356,7 @@ void gemm(Context& ctx, const ops::GemmParams& p) {
     const bool ta = p.ta == ops::Trans::yes, tb = p.tb == ops::Trans::yes;
     cast(p.a, p.lda, p.batch_stride_a, ta ? p.K : p.M, ta ? p.M : p.K, a16, &g.a, &g.lda, &g.batch_stride_a);
     cast(p.b, p.ldb, p.batch_stride_b, tb ? p.N : p.K, tb ? p.K : p.N, b16, &g.b, &g.ldb, &g.batch_stride_b);
-    g.ab_dtype = DType::bf16;  // fp32 accumulation into the f32 c (gemm_lt's CUBLAS_COMPUTE_32F)
+    g.ab_dtype = half;  // fp32 accumulation into the f32 c (gemm_lt's CUBLAS_COMPUTE_32F)
   }
   gemm_lt(st, g, st.stream);
 }

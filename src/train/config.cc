@@ -195,12 +195,15 @@ const std::vector<KeyDef>& keys() {
                  "where the steps run: cpu, or cuda (CUDA builds; each rank of a host takes GPU local_rank % GPUs)",
                  [](PretrainConfig& c, const Value& v) { c.device = v.s == "cuda" ? Device::cuda : Device::cpu; },
                  [](const PretrainConfig& c) { return quoted(std::string(device_name(c.device))); }});
-    t.push_back({"precision", "fp32|tf32|bf16", false,
-                 "GEMM precision: fp32; device = \"cuda\": tf32 (TF32 tensor cores) or bf16 (operands rounded to "
-                 "bf16, fp32 accumulation, fp32 master weights and activations)",
+    t.push_back({"precision", "fp32|tf32|bf16|fp16", false,
+                 "GEMM precision: fp32; device = \"cuda\": tf32 (TF32 tensor cores), bf16 or fp16 (operands rounded "
+                 "to bf16 / fp16, fp32 accumulation, fp32 master weights and activations; fp16 needs loss_scaling = "
+                 "\"dynamic\")",
                  [](PretrainConfig& c, const Value& v) {
-                   c.precision = v.s == "bf16" ? GemmPrecision::bf16 : v.s == "tf32" ? GemmPrecision::tf32
-                                                                                      : GemmPrecision::fp32;
+                   c.precision = v.s == "bf16"   ? GemmPrecision::bf16
+                                 : v.s == "fp16" ? GemmPrecision::fp16
+                                 : v.s == "tf32" ? GemmPrecision::tf32
+                                                 : GemmPrecision::fp32;
                  },
                  [](const PretrainConfig& c) { return quoted(precision_name(c.precision)); }});
     t.push_back({"loss_scaling", "none|dynamic", false,
@@ -387,7 +390,13 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 const char* precision_name(GemmPrecision p) {
-  return p == GemmPrecision::bf16 ? "bf16" : p == GemmPrecision::tf32 ? "tf32" : "fp32";
+  switch (p) {
+    case GemmPrecision::bf16: return "bf16";
+    case GemmPrecision::fp16: return "fp16";
+    case GemmPrecision::tf32: return "tf32";
+    case GemmPrecision::fp32: break;
+  }
+  return "fp32";
 }
 
 const char* data_sharding_name(DataSharding s) {
@@ -540,6 +549,9 @@ void PretrainConfig::validate() const {
   if (precision != GemmPrecision::fp32 && device != Device::cuda)
     throw Error(where("precision"), ": precision = \"", precision_name(precision),
                 "\" needs device = \"cuda\" (the CPU GEMMs are fp32)");
+  if (precision == GemmPrecision::fp16 && !loss_scaling)
+    throw Error(where("precision"), ": precision = \"fp16\" needs loss_scaling = \"dynamic\"",
+                Hint("fp16 gradients underflow without it; DLE's fp16 runs start the scale at 2^20"));
 #ifndef UNMASK_WITH_CUDA
   if (device == Device::cuda)
     throw Error(where("device"), ": device = \"cuda\" but this unmask was built without the CUDA backend",

@@ -39,7 +39,7 @@ const char* data_sharding_name(DataSharding s);
 
 /// The GEMMs' precision (config key precision): fp32; on CUDA also tf32 (TF32 tensor cores) or
 /// bf16 (operands rounded to bf16, fp32 accumulation, fp32 master weights and activations).
-enum class GemmPrecision : uint8_t { fp32, tf32, bf16 };
+enum class GemmPrecision : uint8_t { fp32, tf32, bf16, fp16 };
 const char* precision_name(GemmPrecision p);
 
 struct PretrainConfig {
@@ -67,7 +67,7 @@ struct PretrainConfig {
   bool overlap_allreduce = true;  // data parallel: all-reduce buckets as the backward finishes them
   DataSharding data_sharding = DataSharding::batch;  // data parallel: who reads what (above)
   Device device = Device::cpu;        // cuda: CUDA builds; rank r of a host uses GPU local_rank % GPUs
-  GemmPrecision precision = GemmPrecision::fp32;  // tf32 / bf16: tensor-core GEMMs (device = "cuda")
+  GemmPrecision precision = GemmPrecision::fp32;  // tf32 / bf16 / fp16: tensor-core GEMMs (device = "cuda")
   bool loss_scaling = false;          // dynamic loss scaling (train/loss_scaler.h): fp16's guard
   double init_loss_scale = 1048576.0; // 2^20, DLE's
   int64_t loss_scale_window = 2000;   // finite steps before the scale doubles

@@ -39,7 +39,7 @@ struct BlockSaved {
   Tensor qkv;            // [N, 3C]
   Tensor ctx, lse;       // [N, C], [NH, N]
   Tensor x1, ln2, mean2, rstd2;
-  Tensor fp, f;          // [N, I]
+  Tensor fp, f;          // [N, I] (f undefined with BlockShape::recompute_gelu)
   Tensor out;            // [N, C]
 };
 
@@ -51,6 +51,9 @@ struct BlockShape {
   // 0 (dropped) or 1 / keep_prob; null = no drop path. x1 = x + s_attn[clip] * attn_branch, etc.
   const float* drop_attn = nullptr;
   const float* drop_mlp = nullptr;
+  // Keep f = gelu(fp) out of BlockSaved and recompute it in the backward (one extra GELU pass):
+  // saves N x I floats per block, 4/14 of a block's saved activations.
+  bool recompute_gelu = false;
 };
 
 /// The 13 tensors of a block under their original names (prefix + "norm1.weight", ...), in

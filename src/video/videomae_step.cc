@@ -219,7 +219,8 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   train::linear_forward(ctx, cols_vis, m.patch_w, m.patch_b, x0);
   ops::embedding(ctx, m.enc_pos, ix.vis_pos, x0, /*accumulate=*/true);
 
-  const BlockShape es{D, c.mlp_hidden(D), c.heads, Nv, c.norm_eps};
+  BlockShape es{D, c.mlp_hidden(D), c.heads, Nv, c.norm_eps};
+  es.recompute_gelu = options.recompute_gelu.value_or(dev == Device::cuda);
   std::vector<BlockSaved> enc(m.enc_blocks.size());
   for (size_t i = 0; i < enc.size(); ++i)
     video::block_forward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, es, enc[i]);
@@ -238,7 +239,8 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   Tensor dec_in = f32({B * Nt, Dd});
   ops::embedding(ctx, e2d_table, ix.dec_src, dec_in);
   ops::embedding(ctx, m.dec_pos, ix.dec_tok, dec_in, /*accumulate=*/true);
-  const BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Nt, c.norm_eps};
+  BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Nt, c.norm_eps};
+  ds.recompute_gelu = es.recompute_gelu;
   std::vector<BlockSaved> dec(m.dec_blocks.size());
   for (size_t i = 0; i < dec.size(); ++i)
     video::block_forward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, ds, dec[i]);

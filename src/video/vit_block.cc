@@ -102,10 +102,12 @@ void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const Bl
   residual_linear(ctx, sv.ctx, p.proj_w, p.proj_b, x, s.drop_attn, s.tokens, sv.x1);
   sv.ln2 = f32({N, C}); sv.mean2 = f32({N}); sv.rstd2 = f32({N});
   ops::layernorm(ctx, sv.x1, nullptr, p.norm2_g.value, p.norm2_b.value, s.eps, sv.ln2, &sv.mean2, &sv.rstd2);
-  sv.fp = f32({N, s.I}); sv.f = f32({N, s.I});
+  sv.fp = f32({N, s.I});
+  Tensor f = f32({N, s.I});
   train::linear_forward(ctx, sv.ln2, p.fc1_w, p.fc1_b, sv.fp);
-  ops::activation(ctx, sv.fp, sv.f, Activation::gelu);
-  residual_linear(ctx, sv.f, p.fc2_w, p.fc2_b, sv.x1, s.drop_mlp, s.tokens, sv.out);
+  ops::activation(ctx, sv.fp, f, Activation::gelu);
+  residual_linear(ctx, f, p.fc2_w, p.fc2_b, sv.x1, s.drop_mlp, s.tokens, sv.out);
+  if (!s.recompute_gelu) sv.f = f;
 }
 
 void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSaved& sv, const BlockShape& s,
@@ -114,7 +116,13 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   auto f32 = [&](const Shape& shape) { return video::f32(shape, x.device()); };
   // out = x1 + fc2(gelu(fc1(LN2(x1))))
   Tensor df = f32({N, s.I});
-  train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, branch_grad(g, s.drop_mlp, s.tokens), &df);
+  Tensor f = sv.f;
+  if (!f.defined()) {  // recompute_gelu: the same op on the same input, so the same bits
+    f = f32({N, s.I});
+    ops::activation(ctx, sv.fp, f, Activation::gelu);
+  }
+  train::linear_backward(ctx, f, p.fc2_w, p.fc2_b, branch_grad(g, s.drop_mlp, s.tokens), &df);
+  f = Tensor();
   ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
   Tensor dln = f32({N, C});
   train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);

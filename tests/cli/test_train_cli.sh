@@ -105,6 +105,9 @@ check "no checkpoint after a failed write" test -z "$(ls -A "$W/full/checkpoints
 # ---- bad configs -----------------------------------------------------------------------------
 expect 1 'precision = "tf32" needs device = "cuda"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/tf" --set 'precision="tf32"'
 expect 1 'precision = "bf16" needs device = "cuda"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/bf" --set 'precision="bf16"'
+expect 1 'precision = "fp16" needs device = "cuda"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/fp" --set 'precision="fp16"'
+expect 1 'precision = "fp16" needs loss_scaling = "dynamic"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/fp" \
+  --set 'precision="fp16"' --set 'device="cuda"'
 expect 1 'device must be one of cpu,cuda, got "gpu"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/gpu" --set 'device="gpu"'
 if ! "$U" version 2>/dev/null | grep -q "cuda backend: yes"; then  # a CPU-only build says so
   expect 1 'device = "cuda" but this unmask was built without the CUDA backend' -- \

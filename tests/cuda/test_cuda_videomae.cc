@@ -10,7 +10,7 @@
 //     relative and every gradient within 1e-4 of its norm (fp32 on both sides, different
 //     summation orders; the same tolerances and reasoning as test_cuda_bert_train.cc);
 //   * 4 AdamW steps: the loss of every step within 1e-4;
-//   * bf16 autocast (CudaState::autocast_bf16): the loss within 2e-2 of the fp32 CPU loss;
+//   * bf16 autocast (CudaState::autocast = bf16): the loss within 2e-2 of the fp32 CPU loss;
 //   * a speed smoke: ViT-B, 16 x 224^2, tube 0.9, decoder depth 4, batch 32, fp32 / tf32 / bf16,
 //     printing clips/s and the allocator's peak for the record (bench videomae is the benchmark).
 // The geometry of the comparisons (8 frames, 64^2, patch 16: 64 tokens per clip, 16 visible with
@@ -131,16 +131,18 @@ void expect_grads_close(VideoMAEPretrainModel& want, VideoMAEPretrainModel& got,
 // Sets the context's GEMM precision for a scope, then restores it.
 struct PrecisionScope {
   cuda::CudaState& st;
-  bool tf32, bf16, attn;
+  bool tf32;
+  DType autocast;
+  bool attn;
   PrecisionScope(Context& ctx, bool allow_tf32, bool autocast_bf16, bool attention_bf16 = false)
-      : st(cuda::cuda_state(ctx)), tf32(st.allow_tf32), bf16(st.autocast_bf16), attn(st.attention_bf16) {
+      : st(cuda::cuda_state(ctx)), tf32(st.allow_tf32), autocast(st.autocast), attn(st.attention_bf16) {
     st.allow_tf32 = allow_tf32;
-    st.autocast_bf16 = autocast_bf16;
+    st.autocast = autocast_bf16 ? DType::bf16 : DType::f32;
     st.attention_bf16 = attention_bf16;
   }
   ~PrecisionScope() {
     st.allow_tf32 = tf32;
-    st.autocast_bf16 = bf16;
+    st.autocast = autocast;
     st.attention_bf16 = attn;
   }
 };
