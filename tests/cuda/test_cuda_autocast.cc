@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/half.h"
@@ -95,12 +96,12 @@ void check_gemm(bool ta, bool tb, bool with_bias, int64_t M, int64_t N, int64_t 
     naive = std::max(naive, std::fabs(double(round_to(half, float(r16[size_t(i)]))) - r32[size_t(i)]));
   }
   const double scale = std::sqrt(double(K));  // |c| ~ sqrt(K) for unit normal operands
-  const char* name = dtype_name(half);
+  const std::string name(dtype_name(half));
   EXPECT_LE(err16, 2e-6 * scale * 8) << name << " ta " << ta << " tb " << tb << ": not the rounded-operand product";
   EXPECT_LE(err32, 2.0 * naive) << name << " ta " << ta << " tb " << tb << ": worse than 2x a naive GEMM in " << name;
   EXPECT_GT(err32, 0.0) << "the operands were not rounded to " << name << " (autocast off?)";
   std::printf("[ autocast %s ] M %lld N %lld K %lld ta %d tb %d: err vs rounded-operand ref %.3g, vs f32 ref %.3g "
-              "(naive %.3g)\n", name, (long long)M, (long long)N, (long long)K, int(ta), int(tb), err16, err32, naive);
+              "(naive %.3g)\n", name.c_str(), (long long)M, (long long)N, (long long)K, int(ta), int(tb), err16, err32, naive);
 }
 
 }  // namespace
@@ -158,6 +159,6 @@ TEST(CudaAutocast, BertStepStaysNearFp32) {
       sg = got.pretrain_step(gpu(), b, so);
     }
     EXPECT_NEAR(sg.loss, sw.loss, 2e-2 * std::fabs(sw.loss)) << dtype_name(half);
-    std::printf("[ autocast ] BERT step loss fp32 cpu %.6f, %s autocast %.6f\n", sw.loss, dtype_name(half), sg.loss);
+    std::printf("[ autocast ] BERT step loss fp32 cpu %.6f, %s autocast %.6f\n", sw.loss, std::string(dtype_name(half)).c_str(), sg.loss);
   }
 }
