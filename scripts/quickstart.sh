@@ -10,9 +10,16 @@
 #      MLM + NSP, LAMB, 600 steps of 32 sequences; progress with the loss on stderr, metrics.jsonl
 #      and loss.svg in the run directory, HF-layout checkpoints;
 #   5. `unmask infer` on the last checkpoint: top-5 fill-mask predictions.
-# Environment: UNMASK_QUICKSTART_DIR (default /tmp/unmask-quickstart), UNMASK_QUICKSTART_STEPS.
+# Environment: UNMASK_QUICKSTART_DIR (default /tmp/unmask-quickstart), UNMASK_QUICKSTART_STEPS,
+# UNMASK_VOCAB (default ../shared/data/bert-base-uncased-vocab.txt beside the checkout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+VOCAB=${UNMASK_VOCAB:-../shared/data/bert-base-uncased-vocab.txt}
+if [ ! -s "$VOCAB" ]; then  # checked first: the install and build below take minutes
+  echo "quickstart: error: no WordPiece vocabulary at $VOCAB (hint: set UNMASK_VOCAB to a bert-base-uncased" \
+    "vocab.txt, one token per line, e.g. from a Hugging Face checkpoint directory)" >&2
+  exit 1
+fi
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target unmask
@@ -20,7 +27,7 @@ cmake --build build -j2 --target unmask
 DIR=${UNMASK_QUICKSTART_DIR:-/tmp/unmask-quickstart}
 STEPS=${UNMASK_QUICKSTART_STEPS:-600}
 mkdir -p "$DIR"
-cp ../shared/data/bert-base-uncased-vocab.txt "$DIR/vocab.txt"  # the real bert-base-uncased vocabulary
+cp "$VOCAB" "$DIR/vocab.txt"  # the real bert-base-uncased vocabulary
 
 echo "== corpus: Python documentation (python3.11-doc)"
 [ -s "$DIR/python_docs.txt" ] || bash scripts/corpus_python_docs.sh "$DIR/python_docs.txt"
