@@ -25,6 +25,8 @@
 //   executed      the same count with the patch embedding on the visible tokens only, which is
 //                 what unmask's step computes (the masked tubelets are never embedded); its MFU
 //                 is the lower, stricter figure.
+//   memory est.   the step's bytes counted from the shapes (video/videomae_flops.h: parameters x 4
+//                 copies, every saved activation, the largest transient; GELU recomputed on a GPU)
 //   memory        CPU: peak resident set size of the process (getrusage): the CPU allocator keeps
 //                 no high-water mark of its own. CUDA: the caching allocator's peak of allocated
 //                 device memory during the row (weights, gradients, AdamW moments, activations).
@@ -220,9 +222,9 @@ int bench_videomae(int argc, char** argv) {
                    : " (FMA loop; measured again after each row)");
     std::printf(
         "| devices | dataset | dtype | batch/device | model FLOPs (G/clip) | videos/s/device | step (ms) "
-        "| data wait (ms) | memory (%s) | MFU | MFU executed | device-h SSv2 1200 ep |\n",
+        "| data wait (ms) | memory est. | memory (%s) | MFU | MFU executed | device-h SSv2 1200 ep |\n",
         on_cuda ? "peak GPU" : "peak RSS");
-    std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   std::fflush(stdout);
 
@@ -234,6 +236,7 @@ int bench_videomae(int argc, char** argv) {
     // unmask embeds the visible tubelets only: 3 x 2 (N - V) P D fewer FLOPs per clip.
     const double skipped = 3.0 * 2.0 * double(B * (Np - Nv)) * double(cfg.patch_dim()) * double(cfg.dim);
     const double executed_flops = step_flops - skipped;
+    const video::VideoMAEStepBytes bytes = video::videomae_pretrain_step_bytes(fc, /*recompute_gelu=*/on_cuda);
 
     std::vector<double> times, waits;
     double last_loss = 0;
@@ -300,9 +303,10 @@ int bench_videomae(int argc, char** argv) {
     double wait_ms = 0;  // mean time a timed step waited for its batch
     for (double w : waits) wait_ms += 1e3 * w / double(waits.size());
     if (format == "table") {
-      std::printf("| %s | %s | %s | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.1f%% | %.1f%% | %.0f |\n", devices,
-                  dataset.c_str(), precision.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3, wait_ms,
-                  on_cuda ? peak_gpu_mb(ctx) : peak_rss_mb(), mfu, mfu_exec, device_hours);
+      std::printf("| %s | %s | %s | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.0f MB | %.1f%% | %.1f%% | %.0f |\n",
+                  devices, dataset.c_str(), precision.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3,
+                  wait_ms, bytes.peak / 1048576.0, on_cuda ? peak_gpu_mb(ctx) : peak_rss_mb(), mfu, mfu_exec,
+                  device_hours);
     } else {
       nlohmann::ordered_json j;
       j["engine"] = "unmask";
@@ -335,6 +339,9 @@ int bench_videomae(int argc, char** argv) {
       j["peak_gflops"] = peak;
       j["peak_rss_mb"] = peak_rss_mb();
       j["peak_gpu_mb"] = peak_gpu_mb(ctx);
+      j["estimated_peak_mb"] = bytes.peak / 1048576.0;
+      j["estimated_saved_mb"] = bytes.saved / 1048576.0;
+      j["estimated_state_mb"] = bytes.state / 1048576.0;
       j["device_hours_ssv2_1200ep"] = device_hours;
       j["threads"] = ctx.num_threads();
       j["steps"] = dry_run ? 0 : steps;

@@ -146,6 +146,33 @@ TEST(VideoMAEBench, TinyRunPrintsConsistentJson) {
   EXPECT_GT(loss, 0.3);
   EXPECT_LT(loss, 3.0);
   EXPECT_GT(r.at("peak_rss_mb").get<double>(), 1.0);
+  // Memory counted from the shapes (f32): the state is 4 copies of the model's real parameter count;
+  // the saved activations by hand: encoder 2 blocks on n = 2 x 2 tokens (d 64, i 256, 2 heads),
+  // decoder 4 blocks on 2 x 8 (d 32, i 128, 2 heads), then the step's own tensors (B = 2, R = 6).
+  expect_rel_near(r.at("estimated_state_mb").get<double>() * 1048576.0, 16.0 * double(params), 1e-12, "state bytes");
+  auto blk = [](double n, double d, double i, double h) { return n * (7 * d + 2 * i + 4 + h); };
+  const double ne = 4, nd = 16, B = 2;
+  const double saved = 2 * blk(ne, D, 4 * D, 2) + 4 * blk(nd, Dd, 4 * Dd, 2) + ne * P + ne * D + ne * (D + 2) +
+                       (ne + 1) * Dd + nd * Dd + B * R * (2 * Dd + 2) + B * R * P;
+  expect_rel_near(r.at("estimated_saved_mb").get<double>() * 1048576.0, 4 * saved, 1e-12, "saved bytes");
+  EXPECT_GT(r.at("estimated_peak_mb").get<double>(),
+            r.at("estimated_state_mb").get<double>() + r.at("estimated_saved_mb").get<double>());
+}
+
+TEST(VideoMAEBench, RecomputedGeluSavesOneMlpActivationPerBlock) {
+  video::VideoMAEFlopConfig fc = video::videomae_flop_preset("vit-b");
+  fc.batch = 256;
+  const video::VideoMAEStepBytes kept = video::videomae_pretrain_step_bytes(fc, false);
+  const video::VideoMAEStepBytes recomputed = video::videomae_pretrain_step_bytes(fc, true);
+  // 12 encoder blocks x 256 x 160 tokens x 3072 + 4 decoder blocks x 256 x 1568 x 1536, 4 bytes each.
+  const double gelu = 4.0 * (12.0 * 256 * 160 * 3072 + 4.0 * 256 * 1568 * 1536);
+  expect_rel_near(kept.saved - recomputed.saved, gelu, 1e-12, "GELU bytes");
+  EXPECT_EQ(kept.state, recomputed.state);
+  // ViT-B at batch 256 as unmask runs it on a GPU (f32 activations, GELU recomputed) fits in 80 GB.
+  EXPECT_LT(recomputed.peak, 80e9) << recomputed.peak / 1e9 << " GB";
+  std::printf("[ ViT-B b256 estimate ] state %.2f GB, saved %.2f GB (%.2f GB keeping GELU), transient %.2f GB, peak "
+              "%.2f GB\n", recomputed.state / 1e9, recomputed.saved / 1e9, kept.saved / 1e9, recomputed.transient / 1e9,
+              recomputed.peak / 1e9);
 }
 
 TEST(VideoMAEBench, TableAndErrors) {

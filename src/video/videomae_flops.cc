@@ -1,6 +1,8 @@
 // video/videomae_flops.cc: analytic VideoMAE FLOPs (formulas in videomae_flops.h).
 #include "video/videomae_flops.h"
 
+#include <algorithm>
+
 namespace unmask::video {
 namespace {
 
@@ -86,6 +88,30 @@ double videomae_pretrain_forward_flops(const VideoMAEFlopConfig& c) {
 
 double videomae_pretrain_step_flops(const VideoMAEFlopConfig& c) {
   return 3.0 * videomae_pretrain_forward_flops(c);
+}
+
+VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& c, bool recompute_gelu) {
+  const double B = double(c.batch), V = double(c.visible_tokens()), R = double(c.reconstructed_tokens());
+  const double P = double(c.in_chans * c.tubelet * c.patch * c.patch);
+  const double D = double(c.enc_dim), Dd = double(c.dec_dim), I = double(c.enc_mlp_hidden), Id = double(c.dec_mlp_hidden);
+  auto block_params = [](double d, double i) { return 4 * d + 2 * d + 3 * d * d + d * d + d + 2 * d * i + i + d; };
+  const double params = P * D + D + double(c.enc_depth) * block_params(D, I) + 2 * D + Dd * D + Dd +
+                        double(c.dec_depth) * block_params(Dd, Id) + 2 * Dd + P * Dd + P;
+  auto block_saved = [&](double n, double d, double i, double heads) {
+    return n * (7 * d + (recompute_gelu ? 1 : 2) * i + 4 + heads);
+  };
+  const double ne = B * V, nd = B * (V + R);
+  const double saved = double(c.enc_depth) * block_saved(ne, D, I, double(c.enc_heads)) +
+                       double(c.dec_depth) * block_saved(nd, Dd, Id, double(c.dec_heads)) +  // blocks
+                       ne * P + ne * D + ne * (D + 2) + (ne + 1) * Dd + nd * Dd +            // embed .. decoder input
+                       B * R * (2 * Dd + 2) + B * R * P;                                     // head rows, pred
+  const double backward = nd * Id + 2 * nd * Dd + 3 * nd * Dd + nd * Dd + (B * R + 1) * Dd;
+  VideoMAEStepBytes out;
+  out.state = 4 * 4 * params;
+  out.saved = 4 * saved;
+  out.transient = 4 * std::max(B * R * P, backward);
+  out.peak = out.state + out.saved + out.transient;
+  return out;
 }
 
 double videomae_finetune_forward_flops(const VideoMAEFlopConfig& c) {

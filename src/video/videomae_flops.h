@@ -63,4 +63,21 @@ double videomae_finetune_forward_flops(const VideoMAEFlopConfig& config);
 /// 3 x the fine-tune forward.
 double videomae_finetune_step_flops(const VideoMAEFlopConfig& config);
 
+/// The memory of one pretraining step as unmask's step keeps it (video/videomae_step.cc), in
+/// bytes, all f32, counted from the shapes (the "count bytes first" of a benchmark):
+///   state      parameters x 4 copies (value, gradient, AdamW m and v)
+///   saved      every block's BlockSaved over its n tokens (n = B V encoder, B (V + R) decoder):
+///              n (7 d + 2 i + 4 + heads) floats, n (7 d + i + 4 + heads) with recompute_gelu
+///              (video/videomae.h lists them), plus the step's own: the visible tubelets
+///              B V P, the patch embedding B V D, the encoder norm B V (D + 2), the decoder input
+///              table and rows B V Dd + B (V + R) Dd, the head rows B R (2 Dd + 2) and pred B R P
+///   transient  the larger of the target B R P (forward end) and the first decoder block's
+///              backward (df n i, dln / dctx n d, dqkv 3 n d, the output gradient n d, the head
+///              gradient B R Dd)
+///   peak       state + saved + transient. Allocator rounding and library workspaces come on top.
+struct VideoMAEStepBytes {
+  double state = 0, saved = 0, transient = 0, peak = 0;
+};
+VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& config, bool recompute_gelu);
+
 }  // namespace unmask::video
