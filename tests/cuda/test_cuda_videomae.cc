@@ -11,8 +11,9 @@
 //     summation orders; the same tolerances and reasoning as test_cuda_bert_train.cc);
 //   * 4 AdamW steps: the loss of every step within 1e-4;
 //   * bf16 autocast (CudaState::autocast = bf16): the loss within 2e-2 of the fp32 CPU loss;
-//   * a speed smoke: ViT-B, 16 x 224^2, tube 0.9, decoder depth 4, batch 32, fp32 / tf32 / bf16,
-//     printing clips/s and the allocator's peak for the record (bench videomae is the benchmark).
+//   * a speed smoke: ViT-B, 16 x 224^2, tube 0.9, decoder depth 4, batch 32, fp32 / tf32 / bf16 /
+//     bf16 with the tensor-core attention, printing clips/s and the allocator's peak for the record
+//     (bench videomae is the benchmark); the fp32 peak within [0.75, 1.35] x the count from the shapes.
 // The geometry of the comparisons (8 frames, 64^2, patch 16: 64 tokens per clip, 16 visible with
 // a 0.75 tube mask, decoder on 64) puts more than one 64-row attention tile in the decoder.
 // Without a CUDA device every test skips.
@@ -35,6 +36,7 @@
 #include "unmask/train.h"
 #include "unmask/videomae.h"
 #include "video/masking.h"
+#include "video/videomae_flops.h"
 
 using namespace unmask;
 
@@ -341,6 +343,14 @@ TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     EXPECT_TRUE(std::isfinite(loss)) << prec;
+    if (prec == "fp32") {  // the allocator's peak against the count from the shapes (videomae_flops.h)
+      video::VideoMAEFlopConfig fc = video::videomae_flop_preset("vit-b");
+      fc.batch = B;
+      const double est = video::videomae_pretrain_step_bytes(fc, /*recompute_gelu=*/true).peak;
+      const double got = double(cuda::allocator_stats().peak_allocated_bytes);
+      EXPECT_GT(got, 0.75 * est) << "peak " << got / 1e9 << " GB, counted " << est / 1e9 << " GB";
+      EXPECT_LT(got, 1.35 * est) << "peak " << got / 1e9 << " GB, counted " << est / 1e9 << " GB";
+    }
     std::printf("[ ViT-B b%lld %s ] step %.1f ms (first %.1f), %.1f clips/s, peak %.0f MiB, loss %.4f\n",
                 (long long)B, prec.c_str(), 1e3 * times.back(), 1e3 * times.front(), double(B) / times.back(),
                 double(cuda::allocator_stats().peak_allocated_bytes) / 1048576.0, loss);
