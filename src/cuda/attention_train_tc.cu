@@ -45,7 +45,9 @@ void to_bf16(void* dst, const float* src, int64_t ld, int64_t N, int64_t C, cuda
 }  // namespace
 
 bool attention_train_tc_applies(const AttnTrainParams& p) {
-  return p.dropout_p == 0.0f && flash_bwd_head_dim_supported(p.head_size) && p.rows < (int64_t(1) << 31);
+  // The flash forward stores f32 output pairs (float2): out 8-byte aligned with an even row stride.
+  return p.dropout_p == 0.0f && flash_bwd_head_dim_supported(p.head_size) && p.rows < (int64_t(1) << 31) &&
+         is_aligned(p.out, 8) && p.ldo % 2 == 0;
 }
 
 void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {

@@ -197,6 +197,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   UNMASK_CHECK(videos.device() == dev, "videomae pretrain_step: videos must be on the context's device (",
                device_name(dev), "), got ", videos.describe());
   const int64_t B = videos.size(0), Np = c.num_patches(), K = c.patch_dim(), D = c.dim, Dd = c.decoder_dim;
+  UNMASK_CHECK(B >= 1, "videomae pretrain_step: the batch is empty (videos ", videos.describe(), ")");
   const Tensor mk = host_mask(mask, "mask", B, Np, "1 = masked");
   const Tensor dk = options.decoder_mask.defined()
                         ? host_mask(options.decoder_mask, "decoder_mask", B, Np, "1 = not decoded")
@@ -205,7 +206,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   ctx.make_current();
   const StepIndex ix = build_index(mk, dk, B, Np, dev);
   const int64_t Nv = ix.Nv, Nd = ix.Nd, Nt = ix.Nt;
-  const Tensor clips = videos.contiguous();
+  const Tensor clips = videos.is_contiguous() ? videos : videos.contiguous();  // no copy of a ready batch
   const ops::Tubelet tube{c.tubelet, c.patch};
   const std::vector<float> mean(options.mean.begin(), options.mean.begin() + c.channels);
   const std::vector<float> stdev(options.std.begin(), options.std.begin() + c.channels);

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>  // setenv
 #include <cstring>
 #include <random>
 #include <string>
@@ -225,6 +226,20 @@ TEST(CudaAttentionTc, PaddedWithKeyMaskMatchesNaiveBf16) {
   for (int j = 120; j < 150; ++j) c.key_real[1][size_t(j)] = 0;  // right padding
   std::fill(c.key_real[2].begin(), c.key_real[2].end(), 0);      // no real key: zero out, lse -inf
   check_case(c, base_seed() ^ 0x11);
+}
+
+// The forward's 128-row CTAs (chosen for large grids, e.g. VideoMAE at batch 256) write the
+// output and the log-sum-exp too.
+TEST(CudaAttentionTc, PaddedWith128RowBlocksMatchesNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "padded m128";
+  c.lens = {200, 200};
+  c.key_real.assign(2, std::vector<uint8_t>(200, 1));
+  for (int j = 150; j < 200; ++j) c.key_real[1][size_t(j)] = 0;
+  setenv("UNMASK_FLASH_BLOCK_M", "128", 1);
+  check_case(c, base_seed() ^ 0x44);
+  unsetenv("UNMASK_FLASH_BLOCK_M");
 }
 
 TEST(CudaAttentionTc, PackedUnequalLengthsMatchesNaiveBf16) {
