@@ -18,12 +18,7 @@ constexpr int kNaiveWarps = 4;
 constexpr int kNaiveMaxPerLane = 8;  // HS <= 256
 
 __device__ __forceinline__ bool key_is_real(const FlashFwdParams& p, int b, int key) {
-  if (!p.key_mask) return true;
-  const int64_t off = int64_t(b) * p.mask_batch_stride + key;
-  const char* m = static_cast<const char*>(p.key_mask);
-  if (p.mask_elem_bytes == 1) return reinterpret_cast<const uint8_t*>(m)[off] != 0;
-  if (p.mask_elem_bytes == 4) return reinterpret_cast<const int32_t*>(m)[off] != 0;
-  return reinterpret_cast<const int64_t*>(m)[off] != 0;
+  return !p.key_mask || mask_is_set(p.key_mask, p.mask_elem_bytes, int64_t(b) * p.mask_batch_stride + key);
 }
 
 /// Grid (ceil(max_seqlen / kNaiveWarps), NH, B); warp w of block x owns query x*kNaiveWarps+w.
@@ -34,13 +29,7 @@ __global__ void __launch_bounds__(kNaiveWarps * kWarpSize) attention_naive_kerne
   const int qi = blockIdx.x * kNaiveWarps + warp;
   int64_t seq_start;
   int seqlen;
-  if (p.cu_seqlens) {
-    seq_start = p.cu_seqlens[b];
-    seqlen = p.cu_seqlens[b + 1] - p.cu_seqlens[b];
-  } else {
-    seq_start = int64_t(b) * p.max_seqlen;
-    seqlen = p.max_seqlen;
-  }
+  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, seq_start, seqlen);
   if (qi >= seqlen) return;
   const int D = p.head_dim;
   const T* qr = static_cast<const T*>(p.q) + (seq_start + qi) * p.q_row_stride + int64_t(head) * D;

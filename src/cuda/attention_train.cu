@@ -40,19 +40,15 @@ struct Seq {
 };
 
 __device__ __forceinline__ Seq sequence(const AttnTrainParams& p, int b) {
-  if (p.cu_seqlens) return {p.cu_seqlens[b], p.cu_seqlens[b + 1] - p.cu_seqlens[b]};
-  return {int64_t(b) * p.max_seqlen, p.max_seqlen};
+  Seq s;
+  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, s.start, s.len);
+  return s;
 }
 
 /// Key `key` of sequence b exists and is real (not masked out).
 __device__ __forceinline__ bool key_valid(const AttnTrainParams& p, int b, int len, int key) {
   if (key >= len) return false;
-  if (!p.key_mask) return true;
-  const int64_t off = int64_t(b) * p.mask_batch_stride + key;
-  const char* m = static_cast<const char*>(p.key_mask);
-  if (p.mask_elem_bytes == 1) return reinterpret_cast<const uint8_t*>(m)[off] != 0;
-  if (p.mask_elem_bytes == 4) return reinterpret_cast<const int32_t*>(m)[off] != 0;
-  return reinterpret_cast<const int64_t*>(m)[off] != 0;
+  return !p.key_mask || mask_is_set(p.key_mask, p.mask_elem_bytes, int64_t(b) * p.mask_batch_stride + key);
 }
 
 /// s [64][D+1] = rows 0..63 of x (row stride ld, first `hs` columns), zero for rows >= valid

@@ -75,6 +75,29 @@ struct alignas(16) Packed128 {
   __device__ __forceinline__ void set(int i, float x) { v[i] = from_float<T>(x); }
 };
 
+// ---- attention sequences and key masks (the flash, naive and training attention kernels) -------
+
+/// Sequence b's first row and length: packed (device cu_seqlens [B+1]) or padded (rows b T ..
+/// b T + T - 1, T = max_seqlen).
+__device__ __forceinline__ void sequence_bounds(const int32_t* cu_seqlens, int max_seqlen, int b, int64_t& start,
+                                                int& len) {
+  if (cu_seqlens) {
+    start = cu_seqlens[b];
+    len = cu_seqlens[b + 1] - cu_seqlens[b];
+  } else {
+    start = int64_t(b) * max_seqlen;
+    len = max_seqlen;
+  }
+}
+
+/// Whether element `off` of a key mask with `elem_bytes`-wide elements (1: u8/bool, 4: i32,
+/// 8: i64) is nonzero, i.e. a real key.
+__device__ __forceinline__ bool mask_is_set(const void* mask, int elem_bytes, int64_t off) {
+  if (elem_bytes == 1) return static_cast<const uint8_t*>(mask)[off] != 0;
+  if (elem_bytes == 4) return static_cast<const int32_t*>(mask)[off] != 0;
+  return static_cast<const int64_t*>(mask)[off] != 0;
+}
+
 // ---- reductions ---------------------------------------------------------------------------
 
 /// Sum over the 32 lanes of a warp; every lane gets the result.

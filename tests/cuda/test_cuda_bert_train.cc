@@ -43,6 +43,7 @@
 
 #include "cuda/cuda_state.h"
 #include "cuda_test_common.h"
+#include "grad_compare.h"
 #include "test_harness.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
@@ -132,17 +133,8 @@ PretrainBatch comparison_batch(std::mt19937_64& gen, int64_t vocab) {
   return make_pretrain_batch(gen, {24, 17, 9, 20, 2}, 24, {5, 3, 2, 0, 1}, 5, vocab, /*pad_token=*/true);
 }
 
-std::vector<double> values(const Tensor& t) {
-  const Tensor h = t.device() == Device::cpu ? t.contiguous() : t.to(Device::cpu);
-  const float* p = h.data<float>();
-  return std::vector<double>(p, p + h.numel());
-}
-
-double norm(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s);
-}
+std::vector<double> values(const Tensor& t) { return cuda_test::host_values(t); }
+double norm(const std::vector<double>& v) { return cuda_test::l2(v); }
 double diff_norm(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += (a[i] - b[i]) * (a[i] - b[i]);
@@ -150,39 +142,16 @@ double diff_norm(const std::vector<double>& a, const std::vector<double>& b) {
 }
 double rel(double got, double want) { return std::fabs(got - want) / std::max(std::fabs(want), 1e-30); }
 
-// Every gradient of `got` (CUDA) against `want` (CPU): ||g - w|| / max(||w||, 1e-3 ||W||) <= tol,
-// W all gradients (see the header). Also the word-embedding row of the [PAD] id on its own.
+// Every gradient (tests/cuda/grad_compare.h), and the word-embedding row of the [PAD] id on its own.
 void expect_grads_close(BertTrainModel& want, BertTrainModel& got, double tol, const std::string& what) {
-  std::vector<Param>& pw = want.params();
-  std::vector<Param>& pg = got.params();
-  ASSERT_EQ(pw.size(), pg.size()) << what;
-  std::vector<std::vector<double>> w(pw.size()), g(pw.size());
-  double global = 0;
-  for (size_t i = 0; i < pw.size(); ++i) {
-    ASSERT_EQ(pw[i].name, pg[i].name) << what;
-    ASSERT_EQ(pg[i].grad.device(), Device::cuda) << what << ": " << pg[i].name;
-    w[i] = values(pw[i].grad);
-    g[i] = values(pg[i].grad);
-    const double n = norm(w[i]);
-    global += n * n;
-  }
-  global = std::sqrt(global);
-  ASSERT_GT(global, 0.0) << what << ": the CPU gradients are all zero (the test would prove nothing)";
-  double worst = 0;
-  std::string worst_name;
-  for (size_t i = 0; i < pw.size(); ++i) {
-    const double err = diff_norm(g[i], w[i]) / std::max(norm(w[i]), 1e-3 * global);
-    EXPECT_LE(err, tol) << what << ": " << pw[i].name << " |grad cpu| " << norm(w[i]) << ", |grad cuda| "
-                        << norm(g[i]) << ", global " << global << "; " << seed_note();
-    if (err > worst) worst = err, worst_name = pw[i].name;
-    if (pw[i].name == "bert.embeddings.word_embeddings.weight") {
-      const int64_t C = pw[i].grad.size(1);
-      const std::vector<double> w0(w[i].begin(), w[i].begin() + C), g0(g[i].begin(), g[i].begin() + C);
-      EXPECT_LE(diff_norm(g0, w0), tol * std::max(norm(w0), 1e-30)) << what << ": word-embedding row 0 ([PAD])";
-    }
-  }
-  std::printf("[ %s ] worst gradient error %.3g (%s), global norm %.4g\n", what.c_str(), worst, worst_name.c_str(),
-              global);
+  cuda_test::expect_grads_close(
+      want.params(), got.params(), tol, what, seed_note(),
+      [&](size_t i, const std::vector<double>& w, const std::vector<double>& g) {
+        if (want.params()[i].name != "bert.embeddings.word_embeddings.weight") return;
+        const int64_t C = want.params()[i].grad.size(1);
+        const std::vector<double> w0(w.begin(), w.begin() + C), g0(g.begin(), g.begin() + C);
+        EXPECT_LE(diff_norm(g0, w0), tol * std::max(norm(w0), 1e-30)) << what << ": word-embedding row 0 ([PAD])";
+      });
 }
 
 void expect_stats_equal(const PretrainStats& want, const PretrainStats& got, const std::string& what) {

@@ -29,6 +29,7 @@
 #include "cuda/allocator.h"
 #include "cuda/cuda_state.h"
 #include "cuda_test_common.h"
+#include "grad_compare.h"
 #include "ops/ops.h"
 #include "test_harness.h"
 #include "unmask/context.h"
@@ -53,16 +54,8 @@ uint64_t test_seed(const std::string& test) {
 }
 std::string seed_note() { return "seed " + std::to_string(base_seed()) + " (UNMASK_TEST_SEED)"; }
 
-std::vector<double> values(const Tensor& t) {
-  const Tensor h = t.device() == Device::cpu ? t.contiguous() : t.to(Device::cpu);
-  const float* p = h.data<float>();
-  return std::vector<double>(p, p + h.numel());
-}
-double norm(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s);
-}
+std::vector<double> values(const Tensor& t) { return cuda_test::host_values(t); }
+double norm(const std::vector<double>& v) { return cuda_test::l2(v); }
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
@@ -99,35 +92,9 @@ void perturb(VideoMAEPretrainModel& m, uint64_t seed) {
   }
 }
 
-// Every gradient of `got` (CUDA) against `want` (CPU): ||g - w|| / max(||w||, 1e-3 ||W||) <= tol.
+// Every gradient (tests/cuda/grad_compare.h).
 void expect_grads_close(VideoMAEPretrainModel& want, VideoMAEPretrainModel& got, double tol, const std::string& what) {
-  std::vector<Param>& pw = want.params();
-  std::vector<Param>& pg = got.params();
-  ASSERT_EQ(pw.size(), pg.size()) << what;
-  std::vector<std::vector<double>> w(pw.size()), g(pw.size());
-  double global = 0;
-  for (size_t i = 0; i < pw.size(); ++i) {
-    ASSERT_EQ(pw[i].name, pg[i].name) << what;
-    ASSERT_EQ(pg[i].grad.device(), Device::cuda) << what << ": " << pg[i].name;
-    w[i] = values(pw[i].grad);
-    g[i] = values(pg[i].grad);
-    const double n = norm(w[i]);
-    global += n * n;
-  }
-  global = std::sqrt(global);
-  ASSERT_GT(global, 0.0) << what << ": the CPU gradients are all zero (the test would prove nothing)";
-  double worst = 0;
-  std::string worst_name;
-  for (size_t i = 0; i < pw.size(); ++i) {
-    double d = 0;
-    for (size_t k = 0; k < w[i].size(); ++k) d += (g[i][k] - w[i][k]) * (g[i][k] - w[i][k]);
-    const double err = std::sqrt(d) / std::max(norm(w[i]), 1e-3 * global);
-    EXPECT_LE(err, tol) << what << ": " << pw[i].name << " |grad cpu| " << norm(w[i]) << ", |grad cuda| "
-                        << norm(g[i]) << "; " << seed_note();
-    if (err > worst) worst = err, worst_name = pw[i].name;
-  }
-  std::printf("[ %s ] worst gradient error %.3g (%s), global norm %.4g\n", what.c_str(), worst, worst_name.c_str(),
-              global);
+  cuda_test::expect_grads_close(want.params(), got.params(), tol, what, seed_note());
 }
 
 // Sets the context's GEMM precision for a scope, then restores it.

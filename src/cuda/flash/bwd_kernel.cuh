@@ -28,6 +28,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "cuda/common.cuh"
 #include "cuda/flash/fwd_kernel.cuh"
 #include "cuda/flash/mma.cuh"
 
@@ -73,26 +74,10 @@ struct FlashBwdTraits {
 
 namespace flash {
 
-/// Sequence b's first row and length (packed or padded, as the forward).
-__device__ __forceinline__ void bwd_sequence(const FlashBwdParams& p, int b, int64_t& start, int& len) {
-  if (p.cu_seqlens) {
-    start = p.cu_seqlens[b];
-    len = p.cu_seqlens[b + 1] - p.cu_seqlens[b];
-  } else {
-    start = int64_t(b) * p.max_seqlen;
-    len = p.max_seqlen;
-  }
-}
-
 /// Whether key `key` of sequence b takes part (inside the sequence and not masked).
 __device__ __forceinline__ bool bwd_key_real(const FlashBwdParams& p, int b, int key, int seqlen) {
   if (key >= seqlen) return false;
-  if (!p.key_mask) return true;
-  const int64_t off = int64_t(b) * p.mask_batch_stride + key;
-  const char* m = static_cast<const char*>(p.key_mask);
-  if (p.mask_elem_bytes == 1) return reinterpret_cast<const uint8_t*>(m)[off] != 0;
-  if (p.mask_elem_bytes == 4) return reinterpret_cast<const int32_t*>(m)[off] != 0;
-  return reinterpret_cast<const int64_t*>(m)[off] != 0;
+  return !p.key_mask || mask_is_set(p.key_mask, p.mask_elem_bytes, int64_t(b) * p.mask_batch_stride + key);
 }
 
 /// lse in the log2 domain, +inf for a row with no real key or past the sequence (P = 0).
@@ -188,7 +173,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
   const int head = blockIdx.y, b = blockIdx.z;
   int64_t start;
   int seqlen;
-  bwd_sequence(p, b, start, seqlen);
+  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, start, seqlen);
   const int k0 = blockIdx.x * 64;
   if (k0 >= seqlen) return;
 
@@ -271,7 +256,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
   const int head = blockIdx.y, b = blockIdx.z;
   int64_t start;
   int seqlen;
-  bwd_sequence(p, b, start, seqlen);
+  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, start, seqlen);
   const int q0 = blockIdx.x * 64;
   if (q0 >= seqlen) return;
 

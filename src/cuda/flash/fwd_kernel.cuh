@@ -23,6 +23,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "cuda/common.cuh"
 #include "cuda/flash/mma.cuh"
 #include "cuda/flash/params.h"
 #include "cuda/flash/traits.h"
@@ -54,17 +55,8 @@ __device__ __forceinline__ void load_key_bias(float* bias, const FlashFwdParams&
                                               int tid) {
   for (int i = tid; i < Kt::kBlockN; i += Kt::kThreads) {
     const int key = kv0 + i;
-    bool real = key < seqlen;
-    if (real && p.key_mask) {
-      const int64_t off = int64_t(b) * p.mask_batch_stride + key;
-      const char* m = static_cast<const char*>(p.key_mask);
-      if (p.mask_elem_bytes == 1)
-        real = reinterpret_cast<const uint8_t*>(m)[off] != 0;
-      else if (p.mask_elem_bytes == 4)
-        real = reinterpret_cast<const int32_t*>(m)[off] != 0;
-      else
-        real = reinterpret_cast<const int64_t*>(m)[off] != 0;
-    }
+    const bool real =
+        key < seqlen && (!p.key_mask || mask_is_set(p.key_mask, p.mask_elem_bytes, int64_t(b) * p.mask_batch_stride + key));
     bias[i] = real ? 0.0f : -INFINITY;
   }
 }
@@ -85,13 +77,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
 
   int64_t seq_start;
   int seqlen;
-  if (p.cu_seqlens) {
-    seq_start = p.cu_seqlens[b];
-    seqlen = p.cu_seqlens[b + 1] - p.cu_seqlens[b];
-  } else {
-    seq_start = int64_t(b) * p.max_seqlen;
-    seqlen = p.max_seqlen;
-  }
+  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, seq_start, seqlen);
   const int q0 = m_block * BM;
   if (q0 >= seqlen) return;
 
