@@ -46,12 +46,13 @@ void to_bf16(void* dst, const float* src, int64_t ld, int64_t N, int64_t C, cuda
 
 bool attention_train_tc_applies(const AttnTrainParams& p) {
   // The flash forward stores f32 output pairs (float2): out 8-byte aligned with an even row stride.
-  return p.dropout_p == 0.0f && flash_bwd_head_dim_supported(p.head_size) && p.rows < (int64_t(1) << 31) &&
+  return flash_bwd_head_dim_supported(p.head_size) && p.rows < (int64_t(1) << 31) &&
          is_aligned(p.out, 8) && p.ldo % 2 == 0;
 }
 
 void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
-  UNMASK_CHECK(attention_train_tc_applies(p), "attention (cuda, bf16 tensor cores): needs dropout 0 and head size 64");
+  UNMASK_CHECK(attention_train_tc_applies(p), "attention (cuda, bf16 tensor cores): needs head size 64 and an f32 "
+               "output it can store in pairs");
   const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
   if (N == 0) return;
   ScratchBuffer qkv(size_t(3 * N * C) * 2, stream);
@@ -70,12 +71,13 @@ void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
   f.scale = p.scale, f.scale_log2 = p.scale * kLog2e;
   f.dtype = DType::bf16;
   f.o_f32 = true, f.lse = p.lse, f.lse_head_stride = N;
+  f.dropout_p = p.dropout_p, f.dropout_seed = p.dropout_seed, f.dropout_offset = p.dropout_offset;
   attention_forward(f, stream, AttentionKernel::flash);
 }
 
 void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) {
-  UNMASK_CHECK(attention_train_tc_applies(p), "attention backward (cuda, bf16 tensor cores): needs dropout 0 and head "
-               "size 64");
+  UNMASK_CHECK(attention_train_tc_applies(p), "attention backward (cuda, bf16 tensor cores): needs head size 64 and "
+               "an f32 output it can store in pairs");
   UNMASK_CHECK(p.delta, "attention backward (cuda, bf16 tensor cores): p.delta (NH * N floats) is required");
   const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
   if (N == 0) return;
@@ -100,6 +102,7 @@ void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) 
   b.cu_seqlens = p.cu_seqlens, b.key_mask = p.key_mask, b.mask_elem_bytes = p.mask_elem_bytes;
   b.mask_batch_stride = p.mask_batch_stride;
   b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
+  b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
   flash_attention_backward(b, stream);
 }
 

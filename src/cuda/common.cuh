@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "core/philox.h"
 #include "cuda/check.h"
 #include "unmask/dtype.h"
 
@@ -96,6 +97,12 @@ __device__ __forceinline__ bool mask_is_set(const void* mask, int elem_bytes, in
   if (elem_bytes == 1) return static_cast<const uint8_t*>(mask)[off] != 0;
   if (elem_bytes == 4) return static_cast<const int32_t*>(mask)[off] != 0;
   return static_cast<const int64_t*>(mask)[off] != 0;
+}
+
+/// Attention dropout of element `counter` (ops.h: kept iff philox_uniform(seed, counter) >= p):
+/// the factor the probability is multiplied by, 1 / (1 - p) or 0.
+__device__ __forceinline__ float dropout_factor(float p, uint64_t seed, uint64_t counter) {
+  return philox_uniform(seed, counter) >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
 
 // ---- reductions ---------------------------------------------------------------------------

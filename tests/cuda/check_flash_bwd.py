@@ -12,7 +12,10 @@ autograd of softmax(scale Q K^T + mask) V in float64:
   * one sequence of 150 rows (3 tiles, the last partial: rows and keys past the end),
   * a padded key mask with masked keys inside the sequence,
   * a query tile whose keys are all masked is not needed: the lse = -inf path is checked on
-    its own (P = 0 for such a row).
+    its own (P = 0 for such a row),
+  * and again with attention dropout 0.1: the kernels' Philox counters (ops.h: offset +
+    (h N + row) T + key; Philox-4x32-10 here in numpy, checked against Random123's known answer)
+    must drop the same elements as the reference's mask.
   python3 tests/cuda/check_flash_bwd.py
 """
 import math
@@ -21,6 +24,36 @@ import numpy as np
 import torch
 
 LOG2E = 1.4426950408889634
+MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """core/philox.h on numpy uint64 arrays holding 32-bit words."""
+    m0, m1, w0, w1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57), np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
+    for r in range(10):
+        if r > 0:
+            k0, k1 = (k0 + w0) & MASK32, (k1 + w1) & MASK32
+        p0, p1 = m0 * c0, m1 * c2
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & MASK32, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & MASK32
+    return c0, c1, c2, c3
+
+
+def philox_uniform(seed, counter):
+    """ops.h's uniform stream: block counter >> 2 (words lo, hi, 0, 0), key (seed lo, hi), lane
+    counter & 3, top 24 bits x 2^-24."""
+    counter = np.asarray(counter, dtype=np.uint64)
+    block, lane = counter >> np.uint64(2), (counter & np.uint64(3)).astype(np.int64)
+    z = np.zeros_like(block)
+    words = philox4x32_10(block & MASK32, block >> np.uint64(32), z, z, np.uint64(seed) & MASK32,
+                          np.uint64(seed) >> np.uint64(32))
+    r = np.choose(lane, words)
+    return (r >> np.uint64(8)).astype(np.float64) * 2.0 ** -24
+
+
+def dropout_factor(drop, seed, counter):  # common.cuh dropout_factor
+    if drop == 0.0:
+        return np.ones(np.shape(counter))
+    return np.where(philox_uniform(seed, counter) >= drop, 1.0 / (1.0 - drop), 0.0)
 
 
 def ldmatrix_x4(smem, addr_of_lane, trans=False):
@@ -105,8 +138,10 @@ def store_rows(G, acc, row_base, valid, mul, D, ntiles_o):  # store_rows_f32 (ro
                 G[row_base[0] + row_base[1] + row, c + 1] = acc[i][l, 2 * r + 1] * mul
 
 
-def backward(Q, K, V, dO, lse, delta, key_real, scale, D):
+def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offset=0, head=0, N=None, start=0):
+    """N: rows of the whole batch (the counters' h N term); start: this sequence's first row."""
     T = Q.shape[0]
+    N = T if N is None else N
     DP = (D + 15) // 16 * 16
     LDS, KS, NT = DP + 8, DP // 16, DP // 8
     s2 = scale * LOG2E
@@ -134,8 +169,10 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D):
                     for e in range(4):
                         q = t * 8 + (lanes % 4) * 2 + (e & 1)
                         pv = np.where(key_ok[e >> 1], np.exp2(acc_p[t][:, e] * s2 - sL[q]), 0.0)
-                        acc_p[t][:, e] = pv
-                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] - sD[q])
+                        key = k0 + warp * 16 + lanes // 4 + 8 * (e >> 1)
+                        f = dropout_factor(drop, seed, offset + (head * N + start + q0 + q) * T + key)
+                        acc_p[t][:, e] = pv * f
+                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - sD[q])
                 mma_acc_nn(acc_dv, acc_p, sdO, NT)
                 mma_acc_nn(acc_dk, acc_dp, sQ, NT)
             store_rows(dK, acc_dk, (k0, warp * 16), T - k0, scale, D, NT)
@@ -161,7 +198,9 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D):
                     for e in range(4):
                         key = t * 8 + (lanes % 4) * 2 + (e & 1)
                         pv = np.exp2(acc_p[t][:, e] * s2 + bias[key] - l2[e >> 1])
-                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] - dl[e >> 1])
+                        row = start + q0 + warp * 16 + lanes // 4 + 8 * (e >> 1)
+                        f = dropout_factor(drop, seed, offset + (head * N + row) * T + k0 + key)
+                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - dl[e >> 1])
                 mma_acc_nn(acc_dq, acc_dp, sK, NT)
             store_rows(dQ, acc_dq, (q0, warp * 16), T - q0, scale, D, NT)
     return dQ, dK, dV
@@ -184,36 +223,54 @@ def forward_lse(S2, key_real):
     return out
 
 
-def main():
+def check(drop):
     rng = np.random.default_rng(7)
     T, D = 150, 64
+    # The sequence is head 1 of 2, starting at row 40 of an N = 400-row batch (padded T = 150):
+    # the counters' h N + row term is exercised with nonzero values.
+    head, N, start, seed, offset = 1, 400, 40, 0x1234ABCD5678, 977
     scale = 1.0 / math.sqrt(D)
     Q, K, V, dO = (rng.uniform(-1.5, 1.5, (T, D)) for _ in range(4))
     key_real = np.ones(T, dtype=bool)
     key_real[[3, 64, 65, 100, 149]] = False  # masked keys inside every tile
-    # Reference: float64 autograd
+    rows, keys = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    F = dropout_factor(drop, seed, offset + (head * N + start + rows) * T + keys)  # [query, key]
+    # Reference: float64 autograd, dropout after the softmax (ops.h)
     tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (Q, K, V))
     bias = torch.tensor(np.where(key_real, 0.0, -np.inf))
     Sref = scale * tq @ tk.T + bias
     P = torch.softmax(Sref, dim=-1)
-    out = P @ tv
+    out = (P * torch.tensor(F)) @ tv
     out.backward(torch.tensor(dO))
     lse_ref = torch.logsumexp(Sref, dim=-1).detach().numpy()
     lse = forward_lse((Q @ K.T) * scale * LOG2E, key_real)
     assert np.max(np.abs(lse - lse_ref)) < 1e-12, ("lse", np.max(np.abs(lse - lse_ref)))
     delta = (dO * out.detach().numpy()).sum(axis=1)
-    dQ, dK, dV = backward(Q, K, V, dO, lse, delta, key_real, scale, D)
+    dQ, dK, dV = backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop, seed, offset, head, N, start)
     for name, got, want in (("dQ", dQ, tq.grad), ("dK", dK, tk.grad), ("dV", dV, tv.grad)):
         want = want.numpy()
         err = np.max(np.abs(got - want))
         assert not np.isnan(got).any(), (name, "rows left unwritten")
-        assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, err)
-        print(f"{name}: max |emulated - autograd| {err:.2e} over {T} rows")
+        assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, drop, err)
+        print(f"dropout {drop}: {name}: max |emulated - autograd| {err:.2e} over {T} rows")
     assert np.abs(dK[key_real == False]).max() == 0 and np.abs(dV[key_real == False]).max() == 0  # noqa: E712
+    if drop > 0:
+        kept = (F > 0).mean()
+        assert abs(kept - (1 - drop)) < 0.01, kept  # about 1 - p of the elements kept
+        print(f"dropout {drop}: {100 * kept:.1f}% of {T * T} probabilities kept")
+
+
+def main():
+    # Philox-4x32-10 against Random123's known answer (counter 0, key 0), as tests/test_train_ops.cc.
+    z = np.zeros(1, dtype=np.uint64)
+    assert [int(w[0]) for w in philox4x32_10(z, z, z, z, z[0], z[0])] == [0x6627e8d5, 0xe169c58d, 0xbc57ac4c,
+                                                                        0x9b00dbd8]
+    check(0.0)
+    check(0.1)
     # A row with no real key: lse = -inf -> lse2 = +inf -> P = 0, whatever the scores.
     assert forward_lse(np.zeros((3, 3)), np.zeros(3, dtype=bool))[0] == -np.inf
-    assert np.exp2(5.0 * scale * LOG2E - np.inf) == 0.0
-    print("flash backward: dQ, dK, dV fragments and masks match autograd (T=150, D=64, 5 masked keys)")
+    assert np.exp2(5.0 * LOG2E - np.inf) == 0.0
+    print("flash backward: dQ, dK, dV fragments, masks and dropout match autograd (T=150, D=64, 5 masked keys)")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 // flash/bwd_kernel.cuh; CudaState::attention_bf16) against float64 and against a naive
 // implementation in the same precision, per the rule for low-precision kernels.
 //
-// For each case (padded with a key mask and a row whose keys are all masked; packed with
-// unequal lengths; VideoMAE's encoder shape without a mask) on fresh random inputs:
+// For each case (padded with a key mask and a row whose keys are all masked, with 64- and 128-row
+// forward blocks; packed with unequal lengths, with and without attention dropout; VideoMAE's
+// encoder shape without a mask) on fresh random inputs:
 //   exact  = float64 attention forward and backward of the f32 inputs (below, on the CPU);
 //   naive  = the same float64 code with every matmul operand rounded to bf16 (q, k, v, dout, the
 //            probabilities before P V and P^T dO, dS before dS K and dS^T Q);
@@ -13,6 +14,7 @@
 // The index math of the kernels is also checked without a GPU: tests/cuda/check_flash_bwd.py.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/philox.h"
 #include "cuda/cuda_state.h"
 #include "cuda_test_common.h"
 #include "ops/ops.h"
@@ -53,6 +56,7 @@ struct Case {
   std::vector<int64_t> lens;  // sequence lengths (packed) or B copies of T (padded)
   bool packed = false;
   std::vector<std::vector<uint8_t>> key_real;  // padded: per sequence, 1 = real key (empty: all)
+  float dropout = 0.0f;                        // attention dropout (ops.h counters), seed 99, offset 5
 };
 
 struct Grads {
@@ -71,17 +75,24 @@ Grads reference(const Case& c, const std::vector<double>& q, const std::vector<d
   g.out.assign(size_t(N * C), 0), g.lse.assign(size_t(c.NH * N), 0);
   g.dq.assign(size_t(N * C), 0), g.dk.assign(size_t(N * C), 0), g.dv.assign(size_t(N * C), 0);
   const double scale = 1.0 / std::sqrt(double(c.HS));
+  const int64_t T = *std::max_element(c.lens.begin(), c.lens.end());  // the counters' row length
+  // Dropout factor of (head h, batch row n, key j): ops.h's mask, 1/(1-p) or 0.
+  auto factor = [&](int64_t h, int64_t n, int64_t j) {
+    if (c.dropout == 0.0f) return 1.0;
+    const uint64_t counter = 5 + uint64_t((h * N + n) * T + j);
+    return philox_uniform(99, counter) >= c.dropout ? 1.0 / (1.0 - double(c.dropout)) : 0.0;
+  };
   int64_t start = 0;
   for (size_t s = 0; s < c.lens.size(); ++s) {
-    const int64_t T = c.lens[s];
+    const int64_t L = c.lens[s];
     auto real = [&](int64_t j) { return c.key_real.empty() || c.key_real[s][size_t(j)] != 0; };
     for (int64_t h = 0; h < c.NH; ++h) {
       auto at = [&](const std::vector<double>& x, int64_t row, int64_t d) { return x[size_t((start + row) * C + h * c.HS + d)]; };
-      std::vector<double> P(size_t(T * T), 0.0);
-      for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> P(size_t(L * L), 0.0);
+      for (int64_t i = 0; i < L; ++i) {
         double m = -INFINITY;
-        std::vector<double> sc(size_t(T), -INFINITY);
-        for (int64_t j = 0; j < T; ++j) {
+        std::vector<double> sc(size_t(L), -INFINITY);
+        for (int64_t j = 0; j < L; ++j) {
           if (!real(j)) continue;
           double d = 0;
           for (int64_t e = 0; e < c.HS; ++e) d += R(at(q, i, e)) * R(at(k, j, e));
@@ -89,32 +100,32 @@ Grads reference(const Case& c, const std::vector<double>& q, const std::vector<d
           m = std::max(m, sc[size_t(j)]);
         }
         double l = 0;
-        for (int64_t j = 0; j < T; ++j) l += real(j) ? std::exp(sc[size_t(j)] - m) : 0.0;
+        for (int64_t j = 0; j < L; ++j) l += real(j) ? std::exp(sc[size_t(j)] - m) : 0.0;
         g.lse[size_t(h * N + start + i)] = l > 0 ? m + std::log(l) : -INFINITY;
-        for (int64_t j = 0; j < T; ++j) P[size_t(i * T + j)] = l > 0 && real(j) ? std::exp(sc[size_t(j)] - m) / l : 0.0;
+        for (int64_t j = 0; j < L; ++j) P[size_t(i * L + j)] = l > 0 && real(j) ? std::exp(sc[size_t(j)] - m) / l : 0.0;
         for (int64_t e = 0; e < c.HS; ++e) {
           double o = 0;
-          for (int64_t j = 0; j < T; ++j) o += R(P[size_t(i * T + j)]) * R(at(v, j, e));
+          for (int64_t j = 0; j < L; ++j) o += R(P[size_t(i * L + j)] * factor(h, start + i, j)) * R(at(v, j, e));
           g.out[size_t((start + i) * C + h * c.HS + e)] = o;
         }
       }
-      for (int64_t i = 0; i < T; ++i) {
+      for (int64_t i = 0; i < L; ++i) {
         double delta = 0;
         for (int64_t e = 0; e < c.HS; ++e) delta += at(dout, i, e) * g.out[size_t((start + i) * C + h * c.HS + e)];
-        for (int64_t j = 0; j < T; ++j) {
-          const double p = P[size_t(i * T + j)];
+        for (int64_t j = 0; j < L; ++j) {
+          const double p = P[size_t(i * L + j)], f = factor(h, start + i, j);
           double dp = 0;
           for (int64_t e = 0; e < c.HS; ++e) dp += R(at(dout, i, e)) * R(at(v, j, e));
-          const double ds = p * (dp - delta);
+          const double ds = p * (dp * f - delta);
           for (int64_t e = 0; e < c.HS; ++e) {
-            g.dv[size_t((start + j) * C + h * c.HS + e)] += R(p) * R(at(dout, i, e));
+            g.dv[size_t((start + j) * C + h * c.HS + e)] += R(p * f) * R(at(dout, i, e));
             g.dq[size_t((start + i) * C + h * c.HS + e)] += scale * R(ds) * R(at(k, j, e));
             g.dk[size_t((start + j) * C + h * c.HS + e)] += scale * R(ds) * R(at(q, i, e));
           }
         }
       }
     }
-    start += T;
+    start += L;
   }
   return g;
 }
@@ -178,9 +189,11 @@ Grads run_cuda(const Case& c, const std::vector<double>& q, const std::vector<do
     }
   }
   const Tensor tq = tqkv.slice(1, 0, C), tk = tqkv.slice(1, C, 2 * C), tv = tqkv.slice(1, 2 * C, 3 * C);
-  ops::attention_forward_train(ctx, tq, tk, tv, out, lse, a, {});
+  ops::AttentionTrainArgs train;
+  train.dropout_p = c.dropout, train.dropout_seed = 99, train.dropout_offset = 5;
+  ops::attention_forward_train(ctx, tq, tk, tv, out, lse, a, train);
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
-  ops::attention_backward(ctx, tq, tk, tv, out, lse, tdout, dq, dk, dv, a, {});
+  ops::attention_backward(ctx, tq, tk, tv, out, lse, tdout, dq, dk, dv, a, train);
   ctx.synchronize();
   st.attention_bf16 = saved;
   Grads g;
@@ -249,6 +262,18 @@ TEST(CudaAttentionTc, PackedUnequalLengthsMatchesNaiveBf16) {
   c.packed = true;
   c.lens = {150, 37, 64, 1};
   check_case(c, base_seed() ^ 0x22);
+}
+
+// BERT's attention dropout: the tensor-core kernels must drop the elements the f32 kernels and the
+// float64 reference (ops.h's Philox counters) drop.
+TEST(CudaAttentionTc, PackedWithDropoutMatchesNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "packed dropout 0.1";
+  c.packed = true;
+  c.lens = {128, 77, 20};
+  c.dropout = 0.1f;
+  check_case(c, base_seed() ^ 0x55);
 }
 
 TEST(CudaAttentionTc, VideoMAEEncoderShapeMatchesNaiveBf16) {

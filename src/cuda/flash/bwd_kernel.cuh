@@ -20,8 +20,9 @@
 //
 // A query row with no real key has lse = -inf; its lse2 is taken as +inf so that P = 0 and it
 // adds nothing (the forward gave it a zero output). Rows past the sequence end are zero-filled
-// in shared memory and get lse2 = +inf; keys past it or masked get P = 0. Dropout is not
-// supported here (p = 0: the caller falls back to the f32 kernels otherwise).
+// in shared memory and get lse2 = +inf; keys past it or masked get P = 0.
+// Dropout (the forward's Philox mask, recomputed per element, factor f = keep / (1 - p)):
+// dV += (P f)^T dO and dS = P (dPd f - delta), dPd = dO V^T (the f32 kernels' formulas).
 // Fragment layouts and ldmatrix patterns: mma.cuh and fwd_kernel.cuh (the same three patterns:
 // an A operand from row-major smem, a B operand whose n index is the smem row, and a B operand
 // whose k index is the smem row, through .trans).
@@ -48,6 +49,9 @@ struct FlashBwdParams {
   int mask_elem_bytes = 1;
   int64_t mask_batch_stride = 0;
   float scale = 0.0f, scale_log2 = 0.0f;
+  // The forward's dropout (params.h counters: offset + (h lse_head_stride + row) max_seqlen + key).
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 template <int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 64>
@@ -227,8 +231,15 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
       for (int e = 0; e < 4; ++e) {
         const int q = t * 8 + (lane % 4) * 2 + (e & 1);
         const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - sLse2[q]) : 0.0f;
-        acc_p[t][e] = pv;
-        acc_dp[t][e] = pv * (acc_dp[t][e] - sDelta[q]);  // dS^T
+        float f = 1.0f;
+        if (p.dropout_p > 0.0f) {
+          const int key = k0 + warp * 16 + lane / 4 + 8 * (e >> 1);
+          f = dropout_factor(p.dropout_p, p.dropout_seed,
+                             p.dropout_offset + uint64_t((head * p.lse_head_stride + start + q0 + q) * p.max_seqlen) +
+                                 uint64_t(key));
+        }
+        acc_p[t][e] = pv * f;                                // (P f)^T, for dV
+        acc_dp[t][e] = pv * (acc_dp[t][e] * f - sDelta[q]);  // dS^T
       }
     }
     mma_acc_nn<Kt>(acc_dv, acc_p, sdO, lane);  // dV += P^T dO
@@ -307,7 +318,14 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
       for (int e = 0; e < 4; ++e) {
         const int key = t * 8 + (lane % 4) * 2 + (e & 1);
         const float pv = exp2f(acc_p[t][e] * p.scale_log2 + sBias[key] - lse2[e >> 1]);
-        acc_dp[t][e] = pv * (acc_dp[t][e] - delta[e >> 1]);  // dS
+        float f = 1.0f;
+        if (p.dropout_p > 0.0f) {
+          const int64_t row = start + q0 + warp * 16 + lane / 4 + 8 * (e >> 1);
+          f = dropout_factor(p.dropout_p, p.dropout_seed,
+                             p.dropout_offset + uint64_t((head * p.lse_head_stride + row) * p.max_seqlen) +
+                                 uint64_t(k0 + key));
+        }
+        acc_dp[t][e] = pv * (acc_dp[t][e] * f - delta[e >> 1]);  // dS
       }
     }
     mma_acc_nn<Kt>(acc_dq, acc_dp, sK, lane);  // dQ += dS K

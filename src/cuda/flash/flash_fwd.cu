@@ -55,6 +55,9 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
   UNMASK_CHECK(!(p.o_f32 || p.lse) || force == AttentionKernel::flash,
                "attention (cuda): an f32 output and the log-sum-exp are written by the flash kernel only");
   UNMASK_CHECK(!p.lse || p.lse_head_stride >= 1, "attention (cuda): lse_head_stride must be >= 1 with an lse");
+  UNMASK_CHECK(p.dropout_p == 0.0f || (p.dropout_p > 0.0f && p.dropout_p < 1.0f && p.lse && force == AttentionKernel::flash),
+               "attention (cuda): dropout (p = ", p.dropout_p, ") is a training feature of the flash kernel: p in "
+               "[0, 1) with an lse");
   if (force == AttentionKernel::naive) return attention_naive_forward(p, stream);
   UNMASK_CHECK(attention_kernel_for(p) == AttentionKernel::flash, "attention (cuda): the flash kernel needs bf16/f16, ",
                "head size 64, 80, 88 or 128 and 16-byte aligned rows; got ", dtype_name(p.dtype), " HS=", p.head_dim,

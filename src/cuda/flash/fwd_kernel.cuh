@@ -174,6 +174,18 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
         row_sum[e >> 1] += pe;
       }
     }
+    if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
+      const int key0 = j * BN + (lane % 4) * 2;
+      const int64_t row_base = (int64_t(head) * p.lse_head_stride + seq_start + q0 + warp * 16 + lane / 4);
+#pragma unroll
+      for (int t = 0; t < Kt::kNTilesS; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint64_t counter = p.dropout_offset + uint64_t((row_base + 8 * (e >> 1)) * p.max_seqlen) +
+                                   uint64_t(key0 + t * 8 + (e & 1));
+          acc_s[t][e] *= dropout_factor(p.dropout_p, p.dropout_seed, counter);
+        }
+    }
 #pragma unroll
     for (int i = 0; i < Kt::kNTilesO; ++i) {
       acc_o[i][0] *= corr[0];

@@ -52,6 +52,12 @@ struct FlashFwdParams {
   bool o_f32 = false;
   float* lse = nullptr;
   int64_t lse_head_stride = 0;
+  // Training dropout of the probabilities (flash kernel only), the counters of ops.h: element
+  // (row n of head h, key j of its sequence) is kept iff philox_uniform(seed, offset +
+  // (h lse_head_stride + n) max_seqlen + j) >= p, kept ones scaled by 1 / (1 - p); the row sums
+  // (and lse) stay undropped. p = 0: none.
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 }  // namespace unmask::cuda
