@@ -17,12 +17,15 @@
 #             and the same under torch.compile for the bf16 rows.
 # The engines alternate per row. MFU = 3 x model FLOPs x clips/s / the H100 SXM dense peak of the
 # precision (bf16 989.4 TFLOP/s); the memory column is each engine's allocator peak over the row.
-# Environment: BATCHES (default "32 64 128"), MEM_BATCH (default 256: the memory row, unmask and
-# PyTorch bf16), PRECISIONS (default "bf16 fp32"), STEPS (5), WARMUP (2), OUT (default ./gpu_out).
+# Environment: BATCHES (default "32 128"), MEM_BATCH (default 256: the memory row, unmask and
+# PyTorch bf16), PRECISIONS (default "bf16 fp32"), STEPS (5), WARMUP (2), OUT (default ./gpu_out),
+# LIMIT (default 480: seconds after which no new row starts, so that the summary is written
+# within one 10-minute `run` call). torch.compile runs at the largest batch only.
 set -u
 BIN=$(cd "${1:-carry}" && pwd)
 OUT=${OUT:-$PWD/gpu_out}
-BATCHES=${BATCHES:-32 64 128}
+BATCHES=${BATCHES:-32 128}
+LIMIT=${LIMIT:-480}
 MEM_BATCH=${MEM_BATCH:-256}
 PRECISIONS=${PRECISIONS:-bf16 fp32}
 STEPS=${STEPS:-5}
@@ -38,6 +41,8 @@ ROWS="$OUT/videomae_gpu.jsonl"
 : > "$ROWS"
 T0=$(date +%s)
 at() { echo $(( $(date +%s) - T0 )); }
+in_time() { [ "$(at)" -lt "$LIMIT" ] || { echo "time limit ($LIMIT s): skipping $*"; false; }; }
+largest=$(echo $BATCHES | tr ' ' '\n' | sort -n | tail -1)
 
 unmask_row() {  # precision batch [attention: f32 (default) | bf16 = UNMASK_CUDA_ATTN_BF16=1, tensor cores]
   UNMASK_CUDA_ATTN_BF16=$([ "${3:-f32}" = bf16 ] && echo 1 || echo 0) timeout 300 "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
@@ -52,15 +57,15 @@ torch_row() {  # precision batch [--compile]
 
 for prec in $PRECISIONS; do
   for b in $BATCHES; do
-    unmask_row "$prec" "$b"
-    [ "$prec" = bf16 ] && unmask_row "$prec" "$b" bf16
-    torch_row "$prec" "$b"
-    [ "$prec" = bf16 ] && torch_row "$prec" "$b" --compile
+    in_time "$prec $b" && unmask_row "$prec" "$b"
+    [ "$prec" = bf16 ] && in_time "$prec $b tc" && unmask_row "$prec" "$b" bf16
+    in_time "torch $prec $b" && torch_row "$prec" "$b"
+    [ "$prec" = bf16 ] && [ "$b" = "$largest" ] && in_time "torch compile $b" && torch_row "$prec" "$b" --compile
     echo "videomae $prec batch $b done at $(at)s"
   done
 done
-unmask_row bf16 "$MEM_BATCH" bf16
-torch_row bf16 "$MEM_BATCH"
+in_time "memory row" && unmask_row bf16 "$MEM_BATCH" bf16
+in_time "torch memory row" && torch_row bf16 "$MEM_BATCH"
 echo "memory rows (batch $MEM_BATCH) done at $(at)s"
 
 python3 - "$ROWS" <<'EOF' | tee "$OUT/videomae_gpu_summary.md"

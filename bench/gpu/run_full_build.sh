@@ -22,6 +22,8 @@
 #   also in 3: `pretrain precision = "bf16"` and `"fp16"` (with dynamic loss scaling) near the fp32
 #   CPU curve (5e-2).
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
+# STAGES (default "2 3 4 5 6"; stage 1 always runs) picks stages: one `run` call may last 10
+# minutes, so a GPU session runs STAGES="2 3" and then STAGES="4 5 6" (each stage has a timeout).
 set -u
 BIN=$(cd "${1:-carry}" && pwd)
 DEVICE=${DEVICE:-cuda}
@@ -36,6 +38,8 @@ at() { echo $(( $(date +%s) - T0 )); }
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
+STAGES=${STAGES:-2 3 4 5 6}
+want() { [[ " $STAGES " == *" $1 "* ]]; }
 
 # 1. what we run on (libraries the machine lacks come in libs.tar.xz; any still missing are named)
 if [ -f "$BIN/libs.tar.xz" ]; then
@@ -47,7 +51,9 @@ missing=$(ldd "$BIN/unmask" "$BIN/unmask_cuda_tests" 2>/dev/null | grep "not fou
 note "version: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-200)"
 
 # 2. CUDA tests
-if [ "$DEVICE" = cuda ] && [ -x "$BIN/unmask_cuda_tests" ]; then
+if ! want 2; then
+  :
+elif [ "$DEVICE" = cuda ] && [ -x "$BIN/unmask_cuda_tests" ]; then
   timeout 240 "$BIN/unmask_cuda_tests" > "$OUT/cuda_tests.log" 2>&1
   note "cuda tests: rc $? at $(at)s; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_tests.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -10 | tee -a "$summary"
@@ -56,6 +62,7 @@ else
 fi
 
 # 3. pretrain: cpu vs cuda, and 2 ranks sharing the device
+if want 3; then
 write_tiny_corpus "$W"
 "$BIN/unmask" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" --max-seq 32 \
   --max-pred 5 --dupe-factor 2 > "$OUT/prepare.log" 2>&1
@@ -116,14 +123,17 @@ for d in sys.argv[2:]:
     tol = 5e-2 if d.endswith(("bf16", "fp16")) else 1e-4  # half operands: ~2^-8 (bf16) / 2^-11 (fp16) per GEMM
     print(f"{os.path.basename(d)} vs cpu: loss and grad-norm curves rel diff {worst:.2e}: {'ok' if worst <= tol else 'FAIL'}")
 EOF
+fi  # stage 3
 
 # 4. bench infer on the device (fp32), as many of seed 003's rows as fit
+if want 4; then
 timeout 200 "$BIN/unmask" bench infer --device "$DEVICE" --batch 1,8,32 --seq 128,384 --min-time 0.5 --iters 5 \
   --format json > "$OUT/bench_infer.jsonl" 2> "$OUT/bench_infer.err"
 note "bench infer --device $DEVICE: rc $? at $(at)s, $(wc -l < "$OUT/bench_infer.jsonl") rows"
 tail -3 "$OUT/bench_infer.jsonl" | tee -a "$summary"
+fi  # stage 4
 # 5. bench train on the device: BERT-base seq 128 batch 32 in each precision
-if [ "$DEVICE" = cuda ]; then
+if want 5 && [ "$DEVICE" = cuda ]; then
   # bf16-tc: bf16 GEMMs + the tensor-core training attention (UNMASK_CUDA_ATTN_BF16=1)
   for prec in fp32 tf32 bf16 bf16-tc; do
     UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 120 "$BIN/unmask" bench train \
@@ -133,7 +143,7 @@ if [ "$DEVICE" = cuda ]; then
   done
 fi
 # 6. VideoMAE ViT-B pretraining steps on the device (the CUDA tests compared them with the CPU)
-if [ "$DEVICE" = cuda ]; then
+if want 6 && [ "$DEVICE" = cuda ]; then
   for prec in fp32 bf16 bf16-tc; do
     UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 150 "$BIN/unmask" bench videomae \
       --device cuda --precision ${prec%-*} --model vit-b --batch 32 --synthetic \
