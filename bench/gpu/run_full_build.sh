@@ -19,11 +19,13 @@
 #   5. `bench train --device cuda` for fp32, tf32 and bf16 (autocast GEMMs), BERT-base seq 128 batch 32;
 #   6. `bench videomae --device cuda`: ViT-B batch 32 in fp32 and bf16 (the side-by-side with
 #      PyTorch is bench/gpu/compare_videomae_gpu.sh, a call of its own);
+#   7. BERT-large phase 1 (seq 128, batch 64) in bf16, f32 and tensor-core attention, side by side
+#      with HF BertForPreTraining under torch.autocast(bf16) (bench/gpu/torch_bert_train_gpu.py);
 #   also in 3: `pretrain precision = "bf16"` and `"fp16"` (with dynamic loss scaling) near the fp32
 #   CPU curve (5e-2).
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
 # STAGES (default "2 3 4 5 6"; stage 1 always runs) picks stages: one `run` call may last 10
-# minutes, so a GPU session runs STAGES="2 3" and then STAGES="4 5 6" (each stage has a timeout).
+# minutes, so a GPU session runs STAGES="2 3", then "4 5", then "6 7" (each stage has a timeout).
 set -u
 BIN=$(cd "${1:-carry}" && pwd)
 DEVICE=${DEVICE:-cuda}
@@ -38,7 +40,7 @@ at() { echo $(( $(date +%s) - T0 )); }
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
-STAGES=${STAGES:-2 3 4 5 6}
+STAGES=${STAGES:-2 3 4 5 6 7}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
 # 1. what we run on (libraries the machine lacks come in libs.tar.xz; any still missing are named)
@@ -150,6 +152,18 @@ if want 6 && [ "$DEVICE" = cuda ]; then
       --steps 3 --format json >> "$OUT/bench_videomae.jsonl" 2>> "$OUT/bench_videomae.err"
     note "bench videomae $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_videomae.jsonl" | cut -c1-200)"
   done
+fi
+# 7. BERT-large pretraining phase 1, unmask and PyTorch on the same GPU in one call
+if want 7 && [ "$DEVICE" = cuda ]; then
+  for prec in bf16 bf16-tc; do
+    UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 150 "$BIN/unmask" bench train \
+      --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --optimizer lamb \
+      --steps 5 --format json >> "$OUT/bench_train_large.jsonl" 2>> "$OUT/bench_train_large.err"
+    note "bench train bert-large $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_train_large.jsonl" | cut -c1-200)"
+  done
+  timeout 200 python3 bench/gpu/torch_bert_train_gpu.py --model large --seq 128 --batch 64 --precision bf16 \
+    >> "$OUT/bench_train_large.jsonl" 2>> "$OUT/bench_train_large.err"
+  note "pytorch bert-large bf16: rc $? at $(at)s: $(tail -1 "$OUT/bench_train_large.jsonl" | cut -c1-200)"
 fi
 rm -rf "$W"
 exit 0
