@@ -34,9 +34,7 @@ mkdir -p "$OUT"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 W=$(mktemp -d /tmp/unmask-vmae-XXXXXX)
-if [ -f "$BIN/libs.tar.xz" ]; then
-  mkdir -p "$W/lib" && tar -xJf "$BIN/libs.tar.xz" -C "$W/lib" && export LD_LIBRARY_PATH="$W/lib:${LD_LIBRARY_PATH:-}"
-fi
+source bench/gpu/unpack_carry.sh
 ROWS="$OUT/videomae_gpu.jsonl"
 : > "$ROWS"
 T0=$(date +%s)

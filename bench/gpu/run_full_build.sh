@@ -5,7 +5,7 @@
 #
 #   here:   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNMASK_CUDA=ON \
 #             -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc && cmake --build build-cuda -j2
-#           bash bench/gpu/pack_full_build.sh carry    (binaries + libs.tar.xz, ~55 MB; carry/ must be
+#           bash bench/gpu/pack_full_build.sh carry    (bins.tar.xz + libs.tar.xz, ~22 MB; carry/ must be
 #           ignored by git: echo /carry/ >> .git/info/exclude)
 #   there:  run(command="bash bench/gpu/run_full_build.sh carry", carry=["carry"])
 #
@@ -44,9 +44,7 @@ STAGES=${STAGES:-2 3 4 5 6 7}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
 # 1. what we run on (libraries the machine lacks come in libs.tar.xz; any still missing are named)
-if [ -f "$BIN/libs.tar.xz" ]; then
-  mkdir -p "$W/lib" && tar -xJf "$BIN/libs.tar.xz" -C "$W/lib" && export LD_LIBRARY_PATH="$W/lib:${LD_LIBRARY_PATH:-}"
-fi
+source bench/gpu/unpack_carry.sh
 missing=$(ldd "$BIN/unmask" "$BIN/unmask_cuda_tests" 2>/dev/null | grep "not found" | sort -u | tr -s ' \t\n' ' ')
 [ -n "$missing" ] && note "missing libraries: $missing"
 { "$BIN/unmask" version; nvidia-smi 2>&1 | head -15; } > "$OUT/env.txt" 2>&1
