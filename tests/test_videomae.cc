@@ -9,6 +9,7 @@
 #include <map>
 
 #include "op_test_util.h"
+#include "ops/ops.h"
 #include "unmask/videomae.h"
 #include "video/videomae_names.h"
 
@@ -163,6 +164,61 @@ TEST(VideoMAE, UnfoldAndTargetMatchDirectIndexing) {
       }
     }
   }
+}
+
+// The step's video-token ops against the whole-batch functions: tubelet_gather and tubelet_target
+// are the rows of videomae_unfold / videomae_target that the ids select (bit for bit: the same
+// copies and the same double arithmetic), in any order and with repeats; mse_rows is the float64
+// sum over the weighted rows with the gradient 2/count (pred - target) there and 0 elsewhere;
+// bad ids, shapes and weights are Errors.
+TEST(VideoMAE, VideoOpsAreRowsOfUnfoldAndTarget) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  const VideoMAEConfig c = VideoMAEConfig::tiny();  // 8 tokens per clip
+  Context ctx({.num_threads = 2});
+  const Tensor v = random_videos(rng, c, 3);
+  const Tensor cols_all = videomae_unfold(v, 2, 16);
+  const std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, sd{0.229f, 0.224f, 0.225f};
+  const Tensor tgt_all = videomae_target(v, 2, 16, mean, sd);
+  const int64_t R = 11, K = 1536;
+  Tensor ids = Tensor::empty({R}, DType::i32);
+  for (int64_t r = 0; r < R; ++r) ids.data<int32_t>()[r] = int32_t(rng.integer(0, 23));
+  ids.data<int32_t>()[3] = ids.data<int32_t>()[7];  // a repeat
+  Tensor cols = Tensor::empty({R, K}, DType::f32), tgt = Tensor::empty({R, K}, DType::f32);
+  ops::tubelet_gather(ctx, v, ids, {2, 16}, cols);
+  ops::tubelet_target(ctx, v, ids, {2, 16}, {mean.begin(), mean.end()}, {sd.begin(), sd.end()}, tgt);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t id = ids.data<int32_t>()[r];
+    EXPECT_EQ(0, std::memcmp(cols.data<float>() + r * K, cols_all.data<float>() + id * K, K * sizeof(float))) << r;
+    EXPECT_EQ(0, std::memcmp(tgt.data<float>() + r * K, tgt_all.data<float>() + id * K, K * sizeof(float))) << r;
+  }
+  // mse_rows with row weights: rows 1 and 4 left out.
+  Tensor weight = Tensor::empty({R}, DType::u8);
+  for (int64_t r = 0; r < R; ++r) static_cast<uint8_t*>(weight.raw())[r] = uint8_t(r != 1 && r != 4);
+  Tensor dpred = Tensor::empty({R, K}, DType::f32);
+  const double gscale = 2.0 / double(9 * K);
+  const double sq = ops::mse_rows(ctx, cols, tgt, &weight, gscale, dpred);
+  double want = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const bool in = r != 1 && r != 4;
+    for (int64_t k = 0; k < K; ++k) {
+      const double d = double(cols.data<float>()[r * K + k]) - double(tgt.data<float>()[r * K + k]);
+      if (in) want += d * d;
+      ASSERT_EQ(dpred.data<float>()[r * K + k], in ? float(gscale * d) : 0.0f) << r << " " << k;
+    }
+  }
+  EXPECT_NEAR(sq, want, 1e-12 * want);
+  EXPECT_GT(want, 1.0);
+  // Errors: an id past B Np, a wrong output shape, a weight of the wrong length.
+  Tensor bad = ids.contiguous();
+  bad.data<int32_t>()[2] = 24;
+  EXPECT_THROW(ops::tubelet_gather(ctx, v, bad, {2, 16}, cols), Error);
+  Tensor narrow = Tensor::empty({R, K - 1}, DType::f32);
+  EXPECT_THROW(ops::tubelet_gather(ctx, v, ids, {2, 16}, narrow), Error);
+  EXPECT_THROW(ops::tubelet_target(ctx, v, ids, {2, 16}, {0.5f}, {0.5f}, tgt), Error);  // one value for 3 channels
+  EXPECT_THROW(ops::tubelet_gather(ctx, v, ids, {3, 16}, cols), Error);                 // 3 does not tile 4 frames
+  Tensor short_weight = Tensor::zeros({R - 1}, DType::u8);
+  EXPECT_THROW(ops::mse_rows(ctx, cols, tgt, &short_weight, gscale, dpred), Error);
 }
 
 TEST(VideoMAE, LossEqualsFloat64Recomputation) {
