@@ -53,11 +53,8 @@ namespace {
 // uploaded to the context's device in one copy; every gather and scatter of the step is an
 // ops::embedding row gather over one of these index lists (no per-clip loops, no atomics).
 struct StepIndex {
-  int64_t B = 0, Np = 0, Nv = 0, Nm = 0, Nd = 0, Nt = 0;
-  std::vector<int32_t> vis_ids, dec_ids;  // flat token ids b * Np + j: visible, decoded (ascending per clip)
-  std::vector<uint8_t> loss_weight;       // [B * Nd]: 1 = the decoded token is encoder-masked (in the loss)
-  int64_t loss_rows = 0;
-  bool weighted = false;                  // some decoded token is not in the loss (v2 dual masking)
+  int64_t Nv = 0, Nm = 0, Nd = 0, Nt = 0;  // per clip: visible, masked, decoded, decoder tokens
+  int64_t loss_rows = 0;                   // decoded tokens the loss counts (the encoder-masked ones)
   // Device copies (i32 row lists), slices of one upload:
   Tensor vis_ids_t;   // [B Nv]  tubelet_gather of the visible tokens
   Tensor vis_pos;     // [B Nv]  their positions j (encoder pos table)
@@ -67,7 +64,7 @@ struct StepIndex {
   Tensor dec_ids_t;   // [B Nd]  their flat token ids (targets)
   Tensor grad_src;    // [B Nt]  decoder output gradient row -> row of [dln (B Nd rows); 0]
   Tensor vis_rows;    // [B Nv]  visible rows b Nt + j of the decoder input gradient
-  Tensor loss_weight_t;  // u8 [B Nd] (weighted only)
+  Tensor loss_weight_t;  // u8 [B Nd], 1 = in the loss; undefined when every decoded token is (v1)
 };
 
 // Every row of `mask` (u8 [B, Np], nonzero = selected) must select the same count; returns it.
@@ -86,15 +83,15 @@ int64_t row_count(const uint8_t* mask, int64_t B, int64_t Np, bool selected, con
 
 StepIndex build_index(const Tensor& mask_host, const Tensor& dmask_host, int64_t B, int64_t Np, Device device) {
   StepIndex x;
-  x.B = B, x.Np = Np;
   const uint8_t* mk = static_cast<const uint8_t*>(mask_host.raw());
   x.Nm = row_count(mk, B, Np, true, "mask");
   x.Nv = Np - x.Nm;
   UNMASK_CHECK(x.Nm >= 1 && x.Nv >= 1,
                "videomae pretrain_step: the mask must leave at least one visible and one masked token per clip, got ",
                x.Nm, " masked of ", Np);
-  std::vector<int32_t> mask_ids;
-  for (int64_t t = 0; t < B * Np; ++t) (mk[t] ? mask_ids : x.vis_ids).push_back(int32_t(t));
+  // Flat token ids b * Np + j, ascending per clip: the visible ones and the decoded ones.
+  std::vector<int32_t> vis_ids, dec_ids, mask_ids;
+  for (int64_t t = 0; t < B * Np; ++t) (mk[t] ? mask_ids : vis_ids).push_back(int32_t(t));
   // Decoded positions per clip (ascending): the encoder-masked ones (v1), or with a decoder mask
   // the kept ones (v2); loss_weight says which of them the loss counts (encoder-masked).
   if (dmask_host.defined()) {
@@ -102,43 +99,42 @@ StepIndex build_index(const Tensor& mask_host, const Tensor& dmask_host, int64_t
     x.Nd = row_count(dk, B, Np, false, "decoder_mask");
     UNMASK_CHECK(x.Nd >= 1, "videomae pretrain_step: the decoder mask keeps no token");
     for (int64_t t = 0; t < B * Np; ++t)
-      if (!dk[t]) x.dec_ids.push_back(int32_t(t));
+      if (!dk[t]) dec_ids.push_back(int32_t(t));
   } else {
     x.Nd = x.Nm;
-    x.dec_ids = std::move(mask_ids);
+    dec_ids = std::move(mask_ids);
   }
-  x.loss_weight.resize(x.dec_ids.size());
-  for (size_t r = 0; r < x.dec_ids.size(); ++r) x.loss_rows += (x.loss_weight[r] = mk[x.dec_ids[r]] != 0);
+  std::vector<uint8_t> loss_weight(dec_ids.size());
+  for (size_t r = 0; r < dec_ids.size(); ++r) x.loss_rows += (loss_weight[r] = mk[dec_ids[r]] != 0);
   UNMASK_CHECK(x.loss_rows >= 1, "videomae pretrain_step: no decoded token is encoder-masked, so there is no loss");
-  x.weighted = x.loss_rows != int64_t(x.dec_ids.size());
   x.Nt = x.Nv + x.Nd;
 
   const int64_t nv = B * x.Nv, nd = B * x.Nd, nt = B * x.Nt;
   std::vector<int32_t> all(size_t(3 * nv + 2 * nd + 3 * nt));
-  int32_t* vis_ids = all.data();
-  int32_t* vis_pos = vis_ids + nv;
+  int32_t* vis_id = all.data();
+  int32_t* vis_pos = vis_id + nv;
   int32_t* dec_src = vis_pos + nv;
   int32_t* dec_tok = dec_src + nt;
   int32_t* dec_rows = dec_tok + nt;
-  int32_t* dec_ids = dec_rows + nd;
-  int32_t* grad_src = dec_ids + nd;
+  int32_t* dec_id = dec_rows + nd;
+  int32_t* grad_src = dec_id + nd;
   int32_t* vis_rows = grad_src + nt;
   for (int64_t r = 0; r < nv; ++r) {
     const int64_t b = r / x.Nv, j = r % x.Nv;
-    vis_ids[r] = x.vis_ids[size_t(r)];
-    vis_pos[r] = int32_t(x.vis_ids[size_t(r)] % Np);
+    vis_id[r] = vis_ids[size_t(r)];
+    vis_pos[r] = int32_t(vis_ids[size_t(r)] % Np);
     vis_rows[r] = int32_t(b * x.Nt + j);
   }
   for (int64_t r = 0; r < nt; ++r) {
     const int64_t b = r / x.Nt, j = r % x.Nt;
     const bool vis = j < x.Nv;
     dec_src[r] = int32_t(vis ? b * x.Nv + j : nv);  // row nv of the table is the mask token
-    dec_tok[r] = int32_t((vis ? x.vis_ids[size_t(b * x.Nv + j)] : x.dec_ids[size_t(b * x.Nd + j - x.Nv)]) % Np);
+    dec_tok[r] = int32_t((vis ? vis_ids[size_t(b * x.Nv + j)] : dec_ids[size_t(b * x.Nd + j - x.Nv)]) % Np);
     grad_src[r] = int32_t(vis ? nd : b * x.Nd + j - x.Nv);  // row nd of [dln; 0] is the zero row
   }
   for (int64_t r = 0; r < nd; ++r) {
     dec_rows[r] = int32_t((r / x.Nd) * x.Nt + x.Nv + r % x.Nd);
-    dec_ids[r] = x.dec_ids[size_t(r)];
+    dec_id[r] = dec_ids[size_t(r)];
   }
   Tensor host = Tensor::from_blob(all.data(), {int64_t(all.size())}, DType::i32);
   Tensor dev = device == Device::cpu ? host.contiguous() : host.to(device);
@@ -152,8 +148,8 @@ StepIndex build_index(const Tensor& mask_host, const Tensor& dmask_host, int64_t
   x.dec_rows = take(nd), x.dec_ids_t = take(nd), x.grad_src = take(nt), x.vis_rows = take(nv);
   UNMASK_CHECK(at == int64_t(all.size()), "videomae pretrain_step: index lists of ", at, " entries in a buffer of ",
                all.size());
-  if (x.weighted) {
-    Tensor w = Tensor::from_blob(x.loss_weight.data(), {nd}, DType::u8);
+  if (x.loss_rows != nd) {  // v2: some decoded tokens are encoder-visible, out of the loss
+    Tensor w = Tensor::from_blob(loss_weight.data(), {nd}, DType::u8);
     x.loss_weight_t = device == Device::cpu ? w.contiguous() : w.to(device);
   }
   return x;
@@ -260,7 +256,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   ops::tubelet_target(ctx, clips, ix.dec_ids_t, tube, mean, stdev, target);
   // Without keep_outputs the gradient overwrites pred (no longer needed).
   Tensor dpred = options.keep_outputs ? f32({B * Nd, K}) : pred;
-  const double sq = ops::mse_rows(ctx, pred, target, ix.weighted ? &ix.loss_weight_t : nullptr, gscale, dpred);
+  const double sq = ops::mse_rows(ctx, pred, target, ix.loss_weight_t.defined() ? &ix.loss_weight_t : nullptr, gscale, dpred);
   VideoMAEStepStats st;
   st.loss = sq / double(count);
   st.clips = B;
