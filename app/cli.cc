@@ -1,8 +1,11 @@
 // app/cli.cc
 #include "cli.h"
 
-#include <cmath>
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -168,6 +171,14 @@ int gpu_for_local_rank(Device device, int local_rank) {
 
 double h100_peak_gflops(const std::string& precision) {
   return precision == "bf16" ? 989400.0 : precision == "tf32" ? 494700.0 : 67000.0;
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double peak_rss_mb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;
 }
 
 double peak_gpu_mb(const Context& ctx) {

@@ -60,6 +60,10 @@ int gpu_for_local_rank(Device device, int local_rank);
 /// Dense H100 SXM datasheet peaks in GFLOP/s for MFU on CUDA: fp32 CUDA cores 67,000, TF32
 /// tensor cores 494,700, bf16 989,400.
 double h100_peak_gflops(const std::string& precision);
+/// Seconds on the steady clock (benchmark timing).
+double now_s();
+/// The process's peak resident set size in MiB (getrusage).
+double peak_rss_mb();
 /// The CUDA caching allocator's high-water mark in MiB (0 for a CPU context or build).
 double peak_gpu_mb(const Context& ctx);
 /// Resets that high-water mark to the memory allocated now (a benchmark row's own peak).

@@ -5,10 +5,8 @@
 //   per layer, per token:  2 C (3C + C + 2I)          QKV, output projection, FFN in/out
 //   per layer, per seq:    4 C len^2                   Q K^T and P V over all heads
 //   pooler:                2 C^2 per sequence          (not with --encoders-only)
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -27,8 +25,6 @@
 namespace unmask::cli {
 
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 #if defined(__x86_64__)
 // Twelve independent FMA chains (enough to cover FMA latency x issue width): the core's FMA
@@ -82,12 +78,6 @@ double measure_peak_gflops(int threads) {
 #else
   return 0.0;
 #endif
-}
-
-double peak_rss_mb() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;
 }
 
 struct Row {

@@ -14,10 +14,8 @@
 // (--precision tf32: CudaState::allow_tf32, cuBLASLt's TF32 tensor cores). MFU is against the
 // H100 SXM dense peaks unless --peak-gflops is given: fp32 (CUDA cores) 67 TFLOP/s, tf32 tensor
 // cores 494.7 TFLOP/s (half of the 989 TFLOP/s dense bf16 that bench/gpu uses).
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <random>
 
@@ -30,14 +28,6 @@
 namespace unmask::cli {
 
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double peak_rss_mb() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;
-}
 
 // DLE's layout, all tokens real: [CLS] A [SEP] B [SEP] with A and B halves, P sorted distinct
 // masked positions (never [CLS]/[SEP]) holding [MASK] (id 103) and their original ids.

@@ -36,10 +36,8 @@
 // ctx.synchronize(), --precision tf32 or bf16 runs the GEMMs on tensor cores (bf16: an autocast
 // of the f32 GEMMs with fp32 master weights, CudaState::autocast), and MFU is against the
 // H100 SXM dense peak of that precision unless --peak-gflops is given.
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -57,16 +55,6 @@
 namespace unmask::cli {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double peak_rss_mb() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;
-}
 
 constexpr double kSsv2TrainVideos = 168913.0;  // video.md section 3.1
 constexpr double kSsv2Epochs = 1200.0;         // V-SWIFT's table
