@@ -104,14 +104,6 @@ void print_step(int64_t step, int64_t total, double loss, double lr, double gnor
   std::fputc('\n', stderr);
 }
 
-// The parameters with host copies of the values of those on a GPU (what the checkpoint writer reads).
-std::vector<Param> host_values(const std::vector<Param>& params) {
-  std::vector<Param> out = params;
-  for (Param& p : out)
-    if (p.value.device() != Device::cpu) p.value = p.value.to(Device::cpu), p.grad = Tensor();
-  return out;
-}
-
 }  // namespace
 
 int cmd_pretrain_video(int argc, char** argv) {
@@ -170,8 +162,8 @@ int cmd_pretrain_video(int argc, char** argv) {
   int threads = int(a.get_int("threads"));
   if (threads == 0 && comm.local_size() > 1)
     threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
-  // --device cuda: rank r of a host uses GPU local_rank % GPUs; the clips are uploaded per step,
-  // checkpoints written from host copies.
+  // --device cuda: rank r of a host uses GPU local_rank % GPUs; the clips are uploaded per step
+  // (save_videomae copies GPU parameters to the host itself).
   const Device device = device_of(a);
   const std::string precision = precision_of(a, device);
   Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
@@ -293,10 +285,10 @@ int cmd_pretrain_video(int argc, char** argv) {
     }
     const int64_t save_every = a.get_int("save-every");
     if (root && save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps)
-      video::save_videomae(out + "/model", config, host_values(model.params()), naming);
+      video::save_videomae(out + "/model", config, model.params(), naming);
   }
   if (!root) return 0;
-  video::save_videomae(out + "/model", config, host_values(model.params()), naming);
+  video::save_videomae(out + "/model", config, model.params(), naming);
   std::fprintf(stderr, "%s\n", loader_split(loader.times()).c_str());
   std::printf("{\"steps\": %lld, \"first_loss\": %.6g, \"seconds\": %.2f, \"model\": \"%s/model\"}\n",
               (long long)steps, first_loss, seconds_since(t0), out.c_str());

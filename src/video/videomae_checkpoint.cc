@@ -261,9 +261,14 @@ std::vector<std::pair<std::string, Shape>> videomae_expected_shapes(const VideoM
 
 // ---- save ---------------------------------------------------------------------------------------
 
-void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config, const NamedTensors& tensors,
+void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config, const NamedTensors& given,
                            VideoMAENaming naming, int64_t num_classes, std::vector<std::string>* notes) {
   config.validate();
+  // Everything below reads the values (the HF conversion splits qkv, the sinusoid check compares
+  // tables): tensors on a GPU are copied to the host first. Host tensors are shared, not copied.
+  NamedTensors tensors = given;
+  for (auto& [name, t] : tensors)
+    if (t.defined() && t.device() != Device::cpu) t = t.to(Device::cpu);
   bool pretrain = false;
   int64_t head_rows = -1;
   for (const auto& [name, t] : tensors) {
@@ -327,8 +332,6 @@ void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config,
   } else {
     out = tensors;
   }
-  for (auto& [name, t] : out)
-    if (t.device() != Device::cpu) t = t.to(Device::cpu);
   if (notes)
     for (const auto& d : dropped) notes->push_back("dropped " + d);
 

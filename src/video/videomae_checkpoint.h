@@ -44,10 +44,11 @@
 namespace unmask::video {
 
 /// Writes dir/model.safetensors + dir/config.json (see the top of this file). `params` carry
-/// original names (either model); num_classes > 0 marks a classifier (num_labels, id2label,
-/// VideoMAEForVideoClassification). Atomic: a temporary sibling directory is completed, then
-/// renamed; an existing `dir` is replaced only then, and only if it holds nothing but files this
-/// function writes (an error otherwise, so a mistyped path never deletes unrelated files).
+/// original names (either model; values on a GPU are copied to the host first); num_classes > 0
+/// marks a classifier (num_labels, id2label, VideoMAEForVideoClassification). Atomic: a temporary
+/// sibling directory is completed, then renamed; an existing `dir` is replaced only then, and only
+/// if it holds nothing but files this function writes (an error otherwise, so a mistyped path
+/// never deletes unrelated files).
 void save_videomae(const std::string& dir, const VideoMAEConfig& config, const std::vector<Param>& params,
                    VideoMAENaming naming = VideoMAENaming::original, int64_t num_classes = 0);
 
