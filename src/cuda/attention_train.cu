@@ -454,13 +454,18 @@ void attention_train_forward(const AttnTrainParams& p, cudaStream_t stream) {
   return forward_d<128>(p, stream);
 }
 
-void attention_train_backward(const AttnTrainParams& p, cudaStream_t stream) {
-  check_params("attention_backward", p);
-  if (p.rows == 0 || p.batch == 0 || p.max_seqlen == 0) return;
+void attention_train_delta(const AttnTrainParams& p, cudaStream_t stream) {
   UNMASK_CHECK(p.delta != nullptr, "attention_backward (cuda): the delta scratch buffer is null");
+  if (p.rows == 0 || p.num_heads == 0) return;
   const dim3 delta_grid(unsigned(ceil_div(p.rows, int64_t(kThreads / kWarpSize))), unsigned(p.num_heads));
   attn_train_delta_kernel<<<delta_grid, kThreads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+void attention_train_backward(const AttnTrainParams& p, cudaStream_t stream) {
+  check_params("attention_backward", p);
+  if (p.rows == 0 || p.batch == 0 || p.max_seqlen == 0) return;
+  attention_train_delta(p, stream);
   if (p.head_size <= 32) return backward_d<32>(p, stream);
   if (p.head_size <= 64) return backward_d<64>(p, stream);
   if (p.head_size <= 96) return backward_d<96>(p, stream);

@@ -41,6 +41,8 @@ struct AttnTrainParams {
 void attention_train_forward(const AttnTrainParams& p, cudaStream_t stream);
 /// dq, dk, dv (overwritten) from dout, out and lse; p.delta must hold NH * N floats.
 void attention_train_backward(const AttnTrainParams& p, cudaStream_t stream);
+/// p.delta [NH, N] = rowsum(dout * out) per head: the first step of both backward paths.
+void attention_train_delta(const AttnTrainParams& p, cudaStream_t stream);
 
 // The tensor-core twins (attention_train_tc.cu): bf16 operands, fp32 accumulators, the same
 // contract (f32 in and out, lse natural, the same dropout mask, deterministic). They apply to

@@ -5,7 +5,8 @@
 // Forward: q, k, v (f32 rows) are rounded to bf16 copies and the flash forward kernel
 // (flash/fwd_kernel.cuh) writes the f32 output and the log-sum-exp. Backward: q, k, v and dout
 // are rounded again (nothing extra is kept between the passes), delta = rowsum(dout * out) is
-// taken in f32, and the flash backward (flash/bwd_kernel.cuh) writes f32 dq, dk, dv.
+// taken in f32 by the f32 path's kernel (attention_train_delta), and the flash backward
+// (flash/bwd_kernel.cuh) writes f32 dq, dk, dv.
 // Traffic per pass is a few reads of the [N, C] rows; nothing of size T x T exists.
 #include <cuda_runtime.h>
 
@@ -20,22 +21,6 @@ namespace unmask::cuda {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-
-/// delta[h * N + n] = sum_d dout[n, h HS + d] * out[n, h HS + d]; one warp per (row, head).
-__global__ void attention_delta_kernel(float* delta, const float* dout, int64_t lddo, const float* out, int64_t ldo,
-                                       int64_t N, int NH, int HS) {
-  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  if (w >= N * NH) return;
-  const int64_t n = w / NH;
-  const int h = int(w % NH);
-  const float* a = dout + n * lddo + int64_t(h) * HS;
-  const float* o = out + n * ldo + int64_t(h) * HS;
-  float s = 0.0f;
-  for (int d = lane; d < HS; d += kWarpSize) s += a[d] * o[d];
-  s = warp_sum(s);
-  if (lane == 0) delta[int64_t(h) * N + n] = s;
-}
 
 /// A bf16 copy [N, C] (contiguous) of f32 rows with stride ld.
 void to_bf16(void* dst, const float* src, int64_t ld, int64_t N, int64_t C, cudaStream_t stream) {
@@ -78,13 +63,9 @@ void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
 void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) {
   UNMASK_CHECK(attention_train_tc_applies(p), "attention backward (cuda, bf16 tensor cores): needs head size 64 and "
                "an f32 output it can store in pairs");
-  UNMASK_CHECK(p.delta, "attention backward (cuda, bf16 tensor cores): p.delta (NH * N floats) is required");
   const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
   if (N == 0) return;
-  const int64_t warps = N * p.num_heads;
-  attention_delta_kernel<<<unsigned(ceil_div(warps * kWarpSize, int64_t(256))), 256, 0, stream>>>(
-      p.delta, p.dout, p.lddo, p.out, p.ldo, N, p.num_heads, p.head_size);
-  CUDA_CHECK_LAUNCH();
+  attention_train_delta(p, stream);  // the f32 path's kernel: the same delta bits
   ScratchBuffer rows(size_t(4 * N * C) * 2, stream);
   char* base = rows.as<char>();
   void *qb = base, *kb = base + N * C * 2, *vb = base + 2 * N * C * 2, *db = base + 3 * N * C * 2;
