@@ -21,6 +21,7 @@
 
 #include "ops/op_params.h"
 #include "ops/ops.h"
+#include "ops/tubelet_geometry.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
 
@@ -146,11 +147,10 @@ void scale_inplace(Context& ctx, float* x, int64_t n, float s);
 // Video tokens (ops.h, video.cu): videos f32 [B, C, T, H, W] contiguous and ids i32 [R] in
 // device memory (trusted: the front-ends range-check host ids only; an id outside [0, B Np)
 // gives a row of zeros / no loss rather than a stray read).
-void tubelet_gather(Context& ctx, const float* videos, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
-                    const int32_t* ids, int64_t R, int64_t tubelet, int64_t patch, float* cols);
-void tubelet_target(Context& ctx, const float* videos, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
-                    const int32_t* ids, int64_t R, int64_t tubelet, int64_t patch, const std::vector<float>& mean,
-                    const std::vector<float>& stdev, float* target);
+void tubelet_gather(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,
+                    float* cols);
+void tubelet_target(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,
+                    const std::vector<float>& mean, const std::vector<float>& stdev, float* target);
 /// row_weight: u8 [R] in device memory or null; synchronises the stream (returns the host sum).
 double mse_rows(Context& ctx, const float* pred, const float* target, const uint8_t* row_weight, double grad_scale,
                 float* dpred, int64_t R, int64_t K);

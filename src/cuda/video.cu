@@ -30,24 +30,7 @@ constexpr int kRowThreads = 256;
 constexpr int kTotalThreads = 1024;
 constexpr int kMaxChannels = 4;
 
-// Clip and token geometry (ops.h): token j = (t, h, w) row-major over (T/tt, H/p, W/p).
-struct TokenGeo {
-  int64_t B, C, T, H, W, tt, p, gh, gw, Np, K;
-  __device__ int64_t pixel(int64_t id, int64_t c, int64_t dt, int64_t dy, int64_t dx) const {
-    const int64_t b = id / Np, j = id % Np;
-    const int64_t t = j / (gh * gw), h = (j / gw) % gh, w = j % gw;
-    return (((b * C + c) * T + t * tt + dt) * H + h * p + dy) * W + w * p + dx;
-  }
-};
-
-TokenGeo make_geo(int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t tt, int64_t p) {
-  UNMASK_CHECK(tt >= 1 && p >= 1 && T % tt == 0 && H % p == 0 && W % p == 0,
-               "video ops (cuda): tubelet ", tt, " x ", p, " does not tile ", T, " x ", H, " x ", W);
-  TokenGeo g{B, C, T, H, W, tt, p, H / p, W / p, 0, 0};
-  g.Np = (T / tt) * g.gh * g.gw;
-  g.K = C * tt * p * p;
-  return g;
-}
+using ops::TubeletGeometry;  // the token -> pixel map, shared with the CPU ops
 
 /// Sum over the block in double (blockDim.x a multiple of 32); every thread gets the result.
 __device__ double block_sum_double(double x) {
@@ -64,7 +47,8 @@ __device__ double block_sum_double(double x) {
   return x;
 }
 
-__global__ void tubelet_gather_kernel(float* cols, const float* videos, const int32_t* ids, int64_t R, TokenGeo g) {
+__global__ void tubelet_gather_kernel(float* cols, const float* videos, const int32_t* ids, int64_t R,
+                                      TubeletGeometry g) {
   const int64_t total = R * g.K, pp = g.p * g.p;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / g.K, k = i % g.K;
@@ -84,7 +68,8 @@ struct ChannelNorm {
 
 /// Block r: target[r, i C + c] for token ids[r], i = (dt p + dy) p + dx.
 __global__ void __launch_bounds__(kRowThreads)
-    tubelet_target_kernel(float* target, const float* videos, const int32_t* ids, TokenGeo g, ChannelNorm norm) {
+    tubelet_target_kernel(float* target, const float* videos, const int32_t* ids, TubeletGeometry g,
+                          ChannelNorm norm) {
   const int64_t r = blockIdx.x;
   float* row = target + r * g.K;
   const int64_t id = ids[r];
@@ -156,27 +141,24 @@ unsigned grid_stride(int64_t work, int threads) {
 
 }  // namespace
 
-void tubelet_gather(Context& ctx, const float* videos, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
-                    const int32_t* ids, int64_t R, int64_t tubelet, int64_t patch, float* cols) {
+void tubelet_gather(Context& ctx, const float* videos, const TubeletGeometry& g, const int32_t* ids, int64_t R,
+                    float* cols) {
   CudaState& st = cuda_state(ctx);
   if (R == 0) return;
-  const TokenGeo g = make_geo(B, C, T, H, W, tubelet, patch);
   tubelet_gather_kernel<<<grid_stride(R * g.K, 256), 256, 0, st.stream>>>(cols, videos, ids, R, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void tubelet_target(Context& ctx, const float* videos, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
-                    const int32_t* ids, int64_t R, int64_t tubelet, int64_t patch, const std::vector<float>& mean,
-                    const std::vector<float>& stdev, float* target) {
+void tubelet_target(Context& ctx, const float* videos, const TubeletGeometry& g, const int32_t* ids, int64_t R,
+                    const std::vector<float>& mean, const std::vector<float>& stdev, float* target) {
   CudaState& st = cuda_state(ctx);
-  UNMASK_CHECK(C >= 1 && C <= kMaxChannels && int64_t(mean.size()) == C && int64_t(stdev.size()) == C,
-               "tubelet_target (cuda): 1 to ", kMaxChannels, " channels with one mean and stdev each, got C = ", C,
+  UNMASK_CHECK(g.C >= 1 && g.C <= kMaxChannels && int64_t(mean.size()) == g.C && int64_t(stdev.size()) == g.C,
+               "tubelet_target (cuda): 1 to ", kMaxChannels, " channels with one mean and stdev each, got C = ", g.C,
                " with ", mean.size(), " and ", stdev.size());
   UNMASK_CHECK(R < (int64_t(1) << 31), "tubelet_target (cuda): ", R, " rows exceed the grid");
   if (R == 0) return;
-  const TokenGeo g = make_geo(B, C, T, H, W, tubelet, patch);
   ChannelNorm norm{};
-  for (int64_t c = 0; c < C; ++c) {
+  for (int64_t c = 0; c < g.C; ++c) {
     norm.mean[c] = mean[size_t(c)];
     norm.stdev[c] = stdev[size_t(c)];
   }

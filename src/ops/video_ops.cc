@@ -9,6 +9,7 @@
 
 #include "ops/op_common.h"
 #include "ops/ops.h"
+#include "ops/tubelet_geometry.h"
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/ops_cuda.h"
 #endif
@@ -16,14 +17,9 @@
 namespace unmask::ops {
 namespace {
 
-// The checked geometry of a video batch and a token-id list.
-struct Geometry {
-  int64_t B = 0, C = 0, T = 0, H = 0, W = 0, tt = 0, p = 0, gh = 0, gw = 0, Np = 0, K = 0, R = 0;
-  // Offset of pixel (c, dt, dy, 0) of token j within its clip.
-  int64_t offset(int64_t j, int64_t c, int64_t dt, int64_t dy) const {
-    const int64_t t = j / (gh * gw), h = (j / gw) % gh, w = j % gw;
-    return ((c * T + t * tt + dt) * H + h * p + dy) * W + w * p;
-  }
+// The checked geometry of a video batch, and the number R of token ids.
+struct Geometry : TubeletGeometry {
+  int64_t R = 0;
 };
 
 Geometry check_geometry(const char* op, const Tensor& videos, const Tensor& ids, Tubelet t, const Tensor& out,
@@ -37,15 +33,12 @@ Geometry check_geometry(const char* op, const Tensor& videos, const Tensor& ids,
   detail::check_device(op, out_name, out, dev);
   UNMASK_CHECK(ids.dtype() == DType::i32 && ids.ndim() == 1 && ids.is_contiguous(), op,
                ": ids must be a contiguous i32 [R], got ", ids.describe());
-  Geometry g;
-  g.B = videos.size(0), g.C = videos.size(1), g.T = videos.size(2), g.H = videos.size(3), g.W = videos.size(4);
-  g.tt = t.tubelet, g.p = t.patch;
-  UNMASK_CHECK(g.tt >= 1 && g.p >= 1 && g.T % g.tt == 0 && g.H % g.p == 0 && g.W % g.p == 0, op, ": tubelet ", g.tt,
-               " x ", g.p, " x ", g.p, " does not tile the clips ", videos.describe(),
+  const int64_t T = videos.size(2), H = videos.size(3), W = videos.size(4), tt = t.tubelet, p = t.patch;
+  UNMASK_CHECK(tt >= 1 && p >= 1 && T % tt == 0 && H % p == 0 && W % p == 0, op, ": tubelet ", tt, " x ", p, " x ", p,
+               " does not tile the clips ", videos.describe(),
                Hint("T must be a multiple of the tubelet and H, W of the patch size"));
-  g.gh = g.H / g.p, g.gw = g.W / g.p;
-  g.Np = (g.T / g.tt) * g.gh * g.gw;
-  g.K = g.C * g.tt * g.p * g.p;
+  Geometry g;
+  static_cast<TubeletGeometry&>(g) = TubeletGeometry::of(videos.size(0), videos.size(1), T, H, W, tt, p);
   g.R = ids.size(0);
   UNMASK_CHECK(out.ndim() == 2 && out.size(0) == g.R && out.size(1) == g.K && out.is_contiguous(), op, ": ", out_name,
                " must be a contiguous f32 [", g.R, ", ", g.K, "], got ", out.describe());
@@ -67,8 +60,7 @@ void tubelet_gather(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
   if (g.R == 0) return;
   if (videos.device() == Device::cuda) {
 #ifdef UNMASK_WITH_CUDA
-    return cuda::tubelet_gather(ctx, videos.data<float>(), g.B, g.C, g.T, g.H, g.W, ids.data<int32_t>(), g.R, g.tt,
-                                g.p, cols.data<float>());
+    return cuda::tubelet_gather(ctx, videos.data<float>(), g, ids.data<int32_t>(), g.R, cols.data<float>());
 #else
     detail::throw_unsupported(op, Device::cuda, DType::f32);
 #endif
@@ -76,17 +68,15 @@ void tubelet_gather(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
   const float* v = videos.data<float>();
   const int32_t* id = ids.data<int32_t>();
   float* out = cols.data<float>();
-  const int64_t clip = g.C * g.T * g.H * g.W;
   ctx.parallel_for(
       g.R,
       [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
-          const int64_t b = id[r] / g.Np, j = id[r] % g.Np;
           float* row = out + r * g.K;
           for (int64_t c = 0; c < g.C; ++c)
             for (int64_t dt = 0; dt < g.tt; ++dt)
               for (int64_t dy = 0; dy < g.p; ++dy)
-                std::memcpy(row + ((c * g.tt + dt) * g.p + dy) * g.p, v + b * clip + g.offset(j, c, dt, dy),
+                std::memcpy(row + ((c * g.tt + dt) * g.p + dy) * g.p, v + g.pixel(id[r], c, dt, dy, 0),
                             size_t(g.p) * sizeof(float));
         }
       },
@@ -104,8 +94,8 @@ void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
   if (g.R == 0) return;
   if (videos.device() == Device::cuda) {
 #ifdef UNMASK_WITH_CUDA
-    return cuda::tubelet_target(ctx, videos.data<float>(), g.B, g.C, g.T, g.H, g.W, ids.data<int32_t>(), g.R, g.tt,
-                                g.p, mean, stdev, target.data<float>());
+    return cuda::tubelet_target(ctx, videos.data<float>(), g, ids.data<int32_t>(), g.R, mean, stdev,
+                                target.data<float>());
 #else
     detail::throw_unsupported(op, Device::cuda, DType::f32);
 #endif
@@ -113,19 +103,17 @@ void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
   const float* v = videos.data<float>();
   const int32_t* id = ids.data<int32_t>();
   float* out = target.data<float>();
-  const int64_t clip = g.C * g.T * g.H * g.W;
   ctx.parallel_for(
       g.R,
       [&](int64_t begin, int64_t end) {
         std::vector<double> x(static_cast<size_t>(P));
         for (int64_t r = begin; r < end; ++r) {
-          const int64_t b = id[r] / g.Np, j = id[r] % g.Np;
           float* row = out + r * g.K;
           for (int64_t c = 0; c < g.C; ++c) {
             double sum = 0;
             for (int64_t dt = 0; dt < g.tt; ++dt)
               for (int64_t dy = 0; dy < g.p; ++dy) {
-                const float* src = v + b * clip + g.offset(j, c, dt, dy);
+                const float* src = v + g.pixel(id[r], c, dt, dy, 0);
                 double* xs = x.data() + (dt * g.p + dy) * g.p;
                 for (int64_t dx = 0; dx < g.p; ++dx) {
                   xs[dx] = double(src[dx]) * double(stdev[size_t(c)]) + double(mean[size_t(c)]);
