@@ -1,4 +1,4 @@
-// unmask/bert.h: BERT encoders from Hugging Face model directories, on CPU (CUDA next).
+// unmask/bert.h: BERT encoders from Hugging Face model directories, on CPU or CUDA (f32, bf16, f16).
 //
 // Usage:
 //   unmask::Context ctx({.num_threads = 2});
@@ -86,6 +86,12 @@ struct ForwardOptions {
   /// Pack the Linear weights for the CPU GEMM on this call if not done yet (a one-time cost of
   /// a few forwards' worth; worth it for repeated calls, not for a single one-shot forward).
   bool pack_weights = true;
+  /// CUDA: run the forward as a CUDA graph, one per batch shape (padded or packed, B, longest
+  /// sequence, N, mask, the options above), captured on the first call of that shape and
+  /// replayed on later ones: one launch instead of ~100. Inputs are copied into the graph's
+  /// buffers and outputs out of them, so results never alias a later call's. Each graph holds
+  /// its activations' memory until clear_cuda_graphs() or the model's end. Ignored on the CPU.
+  bool cuda_graph = false;
 };
 
 /// Outputs in the input's layout: packed rows [N, ...] or padded [B, T, ...]. Tensors for
@@ -130,7 +136,17 @@ class BertModel {
   /// CPU forward if the model is to move: that forward packs the CPU weights and lets go of the
   /// unpacked copies (an Error then says so).
   void to(Context& ctx);
+  /// The same, converting every weight to `dtype` on the way: bf16 or f16 for inference on
+  /// CUDA (activations then have that dtype too; the kernels compute in fp32 inside and round
+  /// once per op, as PyTorch's model.to(torch.bfloat16)). f32 keeps the weights as they are.
+  /// The weights must still be f32 (a model converted once cannot change dtype again).
+  void to(Context& ctx, DType dtype);
   Device device() const;
+  /// Element type of the weights and of the forward's outputs.
+  DType dtype() const;
+  /// CUDA graphs held (ForwardOptions::cuda_graph), and a way to let go of them and their memory.
+  size_t num_cuda_graphs() const;
+  void clear_cuda_graphs();
 
  private:
   friend class BertTrainModel;  // to_inference_model() builds one from its parameters

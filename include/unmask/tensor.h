@@ -91,6 +91,9 @@ class Tensor {
   void copy_from(const Tensor& src);
   /// A contiguous owned copy on `device` (a host <-> device copy in CUDA builds).
   Tensor to(Device device) const;
+  /// A contiguous owned CPU copy converted between f32, bf16 and f16 (round to nearest even;
+  /// fp16 overflows to inf). The tensor must be on the CPU: copy a device tensor to(cpu) first.
+  Tensor cast(DType dtype) const;
 
   /// "f32[2,3] cpu" (plus strides when not contiguous); used in every shape error.
   std::string describe() const;

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/half.h"
+
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/allocator.h"
 #include "cuda/copy.h"
@@ -217,6 +219,34 @@ Tensor Tensor::to(Device device) const {
   Tensor t = empty(shape_, dtype_, device);
   t.copy_from(*this);
   return t;
+}
+
+Tensor Tensor::cast(DType dtype) const {
+  auto is_float = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+  UNMASK_CHECK(is_float(dtype_) && is_float(dtype), "Tensor::cast: converts between f32, bf16 and f16, got ",
+               describe(), " -> ", dtype_name(dtype));
+  UNMASK_CHECK(device_ == Device::cpu, "Tensor::cast: the tensor is on ", device_name(device_), ", got ",
+               describe(), Hint("cast a host copy: t.to(Device::cpu).cast(...)"));
+  if (dtype == dtype_) return contiguous();  // always an owned copy
+  const Tensor src = is_contiguous() ? *this : contiguous();
+  Tensor out = empty(shape_, dtype);
+  const int64_t n = numel();
+  auto load = [&](int64_t i) -> float {
+    switch (dtype_) {
+      case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(src.raw())[i]);
+      case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(src.raw())[i]);
+      default: return static_cast<const float*>(src.raw())[i];
+    }
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = load(i);
+    switch (dtype) {
+      case DType::bf16: static_cast<uint16_t*>(out.raw())[i] = f32_to_bf16(v); break;
+      case DType::f16: static_cast<uint16_t*>(out.raw())[i] = f32_to_f16(v); break;
+      default: static_cast<float*>(out.raw())[i] = v; break;
+    }
+  }
+  return out;
 }
 
 std::string Tensor::describe() const {

@@ -20,18 +20,28 @@ struct Block {
   size_t requested = 0;      // what the live owner asked for
   cudaStream_t stream = nullptr;
   cudaEvent_t event = nullptr;
+  PoolId pool = 0;           // the private pool it belongs to (0 = shared)
+};
+
+/// A private pool: its free blocks (by class size) and what it got from cudaMalloc.
+struct PrivatePool {
+  std::unordered_map<size_t, std::vector<Block>> free_lists;
+  size_t reserved_bytes = 0;
 };
 
 /// One device's cache. Free lists are keyed by class size.
 struct DeviceCache {
   std::unordered_map<size_t, std::vector<Block>> free_lists;
   std::unordered_map<void*, Block> live;
+  std::unordered_map<PoolId, PrivatePool> pools;
   AllocatorStats stats;
 };
 
 std::mutex g_mutex;
 std::map<int, DeviceCache> g_caches;  // by device ordinal
+PoolId g_next_pool = 1;
 thread_local cudaStream_t t_current_stream = nullptr;
+thread_local PoolId t_active_pool = 0;
 
 int current_device() {
   int d = 0;
@@ -73,7 +83,21 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
 
   Block block;
   bool found = false;
-  auto it = cache.free_lists.find(cls);
+  PrivatePool* pool = nullptr;
+  if (t_active_pool != 0) {
+    auto pit = cache.pools.find(t_active_pool);
+    if (pit == cache.pools.end())
+      throw Error("device_malloc: private pool ", t_active_pool, " is not on device ", dev,
+                  Hint("activate a pool only on the device it was created on"));
+    pool = &pit->second;
+    auto it = pool->free_lists.find(cls);
+    if (it != pool->free_lists.end() && !it->second.empty()) {  // the captured stream, in order
+      block = it->second.back();
+      it->second.pop_back();
+      found = true;
+    }
+  }
+  auto it = pool ? cache.free_lists.end() : cache.free_lists.find(cls);
   if (it != cache.free_lists.end()) {
     std::vector<Block>& list = it->second;
     // First choice: a block last used on the same stream (stream order makes it safe).
@@ -120,6 +144,8 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
     }
     block.ptr = p;
     block.size = cls;
+    block.pool = t_active_pool;
+    if (pool) pool->reserved_bytes += cls;
     ++cache.stats.num_cuda_mallocs;
     cache.stats.reserved_bytes += cls;
     if (cache.stats.reserved_bytes > cache.stats.peak_reserved_bytes)
@@ -146,6 +172,14 @@ void device_free(void* p) noexcept {
       cache.live.erase(it);
       cache.stats.allocated_bytes -= b.size;
       cache.stats.requested_bytes -= b.requested;
+      if (b.pool != 0) {
+        auto pit = cache.pools.find(b.pool);
+        if (pit != cache.pools.end()) {  // back to its pool: no event (possibly mid-capture)
+          pit->second.free_lists[b.size].push_back(b);
+          return;
+        }
+        b.pool = 0;  // the pool was released: an ordinary block from now on
+      }
       // Record where the stream is now, so that another stream can tell when it is safe.
       int prev = 0;
       cudaGetDevice(&prev);
@@ -184,6 +218,59 @@ void allocator_forget_stream(void* stream_ptr) noexcept {
       for (auto& [cls, list] : cache.free_lists)
         for (Block& b : list)
           if (b.stream == stream) b.stream = nullptr;
+      for (auto& [id, pool] : cache.pools)
+        for (auto& [cls, list] : pool.free_lists)
+          for (Block& b : list)
+            if (b.stream == stream) b.stream = nullptr;
+    }
+  } catch (...) {
+  }
+}
+
+PoolId create_private_pool() {
+  const int dev = current_device();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const PoolId id = g_next_pool++;
+  g_caches[dev].pools.emplace(id, PrivatePool{});
+  return id;
+}
+
+void set_active_pool(PoolId pool) noexcept { t_active_pool = pool; }
+PoolId active_pool() noexcept { return t_active_pool; }
+
+size_t private_pool_bytes(PoolId pool) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto& [dev, cache] : g_caches) {
+    auto it = cache.pools.find(pool);
+    if (it != cache.pools.end()) return it->second.reserved_bytes;
+  }
+  return 0;
+}
+
+void release_private_pool(PoolId pool) noexcept {
+  if (pool == 0) return;
+  try {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (auto& [dev, cache] : g_caches) {
+      auto it = cache.pools.find(pool);
+      if (it == cache.pools.end()) continue;
+      // Free blocks join the shared lists with an event recorded now on their stream (the
+      // graph that used them is gone; its last replay is ordered before this event).
+      int prev = 0;
+      cudaGetDevice(&prev);
+      if (prev != dev) cudaSetDevice(dev);
+      for (auto& [cls, list] : it->second.free_lists)
+        for (Block b : list) {
+          b.pool = 0;
+          if (!b.event && cudaEventCreateWithFlags(&b.event, cudaEventDisableTiming) != cudaSuccess) b.event = nullptr;
+          if (b.event && cudaEventRecord(b.event, b.stream) != cudaSuccess) (void)cudaGetLastError();
+          cache.free_lists[cls].push_back(b);
+        }
+      if (prev != dev) cudaSetDevice(prev);
+      for (auto& [ptr, b] : cache.live)
+        if (b.pool == pool) b.pool = 0;
+      cache.pools.erase(it);
+      return;
     }
   } catch (...) {
   }

@@ -60,6 +60,34 @@ void allocator_release_cached();
 /// touches the dead stream. Never throws.
 void allocator_forget_stream(void* stream) noexcept;
 
+// ---- private pools (CUDA graph capture) ---------------------------------------------------
+//
+// A captured graph replays into the addresses its kernels saw at capture time, so the blocks
+// it used must not be handed to anyone else while the graph lives (PyTorch's graph pools,
+// much reduced). While a pool is active on a thread (set_active_pool), device_malloc on that
+// thread serves requests from the pool only (its own free list, else cudaMalloc) and
+// device_free returns the pool's blocks to the pool (no events: a pool's blocks are used on
+// the one stream being captured, in order). Blocks of a pool never enter the shared free
+// lists until release_private_pool, which hands back the free ones and lets the live ones go
+// to the shared lists when they are freed.
+//
+//   PoolId pool = create_private_pool();
+//   set_active_pool(pool);  ...warm-up and capture...  set_active_pool(0);
+//   ...replays...
+//   release_private_pool(pool);   // after the graph is destroyed and its stream synchronised
+
+using PoolId = uint64_t;  // 0 = the shared cache
+
+/// A new, empty pool on the current device.
+PoolId create_private_pool();
+/// Makes `pool` (0 = none) the pool of this thread's device_malloc calls. Never throws.
+void set_active_pool(PoolId pool) noexcept;
+PoolId active_pool() noexcept;
+/// Bytes obtained from cudaMalloc for `pool` (live + free).
+size_t private_pool_bytes(PoolId pool);
+/// Ends `pool` (see above). Never throws; an unknown id is ignored.
+void release_private_pool(PoolId pool) noexcept;
+
 /// Stats for the current device.
 AllocatorStats allocator_stats();
 /// Resets the peaks of the current device to the current values.

@@ -168,6 +168,17 @@ void softmax(Context& ctx, const Tensor& x, Tensor& y) {
   softmax_forward(y.raw(), ry.ld, x.raw(), rx.ld, rx.rows, rx.cols, x.dtype(), st.stream);
 }
 
+void copy(Context& ctx, const Tensor& src, Tensor& dst) {
+  CudaState& st = cuda_state(ctx);
+  UNMASK_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "copy (cuda): dst ", dst.describe(),
+               " must have src's shape and dtype, src ", src.describe());
+  if (src.numel() == 0) return;
+  const Rows rs = as_rows("copy", "src", src), rd = as_rows("copy", "dst", dst);
+  const size_t es = dtype_size(src.dtype());
+  CUDA_CHECK(cudaMemcpy2DAsync(dst.raw(), size_t(rd.ld) * es, src.raw(), size_t(rs.ld) * es, size_t(rs.cols) * es,
+                               size_t(rs.rows), cudaMemcpyDefault, st.stream));
+}
+
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out, bool accumulate) {
   CudaState& st = cuda_state(ctx);
   check_on_cuda("embedding", "table", table);

@@ -50,6 +50,12 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, ops::Activation act);
 /// Row softmax over the last dim; y may alias x.
 void softmax(Context& ctx, const Tensor& x, Tensor& y);
 
+/// dst = src (same shape and dtype, either side host or device, rows with innermost stride 1),
+/// queued on ctx's stream (cudaMemcpy2DAsync: device-to-device copies can be captured in a
+/// CUDA graph; a copy from pageable host memory returns once the source is staged, a copy to
+/// it once the data is there).
+void copy(Context& ctx, const Tensor& src, Tensor& dst);
+
 /// out[i, :] = table[ids[i], :] (+ out when accumulate). ids on the device are trusted; ids on
 /// the host are range-checked and uploaded.
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out, bool accumulate);

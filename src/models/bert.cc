@@ -12,8 +12,11 @@
 //   h2[N,C]   = f @ W2^T + b2
 //   x         = LayerNorm(h2 + x1)
 #include <cmath>
+#include <compare>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,10 @@
 #include "models/bert_weights.h"
 #include "ops/ops.h"
 #include "unmask/bert.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/cuda_state.h"
+#include "cuda/graph.h"
+#endif
 
 namespace unmask {
 
@@ -53,6 +60,7 @@ struct BatchLayout {
   Tensor cu_seqlens;                     // i32 [B+1] (packed) or undefined
   Tensor ids, type_ids, pos_ids;         // i32 [N]
   Tensor mask;                           // padded mode mask, or undefined
+  Tensor first_rows;                     // i32 [B]: the row of each sequence's first token
 };
 
 Tensor as_i32_rows(const Tensor& t, const char* what) {
@@ -100,6 +108,9 @@ BatchLayout make_layout(const BertConfig& cfg, const BertInput& in, bool need_id
       L.mask = in.attention_mask.is_contiguous() ? in.attention_mask : in.attention_mask.contiguous();
     }
   }
+  L.first_rows = Tensor::empty({L.B}, DType::i32);
+  for (int64_t b = 0; b < L.B; ++b)
+    L.first_rows.data<int32_t>()[b] = L.packed ? L.cu_seqlens.data<int32_t>()[b] : int32_t(b * L.T);
   if (L.T > cfg.max_position_embeddings)
     throw Error("bert: a sequence has ", L.T, " tokens but the model has ", cfg.max_position_embeddings, " positions",
                 Hint("truncate the input to max_position_embeddings tokens"));
@@ -123,22 +134,6 @@ BatchLayout make_layout(const BertConfig& cfg, const BertInput& in, bool need_id
     }
   }
   return L;
-}
-
-// Copies the [CLS] row (first token) of each sequence: x [N, C] -> [B, C], on x's device.
-Tensor gather_first_tokens(const Tensor& x, const BatchLayout& L) {
-  const int64_t C = x.size(1);
-  Tensor out = Tensor::empty({L.B, C}, DType::f32, x.device());
-  for (int64_t b = 0; b < L.B; ++b) {
-    int64_t row = L.packed ? L.cu_seqlens.data<int32_t>()[b] : b * L.T;
-    if (x.device() == Device::cpu) {
-      std::memcpy(out.data<float>() + b * C, x.data<float>() + row * C, C * sizeof(float));
-    } else {
-      Tensor dst = out.slice(0, b, b + 1);
-      dst.copy_from(x.slice(0, row, row + 1));
-    }
-  }
-  return out;
 }
 
 // Every weight tensor of the model, for moving them between devices.
@@ -174,7 +169,7 @@ void linear_into(Context& ctx, const Tensor& x, const Tensor& w, const ops::Pack
 
 Tensor linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Activation act = Activation::none,
               const ops::PackedWeight& wp = {}) {
-  Tensor y = Tensor::empty({x.size(0), wp.defined() ? wp.n_out() : w.size(0)}, DType::f32, x.device());
+  Tensor y = Tensor::empty({x.size(0), wp.defined() ? wp.n_out() : w.size(0)}, x.dtype(), x.device());
   linear_into(ctx, x, w, wp, b, y, act);
   return y;
 }
@@ -183,6 +178,200 @@ Tensor linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b, A
 int64_t numel_of(const Tensor& t, const ops::PackedWeight& p) {
   return t.defined() ? t.numel() : p.n_out() * p.k();
 }
+
+// What the encoder reads besides the weights, on the context's device: index vectors from the
+// layout (CPU) or their uploads, and the encoder input when the embeddings are skipped.
+struct EncoderInputs {
+  Tensor ids, pos_ids, type_ids;  // i32 [N]
+  Tensor cu_seqlens;              // i32 [B+1] (packed)
+  Tensor mask;                    // [B, T] (padded, optional)
+  Tensor first_rows;              // i32 [B] (pooler)
+  Tensor hidden_in;               // [N, C] of the model's dtype (embeddings = false)
+};
+
+EncoderInputs stage_inputs(const BatchLayout& L, const ForwardOptions& opt) {
+  EncoderInputs in;
+  if (opt.embeddings) {
+    in.ids = L.ids;
+    in.pos_ids = L.pos_ids;
+    in.type_ids = L.type_ids;
+  } else {
+    in.hidden_in = *opt.hidden_in;
+  }
+  in.cu_seqlens = L.cu_seqlens;
+  in.mask = L.mask;
+  in.first_rows = L.first_rows;
+  return in;
+}
+
+// The forward proper: only ops on ctx's device, no host work and no host<->device traffic, so
+// a CUDA graph can capture it (bert_graph below). `L` gives the sizes only.
+BertOutputs run_encoder(Context& ctx, const BertWeights& W, const BatchLayout& L, const EncoderInputs& in,
+                        const ForwardOptions& opt) {
+  const Device dev = ctx.device();
+  const BertConfig& cfg = W.config;
+  const DType dt = W.dtype;  // activations have the weights' dtype (CUDA: fp32 math inside)
+  const int64_t C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads, N = L.N;
+  const float eps = float(cfg.layer_norm_eps);
+
+  // Activations, allocated once per call on ctx's device:
+  Tensor x = Tensor::empty({N, C}, dt, dev);        // layer input / output
+  Tensor qkv = Tensor::empty({N, 3 * C}, dt, dev);  // fused q, k, v
+  Tensor attn = Tensor::empty({N, C}, dt, dev);     // attention context
+  Tensor h = Tensor::empty({N, C}, dt, dev);        // projection outputs
+  Tensor f = Tensor::empty({N, I}, dt, dev);        // feed-forward hidden
+
+  if (opt.embeddings)  // x = LayerNorm(word[ids] + pos[t] + type[tt])
+    ops::embedding_layernorm(ctx, in.ids, in.pos_ids, &in.type_ids, W.word_emb, W.pos_emb, W.type_emb, W.emb_ln_g,
+                             W.emb_ln_b, eps, x);
+  else
+    ops::copy(ctx, in.hidden_in, x);
+
+  ops::AttentionArgs aa;
+  aa.num_heads = int(NH);
+  aa.scale = float(1.0 / std::sqrt(double(C / NH)));
+  if (L.packed) {
+    aa.cu_seqlens = &in.cu_seqlens;
+    aa.max_seqlen = L.T;  // the lengths may live on the device: no read-back
+  } else {
+    aa.padded_seq_len = L.T;
+    aa.key_padding_mask = in.mask.defined() ? &in.mask : nullptr;
+  }
+  const Activation ffn_act = hidden_activation(cfg.hidden_act);
+  for (const BertLayerWeights& lw : W.layers) {
+    linear_into(ctx, x, lw.qkv_w, lw.qkv_p, lw.qkv_b, qkv);
+    ops::attention(ctx, qkv.slice(1, 0, C), qkv.slice(1, C, 2 * C), qkv.slice(1, 2 * C, 3 * C), attn, aa);
+    linear_into(ctx, attn, lw.attn_out_w, lw.attn_out_p, lw.attn_out_b, h);
+    ops::layernorm(ctx, h, &x, lw.ln1_g, lw.ln1_b, eps, x);  // x = LN(h + x)
+    linear_into(ctx, x, lw.ffn_in_w, lw.ffn_in_p, lw.ffn_in_b, f, ffn_act);
+    linear_into(ctx, f, lw.ffn_out_w, lw.ffn_out_p, lw.ffn_out_b, h);
+    ops::layernorm(ctx, h, &x, lw.ln2_g, lw.ln2_b, eps, x);  // x = LN(h2 + x1)
+  }
+
+  BertOutputs out;
+  out.last_hidden_state = to_layout(x, L);
+  const bool want_pooled = W.heads.pooler && (opt.pooler || (opt.nsp && W.heads.nsp) || (opt.classifier && W.heads.seqcls));
+  Tensor pooled;
+  if (want_pooled) {
+    Tensor first = Tensor::empty({L.B, C}, dt, dev);  // each sequence's [CLS] row
+    ops::embedding(ctx, x, in.first_rows, first);
+    pooled = linear(ctx, first, W.pooler_w, W.pooler_b, Activation::tanh, W.pooler_p);  // [B, C]
+    if (opt.pooler) out.pooler_output = pooled;
+  }
+  if (opt.mlm && W.heads.mlm) {
+    Tensor t = linear(ctx, x, W.mlm_dense_w, W.mlm_dense_b, ffn_act, W.mlm_dense_p);  // [N, C]
+    ops::layernorm(ctx, t, nullptr, W.mlm_ln_g, W.mlm_ln_b, eps, t);
+    out.mlm_logits = to_layout(linear(ctx, t, W.mlm_decoder_w, W.mlm_bias), L);  // [N, V]
+  }
+  if (opt.nsp && W.heads.nsp) out.nsp_logits = linear(ctx, pooled, W.nsp_w, W.nsp_b);  // [B, 2]
+  if (opt.qa && W.heads.qa) {
+    // One [N, 1] product per logit row of qa_outputs, so that each result is contiguous.
+    Tensor start = linear(ctx, x, W.qa_w.slice(0, 0, 1), W.qa_b.slice(0, 0, 1));
+    Tensor end = linear(ctx, x, W.qa_w.slice(0, 1, 2), W.qa_b.slice(0, 1, 2));
+    out.qa_start_logits = L.packed ? start.view({N}) : start.view({L.B, L.T});
+    out.qa_end_logits = L.packed ? end.view({N}) : end.view({L.B, L.T});
+  }
+  if (opt.classifier && W.heads.seqcls) out.seqcls_logits = linear(ctx, pooled, W.cls_w, W.cls_b);
+  if (opt.classifier && W.heads.tokcls) out.tokcls_logits = to_layout(linear(ctx, x, W.cls_w, W.cls_b), L);
+  return out;
+}
+
+#ifdef UNMASK_WITH_CUDA
+// ---- CUDA graphs of the forward (ForwardOptions::cuda_graph) ------------------------------
+//
+// One graph per batch shape: what sizes the kernels' grids and the buffers. The lengths inside
+// a packed batch (cu_seqlens, positions) are data, so packed batches with the same B, N and
+// longest sequence share a graph. Each entry owns the device buffers its graph reads (inputs,
+// written before every replay) and writes (outputs, copied out after it), so results never
+// alias the next call's.
+
+struct GraphKey {
+  const void* stream;  // the context's stream the graph was captured on
+  bool packed, has_mask, embeddings;
+  DType mask_dtype;
+  int64_t B, T, N;
+  uint8_t heads;  // pooler | mlm << 1 | nsp << 2 | qa << 3 | classifier << 4
+  auto operator<=>(const GraphKey&) const = default;
+};
+
+struct GraphEntry {
+  EncoderInputs in;    // device buffers the graph reads
+  BertOutputs out;     // device buffers the graph writes (in its private pool)
+  std::unique_ptr<cuda::Graph> graph;  // destroyed first: releases the pool, then out is freed
+};
+
+}  // namespace
+
+struct BertGraphCache {
+  std::mutex mutex;
+  std::map<GraphKey, std::unique_ptr<GraphEntry>> entries;
+};
+
+namespace {
+
+// Writes host (or device) tensor src into the graph's buffer dst on ctx's stream.
+void write_input(Context& ctx, const Tensor& src, Tensor& dst) {
+  if (src.defined()) ops::copy(ctx, src.is_contiguous() ? src : src.contiguous(), dst);
+}
+
+// A fresh copy of a graph output (undefined stays undefined).
+Tensor copy_out(Context& ctx, const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  ops::copy(ctx, t, c);
+  return c;
+}
+
+BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, const ForwardOptions& opt) {
+  const Device dev = ctx.device();
+  const EncoderInputs host = stage_inputs(L, opt);
+  GraphKey key{cuda::cuda_state(ctx).stream, L.packed, host.mask.defined(), opt.embeddings,
+               host.mask.defined() ? host.mask.dtype() : DType::u8, L.B, L.T, L.N,
+               uint8_t(opt.pooler | opt.mlm << 1 | opt.nsp << 2 | opt.qa << 3 | opt.classifier << 4)};
+  if (!W.graphs) W.graphs = std::make_shared<BertGraphCache>();
+  BertGraphCache& cache = *W.graphs;
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.entries.find(key);
+  GraphEntry* e = it == cache.entries.end() ? nullptr : it->second.get();
+  if (!e) {
+    auto fresh = std::make_unique<GraphEntry>();
+    ctx.make_current();
+    for (auto [src, dst] : {std::pair{&host.ids, &fresh->in.ids}, {&host.pos_ids, &fresh->in.pos_ids},
+                            {&host.type_ids, &fresh->in.type_ids}, {&host.cu_seqlens, &fresh->in.cu_seqlens},
+                            {&host.mask, &fresh->in.mask}, {&host.first_rows, &fresh->in.first_rows},
+                            {&host.hidden_in, &fresh->in.hidden_in}})
+      if (src->defined()) *dst = Tensor::empty(src->shape(), src->dtype(), dev);
+    e = fresh.get();
+    cache.entries.emplace(key, std::move(fresh));
+  }
+  write_input(ctx, host.ids, e->in.ids);
+  write_input(ctx, host.pos_ids, e->in.pos_ids);
+  write_input(ctx, host.type_ids, e->in.type_ids);
+  write_input(ctx, host.cu_seqlens, e->in.cu_seqlens);
+  write_input(ctx, host.mask, e->in.mask);
+  write_input(ctx, host.first_rows, e->in.first_rows);
+  write_input(ctx, host.hidden_in, e->in.hidden_in);
+  if (!e->graph) {
+    try {
+      e->graph = cuda::Graph::capture(ctx, [&] { e->out = run_encoder(ctx, W, L, e->in, opt); });
+    } catch (...) {
+      cache.entries.erase(key);  // nothing half-built stays behind
+      throw;
+    }
+  }
+  e->graph->replay(ctx);
+  BertOutputs out;
+  out.last_hidden_state = copy_out(ctx, e->out.last_hidden_state);
+  out.pooler_output = copy_out(ctx, e->out.pooler_output);
+  out.mlm_logits = copy_out(ctx, e->out.mlm_logits);
+  out.nsp_logits = copy_out(ctx, e->out.nsp_logits);
+  out.qa_start_logits = copy_out(ctx, e->out.qa_start_logits);
+  out.qa_end_logits = copy_out(ctx, e->out.qa_end_logits);
+  out.seqcls_logits = copy_out(ctx, e->out.seqcls_logits);
+  out.tokcls_logits = copy_out(ctx, e->out.tokcls_logits);
+  return out;
+}
+#endif  // UNMASK_WITH_CUDA
 
 }  // namespace
 
@@ -225,18 +414,39 @@ int64_t BertModel::parameter_bytes() const { return num_parameters() * 4; }
 
 Device BertModel::device() const { return w_->emb_ln_g.device(); }
 
-void BertModel::to(Context& ctx) {
+DType BertModel::dtype() const { return w_->dtype; }
+
+void BertModel::to(Context& ctx) { to(ctx, w_->dtype); }
+
+void BertModel::to(Context& ctx, DType dtype) {
   const Device dev = ctx.device();
   BertWeights& W = *w_;
-  if (device() == dev) return;
+  UNMASK_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
+               "BertModel::to: dtype must be f32, bf16 or f16, got ", dtype_name(dtype));
+  if (device() == dev && dtype == W.dtype) return;
+  if (dtype != DType::f32 && dev != Device::cuda)
+    throw Unsupported("BertModel::to(", device_name(dev), ", ", dtype_name(dtype), "): the CPU kernels are f32",
+                      Hint("run bf16 / f16 inference on cuda"));
+  if (dtype != W.dtype && W.dtype != DType::f32)
+    throw Error("BertModel::to: the weights are already ", dtype_name(W.dtype), "; converting them to ",
+                dtype_name(dtype), " would round twice", Hint("load the model again"));
+  W.graphs.reset();  // graphs hold the old weights' addresses
   for (const BertLayerWeights& l : W.layers)
     if (!l.qkv_w.defined() && l.qkv_p.defined())
       throw Error("BertModel::to(", device_name(dev), "): a CPU forward has packed the weights and dropped the "
                   "unpacked copies", Hint("move the model before its first CPU forward, or load it again"));
   const bool tied = W.mlm_decoder_w.defined() && W.mlm_decoder_w.raw() == W.word_emb.raw();
   ctx.make_current();  // new device memory is tagged with ctx's stream
-  for (Tensor* t : weight_tensors(W))
-    if (t->defined() && !(tied && t == &W.mlm_decoder_w)) *t = t->to(dev);
+  for (Tensor* t : weight_tensors(W)) {
+    if (!t->defined() || (tied && t == &W.mlm_decoder_w)) continue;
+    if (dtype == t->dtype()) {
+      *t = t->to(dev);
+    } else {  // converted on the host (round to nearest even), then uploaded
+      const Tensor host = t->device() == Device::cpu ? *t : t->to(Device::cpu);
+      *t = host.cast(dtype).to(dev);
+    }
+  }
+  W.dtype = dtype;
   if (tied) W.mlm_decoder_w = W.word_emb;  // still one tensor, as HF ties them
   for (BertLayerWeights& l : W.layers) l.qkv_p = l.attn_out_p = l.ffn_in_p = l.ffn_out_p = {};
   W.pooler_p = W.mlm_dense_p = {};
@@ -251,8 +461,6 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
   if (dev == Device::cpu && opt.pack_weights && packed_gemm_enabled()) bert_pack_weights(ctx, *w_);
   const BertWeights& W = *w_;
   const BertConfig& cfg = W.config;
-  const int64_t C = cfg.hidden_size, I = cfg.intermediate_size, NH = cfg.num_attention_heads;
-  const float eps = float(cfg.layer_norm_eps);
 
   BatchLayout L;
   if (opt.embeddings) {
@@ -260,84 +468,33 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
     L = make_layout(cfg, input, true);
   } else {
     UNMASK_CHECK(opt.hidden_in && opt.hidden_in->defined(), "bert: embeddings=false needs hidden_in [N, C]");
-    BertInput shape_only = input;
-    L = make_layout(cfg, shape_only, false);
-    UNMASK_CHECK(opt.hidden_in->shape() == Shape({L.N, C}) && opt.hidden_in->dtype() == DType::f32,
-                 "bert: hidden_in must be f32 [", L.N, ", ", C, "], got ", opt.hidden_in->describe());
+    L = make_layout(cfg, input, false);
+    UNMASK_CHECK(opt.hidden_in->shape() == Shape({L.N, cfg.hidden_size}) && opt.hidden_in->dtype() == W.dtype,
+                 "bert: hidden_in must be ", dtype_name(W.dtype), " [", L.N, ", ", cfg.hidden_size,
+                 "] (the model's dtype), got ", opt.hidden_in->describe());
   }
-  const int64_t N = L.N;
-  if (dev != Device::cpu && opt.embeddings) {  // the ids the embedding gathers live beside the table
-    L.ids = L.ids.to(dev);
-    L.pos_ids = L.pos_ids.to(dev);
-    L.type_ids = L.type_ids.to(dev);
+#ifdef UNMASK_WITH_CUDA
+  if (dev == Device::cuda && opt.cuda_graph) return forward_graphed(ctx, *w_, L, opt);
+#endif
+  EncoderInputs in = stage_inputs(L, opt);
+  if (dev != Device::cpu) {  // the indices the kernels read live beside the weights
+    for (Tensor* t : {&in.ids, &in.pos_ids, &in.type_ids, &in.cu_seqlens, &in.mask, &in.first_rows})
+      if (t->defined()) *t = t->to(dev);
+    if (in.hidden_in.defined() && in.hidden_in.device() != dev) in.hidden_in = in.hidden_in.to(dev);
   }
-
-  // Activations, allocated once per call on ctx's device:
-  Tensor x = Tensor::empty({N, C}, DType::f32, dev);       // layer input / output
-  Tensor qkv = Tensor::empty({N, 3 * C}, DType::f32, dev); // fused q, k, v
-  Tensor attn = Tensor::empty({N, C}, DType::f32, dev);    // attention context
-  Tensor h = Tensor::empty({N, C}, DType::f32, dev);       // projection outputs
-  Tensor f = Tensor::empty({N, I}, DType::f32, dev);       // feed-forward hidden
-
-  if (opt.embeddings) {
-    // x = LayerNorm(word[ids] + pos[t] + type[tt])
-    ops::embedding(ctx, W.word_emb, L.ids, x);
-    ops::embedding(ctx, W.pos_emb, L.pos_ids, x, /*accumulate=*/true);
-    ops::embedding(ctx, W.type_emb, L.type_ids, x, /*accumulate=*/true);
-    ops::layernorm(ctx, x, nullptr, W.emb_ln_g, W.emb_ln_b, eps, x);
-  } else {
-    x.copy_from(*opt.hidden_in);
-  }
-
-  ops::AttentionArgs aa;
-  aa.num_heads = int(NH);
-  aa.scale = float(1.0 / std::sqrt(double(C / NH)));
-  if (L.packed) {
-    aa.cu_seqlens = &L.cu_seqlens;
-  } else {
-    aa.padded_seq_len = L.T;
-    aa.key_padding_mask = L.mask.defined() ? &L.mask : nullptr;
-  }
-  const Activation ffn_act = hidden_activation(cfg.hidden_act);
-  for (const BertLayerWeights& lw : W.layers) {
-    linear_into(ctx, x, lw.qkv_w, lw.qkv_p, lw.qkv_b, qkv);
-    ops::attention(ctx, qkv.slice(1, 0, C), qkv.slice(1, C, 2 * C), qkv.slice(1, 2 * C, 3 * C), attn, aa);
-    linear_into(ctx, attn, lw.attn_out_w, lw.attn_out_p, lw.attn_out_b, h);
-    ops::layernorm(ctx, h, &x, lw.ln1_g, lw.ln1_b, eps, x);  // x = LN(h + x)
-    linear_into(ctx, x, lw.ffn_in_w, lw.ffn_in_p, lw.ffn_in_b, f, ffn_act);
-    linear_into(ctx, f, lw.ffn_out_w, lw.ffn_out_p, lw.ffn_out_b, h);
-    ops::layernorm(ctx, h, &x, lw.ln2_g, lw.ln2_b, eps, x);  // x = LN(h2 + x1)
-  }
-
-  BertOutputs out;
-  out.last_hidden_state = to_layout(x, L);
-  const bool want_pooled = W.heads.pooler && (opt.pooler || (opt.nsp && W.heads.nsp) || (opt.classifier && W.heads.seqcls));
-  Tensor pooled;
-  if (want_pooled) {
-    pooled = linear(ctx, gather_first_tokens(x, L), W.pooler_w, W.pooler_b, Activation::tanh, W.pooler_p);  // [B, C]
-    if (opt.pooler) out.pooler_output = pooled;
-  }
-  if (opt.mlm && W.heads.mlm) {
-    Tensor t = linear(ctx, x, W.mlm_dense_w, W.mlm_dense_b, ffn_act, W.mlm_dense_p);  // [N, C]
-    ops::layernorm(ctx, t, nullptr, W.mlm_ln_g, W.mlm_ln_b, eps, t);
-    out.mlm_logits = to_layout(linear(ctx, t, W.mlm_decoder_w, W.mlm_bias), L);  // [N, V]
-  }
-  if (opt.nsp && W.heads.nsp) out.nsp_logits = linear(ctx, pooled, W.nsp_w, W.nsp_b);  // [B, 2]
-  if (opt.qa && W.heads.qa) {
-    Tensor se = linear(ctx, x, W.qa_w, W.qa_b);  // [N, 2]
-    if (dev != Device::cpu) se = se.to(Device::cpu);  // split on the host (2 floats per token)
-    Tensor start = Tensor::empty({N}, DType::f32), end = Tensor::empty({N}, DType::f32);
-    for (int64_t r = 0; r < N; ++r) {
-      start.data<float>()[r] = se.data<float>()[2 * r];
-      end.data<float>()[r] = se.data<float>()[2 * r + 1];
-    }
-    if (dev != Device::cpu) start = start.to(dev), end = end.to(dev);
-    out.qa_start_logits = L.packed ? start : start.view({L.B, L.T});
-    out.qa_end_logits = L.packed ? end : end.view({L.B, L.T});
-  }
-  if (opt.classifier && W.heads.seqcls) out.seqcls_logits = linear(ctx, pooled, W.cls_w, W.cls_b);
-  if (opt.classifier && W.heads.tokcls) out.tokcls_logits = to_layout(linear(ctx, x, W.cls_w, W.cls_b), L);
-  return out;
+  return run_encoder(ctx, W, L, in, opt);
 }
+
+size_t BertModel::num_cuda_graphs() const {
+#ifdef UNMASK_WITH_CUDA
+  if (!w_->graphs) return 0;
+  std::lock_guard<std::mutex> lock(w_->graphs->mutex);
+  return w_->graphs->entries.size();
+#else
+  return 0;
+#endif
+}
+
+void BertModel::clear_cuda_graphs() { w_->graphs.reset(); }
 
 }  // namespace unmask

@@ -33,9 +33,12 @@ struct BertLayerWeights {
   ops::PackedWeight qkv_p, attn_out_p, ffn_in_p, ffn_out_p;
 };
 
+struct BertGraphCache;  // bert.cc: CUDA graphs of the forward, per batch shape
+
 struct BertWeights {
   BertConfig config;
   BertHeads heads;
+  DType dtype = DType::f32;  // of every tensor below (bf16 / f16: converted by BertModel::to on CUDA)
   Tensor word_emb;   // [V, C]
   Tensor pos_emb;    // [P, C]
   Tensor type_emb;   // [type_vocab, C]
@@ -52,6 +55,7 @@ struct BertWeights {
   std::vector<io::SafeTensorsFile> files; // keeps the mappings alive
   ops::PackedWeight pooler_p, mlm_dense_p; // packed by bert_pack_weights
   std::once_flag packed_once;              // bert_pack_weights runs once
+  std::shared_ptr<BertGraphCache> graphs;  // ForwardOptions::cuda_graph (CUDA builds)
 };
 
 /// Packs the Linear weights for ctx's CPU GEMM (once per BertWeights; later calls return at

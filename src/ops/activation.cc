@@ -24,11 +24,18 @@ const char* activation_name(Activation a) {
 
 void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act) {
   constexpr const char* op = "activation";
-  detail::check_f32(op, "x", x);
-  detail::check_f32(op, "y", y);
+  const bool half = detail::check_float(op, "x", x);
+  UNMASK_CHECK(y.dtype() == x.dtype(), op, ": y must have x's dtype ", dtype_name(x.dtype()), ", got ", y.describe());
   detail::check_same_shape(op, "x", x, "y", y);
   detail::check_device(op, "y", y, x.device());
   if (x.numel() == 0) return;
+  if (half) {  // bf16 / f16 on CUDA
+#ifdef UNMASK_WITH_CUDA
+    return cuda::activation(ctx, x, y, act);
+#else
+    detail::throw_unsupported(op, x.device(), x.dtype());
+#endif
+  }
   const detail::Rows rx = detail::as_rows(op, "x", x), ry = detail::as_rows(op, "y", y);
   switch (x.device()) {
     case Device::cpu:

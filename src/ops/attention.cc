@@ -120,6 +120,7 @@ Layout check_attention(const char* op, const Tensor& q, const Tensor& k, const T
     lay.cu = c.data<int32_t>();
     const int32_t* cu = lay.cu;
     const int64_t B = lay.B;
+    UNMASK_CHECK(args.max_seqlen >= 0, op, ": max_seqlen must be >= 0, got ", args.max_seqlen);
     if (c.device() == Device::cpu) {  // on the device the kernel cannot check them cheaply
       UNMASK_CHECK(cu[0] == 0, op, ": cu_seqlens[0] must be 0, got ", cu[0]);
       for (int64_t b = 0; b < B; ++b) {
@@ -129,6 +130,9 @@ Layout check_attention(const char* op, const Tensor& q, const Tensor& k, const T
       }
       UNMASK_CHECK(cu[B] == N, op, ": cu_seqlens[B = ", B, "] = ", cu[B],
                    " must equal the number of rows N = ", N);
+      UNMASK_CHECK(args.max_seqlen == 0 || args.max_seqlen >= lay.max_len, op, ": max_seqlen = ",
+                   args.max_seqlen, " is shorter than the longest sequence (", lay.max_len, ")",
+                   Hint("pass 0 to derive it"));
     }
   } else {
     const int64_t T = args.padded_seq_len;
@@ -221,7 +225,7 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
 #ifdef UNMASK_WITH_CUDA
       UNMASK_CHECK(ctx.device() == Device::cuda, "attention: tensors are on cuda but the context runs on ",
                    device_name(ctx.device()));
-      cuda::attention(ctx, q, k, v, out, args);
+      cuda::attention(ctx, q, k, v, out, args, args.max_seqlen);
       return;
 #else
       throw Unsupported("attention: device cuda, dtype ", dtype_name(q.dtype()),

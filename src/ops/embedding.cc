@@ -1,6 +1,8 @@
 // ops/embedding.cc: out[i, :] = table[ids[i], :] (+ out[i, :]), a row gather, and its backward
 // dtable[ids[i], :] += dout[i, :], a deterministic scatter-add (training).
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
@@ -24,8 +26,10 @@ template <typename Id> void check_ids(const Id* ids, int64_t N, int64_t V, const
 
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out, bool accumulate) {
   constexpr const char* op = "embedding";
-  detail::check_f32(op, "table", table);
-  detail::check_f32(op, "out", out);
+  // f32 anywhere; bf16 / f16 table and out on CUDA (a row copy: no arithmetic unless accumulate).
+  const bool half = detail::check_float(op, "table", table);
+  UNMASK_CHECK(out.dtype() == table.dtype(), op, ": out must have the table's dtype ", dtype_name(table.dtype()),
+               ", got ", out.describe());
   UNMASK_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, op,
                ": ids must be i32 or i64, got ", ids.describe());
   const Device dev = table.device();
@@ -39,6 +43,13 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
   UNMASK_CHECK(ro.C == rt.C && ro.N == N, op, ": out must be [", N, ", ", rt.C, "] (ids ",
                ids.shape().str(), ", table ", table.shape().str(), "), got ", out.describe());
   if (N == 0 || rt.C == 0) return;
+  if (half) {
+#ifdef UNMASK_WITH_CUDA
+    return cuda::embedding(ctx, table, ids, out, accumulate);  // host ids: range-checked there
+#else
+    detail::throw_unsupported(op, dev, table.dtype());
+#endif
+  }
   switch (dev) {
     case Device::cpu:
       detail::dispatch_float(op, Device::cpu, table.dtype(), [&](auto) {
@@ -69,6 +80,49 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
       detail::throw_unsupported(op, Device::cuda, table.dtype());
 #endif
   }
+}
+
+void embedding_layernorm(Context& ctx, const Tensor& ids, const Tensor& pos_ids, const Tensor* type_ids,
+                         const Tensor& word, const Tensor& pos, const Tensor& type, const Tensor& gamma,
+                         const Tensor& beta, float eps, Tensor& out) {
+  constexpr const char* op = "embedding_layernorm";
+  const Device dev = out.device();
+  const int64_t N = ids.numel();
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"ids", &ids}, {"pos_ids", &pos_ids},
+                                {"type_ids", type_ids}}) {
+    if (!t) continue;
+    UNMASK_CHECK(t->dtype() == DType::i32 && t->ndim() == 1 && t->size(0) == N && t->is_contiguous(), op, ": ", name,
+                 " must be contiguous i32 [", N, "], got ", t->describe());
+    detail::check_device(op, name, *t, dev);
+  }
+  detail::check_float(op, "out", out);
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"word", &word}, {"pos", &pos}, {"type", &type}}) {
+    UNMASK_CHECK(t->dtype() == out.dtype() && t->ndim() == 2 && t->size(1) == out.size(-1), op, ": ", name,
+                 " must be ", dtype_name(out.dtype()), " [*, ", out.size(-1), "] like out, got ", t->describe());
+    detail::check_device(op, name, *t, dev);
+  }
+  UNMASK_CHECK(out.ndim() == 2 && out.size(0) == N, op, ": out must be [", N, ", C], got ", out.describe());
+  if (dev == Device::cpu) {
+    embedding(ctx, word, ids, out);
+    embedding(ctx, pos, pos_ids, out, /*accumulate=*/true);
+    if (type_ids) {
+      embedding(ctx, type, *type_ids, out, /*accumulate=*/true);
+    } else {
+      const Tensor zeros = Tensor::zeros({N}, DType::i32);
+      embedding(ctx, type, zeros, out, /*accumulate=*/true);
+    }
+    layernorm(ctx, out, nullptr, gamma, beta, eps, out);
+    return;
+  }
+  detail::check_param(op, "gamma", gamma, out.size(1), out.dtype(), dev);
+  detail::check_param(op, "beta", beta, out.size(1), out.dtype(), dev);
+  UNMASK_CHECK(std::isfinite(eps) && eps >= 0.0f, op, ": eps must be finite and >= 0, got ", eps);
+  if (N == 0) return;
+#ifdef UNMASK_WITH_CUDA
+  cuda::embedding_layernorm(ctx, ids, pos_ids, type_ids, word, pos, type, gamma, beta, eps, out);
+#else
+  detail::throw_unsupported(op, dev, out.dtype());
+#endif
 }
 
 // No atomics and no per-thread copies of the table: the threads own disjoint column blocks and

@@ -39,9 +39,15 @@ Mat as_mat(const char* name, const Tensor& t) {
 void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
           const GemmArgs& args) {
   constexpr const char* op = "gemm";
-  detail::check_f32(op, "a", a);
-  detail::check_f32(op, "b", b);
-  detail::check_f32(op, "c", c);
+  // f32 anywhere; bf16 / f16 a and b (c: the same, or f32) on CUDA.
+  const bool half = detail::check_float(op, "a", a) | detail::check_float(op, "b", b) |
+                    detail::check_float(op, "c", c);
+  if (half) {
+    UNMASK_CHECK(a.dtype() == b.dtype(), op, ": a and b must share a dtype, got ", a.describe(), " and ",
+                 b.describe());
+    UNMASK_CHECK(c.dtype() == a.dtype() || c.dtype() == DType::f32, op, ": c must be ", dtype_name(a.dtype()),
+                 " or f32, got ", c.describe());
+  }
   const Device dev = c.device();
   detail::check_device(op, "a", a, dev);
   detail::check_device(op, "b", b, dev);
@@ -60,6 +66,14 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
   UNMASK_CHECK(ma.batch == mc.batch, "gemm: a has batch ", ma.batch, " but c has batch ", mc.batch);
   UNMASK_CHECK(mb.batch == ma.batch || mb.batch == 1, "gemm: b must have batch ", ma.batch,
                " or 1 (shared), got ", b.describe());
+  if (half) {
+    if (args.bias) detail::check_param(op, "bias", *args.bias, N, c.dtype(), dev);
+#ifdef UNMASK_WITH_CUDA
+    return cuda::gemm(ctx, a, ta, b, tb, c, args);  // cuBLASLt, fp32 accumulation
+#else
+    detail::throw_unsupported(op, dev, a.dtype());
+#endif
+  }
   if (args.bias) detail::check_bias(op, *args.bias, N, dev);
 
   GemmParams p;

@@ -19,7 +19,28 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
   constexpr const char* op = "layernorm";
   UNMASK_CHECK(!mean == !rstd, op, ": give both statistics outputs mean and rstd (training) or "
                "neither, got ", mean ? "mean only" : "rstd only");
-  detail::check_f32(op, "x", x);
+  // bf16 / f16 on CUDA (inference, no statistics): x, residual and y share the dtype; gamma
+  // and beta are f32 or that dtype. The CUDA backend normalises in fp32.
+  if (detail::check_float(op, "x", x)) {
+    UNMASK_CHECK(!mean, op, ": the training form (mean, rstd) is f32 only, got x ", x.describe());
+    UNMASK_CHECK(y.dtype() == x.dtype() && (!residual || residual->dtype() == x.dtype()), op,
+                 ": x, residual and y must share a dtype, got x ", x.describe(), ", y ", y.describe());
+    detail::check_same_shape(op, "x", x, "y", y);
+    detail::check_device(op, "y", y, x.device());
+    if (residual) {
+      detail::check_same_shape(op, "x", x, "residual", *residual);
+      detail::check_device(op, "residual", *residual, x.device());
+    }
+    detail::check_param(op, "gamma", gamma, x.size(-1), x.dtype(), x.device());
+    detail::check_param(op, "beta", beta, x.size(-1), x.dtype(), x.device());
+    UNMASK_CHECK(std::isfinite(eps) && eps >= 0.0f, op, ": eps must be finite and >= 0, got ", eps);
+    if (x.numel() == 0) return;
+#ifdef UNMASK_WITH_CUDA
+    return cuda::layernorm(ctx, x, residual, gamma, beta, eps, y);
+#else
+    detail::throw_unsupported(op, x.device(), x.dtype());
+#endif
+  }
   detail::check_f32(op, "gamma", gamma);
   detail::check_f32(op, "beta", beta);
   detail::check_f32(op, "y", y);

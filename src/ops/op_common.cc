@@ -47,6 +47,23 @@ void check_f32(std::string_view op, std::string_view name, const Tensor& t) {
                       t.describe());
 }
 
+bool check_float(std::string_view op, std::string_view name, const Tensor& t) {
+  if (t.dtype() == DType::f32) return false;
+  if ((t.dtype() == DType::bf16 || t.dtype() == DType::f16) && t.device() == Device::cuda) return true;
+  throw Unsupported(op, ": ", name, " must be f32 (or bf16 / f16 on cuda), got ", t.describe(),
+                    t.device() == Device::cpu ? Hint("the CPU kernels are f32: convert the tensor, or run on cuda")
+                                              : Hint("use f32, bf16 or f16"));
+}
+
+void check_param(std::string_view op, std::string_view name, const Tensor& t, int64_t C, DType act,
+                 Device device) {
+  UNMASK_CHECK(t.dtype() == DType::f32 || t.dtype() == act, op, ": ", name, " must be f32 or ",
+               dtype_name(act), " (the activations' dtype), got ", t.describe());
+  check_device(op, name, t, device);
+  UNMASK_CHECK(t.ndim() == 1 && t.size(0) == C && (t.stride(0) == 1 || C <= 1), op, ": ", name,
+               " must be contiguous [", C, "], got ", t.describe());
+}
+
 void check_device(std::string_view op, std::string_view name, const Tensor& t, Device device) {
   UNMASK_CHECK(t.device() == device, op, ": ", name, " is on ", device_name(t.device()),
                " but the op runs on ", device_name(device), ", got ", t.describe());
@@ -126,7 +143,7 @@ void throw_unsupported(std::string_view op, Device device, DType dtype) {
 
 bool supports(std::string_view op, Device device, DType dtype) {
   const bool known = op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" ||
-                     op == "embedding" || op == "attention" ||
+                     op == "embedding" || op == "embedding_layernorm" || op == "attention" ||
                      // training
                      op == "layernorm_backward" || op == "activation_backward" ||
                      op == "bias_grad" || op == "softmax_backward" ||

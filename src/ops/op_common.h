@@ -24,6 +24,17 @@ Rows as_rows(std::string_view op, std::string_view name, const Tensor& t);
 /// Throws Unsupported (an Error) unless t is f32.
 void check_f32(std::string_view op, std::string_view name, const Tensor& t);
 
+/// The element type of an inference op's float tensor: f32 on any device, or bf16 / f16 on
+/// CUDA (the CUDA backend computes in fp32 inside and rounds once on the store). Returns true
+/// for bf16 / f16; throws Unsupported for anything else (bf16 on the CPU: the CPU kernels are
+/// f32).
+bool check_float(std::string_view op, std::string_view name, const Tensor& t);
+
+/// A per-channel parameter vector of a low-precision op: f32 or `act` (the activations'
+/// dtype), on `device`, contiguous [C].
+void check_param(std::string_view op, std::string_view name, const Tensor& t, int64_t C, DType act,
+                 Device device);
+
 /// Throws unless t is on `device`.
 void check_device(std::string_view op, std::string_view name, const Tensor& t, Device device);
 

@@ -104,10 +104,24 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act);
 /// Row-wise softmax over the last dim; y may alias x.
 void softmax(Context& ctx, const Tensor& x, Tensor& y);
 
+/// dst = src: same shape and dtype (any), on any devices, innermost stride 1 or contiguous.
+/// Queued on ctx's stream when a side is on CUDA (capturable in a CUDA graph when both are);
+/// a copy to host memory has finished when it returns. dst must not overlap src.
+void copy(Context& ctx, const Tensor& src, Tensor& dst);
+
 /// out[i, :] = table[ids[i], :] (+ out[i, :] when accumulate). ids: i32 or i64 [N];
 /// table [V, C]; out [N, C]. An id outside [0, V) throws naming the position and the id.
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out,
                bool accumulate = false);
+
+/// BERT's embedding block: out = LayerNorm(word[ids] + pos[pos_ids] + type[type_ids]) * gamma
+/// + beta. ids, pos_ids, type_ids: i32 [N] on out's device (type_ids may be null: all type 0);
+/// word, pos, type: [*, C] of out's dtype; gamma, beta: [C]; out: [N, C].
+/// CPU: embedding, two accumulating embeddings and layernorm (the same bits as calling them).
+/// CUDA: one fused kernel (f32, bf16, f16; sum and statistics in fp32), ids trusted.
+void embedding_layernorm(Context& ctx, const Tensor& ids, const Tensor& pos_ids, const Tensor* type_ids,
+                         const Tensor& word, const Tensor& pos, const Tensor& type, const Tensor& gamma,
+                         const Tensor& beta, float eps, Tensor& out);
 
 /// Multi-head scaled-dot-product attention without projections, never materialising
 /// B x NH x T x T (blocked, online softmax).
@@ -123,6 +137,10 @@ struct AttentionArgs {
   const Tensor* cu_seqlens = nullptr;       // packed mode
   int64_t padded_seq_len = 0;               // padded mode
   const Tensor* key_padding_mask = nullptr; // padded mode, optional
+  /// Packed mode with cu_seqlens on the device: the longest sequence, if the caller knows it
+  /// (it sizes the CUDA grid; 0 = read the lengths back, a stream sync, which a CUDA graph
+  /// capture cannot do). Must be >= every sequence's length.
+  int64_t max_seqlen = 0;
 };
 void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                const AttentionArgs& args);

@@ -1,4 +1,4 @@
-// ops/softmax.cc: row-wise softmax over the last dim, and its backward (training).
+// ops/softmax.cc: row-wise softmax over the last dim, and its backward (training); ops::copy.
 #include <utility>
 
 #include "cpu/kernels.h"
@@ -12,11 +12,18 @@ namespace unmask::ops {
 
 void softmax(Context& ctx, const Tensor& x, Tensor& y) {
   constexpr const char* op = "softmax";
-  detail::check_f32(op, "x", x);
-  detail::check_f32(op, "y", y);
+  const bool half = detail::check_float(op, "x", x);
+  UNMASK_CHECK(y.dtype() == x.dtype(), op, ": y must have x's dtype ", dtype_name(x.dtype()), ", got ", y.describe());
   detail::check_same_shape(op, "x", x, "y", y);
   detail::check_device(op, "y", y, x.device());
   if (x.numel() == 0) return;
+  if (half) {  // bf16 / f16 on CUDA
+#ifdef UNMASK_WITH_CUDA
+    return cuda::softmax(ctx, x, y);
+#else
+    detail::throw_unsupported(op, x.device(), x.dtype());
+#endif
+  }
   const detail::Rows rx = detail::as_rows(op, "x", x), ry = detail::as_rows(op, "y", y);
   switch (x.device()) {
     case Device::cpu:
@@ -36,6 +43,25 @@ void softmax(Context& ctx, const Tensor& x, Tensor& y) {
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif
   }
+}
+
+void copy(Context& ctx, const Tensor& src, Tensor& dst) {
+  constexpr const char* op = "copy";
+  detail::check_same_shape(op, "src", src, "dst", dst);
+  UNMASK_CHECK(src.dtype() == dst.dtype(), op, ": dst must have src's dtype, got src ", src.describe(), " and dst ",
+               dst.describe());
+  if (src.device() == dst.device()) detail::check_no_overlap(op, "dst", dst, "src", src, false);
+  if (src.numel() == 0) return;
+  if (src.device() == Device::cpu && dst.device() == Device::cpu) {
+    (void)ctx;
+    return dst.copy_from(src);
+  }
+#ifdef UNMASK_WITH_CUDA
+  UNMASK_CHECK(ctx.device() == Device::cuda, op, ": a side is on cuda but the context runs on ", device_name(ctx.device()));
+  cuda::copy(ctx, src, dst);
+#else
+  detail::throw_unsupported(op, Device::cuda, src.dtype());
+#endif
 }
 
 void softmax_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {

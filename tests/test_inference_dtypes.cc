@@ -1,0 +1,228 @@
+// tests/test_inference_dtypes.cc: the CPU side of bf16 / f16 inference and CUDA-graph forwards:
+// Tensor::cast's rounding, the fused embedding block against float64, ops::copy, the errors
+// low-precision tensors give on the CPU, and the BERT forward's dtype rules. (The CUDA side is
+// tests/cuda/test_cuda_bert_infer.cc.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "op_test_util.h"
+#include "ops/ops.h"
+#include "ref/ref_ops.h"
+#include "unmask/bert.h"
+
+using namespace unmask;
+using namespace unmask::test;
+
+namespace {
+
+float f32_of_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t bits16(const Tensor& t, int64_t i) { return static_cast<const uint16_t*>(t.raw())[i]; }
+
+Tensor vec(const std::vector<float>& v) {
+  Tensor t = Tensor::empty({int64_t(v.size())}, DType::f32);
+  for (size_t i = 0; i < v.size(); ++i) t.data<float>()[i] = v[i];
+  return t;
+}
+
+}  // namespace
+
+// Round to nearest, ties to even, in both 16-bit formats; NaN stays NaN; fp16 overflows to inf.
+TEST(TensorCast, RoundsToNearestEven) {
+  // bf16 keeps 7 mantissa bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 (ties to even: 1),
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 (ties to even: 1 + 2^-6).
+  const Tensor x = vec({1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, -2.5f,
+                        std::numeric_limits<float>::quiet_NaN(), 70000.0f, 0x1p-20f});
+  const Tensor b = x.cast(DType::bf16);
+  ASSERT_EQ(b.dtype(), DType::bf16);
+  EXPECT_EQ(bits16(b, 0), 0x3f80);
+  EXPECT_EQ(bits16(b, 1), 0x3f80);  // tie -> even
+  EXPECT_EQ(bits16(b, 2), 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(bits16(b, 3), 0x3f81);  // just above the tie -> up
+  EXPECT_EQ(bits16(b, 4), 0xc020);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(bits16(b, 5))));
+  EXPECT_EQ(bf16_to_f32(bits16(b, 6)), 70144.0f);  // 70000 -> nearest bf16
+  const Tensor h = x.cast(DType::f16);
+  EXPECT_EQ(bits16(h, 0), 0x3c00);
+  EXPECT_EQ(bits16(h, 1), 0x3c04);  // fp16 keeps 10 mantissa bits: 1 + 2^-8 is exact
+  EXPECT_EQ(bits16(h, 2), 0x3c0c);
+  EXPECT_EQ(bits16(h, 4), 0xc100);
+  EXPECT_TRUE(std::isnan(f16_to_f32(bits16(h, 5))));
+  EXPECT_EQ(bits16(h, 6), 0x7c00);  // overflow -> +inf
+  EXPECT_EQ(f16_to_f32(bits16(h, 7)), 0x1p-20f);  // a subnormal in fp16, exact
+  // Back to f32: exact.
+  const Tensor back = b.cast(DType::f32);
+  EXPECT_EQ(back.data<float>()[2], 1.0f + 0x1p-6f);
+  EXPECT_EQ(back.data<float>()[4], -2.5f);
+}
+
+TEST(TensorCast, StridedInputsAndErrors) {
+  Tensor wide = Tensor::empty({3, 4}, DType::f32);
+  for (int i = 0; i < 12; ++i) wide.data<float>()[i] = float(i) + 0.5f;
+  const Tensor col = wide.slice(1, 1, 3);  // [3, 2], row stride 4
+  const Tensor c = col.cast(DType::bf16);
+  ASSERT_TRUE(c.is_contiguous());
+  ASSERT_EQ(c.shape(), Shape({3, 2}));
+  for (int r = 0; r < 3; ++r)
+    for (int k = 0; k < 2; ++k) EXPECT_EQ(bf16_to_f32(bits16(c, r * 2 + k)), float(r * 4 + 1 + k) + 0.5f);
+  // Same dtype: an owned copy, not a view.
+  const Tensor same = wide.cast(DType::f32);
+  EXPECT_NE(same.raw(), wide.raw());
+  EXPECT_EQ(same.data<float>()[7], 7.5f);
+  try {
+    Tensor::empty({2}, DType::i32).cast(DType::f32);
+    FAIL() << "cast of i32 must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f32, bf16 and f16"), std::string::npos) << e.what();
+  }
+}
+
+// The fused embedding block: LayerNorm(word[ids] + pos[p] + type[t]) against float64.
+TEST(Ops, EmbeddingLayerNormMatchesFloat64) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  const int64_t V = 37, P = 11, TV = 2, C = 24, N = 19;
+  Tensor word = make_rows(V, C), pos = make_rows(P, C), type = make_rows(TV, C);
+  fill_rows(rng, word, Fill::normal);
+  fill_rows(rng, pos, Fill::normal);
+  fill_rows(rng, type, Fill::normal);
+  Tensor gamma = make_rows(1, C), beta = make_rows(1, C);
+  fill_rows(rng, gamma, Fill::uniform);
+  fill_rows(rng, beta, Fill::uniform);
+  gamma = gamma.view({C});
+  beta = beta.view({C});
+  Tensor ids = Tensor::empty({N}, DType::i32), pids = Tensor::empty({N}, DType::i32), tids = Tensor::empty({N}, DType::i32);
+  for (int64_t i = 0; i < N; ++i) {
+    ids.data<int32_t>()[i] = int32_t(rng.integer(0, V - 1));
+    pids.data<int32_t>()[i] = int32_t(rng.integer(0, P - 1));
+    tids.data<int32_t>()[i] = int32_t(rng.integer(0, TV - 1));
+  }
+  for (bool with_types : {true, false}) {
+    SCOPED_TRACE(with_types ? "type ids given" : "type ids null (all 0)");
+    Tensor out = make_rows(N, C);
+    ops::embedding_layernorm(ctx, ids, pids, with_types ? &tids : nullptr, word, pos, type, gamma, beta, 1e-12f, out);
+    std::vector<double> sum(size_t(N * C)), ref(size_t(N * C)), g(static_cast<size_t>(C)), b(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) g[c] = gamma.data<float>()[c], b[c] = beta.data<float>()[c];
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t t = with_types ? tids.data<int32_t>()[i] : 0;
+      for (int64_t c = 0; c < C; ++c)
+        sum[size_t(i * C + c)] = double(word.data<float>()[ids.data<int32_t>()[i] * C + c]) +
+                                 double(pos.data<float>()[pids.data<int32_t>()[i] * C + c]) +
+                                 double(type.data<float>()[t * C + c]);
+    }
+    ref::layernorm_forward<double>(sum.data(), nullptr, g.data(), b.data(), 1e-12, ref.data(), N, C);
+    EXPECT_TRUE(all_close(to_f64(out), ref, {.atol = 2e-6, .rtol = 1e-5}));
+  }
+  // Bad input: an id outside the table, a wrong-length position vector.
+  Tensor out = make_rows(N, C);
+  ids.data<int32_t>()[3] = int32_t(V);
+  EXPECT_THROW(ops::embedding_layernorm(ctx, ids, pids, &tids, word, pos, type, gamma, beta, 1e-12f, out), Error);
+  ids.data<int32_t>()[3] = 0;
+  Tensor short_pids = pids.slice(0, 0, N - 1);
+  EXPECT_THROW(ops::embedding_layernorm(ctx, ids, short_pids, &tids, word, pos, type, gamma, beta, 1e-12f, out), Error);
+}
+
+TEST(Ops, CopyHandlesStridesAndRejectsMismatches) {
+  Context ctx({.num_threads = 1});
+  Tensor wide = Tensor::empty({4, 6}, DType::f32);
+  for (int i = 0; i < 24; ++i) wide.data<float>()[i] = float(i);
+  const Tensor src = wide.slice(1, 2, 5);  // [4, 3], row stride 6
+  Tensor dst = Tensor::empty({4, 3}, DType::f32);
+  ops::copy(ctx, src, dst);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(dst.data<float>()[r * 3 + c], float(r * 6 + 2 + c));
+  Tensor wrong_shape = Tensor::empty({3, 4}, DType::f32);
+  EXPECT_THROW(ops::copy(ctx, src, wrong_shape), Error);
+  Tensor wrong_dtype = Tensor::empty({4, 3}, DType::i32);
+  EXPECT_THROW(ops::copy(ctx, src, wrong_dtype), Error);
+  Tensor overlapping = wide.slice(1, 3, 6);
+  EXPECT_THROW(ops::copy(ctx, src, overlapping), Error);
+}
+
+// bf16 / f16 tensors reach only the CUDA kernels: on the CPU every inference op says so.
+TEST(Ops, LowPrecisionOnCpuIsUnsupported) {
+  Context ctx({.num_threads = 1});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = Tensor::zeros({4, 8}, dt), b = Tensor::zeros({8, 8}, dt), c = Tensor::zeros({4, 8}, dt);
+    Tensor g = Tensor::zeros({8}, DType::f32), ids = Tensor::zeros({4}, DType::i32);
+    auto expect_unsupported = [](auto&& fn, const char* what) {
+      try {
+        fn();
+        ADD_FAILURE() << what << ": expected Unsupported";
+      } catch (const Unsupported& e) {
+        EXPECT_NE(std::string(e.what()).find("CPU kernels are f32"), std::string::npos) << what << ": " << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": expected Unsupported, got " << e.what();
+      }
+    };
+    expect_unsupported([&] { ops::gemm(ctx, a, ops::Trans::no, b, ops::Trans::yes, c); }, "gemm");
+    expect_unsupported([&] { ops::layernorm(ctx, a, nullptr, g, g, 1e-12f, c); }, "layernorm");
+    expect_unsupported([&] { ops::activation(ctx, a, c, ops::Activation::gelu); }, "activation");
+    expect_unsupported([&] { ops::softmax(ctx, a, c); }, "softmax");
+    expect_unsupported([&] { ops::embedding(ctx, b, ids, c); }, "embedding");
+    EXPECT_FALSE(ops::supports("gemm", Device::cpu, dt));
+  }
+}
+
+TEST(Attention, MaxSeqlenShorterThanTheLongestSequenceIsAnError) {
+  Context ctx({.num_threads = 1});
+  const int64_t N = 7, C = 8;
+  Tensor q = Tensor::zeros({N, C}, DType::f32), out = Tensor::zeros({N, C}, DType::f32);
+  Tensor cu = Tensor::empty({3}, DType::i32);
+  cu.data<int32_t>()[0] = 0, cu.data<int32_t>()[1] = 5, cu.data<int32_t>()[2] = 7;
+  ops::AttentionArgs aa;
+  aa.num_heads = 2;
+  aa.scale = 0.5f;
+  aa.cu_seqlens = &cu;
+  aa.max_seqlen = 4;  // the first sequence has 5 tokens
+  try {
+    ops::attention(ctx, q, q, q, out, aa);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_seqlen = 4"), std::string::npos) << e.what();
+  }
+  aa.max_seqlen = 5;
+  EXPECT_NO_THROW(ops::attention(ctx, q, q, q, out, aa));
+}
+
+// The model's dtype rules: f32 on the CPU; bf16 / f16 only on CUDA; cuda_graph is a CUDA option.
+TEST(BertDtype, LowPrecisionNeedsCudaAndGraphsAreIgnoredOnTheCpu) {
+  BertConfig cfg;
+  cfg.vocab_size = 30, cfg.hidden_size = 16, cfg.num_hidden_layers = 1, cfg.num_attention_heads = 2;
+  cfg.intermediate_size = 32, cfg.max_position_embeddings = 16;
+  BertModel model = BertModel::random(cfg, BertHeads{.pooler = true, .qa = true}, 5);
+  Context ctx({.num_threads = 1});
+  EXPECT_EQ(model.dtype(), DType::f32);
+  EXPECT_THROW(model.to(ctx, DType::bf16), Unsupported);
+  EXPECT_THROW(model.to(ctx, DType::i32), Error);
+  EXPECT_EQ(model.dtype(), DType::f32);
+  BertInput in;
+  in.input_ids = Tensor::empty({2, 5}, DType::i32);
+  for (int i = 0; i < 10; ++i) in.input_ids.data<int32_t>()[i] = 1 + i;
+  ForwardOptions eager, graphed;
+  graphed.cuda_graph = true;
+  const BertOutputs a = model.forward(ctx, in, eager), b = model.forward(ctx, in, graphed);
+  EXPECT_EQ(model.num_cuda_graphs(), 0u);
+  ASSERT_TRUE(a.qa_start_logits.defined() && b.qa_end_logits.defined());
+  EXPECT_EQ(a.qa_start_logits.shape(), Shape({2, 5}));
+  for (int64_t i = 0; i < a.last_hidden_state.numel(); ++i)
+    ASSERT_EQ(a.last_hidden_state.data<float>()[i], b.last_hidden_state.data<float>()[i]);
+  // hidden_in must have the model's dtype.
+  Tensor hidden = Tensor::zeros({10, 16}, DType::bf16);
+  ForwardOptions skip;
+  skip.embeddings = false;
+  skip.hidden_in = &hidden;
+  EXPECT_THROW(model.forward(ctx, in, skip), Error);
+}
