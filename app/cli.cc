@@ -139,6 +139,19 @@ std::string precision_of(const Args& args, Device device) {
   return p;
 }
 
+std::string inference_precision_of(const Args& args, Device device) {
+  const std::string p = args.get("precision");
+  if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
+    throw Error("--precision must be fp32, tf32, bf16 or fp16, got '", p, "'");
+  if (device != Device::cuda && p != "fp32")
+    throw Error("--precision ", p, " needs --device cuda", Hint("the CPU kernels are fp32"));
+  return p;
+}
+
+DType inference_dtype(const std::string& precision) {
+  return precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+}
+
 std::string setup_device(Context& ctx, const std::string& precision) {
 #ifdef UNMASK_WITH_CUDA
   if (ctx.device() == Device::cuda) {
@@ -170,7 +183,7 @@ int gpu_for_local_rank(Device device, int local_rank) {
 }
 
 double h100_peak_gflops(const std::string& precision) {
-  return precision == "bf16" ? 989400.0 : precision == "tf32" ? 494700.0 : 67000.0;
+  return precision == "bf16" || precision == "fp16" ? 989400.0 : precision == "tf32" ? 494700.0 : 67000.0;
 }
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "unmask/context.h"
+#include "unmask/dtype.h"
 #include "unmask/device.h"
 
 namespace unmask::cli {
@@ -49,6 +50,12 @@ Device device_of(const Args& args);
 /// `--precision fp32|tf32|bf16` checked against the device (tf32 and bf16 are CUDA tensor-core
 /// modes; the CPU is fp32). Returns the value.
 std::string precision_of(const Args& args, Device device);
+/// `--precision fp32|tf32|bf16|fp16` of an inference command, checked against the device
+/// (everything but fp32 needs CUDA): tf32 runs the f32 weights' GEMMs on TF32 tensor cores; bf16
+/// and fp16 convert the weights (and so the activations) to that type. Returns the value.
+std::string inference_precision_of(const Args& args, Device device);
+/// The weights' dtype of an inference precision (fp32 and tf32: f32).
+DType inference_dtype(const std::string& precision);
 /// Applies a precision to a CUDA context (CudaState::allow_tf32 / autocast) before its first
 /// GEMM, and returns the devices column "1x <GPU name>" (CPU: "CPU (<n> threads)").
 std::string setup_device(Context& ctx, const std::string& precision);
@@ -58,7 +65,7 @@ std::string attention_mode(Context& ctx);
 /// The GPU a process of a host uses: local_rank % visible GPUs (0 on the CPU or without a GPU).
 int gpu_for_local_rank(Device device, int local_rank);
 /// Dense H100 SXM datasheet peaks in GFLOP/s for MFU on CUDA: fp32 CUDA cores 67,000, TF32
-/// tensor cores 494,700, bf16 989,400.
+/// tensor cores 494,700, bf16 and fp16 989,400.
 double h100_peak_gflops(const std::string& precision);
 /// Seconds on the steady clock (benchmark timing).
 double now_s();

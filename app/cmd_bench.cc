@@ -1,5 +1,7 @@
 // app/cmd_bench.cc: `unmask bench infer`, the AITemplate BERT table (batch, seq, latency, QPS)
-// plus achieved GFLOP/s and % of the CPU's measured fp32 peak.
+// plus achieved GFLOP/s and % of peak (CPU: its measured fp32 peak; CUDA: the H100's dense
+// rate of the precision's units). On CUDA: --precision bf16|fp16 (weights and activations),
+// tf32 or fp32, and --cuda-graph on (each shape's forward replayed as one graph).
 //
 // FLOPs are counted analytically (matrix products only; element-wise work is < 1%):
 //   per layer, per token:  2 C (3C + C + 2I)          QKV, output projection, FFN in/out
@@ -104,6 +106,8 @@ int bench_infer(int argc, char** argv) {
       {"lengths", "uniform:MIN:MAX", "mixed-length batches run packed (no compute on padding); seq column = MAX", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
+      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations (fp32 math inside), or TF32 GEMMs", "fp32"},
+      {"cuda-graph", "on|off", "CUDA: replay each shape's forward as one CUDA graph", "on"},
       {"iters", "N", "minimum timed iterations per row", "10"},
       {"min-time", "SEC", "keep iterating until this much time has passed per row", "2"},
       {"warmup", "N", "untimed iterations per row (at least 1)", "2"},
@@ -136,23 +140,38 @@ int bench_infer(int argc, char** argv) {
   }
 
   const Device device = device_of(*args);
+  const std::string precision = inference_precision_of(*args, device);
+  const std::string graph_arg = args->get("cuda-graph");
+  if (graph_arg != "on" && graph_arg != "off") throw Error("--cuda-graph must be on or off, got '", graph_arg, "'");
+  const bool cuda_graph = device == Device::cuda && graph_arg == "on";
   Context ctx({.num_threads = int(args->get_int("threads")), .device = device});
+  const std::string devices = setup_device(ctx, precision);
   const std::string model_arg = args->get("model");
-  BertModel model = model_arg == "bert-base"    ? BertModel::random(BertConfig::base(), BertHeads{.pooler = true}, seed)
-                    : model_arg == "bert-large" ? BertModel::random(BertConfig::large(), BertHeads{.pooler = true}, seed)
+  // Random weights get as many positions as the longest --seq asks for (seed 003 runs
+  // BERT-base shapes up to 4096 tokens; a checkpoint keeps its own limit).
+  int64_t longest = 0;
+  for (int64_t s : seqs) longest = std::max(longest, s);
+  auto random_config = [&](BertConfig c) {
+    c.max_position_embeddings = std::max(c.max_position_embeddings, longest);
+    return c;
+  };
+  BertModel model = model_arg == "bert-base"    ? BertModel::random(random_config(BertConfig::base()), BertHeads{.pooler = true}, seed)
+                    : model_arg == "bert-large" ? BertModel::random(random_config(BertConfig::large()), BertHeads{.pooler = true}, seed)
                                                 : BertModel::load(model_arg);
   model.set_hidden_act(act == "gelu" ? HiddenAct::gelu : HiddenAct::gelu_tanh);
-  model.to(ctx);  // no-op on the CPU
+  model.to(ctx, inference_dtype(precision));  // no-op on the CPU
   const BertConfig& cfg = model.config();
-  // CUDA: fp32 GEMMs against the H100 SXM's dense fp32 rate unless --peak-gflops says otherwise.
+  // CUDA: the H100 SXM's dense rate of the precision's units unless --peak-gflops says otherwise.
   const double peak = args->has("peak-gflops")   ? args->get_double("peak-gflops")
-                      : device == Device::cuda ? 67000.0
+                      : device == Device::cuda ? h100_peak_gflops(precision)
                                                : measure_peak_gflops(ctx.num_threads());
 
   if (format == "table") {
-    std::printf("# unmask bench infer: %s, %lld layers, hidden %lld, %s, %d threads (%s kernels), peak %.0f GFLOP/s%s%s\n",
-                model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, act.c_str(), ctx.num_threads(),
-                ctx.cpu_isa(), peak, encoders_only ? ", encoders only" : "",
+    std::printf("# unmask bench infer: %s, %lld layers, hidden %lld, %s, %s, %s%s, peak %.0f GFLOP/s%s%s\n",
+                model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, act.c_str(),
+                devices.c_str(), precision.c_str(),
+                device == Device::cuda ? (cuda_graph ? ", CUDA graphs" : ", eager") : (std::string(" (") + ctx.cpu_isa() + " kernels)").c_str(),
+                peak, encoders_only ? ", encoders only" : "",
                 len_max ? (", lengths uniform " + std::to_string(len_min) + ".." + std::to_string(len_max)).c_str() : "");
     std::printf("| Batch size | Seq len | Latency (ms) | QPS (seq/s) | GFLOP/s | %% of peak |\n");
     std::printf("|-----------:|--------:|-------------:|------------:|--------:|----------:|\n");
@@ -190,11 +209,13 @@ int bench_infer(int argc, char** argv) {
       ForwardOptions fo;
       fo.mlm = fo.nsp = fo.qa = fo.classifier = false;
       fo.pooler = !encoders_only;
+      fo.cuda_graph = cuda_graph;
       Tensor hidden;
       if (encoders_only) {
         hidden = Tensor::empty({N, cfg.hidden_size}, DType::f32);
         std::normal_distribution<float> nd(0.f, 1.f);
         for (int64_t i = 0; i < hidden.numel(); ++i) hidden.data<float>()[i] = nd(rng);
+        if (model.dtype() != DType::f32) hidden = hidden.cast(model.dtype());
         if (device != Device::cpu) hidden = hidden.to(device);
         fo.embeddings = false;
         fo.hidden_in = &hidden;
@@ -223,9 +244,11 @@ int bench_infer(int argc, char** argv) {
       else
         std::printf("{\"engine\": \"unmask\", \"batch\": %lld, \"seq\": %lld, \"latency_ms\": %.4f, \"qps\": %.3f, "
                     "\"gflop_per_s\": %.2f, \"pct_of_peak\": %.2f, \"tokens\": %lld, \"threads\": %d, \"iters\": %zu, "
-                    "\"peak_rss_mb\": %.1f, \"lengths\": \"%s\"}\n",
+                    "\"peak_rss_mb\": %.1f, \"lengths\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", "
+                    "\"cuda_graph\": %s, \"activation\": \"%s\"}\n",
                     (long long)r.batch, (long long)r.seq, r.latency_ms, r.qps, r.gflops, r.pct_peak, (long long)r.tokens,
-                    ctx.num_threads(), times.size(), r.rss_mb, len_max ? args->get("lengths").c_str() : "fixed");
+                    ctx.num_threads(), times.size(), r.rss_mb, len_max ? args->get("lengths").c_str() : "fixed",
+                    devices.c_str(), precision.c_str(), cuda_graph ? "true" : "false", act.c_str());
       std::fflush(stdout);
     }
   }

@@ -31,7 +31,10 @@ Tensor to_i64(const std::vector<int32_t>& v) {
 void outputs_to_host(BertOutputs& o) {
   for (Tensor* t : {&o.last_hidden_state, &o.pooler_output, &o.mlm_logits, &o.nsp_logits, &o.qa_start_logits,
                     &o.qa_end_logits, &o.seqcls_logits, &o.tokcls_logits})
-    if (t->defined() && t->device() != Device::cpu) *t = t->to(Device::cpu);
+    if (t->defined()) {
+      if (t->device() != Device::cpu) *t = t->to(Device::cpu);
+      if (t->dtype() != DType::f32) *t = t->cast(DType::f32);  // bf16 / f16 models: f32 for printing and .npy
+    }
 }
 
 void make_dump_dir(const std::string& dir) {
@@ -52,6 +55,7 @@ int cmd_infer(int argc, char** argv) {
       {"no-truncate", "", "fail instead of truncating text longer than the model's positions", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
+      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations, or TF32 GEMMs (outputs are written as f32)", "fp32"},
   };
   auto args = Args::parse("infer", "Fill-mask demo: prints the top-k tokens for each [MASK] in the text.", specs, argc, argv, 2);
   if (!args) return 0;
@@ -63,8 +67,10 @@ int cmd_infer(int argc, char** argv) {
     throw Error("--text is empty", Hint("give a sentence, e.g. --text \"Paris is the [MASK] of France.\""));
 
   Context ctx({.num_threads = int(args->get_int("threads")), .device = device_of(*args)});
+  const std::string precision = inference_precision_of(*args, ctx.device());
+  setup_device(ctx, precision);
   BertModel model = BertModel::load(dir);
-  model.to(ctx);  // no-op on the CPU
+  model.to(ctx, inference_dtype(precision));  // no-op on the CPU
   text::WordPieceTokenizer tok = load_tokenizer(dir);
   const int64_t max_len = model.config().max_position_embeddings;
   std::optional<std::string> pair;
@@ -159,6 +165,7 @@ int cmd_forward(int argc, char** argv) {
       {"dump", "OUTDIR", "directory for the output .npy files", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
+      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations, or TF32 GEMMs (outputs are written as f32)", "fp32"},
   };
   auto args = Args::parse("forward", "Runs a batch of token ids and dumps every output as .npy in the padded [B, T, ...] layout.",
                           specs, argc, argv, 2);
@@ -205,8 +212,10 @@ int cmd_forward(int argc, char** argv) {
   }
 
   Context ctx({.num_threads = int(args->get_int("threads")), .device = device_of(*args)});
+  const std::string precision = inference_precision_of(*args, ctx.device());
+  setup_device(ctx, precision);
   BertModel model = BertModel::load(dir);
-  model.to(ctx);  // no-op on the CPU
+  model.to(ctx, inference_dtype(precision));  // no-op on the CPU
   BertInput in;
   BertOutputs out;
   if (mode == "padded") {

@@ -36,6 +36,7 @@ expect 2 "unknown command" -- "$U" frobnicate
 expect 1 "did you mean --text" -- "$U" infer --model "$W/m" --txt hi
 expect 1 "--model is required" -- "$U" infer --text hi
 expect 1 "--device must be cpu or cuda, got 'gpu'" -- "$U" infer --model "$W/m" --text "a [MASK] ." --device gpu
+expect 1 "--precision fp16 needs --device cuda" -- "$U" infer --model "$W/m" --text "a [MASK] ." --precision fp16
 expect 0 "[MASK] at position" -- "$U" infer --model "$W/m" --text "paris is the [MASK] of france ." --device cpu
 if ! "$U" version | grep -q "cuda backend: yes"; then  # a CPU-only build says how to get CUDA
   expect 1 "built without the CUDA backend" -- "$U" infer --model "$W/m" --text "a [MASK] ." --device cuda
@@ -75,6 +76,9 @@ damaged; rm "$W/d/vocab.txt"
 expect 1 "no vocab.txt" -- "$U" infer --model "$W/d" --text hi
 expect 1 "--batch must be a comma-separated list" -- "$U" bench infer --batch 0
 expect 1 "--format must be" -- "$U" bench infer --format xml
+expect 1 "--precision bf16 needs --device cuda" -- "$U" bench infer --precision bf16 --batch 1 --seq 8
+expect 1 "--precision must be fp32, tf32, bf16 or fp16" -- "$U" bench infer --precision fp8 --batch 1 --seq 8
+expect 1 "--cuda-graph must be on or off" -- "$U" bench infer --cuda-graph maybe --batch 1 --seq 8
 expect 1 "exceeds the model's max_position_embeddings" -- "$U" bench infer --model "$W/m" --seq 1024 --iters 1 --min-time 0
 expect 1 "--mode must be padded or packed" -- "$U" forward --model "$W/m" --input-ids x.npy --dump "$W/o" --mode diagonal
 
