@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Merges the JSON rows of unmask_gpu_bench and torch_bert_infer.py into one table:
+"""Merges the JSON rows of unmask_gpu_bench (or `unmask bench infer --format json`) and
+torch_bert_infer.py into one table:
 one line per (batch, seq) with each implementation's latency and TFLOP/s, and unmask's
 speed-up over the best PyTorch row of the same shape.
 
@@ -23,6 +24,9 @@ def main(paths):
                 r = json.loads(line)
             except ValueError:
                 continue
+            if "impl" not in r and r.get("engine") == "unmask":  # `unmask bench infer --format json`
+                r["impl"] = "unmask"
+                r["tflops"] = r.get("gflop_per_s", 0.0) / 1e3
             if r.get("impl") not in impls:
                 impls.append(r.get("impl"))
             rows.setdefault((r["batch"], r["seq"]), {})[r["impl"]] = r
