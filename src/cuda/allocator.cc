@@ -124,6 +124,30 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
   }
   if (found) {
     ++cache.stats.num_cache_hits;
+  } else if (pool) {
+    // A pool's first use of a size may fall inside a stream capture (graph.h), where cudaMalloc
+    // is a "potentially unsafe" call that would invalidate a thread-local capture: relax the
+    // thread's capture mode around it (the allocation is not part of the graph; the pool keeps
+    // it for the graph's lifetime). No sync-and-retry here: a capture cannot synchronise.
+    void* p = nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    const cudaError_t e = cudaMalloc(&p, cls);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error("CUDA out of memory: cudaMalloc of ", cls, " bytes (request ", bytes, ") for a CUDA graph's pool on device ",
+                  dev, " failed with ", cudaGetErrorName(e), "; this allocator holds ", cache.stats.reserved_bytes, " bytes",
+                  Hint("use a smaller batch, or run without CUDA graphs"));
+    }
+    block.ptr = p;
+    block.size = cls;
+    block.pool = t_active_pool;
+    pool->reserved_bytes += cls;
+    ++cache.stats.num_cuda_mallocs;
+    cache.stats.reserved_bytes += cls;
+    if (cache.stats.reserved_bytes > cache.stats.peak_reserved_bytes)
+      cache.stats.peak_reserved_bytes = cache.stats.reserved_bytes;
   } else {
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, cls);
@@ -144,8 +168,6 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
     }
     block.ptr = p;
     block.size = cls;
-    block.pool = t_active_pool;
-    if (pool) pool->reserved_bytes += cls;
     ++cache.stats.num_cuda_mallocs;
     cache.stats.reserved_bytes += cls;
     if (cache.stats.reserved_bytes > cache.stats.peak_reserved_bytes)

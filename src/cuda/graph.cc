@@ -25,7 +25,6 @@ std::unique_ptr<Graph> Graph::capture(Context& ctx, const std::function<void()>&
   UNMASK_CHECK(active_pool() == 0, "cuda graph: a capture is already running on this thread",
                Hint("graphs cannot be captured inside another capture"));
   std::unique_ptr<Graph> g(new Graph());
-  g->stream_ = st.stream;
   g->pool_ = create_private_pool();
   ctx.make_current();  // Tensor::empty tags its blocks with this stream
   {
@@ -73,11 +72,10 @@ void Graph::replay(Context& ctx) const {
 size_t Graph::pool_bytes() const { return private_pool_bytes(pool_); }
 
 Graph::~Graph() {
-  // The last replay may still be running; the pool's blocks go back only after it.
-  if (stream_ && cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)) != cudaSuccess) {
-    std::fprintf(stderr, "unmask: cuda graph teardown: stream sync failed (%s)\n",
-                 cudaGetErrorString(cudaGetLastError()));
-  }
+  // The last replay may still be running; the pool's blocks go back only after it. (The
+  // device, not the stream: the context that owned the stream may already be gone.)
+  if (cudaDeviceSynchronize() != cudaSuccess)
+    std::fprintf(stderr, "unmask: cuda graph teardown: device sync failed (%s)\n", cudaGetErrorString(cudaGetLastError()));
   if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   release_private_pool(pool_);

@@ -33,7 +33,7 @@ class Graph {
   /// the CUDA call when `work` does something a capture cannot hold; the stream is usable
   /// afterwards either way.
   static std::unique_ptr<Graph> capture(Context& ctx, const std::function<void()>& work);
-  ~Graph();  // synchronises its stream, destroys the graph, releases the pool; never throws
+  ~Graph();  // synchronises the device, destroys the graph, releases the pool; never throws
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
@@ -47,7 +47,6 @@ class Graph {
   Graph() = default;
   void* graph_ = nullptr;   // cudaGraph_t
   void* exec_ = nullptr;    // cudaGraphExec_t
-  void* stream_ = nullptr;  // the stream it was captured on (synchronised before teardown)
   uint64_t pool_ = 0;       // allocator PoolId
   size_t num_nodes_ = 0;
 };
