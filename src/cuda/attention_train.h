@@ -46,7 +46,7 @@ void attention_train_delta(const AttnTrainParams& p, cudaStream_t stream);
 
 // The tensor-core twins (attention_train_tc.cu): bf16 operands, fp32 accumulators, the same
 // contract (f32 in and out, lse natural, the same dropout mask, deterministic). They apply to
-// head size 64; CudaState::attention_bf16 (UNMASK_CUDA_ATTN_BF16=1) selects them in
+// head size 64, 80, 88 or 128; CudaState::attention_bf16 (UNMASK_CUDA_ATTN_BF16=1) selects them in
 // ops_cuda_attn_train.cc.
 bool attention_train_tc_applies(const AttnTrainParams& p);
 void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream);

@@ -36,7 +36,7 @@ bool attention_train_tc_applies(const AttnTrainParams& p) {
 }
 
 void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
-  UNMASK_CHECK(attention_train_tc_applies(p), "attention (cuda, bf16 tensor cores): needs head size 64 and an f32 "
+  UNMASK_CHECK(attention_train_tc_applies(p), "attention (cuda, bf16 tensor cores): needs head size 64, 80, 88 or 128 and an f32 "
                "output it can store in pairs");
   const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
   if (N == 0) return;
@@ -61,7 +61,7 @@ void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
 }
 
 void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) {
-  UNMASK_CHECK(attention_train_tc_applies(p), "attention backward (cuda, bf16 tensor cores): needs head size 64 and "
+  UNMASK_CHECK(attention_train_tc_applies(p), "attention backward (cuda, bf16 tensor cores): needs head size 64, 80, 88 or 128 and "
                "an f32 output it can store in pairs");
   const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
   if (N == 0) return;

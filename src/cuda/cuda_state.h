@@ -52,7 +52,7 @@ class CudaState {
   /// Tensor-level gemm calls with bf16/f16 tensors are unaffected.
   DType autocast = DType::f32;
   /// Training attention on tensor cores (attention_train_tc.cu: bf16 q/k/v/dout operands, fp32
-  /// accumulators, f32 in and out, dropout as the f32 kernels) where it applies (head size 64); the f32 kernels
+  /// accumulators, f32 in and out, dropout as the f32 kernels) where it applies (head sizes 64, 80, 88, 128); the f32 kernels
   /// otherwise. Default from UNMASK_CUDA_ATTN_BF16=1. Off by default until it has run on a GPU.
   bool attention_bf16 = false;
   std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;

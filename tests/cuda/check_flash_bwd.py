@@ -9,7 +9,8 @@ loads, the element loops with their query/key indices, the masks, lse2 = +inf fo
 a key, the final scale) for every CTA of a small problem, in float64 (no bf16 rounding: this
 checks the index math and the algebra, not the precision). The result must equal PyTorch
 autograd of softmax(scale Q K^T + mask) V in float64:
-  * one sequence of 150 rows (3 tiles, the last partial: rows and keys past the end),
+  * one sequence of 150 rows (3 tiles, the last partial: rows and keys past the end), head sizes
+    64, 80, 88 (padded to 96 inside the kernel) and 128,
   * a padded key mask with masked keys inside the sequence,
   * a query tile whose keys are all masked is not needed: the lse = -inf path is checked on
     its own (P = 0 for such a row),
@@ -223,9 +224,9 @@ def forward_lse(S2, key_real):
     return out
 
 
-def check(drop):
-    rng = np.random.default_rng(7)
-    T, D = 150, 64
+def check(drop, D=64):
+    rng = np.random.default_rng(7 + D)
+    T = 150
     # The sequence is head 1 of 2, starting at row 40 of an N = 400-row batch (padded T = 150):
     # the counters' h N + row term is exercised with nonzero values.
     head, N, start, seed, offset = 1, 400, 40, 0x1234ABCD5678, 977
@@ -252,7 +253,7 @@ def check(drop):
         err = np.max(np.abs(got - want))
         assert not np.isnan(got).any(), (name, "rows left unwritten")
         assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, drop, err)
-        print(f"dropout {drop}: {name}: max |emulated - autograd| {err:.2e} over {T} rows")
+        print(f"head size {D}, dropout {drop}: {name}: max |emulated - autograd| {err:.2e} over {T} rows")
     assert np.abs(dK[key_real == False]).max() == 0 and np.abs(dV[key_real == False]).max() == 0  # noqa: E712
     if drop > 0:
         kept = (F > 0).mean()
@@ -267,10 +268,14 @@ def main():
                                                                         0x9b00dbd8]
     check(0.0)
     check(0.1)
+    # The other instances (flash_bwd.cu): 80 (5 k-steps), 88 (padded to 96: zero columns 88..95
+    # in the tiles, stores stop at 88) and 128.
+    for D in (80, 88, 128):
+        check(0.0, D)
     # A row with no real key: lse = -inf -> lse2 = +inf -> P = 0, whatever the scores.
     assert forward_lse(np.zeros((3, 3)), np.zeros(3, dtype=bool))[0] == -np.inf
     assert np.exp2(5.0 * LOG2E - np.inf) == 0.0
-    print("flash backward: dQ, dK, dV fragments, masks and dropout match autograd (T=150, D=64, 5 masked keys)")
+    print("flash backward: dQ, dK, dV fragments, masks and dropout match autograd (T=150, D=64/80/88/128, 5 masked keys)")
 
 
 if __name__ == "__main__":

@@ -286,3 +286,27 @@ TEST(CudaAttentionTc, VideoMAEEncoderShapeMatchesNaiveBf16) {
 }
 
 }  // namespace
+
+// The other tensor-core instances (flash_bwd.cu, the forward's set): 80, 88 (padded to 96 inside
+// the kernels) and 128 (over 48 KB of shared memory: the launcher opts in), padded with masked
+// keys and packed with unequal lengths.
+TEST(CudaAttentionTc, HeadSizes80_88_128MatchNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  for (int64_t hs : {80, 88, 128}) {
+    Case padded;
+    padded.name = "padded hs " + std::to_string(hs);
+    padded.HS = hs;
+    padded.lens = {130, 130};
+    padded.key_real.assign(2, std::vector<uint8_t>(130, 1));
+    for (int j : {5, 64, 129}) padded.key_real[0][size_t(j)] = 0;
+    for (int j = 100; j < 130; ++j) padded.key_real[1][size_t(j)] = 0;
+    check_case(padded, base_seed() ^ uint64_t(0x600 + hs));
+    Case packed;
+    packed.name = "packed hs " + std::to_string(hs);
+    packed.HS = hs;
+    packed.packed = true;
+    packed.lens = {97, 1, 64};
+    packed.dropout = hs == 88 ? 0.1f : 0.0f;
+    check_case(packed, base_seed() ^ uint64_t(0x700 + hs));
+  }
+}
