@@ -128,12 +128,21 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
     // A pool's first use of a size may fall inside a stream capture (graph.h), where cudaMalloc
     // is a "potentially unsafe" call that would invalidate a thread-local capture: relax the
     // thread's capture mode around it (the allocation is not part of the graph; the pool keeps
-    // it for the graph's lifetime). No sync-and-retry here: a capture cannot synchronise.
+    // it for the graph's lifetime). Sync-and-retry only outside a capture.
     void* p = nullptr;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     cudaThreadExchangeStreamCaptureMode(&mode);
-    const cudaError_t e = cudaMalloc(&p, cls);
+    cudaError_t e = cudaMalloc(&p, cls);
     cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (e != cudaSuccess && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+        capturing == cudaStreamCaptureStatusNone) {
+      // The warm-up run (not capturing) may sync: hand the shared cache's free blocks back, retry.
+      (void)cudaGetLastError();
+      CUDA_CHECK(cudaDeviceSynchronize());
+      release_free_blocks(cache);
+      e = cudaMalloc(&p, cls);
+    }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw Error("CUDA out of memory: cudaMalloc of ", cls, " bytes (request ", bytes, ") for a CUDA graph's pool on device ",

@@ -1,6 +1,8 @@
 // cuda/cuda_state.cc: creation and teardown of a Context's CUDA state.
 #include "cuda/cuda_state.h"
 
+#include <atomic>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +12,11 @@
 
 namespace unmask::cuda {
 
-CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : device(dev) {
+namespace {
+std::atomic<uint64_t> g_next_state_id{1};
+}  // namespace
+
+CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_next_state_id++), device(dev) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "unmask/context.h"
@@ -34,6 +35,7 @@ class CudaState {
   CudaState(const CudaState&) = delete;
   CudaState& operator=(const CudaState&) = delete;
 
+  uint64_t id = 0;  // unique per CudaState of the process (never reused: caches key on it, not on addresses)
   int device = 0;
   cudaStream_t stream = nullptr;
   bool owns_stream = false;

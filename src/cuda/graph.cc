@@ -24,7 +24,9 @@ std::unique_ptr<Graph> Graph::capture(Context& ctx, const std::function<void()>&
   CudaState& st = cuda_state(ctx);
   UNMASK_CHECK(active_pool() == 0, "cuda graph: a capture is already running on this thread",
                Hint("graphs cannot be captured inside another capture"));
+  CUDA_CHECK(cudaSetDevice(st.device));  // the pool and the teardown belong to the context's device
   std::unique_ptr<Graph> g(new Graph());
+  g->device_ = st.device;
   g->pool_ = create_private_pool();
   ctx.make_current();  // Tensor::empty tags its blocks with this stream
   {
@@ -74,11 +76,15 @@ size_t Graph::pool_bytes() const { return private_pool_bytes(pool_); }
 Graph::~Graph() {
   // The last replay may still be running; the pool's blocks go back only after it. (The
   // device, not the stream: the context that owned the stream may already be gone.)
+  int previous = 0;
+  cudaGetDevice(&previous);
+  if (previous != device_) cudaSetDevice(device_);
   if (cudaDeviceSynchronize() != cudaSuccess)
     std::fprintf(stderr, "unmask: cuda graph teardown: device sync failed (%s)\n", cudaGetErrorString(cudaGetLastError()));
   if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   release_private_pool(pool_);
+  if (previous != device_) cudaSetDevice(previous);
 }
 
 }  // namespace unmask::cuda

@@ -13,7 +13,10 @@
 // stream capture in thread-local mode, where any call that would synchronise (a host copy, a
 // device-wide sync) fails loudly instead of being silently left out of the graph. The work
 // must therefore queue the same kernels on every run for the same shapes and never wait on
-// the device. No CUDA headers here.
+// the device. Other threads must leave the device alone while a capture runs: the context's
+// stream is a blocking stream, so their legacy-stream copies (Tensor::to, copy_from) would
+// synchronise with it and invalidate the capture (the capture then fails with an Error; replays
+// have no such restriction). No CUDA headers here.
 //
 //   std::unique_ptr<cuda::Graph> g = cuda::Graph::capture(ctx, [&] { out = encoder(ctx, in); });
 //   in_dev.copy_from(new_input); g->replay(ctx); result.copy_from(out);
@@ -48,6 +51,7 @@ class Graph {
   void* graph_ = nullptr;   // cudaGraph_t
   void* exec_ = nullptr;    // cudaGraphExec_t
   uint64_t pool_ = 0;       // allocator PoolId
+  int device_ = 0;          // the context's device
   size_t num_nodes_ = 0;
 };
 

@@ -116,10 +116,22 @@ BatchLayout make_layout(const BertConfig& cfg, const BertInput& in, bool need_id
                 Hint("truncate the input to max_position_embeddings tokens"));
   if (need_ids) {
     L.ids = as_i32_rows(ids, "input_ids");
+    // The CUDA embedding kernels trust their ids: every id is checked here, once, on the host.
+    for (int64_t i = 0; i < L.N; ++i) {
+      const int32_t id = L.ids.data<int32_t>()[i];
+      if (id < 0 || id >= cfg.vocab_size)
+        throw Error("bert: input_ids[", i, "] = ", id, " is outside the vocabulary [0, ", cfg.vocab_size, ")",
+                    Hint("tokenize with the model's vocab.txt"));
+    }
     if (in.token_type_ids.defined()) {
       UNMASK_CHECK(in.token_type_ids.shape() == ids.shape(), "bert: token_type_ids must have the shape of input_ids ",
                    ids.shape().str(), ", got ", in.token_type_ids.describe());
       L.type_ids = as_i32_rows(in.token_type_ids, "token_type_ids");
+      for (int64_t i = 0; i < L.N; ++i) {
+        const int32_t t = L.type_ids.data<int32_t>()[i];
+        if (t < 0 || t >= cfg.type_vocab_size)
+          throw Error("bert: token_type_ids[", i, "] = ", t, " is outside [0, ", cfg.type_vocab_size, ")");
+      }
     } else {
       L.type_ids = Tensor::zeros({L.N}, DType::i32);
     }
@@ -286,7 +298,10 @@ BertOutputs run_encoder(Context& ctx, const BertWeights& W, const BatchLayout& L
 // alias the next call's.
 
 struct GraphKey {
-  const void* stream;  // the context's stream the graph was captured on
+  uint64_t context;  // CudaState::id: a graph holds its context's stream and cuBLASLt workspace
+  bool tf32;         // CudaState settings the captured GEMMs were planned with
+  DType autocast;
+  HiddenAct act;     // baked into the captured epilogues (set_hidden_act also clears the cache)
   bool packed, has_mask, embeddings;
   DType mask_dtype;
   int64_t B, T, N;
@@ -325,11 +340,17 @@ Tensor copy_out(Context& ctx, const Tensor& t) {
 BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, const ForwardOptions& opt) {
   const Device dev = ctx.device();
   const EncoderInputs host = stage_inputs(L, opt);
-  GraphKey key{cuda::cuda_state(ctx).stream, L.packed, host.mask.defined(), opt.embeddings,
+  const cuda::CudaState& cs = cuda::cuda_state(ctx);
+  GraphKey key{cs.id, cs.allow_tf32, cs.autocast, W.config.hidden_act, L.packed, host.mask.defined(), opt.embeddings,
                host.mask.defined() ? host.mask.dtype() : DType::u8, L.B, L.T, L.N,
                uint8_t(opt.pooler | opt.mlm << 1 | opt.nsp << 2 | opt.qa << 3 | opt.classifier << 4)};
-  if (!W.graphs) W.graphs = std::make_shared<BertGraphCache>();
-  BertGraphCache& cache = *W.graphs;
+  std::shared_ptr<BertGraphCache> keep;  // alive for this call even if another thread clears the cache
+  {
+    std::lock_guard<std::mutex> guard(W.graphs_mutex);
+    if (!W.graphs) W.graphs = std::make_shared<BertGraphCache>();
+    keep = W.graphs;
+  }
+  BertGraphCache& cache = *keep;
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto it = cache.entries.find(key);
   GraphEntry* e = it == cache.entries.end() ? nullptr : it->second.get();
@@ -353,7 +374,12 @@ BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, 
   write_input(ctx, host.hidden_in, e->in.hidden_in);
   if (!e->graph) {
     try {
-      e->graph = cuda::Graph::capture(ctx, [&] { e->out = run_encoder(ctx, W, L, e->in, opt); });
+      // The warm-up's outputs are dropped before the captured run allocates, so the capture
+      // takes the same pool blocks as the warm-up (no cudaMalloc, no dead second copy).
+      e->graph = cuda::Graph::capture(ctx, [&] {
+        e->out = {};
+        e->out = run_encoder(ctx, W, L, e->in, opt);
+      });
     } catch (...) {
       cache.entries.erase(key);  // nothing half-built stays behind
       throw;
@@ -393,7 +419,10 @@ BertModel BertModel::random(const BertConfig& config, const BertHeads& heads, ui
 
 const BertConfig& BertModel::config() const { return w_->config; }
 const BertHeads& BertModel::heads() const { return w_->heads; }
-void BertModel::set_hidden_act(HiddenAct act) { w_->config.hidden_act = act; }
+void BertModel::set_hidden_act(HiddenAct act) {
+  if (act != w_->config.hidden_act) clear_cuda_graphs();  // captured with the old activation
+  w_->config.hidden_act = act;
+}
 
 int64_t BertModel::num_parameters() const {
   int64_t n = w_->word_emb.numel() + w_->pos_emb.numel() + w_->type_emb.numel() + 2 * w_->emb_ln_g.numel();
@@ -430,7 +459,7 @@ void BertModel::to(Context& ctx, DType dtype) {
   if (dtype != W.dtype && W.dtype != DType::f32)
     throw Error("BertModel::to: the weights are already ", dtype_name(W.dtype), "; converting them to ",
                 dtype_name(dtype), " would round twice", Hint("load the model again"));
-  W.graphs.reset();  // graphs hold the old weights' addresses
+  clear_cuda_graphs();  // graphs hold the old weights' addresses
   for (const BertLayerWeights& l : W.layers)
     if (!l.qkv_w.defined() && l.qkv_p.defined())
       throw Error("BertModel::to(", device_name(dev), "): a CPU forward has packed the weights and dropped the "
@@ -487,14 +516,23 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
 
 size_t BertModel::num_cuda_graphs() const {
 #ifdef UNMASK_WITH_CUDA
-  if (!w_->graphs) return 0;
-  std::lock_guard<std::mutex> lock(w_->graphs->mutex);
-  return w_->graphs->entries.size();
+  std::shared_ptr<BertGraphCache> cache;
+  {
+    std::lock_guard<std::mutex> guard(w_->graphs_mutex);
+    cache = w_->graphs;
+  }
+  if (!cache) return 0;
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  return cache->entries.size();
 #else
   return 0;
 #endif
 }
 
-void BertModel::clear_cuda_graphs() { w_->graphs.reset(); }
+void BertModel::clear_cuda_graphs() {
+  std::shared_ptr<BertGraphCache> old;  // destroyed outside the guard (graph teardown synchronises)
+  std::lock_guard<std::mutex> guard(w_->graphs_mutex);
+  old.swap(w_->graphs);
+}
 
 }  // namespace unmask

@@ -55,7 +55,8 @@ struct BertWeights {
   std::vector<io::SafeTensorsFile> files; // keeps the mappings alive
   ops::PackedWeight pooler_p, mlm_dense_p; // packed by bert_pack_weights
   std::once_flag packed_once;              // bert_pack_weights runs once
-  std::shared_ptr<BertGraphCache> graphs;  // ForwardOptions::cuda_graph (CUDA builds)
+  std::shared_ptr<BertGraphCache> graphs;  // ForwardOptions::cuda_graph (CUDA builds), guarded by:
+  std::mutex graphs_mutex;                 // creation / reset of `graphs` (forward is const and may be concurrent)
 };
 
 /// Packs the Linear weights for ctx's CPU GEMM (once per BertWeights; later calls return at

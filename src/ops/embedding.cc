@@ -43,9 +43,9 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
   UNMASK_CHECK(ro.C == rt.C && ro.N == N, op, ": out must be [", N, ", ", rt.C, "] (ids ",
                ids.shape().str(), ", table ", table.shape().str(), "), got ", out.describe());
   if (N == 0 || rt.C == 0) return;
-  if (half) {
+  if (half || dev == Device::cuda) {  // ids are on the device (checked above): trusted there
 #ifdef UNMASK_WITH_CUDA
-    return cuda::embedding(ctx, table, ids, out, accumulate);  // host ids: range-checked there
+    return cuda::embedding(ctx, table, ids, out, accumulate);
 #else
     detail::throw_unsupported(op, dev, table.dtype());
 #endif
@@ -73,12 +73,7 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
       });
       return;
     case Device::cuda:
-#ifdef UNMASK_WITH_CUDA
-      return cuda::embedding(ctx, table.data<float>(), rt.ld, V, ids.raw(), ids.dtype(),
-                             out.data<float>(), ro.ld, N, rt.C, accumulate);
-#else
-      detail::throw_unsupported(op, Device::cuda, table.dtype());
-#endif
+      break;  // dispatched above
   }
 }
 

@@ -9,8 +9,9 @@
 //     a new shape captures a second one;
 //   * results do not alias: an earlier output is unchanged by later calls;
 //   * the graph's memory is its own: tensors allocated after the capture, of the activations'
-//     sizes, are unchanged by replays (a graph whose blocks went back to the shared cache would
-//     overwrite them).
+//     and the f32 scratch's sizes, are unchanged by replays (a graph whose blocks went back to
+//     the shared cache would overwrite them);
+//   * the encoder-only form (hidden states in) and padded batches without a mask.
 // Without a CUDA device every test skips.
 #include <cmath>
 #include <cstdint>
@@ -213,24 +214,58 @@ TEST(CudaBertGraph, ReplaysDoNotTouchMemoryAllocatedAfterTheCapture) {
   gpu().synchronize();
   // Tensors of every activation size the forward uses, filled with a known pattern: with the
   // graph's blocks back in the shared cache, some of these would be given the same addresses.
+  // bf16 rows of every width, and f32 ones of the sizes of the GEMMs' f32 scratch (exact GELU,
+  // tanh pooler): each holds bit pattern `k` in every 16-bit half.
   std::vector<Tensor> held;
+  std::vector<uint16_t> pattern;
   for (int rep = 0; rep < 3; ++rep)
-    for (int64_t cols : {C, 3 * C, I, cfg.vocab_size, int64_t(1), int64_t(2)}) {
-      Tensor h = Tensor::empty({N, cols}, DType::bf16);
-      for (int64_t i = 0; i < h.numel(); ++i) static_cast<uint16_t*>(h.raw())[i] = uint16_t(0x3f80 + (i + rep) % 64);
-      held.push_back(h.to(Device::cuda));
-    }
-  const Tensor before = held.back().to(Device::cpu);
+    for (int64_t cols : {C, 3 * C, I, cfg.vocab_size, int64_t(1), int64_t(2)})
+      for (DType dt : {DType::bf16, DType::f32}) {
+        Tensor h = Tensor::empty({dt == DType::f32 ? N : N * 2, cols}, dt);  // f32: the same bytes as bf16 [2N]
+        const uint16_t bits = uint16_t(0x3f80 + held.size());
+        uint16_t* p = static_cast<uint16_t*>(h.raw());
+        for (size_t i = 0; i < h.nbytes() / 2; ++i) p[i] = bits;
+        held.push_back(h.to(Device::cuda));
+        pattern.push_back(bits);
+      }
   for (int i = 0; i < 3; ++i) m.forward(gpu(), in, all_outputs(true));
   gpu().synchronize();
-  int rep = 0;
   for (size_t k = 0; k < held.size(); ++k) {
     const Tensor h = held[k].to(Device::cpu);
-    rep = int(k / 6);
-    bool intact = true;
-    for (int64_t i = 0; i < h.numel() && intact; ++i)
-      intact = static_cast<const uint16_t*>(h.raw())[i] == uint16_t(0x3f80 + (i + rep) % 64);
-    EXPECT_TRUE(intact) << "tensor " << k << " " << h.describe() << " was overwritten by a replay";
+    const uint16_t* p = static_cast<const uint16_t*>(h.raw());
+    size_t changed = 0;
+    for (size_t i = 0; i < h.nbytes() / 2; ++i) changed += p[i] != pattern[k];
+    EXPECT_EQ(changed, 0u) << "tensor " << k << " " << h.describe() << " was overwritten by a replay";
   }
-  EXPECT_TRUE(same_bits(held.back(), before));
+}
+
+// The encoder-only form (`bench infer --encoders-only`: hidden states in, the first op a device
+// copy inside the graph) and a padded batch without a mask.
+TEST(CudaBertGraph, EncoderOnlyAndUnmaskedPaddedBatches) {
+  REQUIRE_CUDA_DEVICE();
+  const BertConfig cfg = small_config();
+  BertModel m = BertModel::random(cfg, kHeads, base_seed() ^ 0x91);
+  m.to(gpu(), DType::bf16);
+  BertInput padded = padded_batch(cfg, {24, 24, 24}, 24, base_seed() ^ 0x92);
+  padded.attention_mask = Tensor();  // every token real
+  const BertOutputs ge = m.forward(gpu(), padded, all_outputs(true));
+  const BertOutputs ee = m.forward(gpu(), padded, all_outputs(false));
+  for (size_t i = 0; i < outputs_of(ge).size(); ++i)
+    EXPECT_TRUE(same_bits(*outputs_of(ge)[i], *outputs_of(ee)[i])) << "unmasked padded, output " << i;
+
+  const int64_t N = 72;
+  std::mt19937_64 rng(base_seed() ^ 0x93);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int round = 0; round < 2; ++round) {  // capture, then a replay with new hidden states
+    Tensor h = Tensor::empty({N, cfg.hidden_size}, DType::f32);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = nd(rng);
+    const Tensor hidden = h.cast(DType::bf16).to(Device::cuda);
+    ForwardOptions g = all_outputs(true), e = all_outputs(false);
+    g.embeddings = e.embeddings = false;
+    g.hidden_in = e.hidden_in = &hidden;
+    const BertOutputs go = m.forward(gpu(), padded, g), eo = m.forward(gpu(), padded, e);
+    for (size_t i = 0; i < outputs_of(go).size(); ++i)
+      EXPECT_TRUE(same_bits(*outputs_of(go)[i], *outputs_of(eo)[i])) << "encoder only, round " << round << ", output " << i;
+  }
+  EXPECT_EQ(m.num_cuda_graphs(), 2u);  // with and without the embeddings
 }
