@@ -124,20 +124,20 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
   }
   if (found) {
     ++cache.stats.num_cache_hits;
-  } else if (pool) {
+  } else {
     // A pool's first use of a size may fall inside a stream capture (graph.h), where cudaMalloc
     // is a "potentially unsafe" call that would invalidate a thread-local capture: relax the
     // thread's capture mode around it (the allocation is not part of the graph; the pool keeps
-    // it for the graph's lifetime). Sync-and-retry only outside a capture.
+    // it for the graph's lifetime). On failure, outside a capture: synchronise, hand the shared
+    // cache's free blocks back and retry once (a capture cannot synchronise).
     void* p = nullptr;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (pool) cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = cudaMalloc(&p, cls);
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (pool) cudaThreadExchangeStreamCaptureMode(&mode);
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (e != cudaSuccess && cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
-        capturing == cudaStreamCaptureStatusNone) {
-      // The warm-up run (not capturing) may sync: hand the shared cache's free blocks back, retry.
+    if (e != cudaSuccess && (!pool || (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+                                       capturing == cudaStreamCaptureStatusNone))) {
       (void)cudaGetLastError();
       CUDA_CHECK(cudaDeviceSynchronize());
       release_free_blocks(cache);
@@ -145,38 +145,18 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
     }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      throw Error("CUDA out of memory: cudaMalloc of ", cls, " bytes (request ", bytes, ") for a CUDA graph's pool on device ",
-                  dev, " failed with ", cudaGetErrorName(e), "; this allocator holds ", cache.stats.reserved_bytes, " bytes",
-                  Hint("use a smaller batch, or run without CUDA graphs"));
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw Error("CUDA out of memory: cudaMalloc of ", cls, " bytes (request ", bytes, ")",
+                  pool ? " for a CUDA graph's pool" : "", " on device ", dev, " failed with ", cudaGetErrorName(e),
+                  "; device has ", free_b, " of ", total_b, " bytes free, this allocator holds ",
+                  cache.stats.reserved_bytes,
+                  Hint(pool ? "use a smaller batch, or run without CUDA graphs" : "use a smaller batch or sequence length"));
     }
     block.ptr = p;
     block.size = cls;
     block.pool = t_active_pool;
-    pool->reserved_bytes += cls;
-    ++cache.stats.num_cuda_mallocs;
-    cache.stats.reserved_bytes += cls;
-    if (cache.stats.reserved_bytes > cache.stats.peak_reserved_bytes)
-      cache.stats.peak_reserved_bytes = cache.stats.reserved_bytes;
-  } else {
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, cls);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      CUDA_CHECK(cudaDeviceSynchronize());
-      release_free_blocks(cache);
-      e = cudaMalloc(&p, cls);
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        size_t free_b = 0, total_b = 0;
-        cudaMemGetInfo(&free_b, &total_b);
-        throw Error("CUDA out of memory: cudaMalloc of ", cls, " bytes (request ", bytes, ") on device ", dev,
-                    " failed with ", cudaGetErrorName(e), "; device has ", free_b, " of ", total_b,
-                    " bytes free, this allocator holds ", cache.stats.reserved_bytes,
-                    Hint("use a smaller batch or sequence length"));
-      }
-    }
-    block.ptr = p;
-    block.size = cls;
+    if (pool) pool->reserved_bytes += cls;
     ++cache.stats.num_cuda_mallocs;
     cache.stats.reserved_bytes += cls;
     if (cache.stats.reserved_bytes > cache.stats.peak_reserved_bytes)

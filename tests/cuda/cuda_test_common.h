@@ -4,11 +4,14 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
 #include "test_harness.h"
 #include "unmask/context.h"
+#include "unmask/tensor.h"
 
 namespace unmask::cuda_test {
 
@@ -31,6 +34,20 @@ inline Context& gpu() {
 inline Context& cpu() {
   static Context ctx(ContextOptions{.num_threads = 2});
   return ctx;
+}
+
+/// max |a - b| / max |b| over the elements (at least 1e-6 in the denominator); a and b of any
+/// float dtype (f32, bf16, f16) on any device, compared as f32 on the host.
+inline double max_relative_error(const Tensor& a, const Tensor& b) {
+  const Tensor ha = (a.device() == Device::cpu ? a : a.to(Device::cpu)).cast(DType::f32);
+  const Tensor hb = (b.device() == Device::cpu ? b : b.to(Device::cpu)).cast(DType::f32);
+  EXPECT_EQ(ha.shape(), hb.shape());
+  if (ha.shape() != hb.shape()) return INFINITY;
+  double worst = 0, scale = 1e-6;
+  for (int64_t i = 0; i < hb.numel(); ++i) scale = std::max(scale, std::fabs(double(hb.data<float>()[i])));
+  for (int64_t i = 0; i < hb.numel(); ++i)
+    worst = std::max(worst, std::fabs(double(ha.data<float>()[i]) - double(hb.data<float>()[i])));
+  return worst / scale;
 }
 
 inline uint64_t base_seed() {

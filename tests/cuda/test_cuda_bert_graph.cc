@@ -56,23 +56,6 @@ ForwardOptions all_outputs(bool graph) {
   return o;
 }
 
-// A host f32 copy of any float tensor on any device.
-Tensor host_f32(const Tensor& t) {
-  const Tensor h = t.device() == Device::cpu ? t : t.to(Device::cpu);
-  return h.cast(DType::f32);
-}
-
-// max |a - b| / max |b|.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const Tensor ha = host_f32(a), hb = host_f32(b);
-  EXPECT_EQ(ha.shape(), hb.shape());
-  double worst = 0, scale = 1e-6;
-  for (int64_t i = 0; i < hb.numel(); ++i) scale = std::max(scale, std::fabs(double(hb.data<float>()[i])));
-  for (int64_t i = 0; i < hb.numel(); ++i)
-    worst = std::max(worst, std::fabs(double(ha.data<float>()[i]) - double(hb.data<float>()[i])));
-  return worst / scale;
-}
-
 bool same_bits(const Tensor& a, const Tensor& b) {
   const Tensor ha = a.to(Device::cpu), hb = b.to(Device::cpu);
   return ha.shape() == hb.shape() && ha.dtype() == hb.dtype() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
@@ -136,7 +119,7 @@ TEST(CudaBertLowPrecision, Bf16AndFp16StayNearTheCpuForward) {
         ASSERT_TRUE(g[i]->defined()) << what << " output " << i;
         EXPECT_EQ(g[i]->dtype(), dt) << what << " output " << i;
         // Padded rows of the padded batch are compared too: HF computes them the same way.
-        EXPECT_LE(relative_error(*g[i], *w[i]), bound) << what << " output " << i;
+        EXPECT_LE(cuda_test::max_relative_error(*g[i], *w[i]), bound) << what << " output " << i;
       }
     }
   }

@@ -42,18 +42,6 @@ BertConfig tiny_config() {
 
 const BertHeads kAllHeads{.pooler = true, .mlm = true, .nsp = true, .qa = true, .seqcls = true};
 
-// max |a - b| / max(max |b|, 1e-6) over the elements; both [..] f32, a possibly on the GPU.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.device() == Device::cpu ? a.contiguous() : a.to(Device::cpu);
-  const Tensor hb = b.contiguous();
-  EXPECT_EQ(ha.shape(), hb.shape());
-  double worst = 0, scale = 1e-6;
-  for (int64_t i = 0; i < hb.numel(); ++i) scale = std::max(scale, std::fabs(double(hb.data<float>()[i])));
-  for (int64_t i = 0; i < hb.numel(); ++i)
-    worst = std::max(worst, std::fabs(double(ha.data<float>()[i]) - double(hb.data<float>()[i])));
-  return worst / scale;
-}
-
 void expect_same_outputs(const BertOutputs& g, const BertOutputs& c, const std::string& what) {
   const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> pairs[] = {
       {"last_hidden_state", {&g.last_hidden_state, &c.last_hidden_state}},
@@ -67,7 +55,7 @@ void expect_same_outputs(const BertOutputs& g, const BertOutputs& c, const std::
   for (const auto& [name, p] : pairs) {
     ASSERT_TRUE(p.first->defined() && p.second->defined()) << what << ": " << name;
     EXPECT_EQ(p.first->device(), Device::cuda) << what << ": " << name << " should stay on the GPU";
-    const double e = relative_error(*p.first, *p.second);
+    const double e = cuda_test::max_relative_error(*p.first, *p.second);
     EXPECT_LE(e, 1e-4) << what << ": " << name;
   }
 }
