@@ -11,8 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <random>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "core/thread_pool.h"
@@ -82,6 +86,45 @@ double measure_peak_gflops(int threads) {
 #endif
 }
 
+// A peer engine's rows for the side-by-side table (seed 003's "PT Latency | PT QPS | AIT
+// Latency | AIT QPS" columns): JSON lines with batch, seq and latency_ms, as the peers write
+// them (bench/peers/torch_bench.py, bench/gpu/torch_bert_infer.py; "engine" / "impl" name
+// them). Rows with an "error" are skipped; of several rows for one shape the fastest is kept
+// (e.g. the best of PyTorch eager and torch.compile), and its name shows in the JSON output.
+struct PeerRow {
+  double latency_ms = 0;
+  std::string name;
+};
+using PeerRows = std::map<std::pair<int64_t, int64_t>, PeerRow>;  // (batch, seq)
+
+PeerRows read_peer_rows(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw Error("--peer: cannot open ", file, Hint("give the JSON-lines file a peer benchmark wrote"));
+  PeerRows rows;
+  std::string line;
+  for (int64_t no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[line.find_first_not_of(" \t")] != '{')
+      continue;  // blank lines and the peers' plain-text progress lines
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      throw Error("--peer ", file, ":", no, ": not JSON (", e.what(), ")");
+    }
+    if (j.contains("error")) continue;
+    for (const char* key : {"batch", "seq", "latency_ms"})
+      if (!j.contains(key) || !j[key].is_number())
+        throw Error("--peer ", file, ":", no, ": a row needs numeric batch, seq and latency_ms, got ", line.substr(0, 120));
+    const double ms = j["latency_ms"].get<double>();
+    if (!(ms > 0) || !std::isfinite(ms)) throw Error("--peer ", file, ":", no, ": latency_ms must be > 0, got ", ms);
+    const std::string name = j.value("impl", j.value("engine", std::string("peer")));
+    PeerRow& r = rows[{j["batch"].get<int64_t>(), j["seq"].get<int64_t>()}];
+    if (r.latency_ms == 0 || ms < r.latency_ms) r = {ms, name};
+  }
+  if (rows.empty()) throw Error("--peer ", file, ": no benchmark rows", Hint("run the peer benchmark with JSON output first"));
+  return rows;
+}
+
 struct Row {
   int64_t batch, seq, tokens;
   double latency_ms, qps, gflops, pct_peak, rss_mb;
@@ -115,6 +158,8 @@ int bench_infer(int argc, char** argv) {
       {"lengths-seed", "N", "seed of the --lengths draw (the peers' LCG: same lengths as ORT/PyTorch runs with --seed N)", "0"},
       {"peak-gflops", "X", "fp32 peak for %-of-peak (default: measured with an FMA loop)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
+      {"peer", "FILE", "a peer's JSON rows (batch, seq, latency_ms): the table becomes seed 003's side by side, per seq", ""},
+      {"peer-label", "NAME", "the peer's column label", "PT"},
   };
   auto args = Args::parse("bench infer", "BERT inference benchmark: batch, seq, median latency, QPS, GFLOP/s, % of peak.",
                           specs, argc, argv, 3);
@@ -166,6 +211,8 @@ int bench_infer(int argc, char** argv) {
                       : device == Device::cuda ? h100_peak_gflops(precision)
                                                : measure_peak_gflops(ctx.num_threads());
 
+  const PeerRows peer = args->has("peer") ? read_peer_rows(args->get("peer")) : PeerRows{};
+  const std::string peer_label = args->get("peer-label");
   if (format == "table") {
     std::printf("# unmask bench infer: %s, %lld layers, hidden %lld, %s, %s, %s%s, peak %.0f GFLOP/s%s%s\n",
                 model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, act.c_str(),
@@ -173,10 +220,19 @@ int bench_infer(int argc, char** argv) {
                 device == Device::cuda ? (cuda_graph ? ", CUDA graphs" : ", eager") : (std::string(" (") + ctx.cpu_isa() + " kernels)").c_str(),
                 peak, encoders_only ? ", encoders only" : "",
                 len_max ? (", lengths uniform " + std::to_string(len_min) + ".." + std::to_string(len_max)).c_str() : "");
-    std::printf("| Batch size | Seq len | Latency (ms) | QPS (seq/s) | GFLOP/s | %% of peak |\n");
-    std::printf("|-----------:|--------:|-------------:|------------:|--------:|----------:|\n");
+    if (peer.empty()) {
+      std::printf("| Batch size | Seq len | Latency (ms) | QPS (seq/s) | GFLOP/s | %% of peak |\n");
+      std::printf("|-----------:|--------:|-------------:|------------:|--------:|----------:|\n");
+    } else {
+      std::string names;  // the peer rows' engines, each once
+      for (const auto& [shape, row] : peer)
+        if (names.find(row.name) == std::string::npos) names += (names.empty() ? "" : ", ") + row.name;
+      std::printf("# peer: %s (%s; the fastest of them per shape); speedup = %s latency / unmask latency\n",
+                  args->get("peer").c_str(), names.c_str(), peer_label.c_str());
+    }
   } else if (format == "csv") {
-    std::printf("batch,seq,latency_ms,qps,gflop_per_s,pct_of_peak,tokens,threads\n");
+    std::printf("batch,seq,latency_ms,qps,gflop_per_s,pct_of_peak,tokens,threads%s\n",
+                peer.empty() ? "" : ",peer_latency_ms,speedup");
   }
   std::fflush(stdout);
 
@@ -184,6 +240,12 @@ int bench_infer(int argc, char** argv) {
   for (int64_t seq : seqs) {
     if (seq > cfg.max_position_embeddings)
       throw Error("--seq ", seq, " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
+    if (format == "table" && !peer.empty()) {  // one section per sequence length, as seed 003
+      std::printf("\n- Sequence length %lld\n\n", (long long)seq);
+      std::printf("| Batch size | %s Latency (ms) | %s QPS (seq/s) | unmask Latency (ms) | unmask QPS (seq/s) | Speedup |\n",
+                  peer_label.c_str(), peer_label.c_str());
+      std::printf("|------------|-----------------|----------------|---------------------|--------------------|---------|\n");
+    }
     for (int64_t batch : batches) {
       std::vector<int32_t> lengths(batch, int32_t(seq));
       if (len_max) {
@@ -236,20 +298,38 @@ int bench_infer(int argc, char** argv) {
       const double med = times[times.size() / 2];
       Row r{batch, seq, N, med * 1e3, double(batch) / med, forward_flops(cfg, lengths, encoders_only) / med / 1e9, 0, peak_rss_mb()};
       r.pct_peak = peak > 0 ? 100.0 * r.gflops / peak : 0;
-      if (format == "table")
+      const auto pit = peer.find({batch, seq});
+      const PeerRow* pr = pit == peer.end() ? nullptr : &pit->second;
+      if (format == "table" && !peer.empty()) {
+        if (pr)
+          std::printf("| %-10lld | %-15.2f | %-14.2f | %-19.2f | %-18.2f | %6.2fx |\n", (long long)r.batch, pr->latency_ms,
+                      double(batch) / (pr->latency_ms * 1e-3), r.latency_ms, r.qps, pr->latency_ms / r.latency_ms);
+        else
+          std::printf("| %-10lld | %-15s | %-14s | %-19.2f | %-18.2f | %7s |\n", (long long)r.batch, "-", "-", r.latency_ms,
+                      r.qps, "-");
+      } else if (format == "table")
         std::printf("| %10lld | %7lld | %12.2f | %11.2f | %7.1f | %8.1f%% |\n", (long long)r.batch, (long long)r.seq, r.latency_ms,
                     r.qps, r.gflops, r.pct_peak);
-      else if (format == "csv")
-        std::printf("%lld,%lld,%.4f,%.3f,%.2f,%.2f,%lld,%d\n", (long long)r.batch, (long long)r.seq, r.latency_ms, r.qps, r.gflops,
+      else if (format == "csv") {
+        std::printf("%lld,%lld,%.4f,%.3f,%.2f,%.2f,%lld,%d", (long long)r.batch, (long long)r.seq, r.latency_ms, r.qps, r.gflops,
                     r.pct_peak, (long long)r.tokens, ctx.num_threads());
+        if (!peer.empty()) {
+          if (pr) std::printf(",%.4f,%.4f", pr->latency_ms, pr->latency_ms / r.latency_ms);
+          else std::printf(",,");
+        }
+        std::printf("\n");
+      }
       else
         std::printf("{\"engine\": \"unmask\", \"batch\": %lld, \"seq\": %lld, \"latency_ms\": %.4f, \"qps\": %.3f, "
                     "\"gflop_per_s\": %.2f, \"pct_of_peak\": %.2f, \"tokens\": %lld, \"threads\": %d, \"iters\": %zu, "
                     "\"peak_rss_mb\": %.1f, \"lengths\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", "
-                    "\"cuda_graph\": %s, \"activation\": \"%s\"}\n",
+                    "\"cuda_graph\": %s, \"activation\": \"%s\"%s}\n",
                     (long long)r.batch, (long long)r.seq, r.latency_ms, r.qps, r.gflops, r.pct_peak, (long long)r.tokens,
                     ctx.num_threads(), times.size(), r.rss_mb, len_max ? args->get("lengths").c_str() : "fixed",
-                    devices.c_str(), precision.c_str(), cuda_graph ? "true" : "false", act.c_str());
+                    devices.c_str(), precision.c_str(), cuda_graph ? "true" : "false", act.c_str(),
+                    pr ? (", \"peer\": " + nlohmann::json(pr->name).dump() + ", \"peer_latency_ms\": " + std::to_string(pr->latency_ms) +
+                          ", \"speedup\": " + std::to_string(pr->latency_ms / r.latency_ms)).c_str()
+                       : "");
       std::fflush(stdout);
     }
   }
