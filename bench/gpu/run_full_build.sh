@@ -15,8 +15,8 @@
 #   3. `pretrain` of a tiny model, 8 steps, dropout off: device = "cpu" vs device = "cuda" (the
 #      loss curves must agree within 1e-4), and, with mpirun, 2 ranks sharing the GPU (host-staged
 #      MPI all-reduce, dist/grad_sync.h) vs 1 rank at the same global batch;
-#   4. seed 003's table: `bench infer --device cuda --precision bf16` (CUDA graphs) beside HF BertModel
-#      in PyTorch (eager SDPA, torch.compile), merged by bench/gpu/summarize.py;
+#   4. seed 003's table: `bench infer --device cuda --precision bf16 --peer torch_infer.jsonl` (CUDA
+#      graphs) beside HF BertModel in PyTorch (eager SDPA, torch.compile) run just before it;
 #   5. `bench train --device cuda` for fp32, tf32 and bf16 (autocast GEMMs), BERT-base seq 128 batch 32;
 #   6. `bench videomae --device cuda`: ViT-B batch 32 in fp32 and bf16 (the side-by-side with
 #      PyTorch is bench/gpu/compare_videomae_gpu.sh, a call of its own);
@@ -128,21 +128,25 @@ fi  # stage 3
 
 # 4. seed 003's BERT-base inference table through the CLI (bf16, CUDA graphs; each row's time is
 #    the wall clock of forward() with the ids' upload and the outputs' copy) beside HF BertModel
-#    (PyTorch eager with SDPA; torch.compile on two shapes), then one merged table with ratios.
+#    (PyTorch eager with SDPA; torch.compile on two shapes) in seed 003's columns (`--peer`).
 #    DEVICE=cpu: the fp32 CLI rows only.
 if want 4; then
 if [ "$DEVICE" = cuda ]; then
-  timeout 150 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 1,8,32,128,256 \
-    --seq 64,128,384,1024,4096 --min-time 0.3 --iters 10 --format json > "$OUT/bench_infer.jsonl" 2> "$OUT/bench_infer.err"
-  note "bench infer bf16 graphs: rc $? at $(at)s, $(wc -l < "$OUT/bench_infer.jsonl") rows"
-  timeout 60 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off --batch 1,256 --seq 128 \
-    --min-time 0.3 --iters 10 --format json > "$OUT/bench_infer_eager.jsonl" 2>> "$OUT/bench_infer.err"
-  note "bench infer bf16 eager (no graphs): $(cut -c1-120 "$OUT/bench_infer_eager.jsonl" | tr '\n' ' ')"
   timeout 230 python3 bench/gpu/torch_bert_infer.py --batches 1,8,32,128,256 --seqs 64,128,384,1024,4096 \
     --modes eager,compile --compile-shapes 1x128,256x128 --budget-s 200 --json "$OUT/torch_infer.jsonl" \
     > "$OUT/torch_infer.log" 2>&1
   note "pytorch infer: rc $? at $(at)s, $(wc -l < "$OUT/torch_infer.jsonl" 2>/dev/null) rows"
-  python3 bench/gpu/summarize.py "$OUT/bench_infer.jsonl" "$OUT/torch_infer.jsonl" | tee "$OUT/infer_table.txt" | tee -a "$summary"
+  # Seed 003's table itself: PT columns from the rows above (the fastest PyTorch mode per shape).
+  peer=()
+  grep -q '"latency_ms"' "$OUT/torch_infer.jsonl" 2>/dev/null && peer=(--peer "$OUT/torch_infer.jsonl")
+  timeout 150 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 1,8,32,128,256 \
+    --seq 64,128,384,1024,4096 --min-time 0.3 --iters 10 "${peer[@]}" \
+    > "$OUT/infer_seed003.md" 2> "$OUT/bench_infer.err"
+  note "bench infer bf16 graphs --peer: rc $? at $(at)s"
+  tee -a "$summary" < "$OUT/infer_seed003.md"
+  timeout 60 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off --batch 1,256 --seq 128 \
+    --min-time 0.3 --iters 10 --format json > "$OUT/bench_infer_eager.jsonl" 2>> "$OUT/bench_infer.err"
+  note "bench infer bf16 eager (no graphs): $(cut -c1-120 "$OUT/bench_infer_eager.jsonl" | tr '\n' ' ')"
 else
   timeout 200 "$BIN/unmask" bench infer --device "$DEVICE" --batch 1,8 --seq 128 --min-time 0.5 --iters 5 \
     --format json > "$OUT/bench_infer.jsonl" 2> "$OUT/bench_infer.err"
