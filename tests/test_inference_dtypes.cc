@@ -219,6 +219,25 @@ TEST(BertDtype, LowPrecisionNeedsCudaAndGraphsAreIgnoredOnTheCpu) {
   EXPECT_EQ(a.qa_start_logits.shape(), Shape({2, 5}));
   for (int64_t i = 0; i < a.last_hidden_state.numel(); ++i)
     ASSERT_EQ(a.last_hidden_state.data<float>()[i], b.last_hidden_state.data<float>()[i]);
+  // Ids outside the tables are caught on the host (the CUDA kernels trust them).
+  auto expect_error = [&](const BertInput& bad, const std::string& needle) {
+    try {
+      model.forward(ctx, bad, eager);
+      ADD_FAILURE() << "expected an Error with " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  BertInput bad = in;
+  bad.input_ids = in.input_ids.contiguous();
+  bad.input_ids.data<int32_t>()[7] = 30;
+  expect_error(bad, "input_ids[7] = 30 is outside the vocabulary [0, 30)");
+  bad.input_ids.data<int32_t>()[7] = -1;
+  expect_error(bad, "input_ids[7] = -1 is outside the vocabulary [0, 30)");
+  bad = in;
+  bad.token_type_ids = Tensor::zeros({2, 5}, DType::i64);
+  bad.token_type_ids.data<int64_t>()[4] = 2;
+  expect_error(bad, "token_type_ids[4] = 2 is outside [0, 2)");
   // hidden_in must have the model's dtype.
   Tensor hidden = Tensor::zeros({10, 16}, DType::bf16);
   ForwardOptions skip;

@@ -390,27 +390,4 @@ void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, i
   softmax_forward(y, ldy, x, ldx, N, C, DType::f32, st.stream);
 }
 
-void embedding(Context& ctx, const float* table, int64_t ldt, int64_t V, const void* ids, DType id_dtype, float* out,
-               int64_t ldo, int64_t N, int64_t C, bool accumulate) {
-  CudaState& st = cuda_state(ctx);
-  UNMASK_CHECK(id_dtype == DType::i32 || id_dtype == DType::i64, "embedding (cuda): ids must be i32 or i64, got ",
-               dtype_name(id_dtype));
-  if (N == 0) return;
-  cudaPointerAttributes attr{};
-  CUDA_CHECK(cudaPointerGetAttributes(&attr, ids));
-  const void* dev_ids = ids;
-  std::unique_ptr<DeviceBuffer> upload;
-  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t id = id_dtype == DType::i64 ? static_cast<const int64_t*>(ids)[i] : static_cast<const int32_t*>(ids)[i];
-      if (id < 0 || id >= V) throw Error("embedding: ids[", i, "] = ", id, " is outside the table's [0, ", V, ")");
-    }
-    const size_t bytes = size_t(N) * dtype_size(id_dtype);
-    upload = std::make_unique<DeviceBuffer>(bytes, st.stream);
-    CUDA_CHECK(cudaMemcpyAsync(upload->ptr, ids, bytes, cudaMemcpyHostToDevice, st.stream));
-    dev_ids = upload->ptr;
-  }
-  embedding_forward(out, ldo, table, ldt, dev_ids, id_dtype, N, C, accumulate, DType::f32, st.stream);
-}
-
 }  // namespace unmask::cuda

@@ -98,10 +98,6 @@ void layernorm(Context& ctx, const float* x, int64_t ldx, const float* residual,
                const float* beta, float eps, float* y, int64_t ldy, int64_t N, int64_t C);
 /// Row softmax of x [N, C] into y.
 void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C);
-/// out[n] = table[ids[n]] (+ out[n]); table [V, C]; ids i32/i64 [N] in host memory
-/// (range-checked, uploaded) or device memory (trusted).
-void embedding(Context& ctx, const float* table, int64_t ldt, int64_t V, const void* ids, DType id_dtype, float* out,
-               int64_t ldo, int64_t N, int64_t C, bool accumulate);
 
 // ---- training (f32 raw-pointer forms; ops_cuda_train.cc, kernels in train_kernels.h) --------
 // Semantics of the ops.h "training" section; called by the front-ends after validation.

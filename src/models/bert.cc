@@ -63,14 +63,18 @@ struct BatchLayout {
   Tensor first_rows;                     // i32 [B]: the row of each sequence's first token
 };
 
-Tensor as_i32_rows(const Tensor& t, const char* what) {
+// The ids as contiguous i32, each checked to lie in [0, limit) (`range` names that range in
+// the error): the CUDA embedding kernels trust their ids, so they are checked here, once.
+Tensor as_i32_rows(const Tensor& t, const char* what, int64_t limit, const char* range) {
   UNMASK_CHECK(t.dtype() == DType::i32 || t.dtype() == DType::i64, "bert: ", what, " must be i32 or i64, got ", t.describe());
   Tensor c = t.is_contiguous() ? t : t.contiguous();
   Tensor out = Tensor::empty({c.numel()}, DType::i32);
   int32_t* o = out.data<int32_t>();
   for (int64_t i = 0; i < c.numel(); ++i) {
     int64_t v = read_index(c, i);
-    if (v < INT32_MIN || v > INT32_MAX) throw Error("bert: ", what, "[", i, "] = ", v, " does not fit in 32 bits");
+    if (v < 0 || v >= limit)
+      throw Error("bert: ", what, "[", i, "] = ", v, " is outside ", range, "[0, ", limit, ")",
+                  Hint("ids come from the model's vocab.txt and config.json"));
     o[i] = int32_t(v);
   }
   return out;
@@ -115,23 +119,11 @@ BatchLayout make_layout(const BertConfig& cfg, const BertInput& in, bool need_id
     throw Error("bert: a sequence has ", L.T, " tokens but the model has ", cfg.max_position_embeddings, " positions",
                 Hint("truncate the input to max_position_embeddings tokens"));
   if (need_ids) {
-    L.ids = as_i32_rows(ids, "input_ids");
-    // The CUDA embedding kernels trust their ids: every id is checked here, once, on the host.
-    for (int64_t i = 0; i < L.N; ++i) {
-      const int32_t id = L.ids.data<int32_t>()[i];
-      if (id < 0 || id >= cfg.vocab_size)
-        throw Error("bert: input_ids[", i, "] = ", id, " is outside the vocabulary [0, ", cfg.vocab_size, ")",
-                    Hint("tokenize with the model's vocab.txt"));
-    }
+    L.ids = as_i32_rows(ids, "input_ids", cfg.vocab_size, "the vocabulary ");
     if (in.token_type_ids.defined()) {
       UNMASK_CHECK(in.token_type_ids.shape() == ids.shape(), "bert: token_type_ids must have the shape of input_ids ",
                    ids.shape().str(), ", got ", in.token_type_ids.describe());
-      L.type_ids = as_i32_rows(in.token_type_ids, "token_type_ids");
-      for (int64_t i = 0; i < L.N; ++i) {
-        const int32_t t = L.type_ids.data<int32_t>()[i];
-        if (t < 0 || t >= cfg.type_vocab_size)
-          throw Error("bert: token_type_ids[", i, "] = ", t, " is outside [0, ", cfg.type_vocab_size, ")");
-      }
+      L.type_ids = as_i32_rows(in.token_type_ids, "token_type_ids", cfg.type_vocab_size, "");
     } else {
       L.type_ids = Tensor::zeros({L.N}, DType::i32);
     }

@@ -70,10 +70,7 @@ void check_device(std::string_view op, std::string_view name, const Tensor& t, D
 }
 
 void check_bias(std::string_view op, const Tensor& bias, int64_t N, Device device) {
-  check_f32(op, "bias", bias);
-  check_device(op, "bias", bias, device);
-  UNMASK_CHECK(bias.ndim() == 1 && bias.size(0) == N && (bias.stride(0) == 1 || N <= 1), op,
-               ": bias must be contiguous [", N, "], got ", bias.describe());
+  check_vector(op, "bias", bias, N, device);
 }
 
 void check_same_shape(std::string_view op, std::string_view a_name, const Tensor& a,
@@ -84,10 +81,8 @@ void check_same_shape(std::string_view op, std::string_view a_name, const Tensor
 
 void check_vector(std::string_view op, std::string_view name, const Tensor& t, int64_t C,
                   Device device) {
-  check_f32(op, name, t);
-  check_device(op, name, t, device);
-  UNMASK_CHECK(t.ndim() == 1 && t.size(0) == C && (t.stride(0) == 1 || C <= 1), op, ": ", name,
-               " must be contiguous [", C, "], got ", t.describe());
+  check_f32(op, name, t);  // Unsupported for another dtype; then the device and shape checks
+  check_param(op, name, t, C, DType::f32, device);
 }
 
 namespace {
