@@ -29,8 +29,7 @@ Tensor to_i64(const std::vector<int32_t>& v) {
 
 // The outputs of a forward on another device, copied to the host.
 void outputs_to_host(BertOutputs& o) {
-  for (Tensor* t : {&o.last_hidden_state, &o.pooler_output, &o.mlm_logits, &o.nsp_logits, &o.qa_start_logits,
-                    &o.qa_end_logits, &o.seqcls_logits, &o.tokcls_logits})
+  for (Tensor* t : o.tensors())
     if (t->defined()) {
       if (t->device() != Device::cpu) *t = t->to(Device::cpu);
       if (t->dtype() != DType::f32) *t = t->cast(DType::f32);  // bf16 / f16 models: f32 for printing and .npy

@@ -13,6 +13,7 @@
 // to f32 once at load. Parameter names are HF's (`bert.encoder.layer.0...`), also accepted:
 // a bare BertModel saved without the `bert.` prefix and legacy `LayerNorm.gamma/beta`.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,6 +106,12 @@ struct BertOutputs {
   Tensor qa_end_logits;      // [N] | [B, T]
   Tensor seqcls_logits;      // [B, num_labels]
   Tensor tokcls_logits;      // [N, num_labels] | [B, T, num_labels]
+
+  /// Every field above, in order (for code that treats all outputs alike).
+  std::array<Tensor*, 8> tensors() {
+    return {&last_hidden_state, &pooler_output, &mlm_logits,    &nsp_logits,
+            &qa_start_logits,   &qa_end_logits, &seqcls_logits, &tokcls_logits};
+  }
 };
 
 struct BertWeights;  // src/models/bert_weights.h

@@ -11,6 +11,7 @@
 //   f[N,I]    = gelu(x1 @ W1^T + b1)                 GELU fused into the GEMM epilogue
 //   h2[N,C]   = f @ W2^T + b2
 //   x         = LayerNorm(h2 + x1)
+#include <array>
 #include <cmath>
 #include <compare>
 #include <cstdlib>
@@ -193,6 +194,11 @@ struct EncoderInputs {
   Tensor hidden_in;               // [N, C] of the model's dtype (embeddings = false)
 };
 
+// Every tensor of an EncoderInputs, in order (uploads and graph buffers treat them alike).
+std::array<Tensor*, 7> tensors_of(EncoderInputs& in) {
+  return {&in.ids, &in.pos_ids, &in.type_ids, &in.cu_seqlens, &in.mask, &in.first_rows, &in.hidden_in};
+}
+
 EncoderInputs stage_inputs(const BatchLayout& L, const ForwardOptions& opt) {
   EncoderInputs in;
   if (opt.embeddings) {
@@ -331,7 +337,7 @@ Tensor copy_out(Context& ctx, const Tensor& t) {
 
 BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, const ForwardOptions& opt) {
   const Device dev = ctx.device();
-  const EncoderInputs host = stage_inputs(L, opt);
+  EncoderInputs host = stage_inputs(L, opt);
   const cuda::CudaState& cs = cuda::cuda_state(ctx);
   GraphKey key{cs.id, cs.allow_tf32, cs.autocast, W.config.hidden_act, L.packed, host.mask.defined(), opt.embeddings,
                host.mask.defined() ? host.mask.dtype() : DType::u8, L.B, L.T, L.N,
@@ -346,24 +352,18 @@ BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, 
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto it = cache.entries.find(key);
   GraphEntry* e = it == cache.entries.end() ? nullptr : it->second.get();
+  const std::array<Tensor*, 7> src = tensors_of(host);
   if (!e) {
     auto fresh = std::make_unique<GraphEntry>();
     ctx.make_current();
-    for (auto [src, dst] : {std::pair{&host.ids, &fresh->in.ids}, {&host.pos_ids, &fresh->in.pos_ids},
-                            {&host.type_ids, &fresh->in.type_ids}, {&host.cu_seqlens, &fresh->in.cu_seqlens},
-                            {&host.mask, &fresh->in.mask}, {&host.first_rows, &fresh->in.first_rows},
-                            {&host.hidden_in, &fresh->in.hidden_in}})
-      if (src->defined()) *dst = Tensor::empty(src->shape(), src->dtype(), dev);
+    const std::array<Tensor*, 7> dst = tensors_of(fresh->in);
+    for (size_t i = 0; i < src.size(); ++i)
+      if (src[i]->defined()) *dst[i] = Tensor::empty(src[i]->shape(), src[i]->dtype(), dev);
     e = fresh.get();
     cache.entries.emplace(key, std::move(fresh));
   }
-  write_input(ctx, host.ids, e->in.ids);
-  write_input(ctx, host.pos_ids, e->in.pos_ids);
-  write_input(ctx, host.type_ids, e->in.type_ids);
-  write_input(ctx, host.cu_seqlens, e->in.cu_seqlens);
-  write_input(ctx, host.mask, e->in.mask);
-  write_input(ctx, host.first_rows, e->in.first_rows);
-  write_input(ctx, host.hidden_in, e->in.hidden_in);
+  const std::array<Tensor*, 7> buffers = tensors_of(e->in);
+  for (size_t i = 0; i < src.size(); ++i) write_input(ctx, *src[i], *buffers[i]);
   if (!e->graph) {
     try {
       // The warm-up's outputs are dropped before the captured run allocates, so the capture
@@ -379,14 +379,8 @@ BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, 
   }
   e->graph->replay(ctx);
   BertOutputs out;
-  out.last_hidden_state = copy_out(ctx, e->out.last_hidden_state);
-  out.pooler_output = copy_out(ctx, e->out.pooler_output);
-  out.mlm_logits = copy_out(ctx, e->out.mlm_logits);
-  out.nsp_logits = copy_out(ctx, e->out.nsp_logits);
-  out.qa_start_logits = copy_out(ctx, e->out.qa_start_logits);
-  out.qa_end_logits = copy_out(ctx, e->out.qa_end_logits);
-  out.seqcls_logits = copy_out(ctx, e->out.seqcls_logits);
-  out.tokcls_logits = copy_out(ctx, e->out.tokcls_logits);
+  const std::array<Tensor*, 8> got = e->out.tensors(), copies = out.tensors();
+  for (size_t i = 0; i < got.size(); ++i) *copies[i] = copy_out(ctx, *got[i]);
   return out;
 }
 #endif  // UNMASK_WITH_CUDA
@@ -498,11 +492,8 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
   if (dev == Device::cuda && opt.cuda_graph) return forward_graphed(ctx, *w_, L, opt);
 #endif
   EncoderInputs in = stage_inputs(L, opt);
-  if (dev != Device::cpu) {  // the indices the kernels read live beside the weights
-    for (Tensor* t : {&in.ids, &in.pos_ids, &in.type_ids, &in.cu_seqlens, &in.mask, &in.first_rows})
-      if (t->defined()) *t = t->to(dev);
-    if (in.hidden_in.defined() && in.hidden_in.device() != dev) in.hidden_in = in.hidden_in.to(dev);
-  }
+  for (Tensor* t : tensors_of(in))  // what the kernels read lives beside the weights
+    if (t->defined() && t->device() != dev) *t = t->to(dev);
   return run_encoder(ctx, W, L, in, opt);
 }
 
