@@ -131,21 +131,25 @@ Device device_of(const Args& args) {
   return d == "cuda" ? Device::cuda : Device::cpu;
 }
 
-std::string precision_of(const Args& args, Device device) {
+namespace {
+// --precision: fp32, tf32, bf16 (and fp16 when allow_fp16), CUDA-only
+// unless fp32; `hint` says what the CPU computes in.
+std::string checked_precision(const Args& args, Device device, bool allow_fp16, const char* hint) {
   const std::string p = args.get("precision");
-  if (p != "fp32" && p != "tf32" && p != "bf16") throw Error("--precision must be fp32, tf32 or bf16, got '", p, "'");
-  if (device != Device::cuda && p != "fp32")
-    throw Error("--precision ", p, " needs --device cuda", Hint("the CPU GEMMs are fp32"));
+  if (p != "fp32" && p != "tf32" && p != "bf16" && !(allow_fp16 && p == "fp16"))
+    throw Error("--precision must be ", allow_fp16 ? "fp32, tf32, bf16 or fp16" : "fp32, tf32 or bf16", ", got '", p,
+                "'");
+  if (device != Device::cuda && p != "fp32") throw Error("--precision ", p, " needs --device cuda", Hint(hint));
   return p;
+}
+}  // namespace
+
+std::string precision_of(const Args& args, Device device) {
+  return checked_precision(args, device, false, "the CPU GEMMs are fp32");
 }
 
 std::string inference_precision_of(const Args& args, Device device) {
-  const std::string p = args.get("precision");
-  if (p != "fp32" && p != "tf32" && p != "bf16" && p != "fp16")
-    throw Error("--precision must be fp32, tf32, bf16 or fp16, got '", p, "'");
-  if (device != Device::cuda && p != "fp32")
-    throw Error("--precision ", p, " needs --device cuda", Hint("the CPU kernels are fp32"));
-  return p;
+  return checked_precision(args, device, true, "the CPU kernels are fp32");
 }
 
 DType inference_dtype(const std::string& precision) {
