@@ -57,6 +57,13 @@ struct TrainStepOptions {
   int64_t step = 0;              // optimizer step (dropout counter)
   int64_t micro = 0;             // micro-batch within the step (dropout counter)
   bool backward = true;          // false: forward and loss only (evaluation)
+  /// The encoder layers' activations: f32, or bf16 (saved activations, their gradients and the
+  /// layer GEMMs in bf16 with fp32 accumulation; bf16 copies of the layer weights rounded from
+  /// the fp32 master weights at the start of every step; LayerNorm statistics, parameter
+  /// gradients, embeddings and heads stay f32). bf16 halves the activation memory and traffic.
+  /// On CUDA it needs head size 64, 80, 88 or 128; on the CPU it is emulated (f32 arithmetic,
+  /// rounded on every store: for checking, not speed).
+  DType activations = DType::f32;
   /// Data parallelism: divide the summed MLM / NSP losses by these counts instead of the
   /// micro-batch's own (0 = own). Ranks holding slices of one batch pass the batch's global counts
   /// (pretrain_counts summed over ranks), so the SUM of their gradients is the gradient of the

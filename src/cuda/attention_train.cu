@@ -234,6 +234,22 @@ __global__ void __launch_bounds__(kThreads) attn_train_delta_kernel(const __grid
   if (lane == 0) p.delta[int64_t(head) * p.rows + n] = acc;
 }
 
+/// The same sum over bf16 rows (training with bf16 activations).
+__global__ void __launch_bounds__(kThreads)
+    attn_train_delta_bf16_kernel(const __grid_constant__ AttnTrainParams p, const __nv_bfloat16* __restrict__ dout,
+                                 const __nv_bfloat16* __restrict__ out) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = int64_t(blockIdx.x) * (kThreads / kWarpSize) + threadIdx.x / kWarpSize;
+  const int head = blockIdx.y;
+  if (n >= p.rows) return;
+  const __nv_bfloat16* dor = dout + n * p.lddo + int64_t(head) * p.head_size;
+  const __nv_bfloat16* orow = out + n * p.ldo + int64_t(head) * p.head_size;
+  float acc = 0.0f;
+  for (int d = lane; d < p.head_size; d += kWarpSize) acc = fmaf(to_float(dor[d]), to_float(orow[d]), acc);
+  acc = warp_sum(acc);
+  if (lane == 0) p.delta[int64_t(head) * p.rows + n] = acc;
+}
+
 /// The probabilities of the thread's 4 x 4 scores of a (query tile q0, key tile k0) pair, in
 /// place over sc (= Q K^T unscaled), and written to Ps: P = exp(scale s - lse_row), 0 for
 /// invalid keys and for rows without a real key (lse = -inf).
@@ -459,6 +475,15 @@ void attention_train_delta(const AttnTrainParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.num_heads == 0) return;
   const dim3 delta_grid(unsigned(ceil_div(p.rows, int64_t(kThreads / kWarpSize))), unsigned(p.num_heads));
   attn_train_delta_kernel<<<delta_grid, kThreads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_train_delta_bf16(const AttnTrainParams& p, const void* dout, const void* out, cudaStream_t stream) {
+  UNMASK_CHECK(p.delta != nullptr, "attention_backward (cuda, bf16): the delta scratch buffer is null");
+  if (p.rows == 0 || p.num_heads == 0) return;
+  const dim3 delta_grid(unsigned(ceil_div(p.rows, int64_t(kThreads / kWarpSize))), unsigned(p.num_heads));
+  attn_train_delta_bf16_kernel<<<delta_grid, kThreads, 0, stream>>>(p, static_cast<const __nv_bfloat16*>(dout),
+                                                                    static_cast<const __nv_bfloat16*>(out));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -52,4 +52,23 @@ bool attention_train_tc_applies(const AttnTrainParams& p);
 void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream);
 void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream);
 
+/// bf16 activations (training with bf16 activations): the rows of q, k, v, out, dout, dq, dk,
+/// dv are bf16 at these pointers, with the strides and every other field of AttnTrainParams
+/// (whose float row pointers stay null; lse and delta stay f32).
+struct AttnTrainBf16Rows {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void* out = nullptr;
+  const void* dout = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+/// Head size 64, 80, 88 or 128 (the tensor-core kernels); bf16 throughout.
+bool attention_train_bf16_applies(const AttnTrainParams& p);
+/// out (bf16, rounded once) and lse: the flash forward on the bf16 rows as they are.
+void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream);
+/// dq, dk, dv (bf16): delta from the bf16 dout and out, the flash backward into f32 scratch
+/// rows, one rounding into the bf16 outputs.
+void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream);
+/// p.delta [NH, N] = rowsum(dout * out) per head over bf16 rows (fp32 sums).
+void attention_train_delta_bf16(const AttnTrainParams& p, const void* dout, const void* out, cudaStream_t stream);
+
 }  // namespace unmask::cuda

@@ -8,6 +8,10 @@
 // taken in f32 by the f32 path's kernel (attention_train_delta), and the flash backward
 // (flash/bwd_kernel.cuh) writes f32 dq, dk, dv.
 // Traffic per pass is a few reads of the [N, C] rows; nothing of size T x T exists.
+//
+// bf16 activations (attention_train_bf16_*): q, k, v, out, dout arrive as bf16 rows and go to
+// the same kernels without a copy; out is stored as bf16 (one rounding of the fp32
+// accumulators); dq, dk, dv are written in f32 to a scratch and rounded once into bf16.
 #include <cuda_runtime.h>
 
 #include "cuda/attention_train.h"
@@ -85,6 +89,52 @@ void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) 
   b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
   b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
   flash_attention_backward(b, stream);
+}
+
+bool attention_train_bf16_applies(const AttnTrainParams& p) {
+  return flash_bwd_head_dim_supported(p.head_size) && p.rows < (int64_t(1) << 31);
+}
+
+void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream) {
+  UNMASK_CHECK(attention_train_bf16_applies(p), "attention (cuda, bf16 activations): needs head size 64, 80, 88 or "
+               "128, got ", p.head_size, Hint("train with f32 activations for this model"));
+  if (p.rows == 0) return;
+  FlashFwdParams f;
+  f.q = rows.q, f.k = rows.k, f.v = rows.v, f.o = rows.out;
+  f.q_row_stride = p.ldq, f.k_row_stride = p.ldk, f.v_row_stride = p.ldv, f.o_row_stride = p.ldo;
+  f.num_heads = p.num_heads, f.head_dim = p.head_size, f.batch = p.batch, f.max_seqlen = p.max_seqlen;
+  f.cu_seqlens = p.cu_seqlens, f.key_mask = p.key_mask, f.mask_elem_bytes = p.mask_elem_bytes;
+  f.mask_batch_stride = p.mask_batch_stride;
+  f.scale = p.scale, f.scale_log2 = p.scale * kLog2e;
+  f.dtype = DType::bf16;
+  f.o_f32 = false, f.lse = p.lse, f.lse_head_stride = p.rows;
+  f.dropout_p = p.dropout_p, f.dropout_seed = p.dropout_seed, f.dropout_offset = p.dropout_offset;
+  attention_forward(f, stream, AttentionKernel::flash);
+}
+
+void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream) {
+  UNMASK_CHECK(attention_train_bf16_applies(p), "attention backward (cuda, bf16 activations): needs head size 64, 80, "
+               "88 or 128, got ", p.head_size, Hint("train with f32 activations for this model"));
+  const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
+  if (N == 0) return;
+  attention_train_delta_bf16(p, rows.dout, rows.out, stream);
+  ScratchBuffer grads(size_t(3 * N * C) * sizeof(float), stream);  // f32 dq | dk | dv, [N, 3C]
+  float* g = grads.as<float>();
+  FlashBwdParams b;
+  b.q = rows.q, b.k = rows.k, b.v = rows.v, b.dout = rows.dout;
+  b.q_row_stride = p.ldq, b.k_row_stride = p.ldk, b.v_row_stride = p.ldv, b.dout_row_stride = p.lddo;
+  b.lse = p.lse, b.delta = p.delta, b.lse_head_stride = N;
+  b.dq = g, b.dk = g + C, b.dv = g + 2 * C;
+  b.dq_row_stride = b.dk_row_stride = b.dv_row_stride = 3 * C;
+  b.num_heads = p.num_heads, b.head_dim = p.head_size, b.batch = p.batch, b.max_seqlen = p.max_seqlen;
+  b.cu_seqlens = p.cu_seqlens, b.key_mask = p.key_mask, b.mask_elem_bytes = p.mask_elem_bytes;
+  b.mask_batch_stride = p.mask_batch_stride;
+  b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
+  b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
+  flash_attention_backward(b, stream);
+  cast_rows(rows.dq, DType::bf16, p.lddq, g, DType::f32, 3 * C, N, C, stream);
+  cast_rows(rows.dk, DType::bf16, p.lddk, g + C, DType::f32, 3 * C, N, C, stream);
+  cast_rows(rows.dv, DType::bf16, p.lddv, g + 2 * C, DType::f32, 3 * C, N, C, stream);
 }
 
 }  // namespace unmask::cuda

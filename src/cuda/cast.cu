@@ -1,4 +1,6 @@
-// cuda/cast.cu: f32 -> bf16/f16 matrix casts (the bf16 autocast of f32 GEMMs, ops_cuda.cc).
+// cuda/cast.cu: float matrix casts: f32 -> bf16/f16 (the autocast of f32 GEMMs, ops_cuda.cc) and
+// between any two of f32, bf16, f16 over row views (ops::copy with a dtype change: the boundaries
+// of bf16 training activations).
 #include <algorithm>
 
 #include "cuda/check.h"
@@ -21,7 +23,62 @@ __global__ void cast_2d_kernel(T* __restrict__ dst, const float* __restrict__ sr
   }
 }
 
+// dst[r * ldd + c] = To(src[r * lds + c]) (fp32 in between: exact for the widening casts,
+// one rounding to nearest even for the narrowing ones). Grid-stride over rows * cols.
+template <typename To, typename From>
+__global__ void cast_rows_kernel(To* __restrict__ dst, int64_t ldd, const From* __restrict__ src, int64_t lds,
+                                 int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[r * ldd + c] = from_float<To>(to_float(src[r * lds + c]));
+  }
+}
+
+template <typename From>
+void launch_cast_rows(void* dst, DType dst_dtype, int64_t ldd, const From* src, int64_t lds, int64_t rows,
+                      int64_t cols, int blocks, int threads, cudaStream_t stream) {
+  switch (dst_dtype) {
+    case DType::f32:
+      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<float*>(dst), ldd, src, lds, rows, cols);
+      break;
+    case DType::bf16:
+      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), ldd, src, lds, rows, cols);
+      break;
+    case DType::f16:
+      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<__half*>(dst), ldd, src, lds, rows, cols);
+      break;
+    default:
+      throw Error("cast_rows: the target dtype must be f32, bf16 or f16, got ", dtype_name(dst_dtype));
+  }
+}
+
 }  // namespace
+
+void cast_rows(void* dst, DType dst_dtype, int64_t ldd, const void* src, DType src_dtype, int64_t lds, int64_t rows,
+               int64_t cols, cudaStream_t stream) {
+  UNMASK_CHECK(rows >= 0 && cols >= 0 && (rows <= 1 || (ldd >= cols && lds >= cols)), "cast_rows: bad sizes rows ",
+               rows, " cols ", cols, " ldd ", ldd, " lds ", lds);
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>(ceil_div(n, int64_t(threads)), 65535 * 8));
+  switch (src_dtype) {
+    case DType::f32:
+      launch_cast_rows(dst, dst_dtype, ldd, static_cast<const float*>(src), lds, rows, cols, blocks, threads, stream);
+      break;
+    case DType::bf16:
+      launch_cast_rows(dst, dst_dtype, ldd, static_cast<const __nv_bfloat16*>(src), lds, rows, cols, blocks, threads,
+                       stream);
+      break;
+    case DType::f16:
+      launch_cast_rows(dst, dst_dtype, ldd, static_cast<const __half*>(src), lds, rows, cols, blocks, threads, stream);
+      break;
+    default:
+      throw Error("cast_rows: the source dtype must be f32, bf16 or f16, got ", dtype_name(src_dtype));
+  }
+  CUDA_CHECK_LAUNCH();
+}
 
 void cast_f32_2d(void* dst, DType dtype, const float* src, int64_t lds, int64_t batch_stride, int64_t rows,
                  int64_t cols, int64_t batches, cudaStream_t stream) {

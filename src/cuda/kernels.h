@@ -63,6 +63,12 @@ void embedding_layernorm_forward(void* out, int64_t ldo, const int32_t* ids, con
 void cast_f32_2d(void* dst, DType dtype, const float* src, int64_t lds, int64_t batch_stride, int64_t rows,
                  int64_t cols, int64_t batches, cudaStream_t stream);
 
+/// dst[r, c] = dst_dtype(src[r, c]) for rows x cols elements, any of f32, bf16, f16 on either
+/// side (cast.cu; widening is exact, narrowing rounds to nearest even). Row strides ldd, lds in
+/// elements; dst must not overlap src.
+void cast_rows(void* dst, DType dst_dtype, int64_t ldd, const void* src, DType src_dtype, int64_t lds, int64_t rows,
+               int64_t cols, cudaStream_t stream);
+
 /// Fills n elements of `dtype` at p with a quiet NaN (tests poison outputs with it).
 void fill_nan(void* p, int64_t n, DType dtype, cudaStream_t stream);
 

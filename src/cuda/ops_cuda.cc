@@ -69,11 +69,16 @@ bool supports(std::string_view op, DType dtype) {
   if (op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" || op == "embedding" ||
       op == "attention" || op == "embedding_layernorm")
     return f;
-  if (op == "layernorm_backward" || op == "activation_backward" || op == "bias_grad" || op == "softmax_backward" ||
-      op == "embedding_backward" || op == "cross_entropy" || op == "dropout" || op == "dropout_backward" ||
-      op == "adamw_update" || op == "lamb_moments" || op == "axpy" || op == "sum_squares" || op == "scale_inplace")
+  if (op == "layernorm_backward" || op == "activation_backward" || op == "bias_grad" || op == "dropout" ||
+      op == "dropout_backward")
+    return f;  // training row kernels (train_ops.cu), any float storage
+  if (op == "softmax_backward" || op == "embedding_backward" || op == "cross_entropy" || op == "adamw_update" ||
+      op == "lamb_moments" || op == "axpy" || op == "sum_squares" || op == "scale_inplace")
     return dtype == DType::f32;  // training kernels (train_ops.cu, train_loss.cu, optim.cu)
-  if (op == "attention_forward_train" || op == "attention_backward") return dtype == DType::f32;  // attention_train.cu
+  // attention_train.cu (f32); bf16: the tensor-core kernels (attention_train_tc.cu, head sizes
+  // 64, 80, 88, 128, checked by the call)
+  if (op == "attention_forward_train" || op == "attention_backward")
+    return dtype == DType::f32 || dtype == DType::bf16;
   if (op == "tubelet_gather" || op == "tubelet_target" || op == "mse_rows") return dtype == DType::f32;  // video.cu
   return false;
 }
@@ -170,10 +175,17 @@ void softmax(Context& ctx, const Tensor& x, Tensor& y) {
 
 void copy(Context& ctx, const Tensor& src, Tensor& dst) {
   CudaState& st = cuda_state(ctx);
-  UNMASK_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "copy (cuda): dst ", dst.describe(),
-               " must have src's shape and dtype, src ", src.describe());
+  UNMASK_CHECK(src.shape() == dst.shape(), "copy (cuda): dst ", dst.describe(), " must have src's shape, src ",
+               src.describe());
   if (src.numel() == 0) return;
   const Rows rs = as_rows("copy", "src", src), rd = as_rows("copy", "dst", dst);
+  if (src.dtype() != dst.dtype()) {  // a float conversion, both sides on the device
+    UNMASK_CHECK(is_float_dtype(src.dtype()) && is_float_dtype(dst.dtype()) && src.device() == Device::cuda &&
+                     dst.device() == Device::cuda,
+                 "copy (cuda): a dtype conversion needs float tensors on cuda, got src ", src.describe(), " and dst ",
+                 dst.describe());
+    return cast_rows(dst.raw(), dst.dtype(), rd.ld, src.raw(), src.dtype(), rs.ld, rs.rows, rs.cols, st.stream);
+  }
   const size_t es = dtype_size(src.dtype());
   CUDA_CHECK(cudaMemcpy2DAsync(dst.raw(), size_t(rd.ld) * es, src.raw(), size_t(rs.ld) * es, size_t(rs.cols) * es,
                                size_t(rs.rows), cudaMemcpyDefault, st.stream));

@@ -29,10 +29,10 @@ namespace unmask::cuda {
 
 /// Whether the CUDA backend implements `op` for `dtype` (ops::supports answers for cuda
 /// with this). Ops: gemm, layernorm, activation, softmax, embedding, attention,
-/// embedding_layernorm (f32, bf16, f16); training (f32, the front-ends' dtype): layernorm_backward,
-/// activation_backward, bias_grad, softmax_backward, embedding_backward, cross_entropy, dropout,
-/// dropout_backward, adamw_update, lamb_moments, axpy, sum_squares, scale_inplace,
-/// attention_forward_train, attention_backward.
+/// embedding_layernorm (f32, bf16, f16); training: layernorm (statistics), layernorm_backward,
+/// activation_backward, bias_grad, dropout, dropout_backward, attention_forward_train,
+/// attention_backward (f32, bf16, f16 activations; attention bf16: head sizes 64, 80, 88, 128),
+/// softmax_backward, embedding_backward, cross_entropy, adamw_update, lamb_moments, axpy, sum_squares, scale_inplace (f32).
 bool supports(std::string_view op, DType dtype);
 
 /// c = act(alpha * op(a) @ op(b) + bias + beta * c); 2-D or 3-D (batched, b may have batch 1).
@@ -50,7 +50,8 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, ops::Activation act);
 /// Row softmax over the last dim; y may alias x.
 void softmax(Context& ctx, const Tensor& x, Tensor& y);
 
-/// dst = src (same shape and dtype, either side host or device, rows with innermost stride 1),
+/// dst = src (same shape; same dtype with either side host or device, or a float conversion
+/// f32/bf16/f16 with both on the device, cast_rows; rows with innermost stride 1),
 /// queued on ctx's stream (cudaMemcpy2DAsync: device-to-device copies can be captured in a
 /// CUDA graph; a copy from pageable host memory returns once the source is staged, a copy to
 /// it once the data is there).
@@ -104,21 +105,23 @@ void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, i
 // Parameter gradients (dgamma, dbeta, dbias, dtable) accumulate (+=) and are deterministic
 // (no float atomics: run twice, the same bits).
 
+/// The training row ops take their activations as `dtype` (f32, bf16 or f16; fp32 arithmetic
+/// inside, one rounding on the store); statistics, gamma and parameter gradients are f32.
 /// layernorm with the row statistics mean, rstd (f32 [N]); y must not alias x or residual.
-void layernorm_stats(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr, const float* gamma,
-                     const float* beta, float eps, float* y, int64_t ldy, float* mean, float* rstd, int64_t N,
-                     int64_t C);
-void layernorm_backward(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr,
-                        const float* gamma, const float* mean, const float* rstd, const float* dy, int64_t lddy,
-                        float* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C);
-void activation_backward(Context& ctx, const float* x, int64_t ldx, const float* dy, int64_t lddy, float* dx,
-                         int64_t lddx, int64_t N, int64_t C, ops::Activation act);
-void bias_grad(Context& ctx, const float* dy, int64_t lddy, float* dbias, int64_t N, int64_t C);
+void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr, const float* gamma,
+                     const float* beta, float eps, void* y, int64_t ldy, float* mean, float* rstd, int64_t N,
+                     int64_t C, DType dtype);
+void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
+                        const float* gamma, const float* mean, const float* rstd, const void* dy, int64_t lddy,
+                        void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype);
+void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
+                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype);
+void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype);
 void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy, int64_t lddy, float* dx,
                       int64_t lddx, int64_t N, int64_t C);
 /// Dropout (and its backward: the same call on dy): the CPU's Philox mask bit for bit.
-void dropout(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C, float p,
-             uint64_t seed, uint64_t offset);
+void dropout(Context& ctx, const void* x, int64_t ldx, void* y, int64_t ldy, int64_t N, int64_t C, float p,
+             uint64_t seed, uint64_t offset, DType dtype);
 /// ids: i32/i64 [N] in device memory (trusted: an id outside [0, V) is skipped) or host
 /// memory (range-checked, uploaded).
 void embedding_backward(Context& ctx, const void* ids, DType id_dtype, const float* dout, int64_t ldo, float* dtable,

@@ -2,7 +2,7 @@
 // the tensors' device pointers and strides, the sequences brought to the device (cu_seqlens and
 // the key mask may live on the host: uploaded), the longest sequence T (the dropout counter
 // stride; read back when cu_seqlens is on the device), then the launchers of
-// attention_train.cu. f32 only.
+// attention_train.cu (f32) or attention_train_tc.cu (f32 rows on tensor cores, or bf16 rows).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -19,11 +19,11 @@ namespace {
 
 int64_t row_stride(const Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
 
-/// The f32 [N, NH*HS] row tensor `name` on cuda with innermost stride 1.
-void check_rows_f32(const char* op, const char* name, const Tensor& t, const Tensor& q) {
+/// The [N, NH*HS] row tensor `name` on cuda with innermost stride 1, f32 or bf16 like q.
+void check_rows(const char* op, const char* name, const Tensor& t, const Tensor& q) {
   UNMASK_CHECK(t.device() == Device::cuda, op, " (cuda): ", name, " must be on cuda, got ", t.describe());
-  UNMASK_CHECK(t.dtype() == DType::f32, op, " (cuda): ", name, " must be f32 (bf16 is not implemented yet), got ",
-               t.describe());
+  UNMASK_CHECK((t.dtype() == DType::f32 || t.dtype() == DType::bf16) && t.dtype() == q.dtype(), op, " (cuda): ", name,
+               " must be f32 or bf16 like q ", q.describe(), ", got ", t.describe());
   UNMASK_CHECK(t.ndim() == 2 && t.shape() == q.shape() && (t.size(1) <= 1 || t.stride(1) == 1), op, " (cuda): ",
                name, " must be [N, NH*HS] like q ", q.shape().str(), " with innermost stride 1, got ", t.describe());
 }
@@ -36,19 +36,21 @@ struct Uploads {
 void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, const ops::AttentionArgs& args, const ops::AttentionTrainArgs& train,
                  AttnTrainParams& p, Uploads& up) {
-  check_rows_f32(op, "q", q, q);
-  check_rows_f32(op, "k", k, q);
-  check_rows_f32(op, "v", v, q);
-  check_rows_f32(op, "out", out, q);
+  check_rows(op, "q", q, q);
+  check_rows(op, "k", k, q);
+  check_rows(op, "v", v, q);
+  check_rows(op, "out", out, q);
   const int64_t N = q.size(0), C = q.size(1), NH = args.num_heads;
   UNMASK_CHECK(NH >= 1 && C % NH == 0, op, " (cuda): C = ", C, " must be a multiple of num_heads = ", NH);
   UNMASK_CHECK(lse.device() == Device::cuda && lse.dtype() == DType::f32 && lse.is_contiguous() &&
                    lse.numel() == NH * N,
                op, " (cuda): lse must be contiguous f32 [", NH, ", ", N, "] on cuda, got ", lse.describe());
-  p.q = q.data<float>();
-  p.k = k.data<float>();
-  p.v = v.data<float>();
-  p.out = const_cast<float*>(out.data<float>());
+  if (q.dtype() == DType::f32) {  // bf16: the pointers go to AttnTrainBf16Rows (bf16_rows)
+    p.q = q.data<float>();
+    p.k = k.data<float>();
+    p.v = v.data<float>();
+    p.out = const_cast<float*>(out.data<float>());
+  }
   p.ldq = row_stride(q);
   p.ldk = row_stride(k);
   p.ldv = row_stride(v);
@@ -120,6 +122,15 @@ void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k
   }
 }
 
+AttnTrainBf16Rows bf16_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out) {
+  AttnTrainBf16Rows r;
+  r.q = q.raw();
+  r.k = k.raw();
+  r.v = v.raw();
+  r.out = const_cast<void*>(out.raw());
+  return r;
+}
+
 }  // namespace
 
 void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
@@ -128,6 +139,7 @@ void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, con
   AttnTrainParams p;
   Uploads up;
   fill_common("attention_forward_train", st, q, k, v, out, lse, args, train, p, up);
+  if (q.dtype() == DType::bf16) return attention_train_bf16_forward(p, bf16_rows(q, k, v, out), st.stream);
   if (st.attention_bf16 && attention_train_tc_applies(p))
     attention_train_tc_forward(p, st.stream);
   else
@@ -142,21 +154,32 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
   AttnTrainParams p;
   Uploads up;
   fill_common(op, st, q, k, v, out, lse, args, train, p, up);
-  check_rows_f32(op, "dout", dout, q);
-  check_rows_f32(op, "dq", dq, q);
-  check_rows_f32(op, "dk", dk, q);
-  check_rows_f32(op, "dv", dv, q);
-  p.dout = dout.data<float>();
+  check_rows(op, "dout", dout, q);
+  check_rows(op, "dq", dq, q);
+  check_rows(op, "dk", dk, q);
+  check_rows(op, "dv", dv, q);
+  const bool bf16 = q.dtype() == DType::bf16;
+  if (!bf16) {
+    p.dout = dout.data<float>();
+    p.dq = dq.data<float>();
+    p.dk = dk.data<float>();
+    p.dv = dv.data<float>();
+  }
   p.lddo = row_stride(dout);
-  p.dq = dq.data<float>();
-  p.dk = dk.data<float>();
-  p.dv = dv.data<float>();
   p.lddq = row_stride(dq);
   p.lddk = row_stride(dk);
   p.lddv = row_stride(dv);
   if (p.rows == 0) return;
   ScratchBuffer delta(size_t(p.num_heads) * size_t(p.rows) * sizeof(float), st.stream);
   p.delta = delta.as<float>();
+  if (bf16) {
+    AttnTrainBf16Rows rows = bf16_rows(q, k, v, out);
+    rows.dout = dout.raw();
+    rows.dq = dq.raw();
+    rows.dk = dk.raw();
+    rows.dv = dv.raw();
+    return attention_train_bf16_backward(p, rows, st.stream);
+  }
   if (st.attention_bf16 && attention_train_tc_applies(p))
     attention_train_tc_backward(p, st.stream);
   else

@@ -13,30 +13,30 @@
 
 namespace unmask::cuda {
 
-void layernorm_stats(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr, const float* gamma,
-                     const float* beta, float eps, float* y, int64_t ldy, float* mean, float* rstd, int64_t N,
-                     int64_t C) {
+void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr, const float* gamma,
+                     const float* beta, float eps, void* y, int64_t ldy, float* mean, float* rstd, int64_t N, int64_t C,
+                     DType dtype) {
   CudaState& st = cuda_state(ctx);
-  layernorm_forward_stats(y, ldy, mean, rstd, x, ldx, residual, ldr, gamma, beta, eps, N, C, DType::f32, st.stream);
+  layernorm_forward_stats(y, ldy, mean, rstd, x, ldx, residual, ldr, gamma, beta, eps, N, C, dtype, st.stream);
 }
 
-void layernorm_backward(Context& ctx, const float* x, int64_t ldx, const float* residual, int64_t ldr,
-                        const float* gamma, const float* mean, const float* rstd, const float* dy, int64_t lddy,
-                        float* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C) {
+void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
+                        const float* gamma, const float* mean, const float* rstd, const void* dy, int64_t lddy,
+                        void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype) {
   CudaState& st = cuda_state(ctx);
-  layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, DType::f32,
+  layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
                           st.stream);
 }
 
-void activation_backward(Context& ctx, const float* x, int64_t ldx, const float* dy, int64_t lddy, float* dx,
-                         int64_t lddx, int64_t N, int64_t C, ops::Activation act) {
+void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
+                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype) {
   CudaState& st = cuda_state(ctx);
-  activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, DType::f32, st.stream);
+  activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, dtype, st.stream);
 }
 
-void bias_grad(Context& ctx, const float* dy, int64_t lddy, float* dbias, int64_t N, int64_t C) {
+void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype) {
   CudaState& st = cuda_state(ctx);
-  bias_grad_cols(dbias, dy, lddy, N, C, DType::f32, st.stream);
+  bias_grad_cols(dbias, dy, lddy, N, C, dtype, st.stream);
 }
 
 void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy, int64_t lddy, float* dx,
@@ -45,10 +45,10 @@ void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy
   softmax_backward_rows(dx, lddx, y, ldy, dy, lddy, N, C, DType::f32, st.stream);
 }
 
-void dropout(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t N, int64_t C, float p,
-             uint64_t seed, uint64_t offset) {
+void dropout(Context& ctx, const void* x, int64_t ldx, void* y, int64_t ldy, int64_t N, int64_t C, float p,
+             uint64_t seed, uint64_t offset, DType dtype) {
   CudaState& st = cuda_state(ctx);
-  dropout_rows(y, ldy, x, ldx, N, C, p, seed, offset, DType::f32, st.stream);
+  dropout_rows(y, ldy, x, ldx, N, C, p, seed, offset, dtype, st.stream);
 }
 
 void embedding_backward(Context& ctx, const void* ids, DType id_dtype, const float* dout, int64_t ldo, float* dtable,

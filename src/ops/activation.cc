@@ -24,11 +24,17 @@ const char* activation_name(Activation a) {
 
 void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act) {
   constexpr const char* op = "activation";
-  const bool half = detail::check_float(op, "x", x);
+  const bool half = detail::check_float_train(op, "x", x);
   UNMASK_CHECK(y.dtype() == x.dtype(), op, ": y must have x's dtype ", dtype_name(x.dtype()), ", got ", y.describe());
   detail::check_same_shape(op, "x", x, "y", y);
   detail::check_device(op, "y", y, x.device());
   if (x.numel() == 0) return;
+  if (half && x.device() == Device::cpu) {  // emulation: f32 copies, the f32 kernel, one rounding
+    const Tensor xf = detail::widen_for_cpu(x);
+    Tensor yf = Tensor::empty(y.shape(), DType::f32);
+    activation(ctx, xf, yf, act);
+    return detail::narrow_into(yf, y);
+  }
   if (half) {  // bf16 / f16 on CUDA
 #ifdef UNMASK_WITH_CUDA
     return cuda::activation(ctx, x, y, act);
@@ -68,14 +74,21 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
                          Activation act) {
   constexpr const char* op = "activation_backward";
   const Device dev = x.device();
+  const bool half = detail::check_float_train(op, "x", x);  // bf16 / f16: CUDA, emulated on the CPU
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"dy", &dy}, {"dx", &dx}}) {
-    detail::check_f32(op, name, *t);
+    detail::check_same_dtype(op, x.dtype(), {{name, t}});
     detail::check_device(op, name, *t, dev);
     detail::check_same_shape(op, "x", x, name, *t);
   }
   detail::check_no_overlap(op, "dx", dx, "dy", dy, true);
   detail::check_no_overlap(op, "dx", dx, "x", x, true);  // elementwise: the same view is fine
   if (x.numel() == 0) return;
+  if (half && dev == Device::cpu) {
+    const Tensor xf = detail::widen_for_cpu(x), dyf = detail::widen_for_cpu(dy);
+    Tensor dxf = Tensor::empty(dx.shape(), DType::f32);
+    activation_backward(ctx, xf, dyf, dxf, act);
+    return detail::narrow_into(dxf, dx);
+  }
   const detail::Rows rx = detail::as_rows(op, "x", x), rdy = detail::as_rows(op, "dy", dy),
                      rdx = detail::as_rows(op, "dx", dx);
   switch (dev) {
@@ -99,8 +112,8 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
       return;
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
-      return cuda::activation_backward(ctx, x.data<float>(), rx.ld, dy.data<float>(), rdy.ld,
-                                       dx.data<float>(), rdx.ld, rx.N, rx.C, act);
+      return cuda::activation_backward(ctx, x.raw(), rx.ld, dy.raw(), rdy.ld, dx.raw(), rdx.ld, rx.N, rx.C, act,
+                                       x.dtype());
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif
@@ -111,11 +124,12 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
 // the same for any thread count.
 void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias) {
   constexpr const char* op = "bias_grad";
-  detail::check_f32(op, "dy", dy);
+  const bool half = detail::check_float_train(op, "dy", dy);  // bf16 / f16: CUDA, emulated on the CPU
   const Device dev = dy.device();
   const detail::Rows r = detail::as_rows(op, "dy", dy);
   detail::check_vector(op, "dbias", dbias, r.C, dev);
   if (r.N == 0 || r.C == 0) return;
+  if (half && dev == Device::cpu) return bias_grad(ctx, detail::widen_for_cpu(dy), dbias);
   switch (dev) {
     case Device::cpu:
       detail::dispatch_float(op, Device::cpu, dy.dtype(), [&](auto) {
@@ -132,7 +146,7 @@ void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias) {
       return;
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
-      return cuda::bias_grad(ctx, dy.data<float>(), r.ld, dbias.data<float>(), r.N, r.C);
+      return cuda::bias_grad(ctx, dy.raw(), r.ld, dbias.data<float>(), r.N, r.C, dy.dtype());
 #else
       detail::throw_unsupported(op, Device::cuda, dy.dtype());
 #endif

@@ -4,7 +4,9 @@
 // CPU: cpu::attention_forward (src/cpu/attention_cpu.cc; ISA picked at run time); training:
 // cpu::attention_train_forward / attention_train_backward (src/cpu/attention_train_cpu.cc).
 // CUDA: cuda::attention (src/cuda/ops_cuda.h) when built with UNMASK_WITH_CUDA; training:
-// cuda::attention_forward_train / attention_backward (src/cuda/attention_train.cu, f32).
+// cuda::attention_forward_train / attention_backward (src/cuda/attention_train.cu, f32; bf16 on
+// tensor cores, attention_train_tc.cu). bf16 / f16 training tensors on the CPU are emulated
+// (f32 copies, the f32 kernels, one rounding of each output).
 // The float64 oracle is ref::attention_forward (src/ref/attention_ref.cc).
 #include <algorithm>
 #include <cmath>
@@ -86,8 +88,11 @@ Layout check_attention(const char* op, const Tensor& q, const Tensor& k, const T
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}, {"out", &out}})
     UNMASK_CHECK(t->dtype() == q.dtype(), op, ": ", name, " is ", t->describe(), " but q is ",
                  q.describe(), "; q, k, v and out must share one dtype");
-  if (q.device() == Device::cpu)
+  // The training ops take bf16 / f16 on the CPU too (emulated: attention_forward_train).
+  const bool training = op != std::string_view("attention");
+  if (q.device() == Device::cpu && !training)
     UNMASK_CHECK(q.dtype() == DType::f32, op, ": q must be f32 on cpu, got ", q.describe());
+  if (training) detail::check_float_train(op, "q", q);
 
   // ---- heads and scale ----
   Layout lay;
@@ -252,6 +257,12 @@ void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, con
   });
   if (q.device() != Device::cpu) detail::throw_unsupported(op, q.device(), q.dtype());
   if (lay.N == 0) return;
+  if (q.dtype() != DType::f32) {  // emulation of bf16 / f16 storage: f32 copies, one rounding of out
+    Tensor outf = Tensor::empty(out.shape(), DType::f32);
+    attention_forward_train(ctx, detail::widen_for_cpu(q), detail::widen_for_cpu(k), detail::widen_for_cpu(v), outf,
+                            lse, args, train);
+    return detail::narrow_into(outf, out);
+  }
   cpu::AttentionTrainParams p;
   p.attn = cpu_params(q, k, v, out, args, lay);
   p.lse = lse.data<float>();
@@ -293,6 +304,16 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
   });
   if (q.device() != Device::cpu) detail::throw_unsupported(op, q.device(), q.dtype());
   if (lay.N == 0) return;
+  if (q.dtype() != DType::f32) {  // emulation (see attention_forward_train)
+    const DType f32 = DType::f32;
+    Tensor dqf = Tensor::empty(dq.shape(), f32), dkf = Tensor::empty(dk.shape(), f32),
+           dvf = Tensor::empty(dv.shape(), f32);
+    attention_backward(ctx, detail::widen_for_cpu(q), detail::widen_for_cpu(k), detail::widen_for_cpu(v),
+                       detail::widen_for_cpu(out), lse, detail::widen_for_cpu(dout), dqf, dkf, dvf, args, train);
+    detail::narrow_into(dqf, dq);
+    detail::narrow_into(dkf, dk);
+    return detail::narrow_into(dvf, dv);
+  }
   cpu::AttentionTrainParams p;
   p.attn = cpu_params(q, k, v, out, args, lay);
   p.lse = lse.data<float>();

@@ -19,14 +19,20 @@ namespace {
 // y = x * mask / (1 - p) for the named op ("dropout" or "dropout_backward").
 void dropout_impl(const char* op, const char* in_name, const char* out_name, Context& ctx,
                   const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t offset) {
-  detail::check_f32(op, in_name, x);
-  detail::check_f32(op, out_name, y);
+  const bool half = detail::check_float_train(op, in_name, x);  // bf16 / f16: CUDA, emulated on the CPU
+  detail::check_same_dtype(op, x.dtype(), {{out_name, &y}});
   detail::check_same_shape(op, in_name, x, out_name, y);
   const Device dev = x.device();
   detail::check_device(op, out_name, y, dev);
   UNMASK_CHECK(p >= 0.0f && p < 1.0f, op, ": p must be in [0, 1), got ", p);
   detail::check_no_overlap(op, out_name, y, in_name, x, true);
   if (x.numel() == 0) return;
+  if (half && dev == Device::cpu) {  // emulation: the same mask on f32 copies, one rounding
+    const Tensor xf = detail::widen_for_cpu(x);
+    Tensor yf = Tensor::empty(y.shape(), DType::f32);
+    dropout_impl(op, in_name, out_name, ctx, xf, yf, p, seed, offset);
+    return detail::narrow_into(yf, y);
+  }
   const detail::Rows rx = detail::as_rows(op, in_name, x), ry = detail::as_rows(op, out_name, y);
   switch (dev) {
     case Device::cpu:
@@ -48,8 +54,7 @@ void dropout_impl(const char* op, const char* in_name, const char* out_name, Con
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
       if (p == 0.0f && detail::same_view(x, y)) return;
-      return cuda::dropout(ctx, x.data<float>(), rx.ld, y.data<float>(), ry.ld, rx.N, rx.C, p, seed,
-                           offset);
+      return cuda::dropout(ctx, x.raw(), rx.ld, y.raw(), ry.ld, rx.N, rx.C, p, seed, offset, x.dtype());
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif

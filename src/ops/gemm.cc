@@ -39,9 +39,9 @@ Mat as_mat(const char* name, const Tensor& t) {
 void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
           const GemmArgs& args) {
   constexpr const char* op = "gemm";
-  // f32 anywhere; bf16 / f16 a and b (c: the same, or f32) on CUDA.
-  const bool half = detail::check_float(op, "a", a) | detail::check_float(op, "b", b) |
-                    detail::check_float(op, "c", c);
+  // f32 anywhere; bf16 / f16 a and b (c: the same, or f32) on CUDA, emulated on the CPU.
+  const bool half = detail::check_float_train(op, "a", a) | detail::check_float_train(op, "b", b) |
+                    detail::check_float_train(op, "c", c);
   if (half) {
     UNMASK_CHECK(a.dtype() == b.dtype(), op, ": a and b must share a dtype, got ", a.describe(), " and ",
                  b.describe());
@@ -68,6 +68,19 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
                " or 1 (shared), got ", b.describe());
   if (half) {
     if (args.bias) detail::check_param(op, "bias", *args.bias, N, c.dtype(), dev);
+    if (dev == Device::cpu) {
+      // Emulation: f32 copies (exact), the f32 GEMM (fp32 accumulation, as the tensor cores),
+      // one rounding of c. An f32 c is written in place.
+      const Tensor af = detail::widen_for_cpu(a), bf = detail::widen_for_cpu(b);
+      const Tensor biasf = args.bias ? detail::widen_for_cpu(*args.bias) : Tensor();
+      Tensor cf = c.dtype() == DType::f32 ? c
+                  : args.beta == 0.0f     ? Tensor::zeros(c.shape(), DType::f32)
+                                          : detail::widen_for_cpu(c);
+      GemmArgs f32_args = args;
+      f32_args.bias = args.bias ? &biasf : nullptr;
+      gemm(ctx, af, ta, bf, tb, cf, f32_args);
+      return detail::narrow_into(cf, c);
+    }
 #ifdef UNMASK_WITH_CUDA
     return cuda::gemm(ctx, a, ta, b, tb, c, args);  // cuBLASLt, fp32 accumulation
 #else

@@ -19,13 +19,18 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
   constexpr const char* op = "layernorm";
   UNMASK_CHECK(!mean == !rstd, op, ": give both statistics outputs mean and rstd (training) or "
                "neither, got ", mean ? "mean only" : "rstd only");
-  // f32 anywhere; bf16 / f16 on CUDA (inference, no statistics): x, residual and y share the
-  // dtype, gamma and beta are f32 or that dtype, and the CUDA backend normalises in fp32.
-  const bool half = detail::check_float(op, "x", x);
+  // f32 anywhere; bf16 / f16 on CUDA and emulated on the CPU (gamma and beta f32 or that dtype;
+  // f32 in the training form with statistics). x, residual and y share the dtype; the arithmetic
+  // is fp32.
+  const bool stats = mean != nullptr;
+  const bool half = detail::check_float_train(op, "x", x);
   if (half) {
-    UNMASK_CHECK(!mean, op, ": the training form (mean, rstd) is f32 only, got x ", x.describe());
     UNMASK_CHECK(y.dtype() == x.dtype() && (!residual || residual->dtype() == x.dtype()), op,
                  ": x, residual and y must share a dtype, got x ", x.describe(), ", y ", y.describe());
+    if (stats) {
+      detail::check_f32(op, "gamma", gamma);
+      detail::check_f32(op, "beta", beta);
+    }
   } else {
     detail::check_f32(op, "gamma", gamma);
     detail::check_f32(op, "beta", beta);
@@ -44,7 +49,7 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
   const detail::Rows rr = residual ? detail::as_rows(op, "residual", *residual) : detail::Rows{};
   detail::check_param(op, "gamma", gamma, rx.C, x.dtype(), dev);
   detail::check_param(op, "beta", beta, rx.C, x.dtype(), dev);
-  if (half) {
+  if (half && !stats && dev == Device::cuda) {
     if (x.numel() == 0) return;
 #ifdef UNMASK_WITH_CUDA
     return cuda::layernorm(ctx, x, residual, gamma, beta, eps, y);
@@ -52,7 +57,6 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
     detail::throw_unsupported(op, dev, x.dtype());
 #endif
   }
-  const bool stats = mean != nullptr;
   if (stats) {
     for (const auto& [name, t] : {std::pair<const char*, Tensor*>{"mean", mean}, {"rstd", rstd}}) {
       detail::check_f32(op, name, *t);
@@ -64,7 +68,15 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
     if (residual) detail::check_no_overlap(op, "y", y, "residual", *residual, false);
   }
   if (x.numel() == 0) return;
-  const float* rp = residual ? residual->data<float>() : nullptr;
+  if (half && dev == Device::cpu) {  // emulation: f32 copies, the f32 kernel, one rounding
+    const Tensor xf = detail::widen_for_cpu(x);
+    const Tensor rf = residual ? detail::widen_for_cpu(*residual) : Tensor();
+    Tensor yf = Tensor::empty(y.shape(), DType::f32);
+    layernorm(ctx, xf, residual ? &rf : nullptr, detail::widen_for_cpu(gamma), detail::widen_for_cpu(beta), eps, yf,
+              mean, rstd);
+    return detail::narrow_into(yf, y);
+  }
+  const void* rp = residual ? residual->raw() : nullptr;
   switch (dev) {
     case Device::cpu:
       detail::dispatch_float(op, Device::cpu, x.dtype(), [&](auto) {
@@ -77,10 +89,10 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
         float* sp = stats ? rstd->data<float>() : nullptr;
         ctx.parallel_for(rx.N, [&](int64_t b, int64_t e) {
           if (stats)
-            k.layernorm_stats_rows(xp + b * rx.ld, rx.ld, rp ? rp + b * rr.ld : nullptr, rr.ld, g,
+            k.layernorm_stats_rows(xp + b * rx.ld, rx.ld, rp ? static_cast<const float*>(rp) + b * rr.ld : nullptr, rr.ld, g,
                                    bt, eps, yp + b * ry.ld, ry.ld, mp + b, sp + b, e - b, rx.C);
           else
-            k.layernorm_rows(xp + b * rx.ld, rx.ld, rp ? rp + b * rr.ld : nullptr, rr.ld, g, bt,
+            k.layernorm_rows(xp + b * rx.ld, rx.ld, rp ? static_cast<const float*>(rp) + b * rr.ld : nullptr, rr.ld, g, bt,
                              eps, yp + b * ry.ld, ry.ld, e - b, rx.C);
         }, 1 + 8192 / rx.C);
       });
@@ -88,10 +100,9 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
       if (stats)
-        return cuda::layernorm_stats(ctx, x.data<float>(), rx.ld, rp, rr.ld, gamma.data<float>(),
-                                     beta.data<float>(), eps, y.data<float>(), ry.ld,
-                                     mean->data<float>(), rstd->data<float>(), rx.N, rx.C);
-      return cuda::layernorm(ctx, x.data<float>(), rx.ld, rp, rr.ld, gamma.data<float>(),
+        return cuda::layernorm_stats(ctx, x.raw(), rx.ld, rp, rr.ld, gamma.data<float>(), beta.data<float>(), eps,
+                                     y.raw(), ry.ld, mean->data<float>(), rstd->data<float>(), rx.N, rx.C, x.dtype());
+      return cuda::layernorm(ctx, x.data<float>(), rx.ld, static_cast<const float*>(rp), rr.ld, gamma.data<float>(),
                              beta.data<float>(), eps, y.data<float>(), ry.ld, rx.N, rx.C);
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
@@ -107,13 +118,15 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
                         Tensor& dgamma, Tensor& dbeta) {
   constexpr const char* op = "layernorm_backward";
   const Device dev = x.device();
+  // Activations x, residual, dy, dx: f32, or one of bf16 / f16 (CUDA; emulated on the CPU).
+  const bool half = detail::check_float_train(op, "x", x);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"dy", &dy}, {"dx", &dx}}) {
-    detail::check_f32(op, name, *t);
+    detail::check_same_dtype(op, x.dtype(), {{name, t}});
     detail::check_device(op, name, *t, dev);
     detail::check_same_shape(op, "x", x, name, *t);
   }
   if (residual) {
-    detail::check_f32(op, "residual", *residual);
+    detail::check_same_dtype(op, x.dtype(), {{"residual", residual}});
     detail::check_device(op, "residual", *residual, dev);
     detail::check_same_shape(op, "x", x, "residual", *residual);
   }
@@ -134,6 +147,13 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
   detail::check_no_overlap(op, "dx", dx, "x", x, false);
   if (residual) detail::check_no_overlap(op, "dx", dx, "residual", *residual, false);
   if (N == 0 || C == 0) return;
+  if (half && dev == Device::cpu) {  // emulation (see layernorm)
+    const Tensor xf = detail::widen_for_cpu(x), dyf = detail::widen_for_cpu(dy);
+    const Tensor rf = residual ? detail::widen_for_cpu(*residual) : Tensor();
+    Tensor dxf = Tensor::empty(dx.shape(), DType::f32);
+    layernorm_backward(ctx, xf, residual ? &rf : nullptr, gamma, mean, rstd, dyf, dxf, dgamma, dbeta);
+    return detail::narrow_into(dxf, dx);
+  }
   switch (dev) {
     case Device::cpu:
       detail::dispatch_float(op, Device::cpu, x.dtype(), [&](auto) {
@@ -172,11 +192,9 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
       return;
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
-      return cuda::layernorm_backward(ctx, x.data<float>(), rx.ld,
-                                      residual ? residual->data<float>() : nullptr, rr.ld,
-                                      gamma.data<float>(), mean.data<float>(), rstd.data<float>(),
-                                      dy.data<float>(), rdy.ld, dx.data<float>(), rdx.ld,
-                                      dgamma.data<float>(), dbeta.data<float>(), N, C);
+      return cuda::layernorm_backward(ctx, x.raw(), rx.ld, residual ? residual->raw() : nullptr, rr.ld,
+                                      gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.raw(), rdy.ld,
+                                      dx.raw(), rdx.ld, dgamma.data<float>(), dbeta.data<float>(), N, C, x.dtype());
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif

@@ -55,6 +55,32 @@ bool check_float(std::string_view op, std::string_view name, const Tensor& t) {
                                               : Hint("use f32, bf16 or f16"));
 }
 
+bool check_float_train(std::string_view op, std::string_view name, const Tensor& t) {
+  if (t.dtype() == DType::f32) return false;
+  if (t.dtype() == DType::bf16 || t.dtype() == DType::f16) return true;
+  throw Unsupported(op, ": ", name, " must be f32, bf16 or f16, got ", t.describe());
+}
+
+void check_same_dtype(std::string_view op, DType dtype,
+                      std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+  for (const auto& [name, t] : ts)
+    UNMASK_CHECK(t->dtype() == dtype, op, ": ", name, " must be ", dtype_name(dtype),
+                 " like the op's other activations, got ", t->describe());
+}
+
+Tensor widen_for_cpu(const Tensor& t) {
+  UNMASK_CHECK(t.device() == Device::cpu, "widen_for_cpu: ", t.describe(), " is not on the CPU");
+  return t.dtype() == DType::f32 ? t : t.cast(DType::f32);
+}
+
+void narrow_into(const Tensor& src, Tensor& dst) {
+  UNMASK_CHECK(src.device() == Device::cpu && dst.device() == Device::cpu && src.dtype() == DType::f32 &&
+                   src.shape() == dst.shape(),
+               "narrow_into: needs a host f32 source of dst's shape, got ", src.describe(), " -> ", dst.describe());
+  if (src.raw() == dst.raw()) return;  // dst was f32: widen_for_cpu handed out dst itself
+  dst.copy_from(dst.dtype() == DType::f32 ? src : src.cast(dst.dtype()));
+}
+
 void check_param(std::string_view op, std::string_view name, const Tensor& t, int64_t C, DType act,
                  Device device) {
   UNMASK_CHECK(t.dtype() == DType::f32 || t.dtype() == act, op, ": ", name, " must be f32 or ",
@@ -149,7 +175,14 @@ bool supports(std::string_view op, Device device, DType dtype) {
                      op == "tubelet_gather" || op == "tubelet_target" || op == "mse_rows";
   if (!known) return false;
   switch (device) {
-    case Device::cpu: return dtype == DType::f32;
+    case Device::cpu:
+      // f32 kernels; bf16 / f16 emulated (f32 copies, one rounding) by the ops the bf16 training
+      // path uses.
+      return dtype == DType::f32 ||
+             ((dtype == DType::bf16 || dtype == DType::f16) &&
+              (op == "gemm" || op == "layernorm" || op == "activation" || op == "layernorm_backward" ||
+               op == "activation_backward" || op == "bias_grad" || op == "dropout" || op == "dropout_backward" ||
+               op == "attention_forward_train" || op == "attention_backward"));
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
       return cuda::supports(op, dtype);  // the CUDA backend's own table (src/cuda/ops_cuda.cc)

@@ -4,7 +4,9 @@
 // (dtype, shape, strides, device), so a failure says what was passed and what was expected.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
+#include <utility>
 
 #include "unmask/error.h"
 #include "unmask/tensor.h"
@@ -29,6 +31,20 @@ void check_f32(std::string_view op, std::string_view name, const Tensor& t);
 /// for bf16 / f16; throws Unsupported for anything else (bf16 on the CPU: the CPU kernels are
 /// f32).
 bool check_float(std::string_view op, std::string_view name, const Tensor& t);
+
+/// The element type of a TRAINING op's activation tensor: f32, or bf16 / f16 on CUDA and on the
+/// CPU. Returns true for bf16 / f16. The CPU runs them by emulation (widen_for_cpu, compute in
+/// f32, narrow_into: the CUDA kernels' semantics of fp32 arithmetic and one rounding on the
+/// store; correct, not fast: for tests and for checking the bf16 training path on any machine).
+bool check_float_train(std::string_view op, std::string_view name, const Tensor& t);
+
+/// Throws unless every tensor of `ts` has `dtype` (one storage type per op call).
+void check_same_dtype(std::string_view op, DType dtype, std::initializer_list<std::pair<const char*, const Tensor*>> ts);
+
+/// CPU emulation of low-precision storage: an f32 copy of a host tensor (t itself when f32).
+Tensor widen_for_cpu(const Tensor& t);
+/// dst (host, bf16 / f16 / f32) = src (host f32), rounded to nearest even.
+void narrow_into(const Tensor& src, Tensor& dst);
 
 /// A per-channel parameter vector of a low-precision op: f32 or `act` (the activations'
 /// dtype), on `device`, contiguous [C].

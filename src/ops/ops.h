@@ -20,8 +20,10 @@
 namespace unmask::ops {
 
 /// Whether a backend implements `op` ("gemm", "layernorm", "activation", "softmax",
-/// "embedding", "attention") for tensors on `device` with element type `dtype`. Tests loop
-/// over the supported cases; an unsupported call throws Unsupported naming all three.
+/// "embedding", "attention", the training ops) for tensors on `device` with element type
+/// `dtype`. Tests loop over the supported cases; an unsupported call throws Unsupported naming
+/// all three. On the CPU, bf16 / f16 are emulated (f32 arithmetic, one rounding of each output:
+/// correct, not fast) by gemm, layernorm, activation and the training ops of the encoder layers.
 bool supports(std::string_view op, Device device, DType dtype);
 
 /// Elementwise activations (also GEMM epilogues).
@@ -104,7 +106,9 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act);
 /// Row-wise softmax over the last dim; y may alias x.
 void softmax(Context& ctx, const Tensor& x, Tensor& y);
 
-/// dst = src: same shape and dtype (any), on any devices, innermost stride 1 or contiguous.
+/// dst = src: same shape and dtype (any), on any devices, innermost stride 1 or contiguous; or,
+/// on one device, a float conversion between f32, bf16 and f16 (widening exact, narrowing
+/// rounds to nearest even: the boundaries of bf16 training activations).
 /// Queued on ctx's stream when a side is on CUDA (capturable in a CUDA graph when both are);
 /// a copy to host memory has finished when it returns. dst must not overlap src.
 void copy(Context& ctx, const Tensor& src, Tensor& dst);

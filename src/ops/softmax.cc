@@ -48,13 +48,17 @@ void softmax(Context& ctx, const Tensor& x, Tensor& y) {
 void copy(Context& ctx, const Tensor& src, Tensor& dst) {
   constexpr const char* op = "copy";
   detail::check_same_shape(op, "src", src, "dst", dst);
-  UNMASK_CHECK(src.dtype() == dst.dtype(), op, ": dst must have src's dtype, got src ", src.describe(), " and dst ",
-               dst.describe());
+  if (src.dtype() != dst.dtype()) {
+    auto is_float = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+    UNMASK_CHECK(is_float(src.dtype()) && is_float(dst.dtype()) && src.device() == dst.device(), op,
+                 ": dst must have src's dtype, or both must be float tensors (f32, bf16, f16) on one device, got src ",
+                 src.describe(), " and dst ", dst.describe());
+  }
   if (src.device() == dst.device()) detail::check_no_overlap(op, "dst", dst, "src", src, false);
   if (src.numel() == 0) return;
   if (src.device() == Device::cpu && dst.device() == Device::cpu) {
     (void)ctx;
-    return dst.copy_from(src);
+    return dst.copy_from(src.dtype() == dst.dtype() ? src : src.cast(dst.dtype()));
   }
 #ifdef UNMASK_WITH_CUDA
   UNMASK_CHECK(ctx.device() == Device::cuda, op, ": a side is on cuda but the context runs on ", device_name(ctx.device()));

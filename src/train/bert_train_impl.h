@@ -37,7 +37,7 @@ struct BertTrainModel::Impl {
   train::LayerScratch scratch;
 
   /// A fresh workspace view for this step (see Workspace: one slot per request).
-  Tensor take(const Shape& shape) { return ws.get(next_slot++, shape); }
+  Tensor take(const Shape& shape, DType dtype = DType::f32) { return ws.get(next_slot++, shape, dtype); }
 
   /// Every PV holding storage (fused tensors once), for zero_grad.
   std::vector<train::PV*> storages();

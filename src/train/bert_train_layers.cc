@@ -26,7 +26,7 @@ PV make_pv(const Tensor& src) {
 
 PV pv_to(const PV& p, Device device) {
   if (!p.defined() || p.value.device() == device) return p;
-  return PV{p.value.to(device), p.grad.to(device)};
+  return PV{p.value.to(device), p.grad.to(device), Tensor()};  // the bf16 copy is refreshed before use
 }
 
 void zero_tensor(Tensor& t) {
@@ -42,13 +42,28 @@ void zero_tensor(Tensor& t) {
 #endif
 }
 
-Tensor Workspace::get(int slot, const Shape& shape) {
+void refresh_half(Context& ctx, PV& p, DType dtype) {
+  if (!p.half.defined() || p.half.dtype() != dtype || p.half.device() != p.value.device() ||
+      p.half.shape() != p.value.shape())
+    p.half = Tensor::empty(p.value.shape(), dtype, p.value.device());
+  ops::copy(ctx, p.value, p.half);
+}
+
+const Tensor& value_for(const PV& p, DType dtype) {
+  if (dtype == DType::f32) return p.value;
+  UNMASK_CHECK(p.half.defined() && p.half.dtype() == dtype && p.half.device() == p.value.device(),
+               "train: the ", dtype_name(dtype), " copy of a parameter ", p.value.describe(),
+               " is missing or stale (refresh_half runs before the forward)");
+  return p.half;
+}
+
+Tensor Workspace::get(int slot, const Shape& shape, DType dtype) {
   if (slot >= int(buffers_.size())) buffers_.resize(size_t(slot) + 1);
   Tensor& buf = buffers_[size_t(slot)];
   const int64_t n = shape.numel();
-  if (!buf.defined() || buf.numel() < n) {
+  if (!buf.defined() || buf.dtype() != dtype || buf.numel() < n) {
     buf = Tensor();  // free the old buffer first (device memory is the scarce kind)
-    buf = Tensor::empty({std::max<int64_t>(n + n / 4, 1)}, DType::f32, device_);
+    buf = Tensor::empty({std::max<int64_t>(n + n / 4, 1)}, dtype, device_);
   }
   return buf.slice(0, 0, n).view(shape);
 }
@@ -100,9 +115,11 @@ ops::AttentionTrainArgs attention_train_args(const DropoutSite& d) {
 
 void linear_forward(Context& ctx, const Tensor& x, const PV& w, const PV& b, Tensor& y, Activation act) {
   ops::GemmArgs args;
-  args.bias = b.defined() ? &b.value : nullptr;
+  // A bf16 y takes the bias in bf16 too: cuBLASLt's epilogue wants the bias in the output's dtype
+  // (an f32 bias would cost an unfused pass over y).
+  args.bias = b.defined() ? &value_for(b, y.dtype()) : nullptr;
   args.act = act;
-  ops::gemm(ctx, x, Trans::no, w.value, Trans::yes, y, args);
+  ops::gemm(ctx, x, Trans::no, value_for(w, x.dtype()), Trans::yes, y, args);
 }
 
 void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& dy, Tensor* dx,
@@ -112,7 +129,7 @@ void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& 
   if (dx) {
     ops::GemmArgs args;
     args.beta = accumulate_dx ? 1.0f : 0.0f;
-    ops::gemm(ctx, dy, Trans::no, w.value, Trans::no, *dx, args);  // [M, N_out] @ [N_out, K]
+    ops::gemm(ctx, dy, Trans::no, value_for(w, dy.dtype()), Trans::no, *dx, args);  // [M, N_out] @ [N_out, K]
   }
 }
 

@@ -26,11 +26,17 @@
 
 namespace unmask::train {
 
-/// One parameter's storage: an owned contiguous f32 value and its gradient (same shape).
+/// One parameter's storage: an owned contiguous f32 value and its gradient (same shape), and for
+/// the layers that run with bf16 activations a bf16 copy of the value (`half`, rounded from
+/// `value` by refresh_half before each step's forward; the optimizer updates `value` only).
 struct PV {
-  Tensor value, grad;
+  Tensor value, grad, half;
   bool defined() const { return value.defined(); }
 };
+/// p.half = dtype(p.value), rounded to nearest even on p's device (allocated on first use).
+void refresh_half(Context& ctx, PV& p, DType dtype);
+/// The value a linear layer multiplies activations of `dtype` by: value (f32) or half.
+const Tensor& value_for(const PV& p, DType dtype);
 /// An owned contiguous copy of `src` (any float layout already widened to f32) with a zero grad,
 /// on the CPU (BertTrainModel::to moves the PVs to a device).
 PV make_pv(const Tensor& src);
@@ -55,13 +61,14 @@ struct EncoderLayerParams {
   PV ln2_g, ln2_b;           // [C]
 };
 
-/// Growable scratch memory: slot s holds one flat f32 buffer, grown (with 25% headroom) when a
-/// request needs more elements. A view stays valid until the same slot is requested again with
-/// a larger size, so every tensor a step keeps gets its own slot. Buffers live on `device()`.
+/// Growable scratch memory: slot s holds one flat buffer, grown (with 25% headroom) when a
+/// request needs more elements or another dtype. A view stays valid until the same slot is
+/// requested again with a larger size, so every tensor a step keeps gets its own slot. Buffers
+/// live on `device()`.
 class Workspace {
  public:
-  /// A contiguous f32 view of `shape` over slot `slot` (uninitialised).
-  Tensor get(int slot, const Shape& shape);
+  /// A contiguous view of `shape` and `dtype` over slot `slot` (uninitialised).
+  Tensor get(int slot, const Shape& shape, DType dtype = DType::f32);
   int64_t bytes() const;
   Device device() const { return device_; }
   /// Frees every buffer; later requests allocate on `device`.
@@ -114,6 +121,10 @@ struct EncoderShape {
   int64_t C = 0, I = 0, NH = 0;
   float eps = 1e-12f;
   ops::Activation act = ops::Activation::gelu;
+  /// The encoder layers' activation dtype (their saved tensors, gradients and scratch): f32, or
+  /// bf16 (layer weights through PV::half; LayerNorm statistics, lse and every parameter
+  /// gradient stay f32). The layer functions follow the dtype of the tensors they are given.
+  DType activations = DType::f32;
 };
 
 // ---- embeddings -------------------------------------------------------------------------------
@@ -139,10 +150,11 @@ void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const 
                     Tensor& g, LayerScratch& scratch);
 
 // ---- linear layers (heads) ------------------------------------------------------------------
-/// y = x W^T + b. x [M, K], W [N_out, K], y [M, N_out].
+/// y = x W^T + b. x [M, K], W [N_out, K], y [M, N_out]. bf16 x and y use w.half and b.half.
 void linear_forward(Context& ctx, const Tensor& x, const PV& w, const PV& b, Tensor& y,
                     ops::Activation act = ops::Activation::none);
-/// dW += dy^T x, db += colsum(dy); dx = dy W (+ dx when accumulate_dx) unless dx is null.
+/// dW += dy^T x, db += colsum(dy) (f32 gradients for any activation dtype); dx = dy W (+ dx
+/// when accumulate_dx) unless dx is null.
 void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& dy, Tensor* dx,
                      bool accumulate_dx = false);
 

@@ -181,7 +181,11 @@ struct Encoder {
   train::EncoderShape s;
   ops::AttentionArgs aa;
 
-  Encoder(BertTrainModel::Impl& impl, const PackedTokens& t, const DropoutPlan& p) : I(impl), tok(t), plan(p) {
+  Encoder(BertTrainModel::Impl& impl, const PackedTokens& t, const DropoutPlan& p, DType activations)
+      : I(impl), tok(t), plan(p) {
+    UNMASK_CHECK(activations == DType::f32 || activations == DType::bf16,
+                 "train: activations must be f32 or bf16, got ", dtype_name(activations));
+    s.activations = activations;
     const BertConfig& c = I.config;
     s.C = c.hidden_size;
     s.I = c.intermediate_size;
@@ -202,53 +206,77 @@ struct Encoder {
     return d;
   }
 
-  // Runs the embeddings and every layer; returns the last hidden state [N, C].
+  bool low_precision() const { return s.activations != DType::f32; }
+
+  // Runs the embeddings and every layer; returns the last hidden state [N, C] (f32: the heads
+  // run in f32 whatever the layers' activation dtype).
   Tensor forward(Context& ctx) {
     const int64_t N = tok.N, C = s.C;
+    const DType adt = s.activations;
+    if (low_precision())  // the layers' bf16 weights, from this step's fp32 master weights
+      for (train::EncoderLayerParams& p : I.layers)
+        for (train::PV* pv : {&p.qkv_w, &p.qkv_b, &p.attn_out_w, &p.attn_out_b, &p.ffn_in_w, &p.ffn_in_b,
+                              &p.ffn_out_w, &p.ffn_out_b})
+          train::refresh_half(ctx, *pv, adt);
     train::EmbeddingSaved& es = I.emb_saved;
     es.e = I.take({N, C});
     es.mean = I.take({N});
     es.rstd = I.take({N});
     es.out = I.take({N, C});
     train::embedding_forward(ctx, I.emb, tok, s, embedding_site(), es);
-    const Tensor* x = &es.out;
+    if (low_precision()) {  // the first layer's input, rounded once
+      emb_out = I.take({N, C}, adt);
+      ops::copy(ctx, es.out, emb_out);
+    }
+    const Tensor* x = low_precision() ? &emb_out : &es.out;
     for (size_t l = 0; l < I.layers.size(); ++l) {
       train::LayerSaved& sv = I.saved[l];
-      sv.qkv = I.take({N, 3 * C});
-      sv.ctx = I.take({N, C});
+      sv.qkv = I.take({N, 3 * C}, adt);
+      sv.ctx = I.take({N, C}, adt);
       sv.lse = I.take({s.NH, N});
-      sv.h = I.take({N, C});
-      sv.x1 = I.take({N, C});
+      sv.h = I.take({N, C}, adt);
+      sv.x1 = I.take({N, C}, adt);
       sv.mean1 = I.take({N});
       sv.rstd1 = I.take({N});
-      sv.fp = I.take({N, s.I});
-      sv.f = I.take({N, s.I});
-      sv.h2 = I.take({N, C});
-      sv.out = I.take({N, C});
+      sv.fp = I.take({N, s.I}, adt);
+      sv.f = I.take({N, s.I}, adt);
+      sv.h2 = I.take({N, C}, adt);
+      sv.out = I.take({N, C}, adt);
       sv.mean2 = I.take({N});
       sv.rstd2 = I.take({N});
       train::layer_forward(ctx, I.layers[l], *x, aa, s, layer_sites(l), sv);
       x = &sv.out;
     }
-    return *x;
+    if (!low_precision()) return *x;
+    Tensor last = I.take({N, C});
+    ops::copy(ctx, *x, last);
+    return last;
   }
 
-  // g: gradient of the last hidden state [N, C] (clobbered).
+  // g: gradient of the last hidden state [N, C], f32 (clobbered).
   void backward(Context& ctx, Tensor& g) {
     const int64_t N = tok.N, C = s.C;
+    const DType adt = s.activations;
     train::LayerScratch& sc = I.scratch;
-    sc.t1 = I.take({N, C});
-    sc.t2 = I.take({N, C});
-    sc.df = I.take({N, s.I});
-    sc.dqkv = I.take({N, 3 * C});
+    sc.t1 = I.take({N, C}, adt);
+    sc.t2 = I.take({N, C}, adt);
+    sc.df = I.take({N, s.I}, adt);
+    sc.dqkv = I.take({N, 3 * C}, adt);
+    Tensor gl = g;  // the layers' gradient, in their dtype
+    if (low_precision()) {
+      gl = I.take({N, C}, adt);
+      ops::copy(ctx, g, gl);
+    }
     for (size_t l = I.layers.size(); l-- > 0;) {
-      const Tensor& x = l == 0 ? I.emb_saved.out : I.saved[l - 1].out;
-      train::layer_backward(ctx, I.layers[l], x, I.saved[l], aa, s, layer_sites(l), g, sc);
+      const Tensor& x = l > 0 ? I.saved[l - 1].out : low_precision() ? emb_out : I.emb_saved.out;
+      train::layer_backward(ctx, I.layers[l], x, I.saved[l], aa, s, layer_sites(l), gl, sc);
       if (ready) ready(I.layer_first[l], I.layer_first[l + 1]);
     }
+    if (low_precision()) ops::copy(ctx, gl, g);
     train::embedding_backward(ctx, I.emb, tok, s, embedding_site(), I.emb_saved, g, I.config.pad_token_id);
     if (ready) ready(0, I.layer_first[0]);
   }
+  Tensor emb_out;  // bf16 activations: the embeddings' output rounded to bf16 (the first layer's x)
   std::function<void(int64_t, int64_t)> ready;  // TrainStepOptions::grads_ready
 };
 
@@ -336,7 +364,7 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
   }
 
   const DropoutPlan plan(options);
-  Encoder enc(I, tok, plan);
+  Encoder enc(I, tok, plan, options.activations);
   Tensor x = enc.forward(ctx);  // [N, C]
   const Activation act = enc.s.act;
   const float eps = enc.s.eps;
@@ -458,7 +486,7 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
   const int64_t B = tok.B, T = batch.input_ids.size(1), N = tok.N, C = cfg.hidden_size, L = cfg.num_labels;
   const int32_t* cu = tok.cu_seqlens.data<int32_t>();
   const DropoutPlan plan(options);
-  Encoder enc(I, tok, plan);
+  Encoder enc(I, tok, plan, options.activations);
   Tensor x = enc.forward(ctx);
   const bool bwd = options.backward;
   TaskResult res;

@@ -154,7 +154,7 @@ namespace {
 using video::BlockParams;
 using video::PV;
 
-PV zeros_pv(const Shape& s) { return PV{Tensor::zeros(s, DType::f32), Tensor::zeros(s, DType::f32)}; }
+PV zeros_pv(const Shape& s) { return PV{Tensor::zeros(s, DType::f32), Tensor::zeros(s, DType::f32), Tensor()}; }
 PV fill_pv(const Shape& s, float v) {
   PV p = zeros_pv(s);
   float* d = p.value.data<float>();

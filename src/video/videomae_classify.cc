@@ -53,7 +53,7 @@ namespace {
 
 Tensor f32(const Shape& s) { return Tensor::empty(s, DType::f32); }
 
-PV zeros_pv(const Shape& s) { return PV{Tensor::zeros(s, DType::f32), Tensor::zeros(s, DType::f32)}; }
+PV zeros_pv(const Shape& s) { return PV{Tensor::zeros(s, DType::f32), Tensor::zeros(s, DType::f32), Tensor()}; }
 PV ones_pv(const Shape& s) {
   PV p = zeros_pv(s);
   for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] = 1.0f;
