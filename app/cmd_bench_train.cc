@@ -77,6 +77,7 @@ int bench_train(int argc, char** argv) {
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
       {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores, fp32 master weights; the CPU is fp32)", "fp32"},
+      {"activations", "f32|bf16", "the encoder layers' activations (bf16: CUDA, head size 64/80/88/128; emulated on the CPU)", "f32"},
       {"optimizer", "adamw|lamb", "the optimizer of the timed update", "lamb"},
       {"dropout", "P", "hidden and attention dropout (as in training)", "0.1"},
       {"seed", "N", "seed of the weights and the batch", "1234"},
@@ -125,7 +126,12 @@ int bench_train(int argc, char** argv) {
   OptimizerConfig oc = opt_name == "adamw" ? OptimizerConfig{.kind = OptimizerKind::adamw, .lr = 1e-4f}
                                            : OptimizerConfig{.kind = OptimizerKind::lamb, .lr = 6e-3f};
   Optimizer opt(oc, model.params());
-  const char* prec = precision.c_str();
+  const std::string act_name = args->get("activations");
+  if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
+  const DType activations = act_name == "bf16" ? DType::bf16 : DType::f32;
+  // The precision column names the activations when they are not f32 (rows stay comparable).
+  const std::string prec_label = activations == DType::f32 ? precision : precision + " (act bf16)";
+  const char* prec = prec_label.c_str();
 
   long long num_params = 0;
   for (const Param& p : model.params()) num_params += p.value.numel();
@@ -160,6 +166,7 @@ int bench_train(int argc, char** argv) {
         TrainStepOptions so;
         so.hidden_dropout = so.attention_dropout = float(dropout);
         so.seed = seed, so.step = i;
+        so.activations = activations;
         ctx.synchronize();  // no-op on the CPU; CUDA: the step's work is timed whole
         const double t0 = now_s();
         model.zero_grad();
@@ -187,10 +194,10 @@ int bench_train(int argc, char** argv) {
                     "\"precision\": \"%s\", \"seq_per_s\": %.4f, \"step_ms\": %.3f, \"gflop_per_s\": %.2f, "
                     "\"mfu_pct\": %.2f, \"peak_gflops\": %.1f, \"threads\": %d, \"optimizer\": \"%s\", \"steps\": %lld, "
                     "\"loss\": %.4f, \"peak_rss_mb\": %.1f, \"peak_gpu_mb\": %.1f, \"devices\": \"%s\", "
-                    "\"attention\": \"%s\", \"mlm_head\": \"masked\"}\n",
+                    "\"attention\": \"%s\", \"activations\": \"%s\", \"mlm_head\": \"masked\"}\n",
                     model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
                     peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
-                    peak_gpu_mb(ctx), devices, attention_mode(ctx).c_str());
+                    peak_gpu_mb(ctx), devices, attention_mode(ctx).c_str(), act_name.c_str());
       std::fflush(stdout);
     }
   }

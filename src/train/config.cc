@@ -197,7 +197,7 @@ const std::vector<KeyDef>& keys() {
                  [](const PretrainConfig& c) { return quoted(std::string(device_name(c.device))); }});
     t.push_back({"precision", "fp32|tf32|bf16|fp16", false,
                  "GEMM precision: fp32; device = \"cuda\": tf32 (TF32 tensor cores), bf16 or fp16 (operands rounded "
-                 "to bf16 / fp16, fp32 accumulation, fp32 master weights and activations; fp16 needs loss_scaling = "
+                 "to bf16 / fp16, fp32 accumulation, fp32 master weights; activations: see activations; fp16 needs loss_scaling = "
                  "\"dynamic\")",
                  [](PretrainConfig& c, const Value& v) {
                    c.precision = v.s == "bf16"   ? GemmPrecision::bf16
@@ -206,6 +206,13 @@ const std::vector<KeyDef>& keys() {
                                                  : GemmPrecision::fp32;
                  },
                  [](const PretrainConfig& c) { return quoted(precision_name(c.precision)); }});
+    t.push_back({"activations", "f32|bf16", false,
+                 "the encoder layers' activations: f32, or bf16 (saved activations, their gradients and the layer "
+                 "GEMMs in bf16 with fp32 accumulation, bf16 copies of the layer weights rounded from the fp32 master "
+                 "weights every step; half the activation memory and traffic). cuda: head size 64, 80, 88 or 128; "
+                 "cpu: emulated (f32 arithmetic rounded to bf16, slower than f32: for checking)",
+                 [](PretrainConfig& c, const Value& v) { c.activations = v.s == "bf16" ? DType::bf16 : DType::f32; },
+                 [](const PretrainConfig& c) { return quoted(c.activations == DType::bf16 ? "bf16" : "f32"); }});
     t.push_back({"loss_scaling", "none|dynamic", false,
                  "dynamic: gradients of (scale x loss), unscaled before the update; a step whose gradients overflow "
                  "is skipped and the scale halved (fp16's guard; exact in fp32 with a power-of-two scale)",
@@ -549,6 +556,9 @@ void PretrainConfig::validate() const {
   if (precision != GemmPrecision::fp32 && device != Device::cuda)
     throw Error(where("precision"), ": precision = \"", precision_name(precision),
                 "\" needs device = \"cuda\" (the CPU GEMMs are fp32)");
+  if (activations == DType::bf16 && precision == GemmPrecision::fp16)
+    throw Error(where("activations"), ": activations = \"bf16\" with precision = \"fp16\" mixes two 16-bit formats",
+                Hint("use precision = \"bf16\" with bf16 activations"));
   if (precision == GemmPrecision::fp16 && !loss_scaling)
     throw Error(where("precision"), ": precision = \"fp16\" needs loss_scaling = \"dynamic\"",
                 Hint("fp16 gradients underflow without it; DLE's fp16 runs start the scale at 2^20"));

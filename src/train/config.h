@@ -68,6 +68,7 @@ struct PretrainConfig {
   DataSharding data_sharding = DataSharding::batch;  // data parallel: who reads what (above)
   Device device = Device::cpu;        // cuda: CUDA builds; rank r of a host uses GPU local_rank % GPUs
   GemmPrecision precision = GemmPrecision::fp32;  // tf32 / bf16 / fp16: tensor-core GEMMs (device = "cuda")
+  DType activations = DType::f32;     // the encoder layers' activations (TrainStepOptions::activations)
   bool loss_scaling = false;          // dynamic loss scaling (train/loss_scaler.h): fp16's guard
   double init_loss_scale = 1048576.0; // 2^20, DLE's
   int64_t loss_scale_window = 2000;   // finite steps before the scale doubles

@@ -417,6 +417,7 @@ TrainResult pretrain(const TrainerOptions& options) {
           };
       }
       so.loss_scale = float(1.0 / double(cfg.accumulation)) * (scaler ? scaler->scale() : 1.0f);
+      so.activations = cfg.activations;
       so.hidden_dropout = float(cfg.hidden_dropout);
       so.attention_dropout = float(cfg.attention_dropout);
       so.seed = cfg.seed;

@@ -102,6 +102,18 @@ check "metrics rows after resume" test "$(wc -l < "$W/sig/metrics.jsonl")" = $((
 UNMASK_CHECKPOINT_FAULT=optimizer expect 1 "No space left on device" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/full"
 check "no checkpoint after a failed write" test -z "$(ls -A "$W/full/checkpoints" 2>/dev/null)"
 
+# ---- bf16 activations (emulated on the CPU): the same first-step loss within bf16 rounding ----
+expect 0 "" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/act32" --set steps=1 --set accumulation=1
+expect 0 "" -- "$U" pretrain --config "$W/tiny.toml" --output "$W/act16" --set steps=1 --set accumulation=1 \
+  --set 'activations="bf16"'
+loss_of() { grep -o '"loss":[-0-9.e+]*' "$1/metrics.jsonl" | head -1 | cut -d: -f2; }
+check "bf16-activation loss within 2% of f32 ($(loss_of "$W/act32") vs $(loss_of "$W/act16"))" \
+  awk -v a="$(loss_of "$W/act32")" -v b="$(loss_of "$W/act16")" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && a != b && d < 0.02 * a) }'
+expect 1 'activations = "bf16" with precision = "fp16"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/mix" \
+  --set 'activations="bf16"' --set 'precision="fp16"' --set 'device="cuda"' --set 'loss_scaling="dynamic"'
+expect 1 'activations must be one of f32,bf16' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/a8" --set 'activations="fp8"'
+
 # ---- bad configs -----------------------------------------------------------------------------
 expect 1 'precision = "tf32" needs device = "cuda"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/tf" --set 'precision="tf32"'
 expect 1 'precision = "bf16" needs device = "cuda"' -- "$U" pretrain --config "$W/tiny.toml" --output "$W/bf" --set 'precision="bf16"'
@@ -132,6 +144,8 @@ expect 0 "config keys" -- "$U" pretrain --help
 # ---- bench train -----------------------------------------------------------------------------
 expect 0 "| devices | seq | batch |" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1
 expect 0 "\"seq_per_s\"" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --format json
+expect 0 "fp32 (act bf16)" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --activations bf16
+expect 1 "--activations must be f32 or bf16" -- "$U" bench train --activations f16
 expect 1 "--optimizer must be adamw or lamb" -- "$U" bench train --optimizer sgd
 expect 1 "exceeds the model's max_position_embeddings" -- "$U" bench train --model random:tiny --seq 1024 --peak-gflops 1
 
