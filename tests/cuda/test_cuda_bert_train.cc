@@ -331,6 +331,56 @@ TEST(CudaBertTrain, ModelMovesAndSavesExactly) {
   std::filesystem::remove_all(dir);
 }
 
+// bf16 activations (TrainStepOptions::activations): the CUDA step (bf16 rows through the
+// tensor-core attention, cuBLASLt bf16 GEMMs, the bf16 row kernels) against the exact f32 CPU
+// step. The yardstick is the CPU's emulation of the same bf16 step (tests/test_train_bf16.cc:
+// f32 arithmetic, each stored activation rounded once): the CUDA error may be at most twice the
+// emulation's (the rule for low-precision kernels), plus 1e-3 for rounding-boundary luck.
+TEST(CudaBertTrain, Bf16ActivationsWithinTwiceTheEmulationError) {
+  REQUIRE_CUDA_DEVICE();
+  Tf32Scope exact(gpu(), false);
+  const uint64_t seed = test_seed("Bf16Activations");
+  std::mt19937_64 gen(seed);
+  BertConfig cfg = tiny_config();
+  cfg.hidden_size = 128;  // head size 64: the tensor-core attention's
+  cfg.num_attention_heads = 2;
+  BertTrainModel exact_model = BertTrainModel::random(cfg, kPretrainHeads, seed);
+  BertTrainModel emulated = BertTrainModel::random(cfg, kPretrainHeads, seed);
+  BertTrainModel on_gpu = BertTrainModel::random(cfg, kPretrainHeads, seed);
+  on_gpu.to(gpu());
+  const PretrainBatch batch = comparison_batch(gen, cfg.vocab_size);
+  TrainStepOptions so;
+  so.seed = 7;
+  so.step = 2;
+  const PretrainStats s_exact = exact_model.pretrain_step(cpu(), batch, so);
+  so.activations = DType::bf16;
+  const PretrainStats s_emul = emulated.pretrain_step(cpu(), batch, so);
+  const PretrainStats s_gpu = on_gpu.pretrain_step(gpu(), batch, so);
+  const double loss_emul = std::fabs(s_emul.loss - s_exact.loss), loss_gpu = std::fabs(s_gpu.loss - s_exact.loss);
+  std::printf("[ bf16 activations ] loss f32 %.7f, emulated bf16 %.7f, cuda bf16 %.7f\n", s_exact.loss, s_emul.loss,
+              s_gpu.loss);
+  EXPECT_LE(loss_gpu, 2 * loss_emul + 1e-3 * std::fabs(s_exact.loss)) << seed_note();
+  double worst_ratio = 0;
+  std::string worst;
+  for (size_t i = 0; i < exact_model.params().size(); ++i) {
+    const std::string& name = exact_model.params()[i].name;
+    const std::vector<double> e = values(exact_model.params()[i].grad), m = values(emulated.params()[i].grad),
+                              g = values(on_gpu.params()[i].grad);
+    if (name.find("attention.self.key.bias") != std::string::npos) {  // exactly 0: rounding noise only
+      EXPECT_LE(norm(g), 1e-2 * norm(values(exact_model.params()[i - 2].grad))) << name << "; " << seed_note();
+      continue;
+    }
+    const double scale = std::max(norm(e), 1e-30);
+    const double err_emul = diff_norm(m, e) / scale, err_gpu = diff_norm(g, e) / scale;
+    EXPECT_LE(err_gpu, 2 * err_emul + 1e-3) << name << ": cuda " << err_gpu << ", emulation " << err_emul << "; "
+                                            << seed_note();
+    const double ratio = err_gpu / std::max(err_emul, 1e-6);
+    if (ratio > worst_ratio) worst_ratio = ratio, worst = name;
+  }
+  std::printf("[ bf16 activations ] worst gradient error ratio cuda / emulation %.2f (%s)\n", worst_ratio,
+              worst.c_str());
+}
+
 TEST(CudaBertTrain, BenchBertBaseSeq128Batch32) {
   REQUIRE_CUDA_DEVICE();
   const BertConfig cfg = BertConfig::base();
@@ -345,12 +395,18 @@ TEST(CudaBertTrain, BenchBertBaseSeq128Batch32) {
                           cfg.vocab_size, false);
   const double flops = bert_train_flops(cfg, std::vector<int64_t>(size_t(B), T), B * P);
   const cuda::CudaState& cs = cuda::cuda_state(gpu());
-  for (const bool tf32 : {false, true}) {
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  // fp32, tf32, bf16 GEMM operands (autocast) with f32 activations, and bf16 activations.
+  for (const char* mode : {"fp32", "tf32", "bf16", "bf16-act"}) {
+    const bool tf32 = std::string(mode) == "tf32", bf16 = std::string(mode).rfind("bf16", 0) == 0;
     Tf32Scope scope(gpu(), tf32);
+    const DType saved_autocast = st.autocast;
+    st.autocast = bf16 ? DType::bf16 : DType::f32;
     double best = 1e30, loss = 0;
     for (int i = 0; i < 3; ++i) {  // 1 warmup + 2 timed, the faster one reported
       TrainStepOptions so;
       so.seed = 1, so.step = opt.step_count();
+      so.activations = std::string(mode) == "bf16-act" ? DType::bf16 : DType::f32;
       gpu().synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       model.zero_grad();
@@ -361,11 +417,12 @@ TEST(CudaBertTrain, BenchBertBaseSeq128Batch32) {
       if (i > 0) best = std::min(best, dt);
       loss = s.loss;
     }
-    EXPECT_TRUE(std::isfinite(loss)) << (tf32 ? "tf32" : "fp32") << ": loss " << loss;
-    const double peak = tf32 ? 494.7e12 : 67e12;  // H100 SXM dense (app/cmd_bench_train.cc)
+    st.autocast = saved_autocast;
+    EXPECT_TRUE(std::isfinite(loss)) << mode << ": loss " << loss;
+    const double peak = bf16 ? 989.4e12 : tf32 ? 494.7e12 : 67e12;  // H100 SXM dense (app/cli.cc)
     std::printf("[ bench ] 1x %s BERT-base seq %lld batch %lld %s (LAMB, dropout 0.1): %.1f sequences/s, %.1f ms/step, "
                 "%.1f TFLOP/s, MFU %.1f%% of %.1f TFLOP/s; loss %.4f\n",
-                cs.props.name, (long long)T, (long long)B, tf32 ? "tf32" : "fp32", double(B) / best, best * 1e3,
+                cs.props.name, (long long)T, (long long)B, mode, double(B) / best, best * 1e3,
                 flops / best / 1e12, 100.0 * flops / best / peak, peak / 1e12, loss);
   }
 }

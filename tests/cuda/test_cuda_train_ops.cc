@@ -121,9 +121,15 @@ Tensor strided(const Tensor& t) {
 }  // namespace
 
 TEST(CudaTrainOps, SupportsTable) {
-  for (const char* op : {"layernorm_backward", "activation_backward", "bias_grad", "softmax_backward",
-                         "embedding_backward", "cross_entropy", "dropout", "dropout_backward", "adamw_update",
-                         "lamb_moments", "axpy", "sum_squares", "scale_inplace"}) {
+  // The row ops of the encoder layers take any float storage (bf16 training activations).
+  for (const char* op : {"layernorm_backward", "activation_backward", "bias_grad", "dropout", "dropout_backward"}) {
+    EXPECT_TRUE(cuda::supports(op, DType::f32)) << op;
+    EXPECT_TRUE(cuda::supports(op, DType::bf16)) << op;
+    EXPECT_TRUE(cuda::supports(op, DType::f16)) << op;
+    EXPECT_FALSE(cuda::supports(op, DType::i32)) << op;
+  }
+  for (const char* op : {"softmax_backward", "embedding_backward", "cross_entropy", "adamw_update", "lamb_moments",
+                         "axpy", "sum_squares", "scale_inplace"}) {
     EXPECT_TRUE(cuda::supports(op, DType::f32)) << op;
     EXPECT_FALSE(cuda::supports(op, DType::bf16)) << op;
   }
