@@ -17,10 +17,12 @@
 #      MPI all-reduce, dist/grad_sync.h) vs 1 rank at the same global batch;
 #   4. seed 003's table: `bench infer --device cuda --precision bf16 --peer torch_infer.jsonl` (CUDA
 #      graphs) beside HF BertModel in PyTorch (eager SDPA, torch.compile) run just before it;
-#   5. `bench train --device cuda` for fp32, tf32 and bf16 (autocast GEMMs), BERT-base seq 128 batch 32;
+#   5. `bench train --device cuda` for fp32, tf32, bf16 (autocast GEMMs) and bf16 activations
+#      (--activations bf16), BERT-base seq 128 batch 32;
 #   6. `bench videomae --device cuda`: ViT-B batch 32 in fp32 and bf16 (the side-by-side with
 #      PyTorch is bench/gpu/compare_videomae_gpu.sh, a call of its own);
-#   7. BERT-large phase 1 (seq 128, batch 64) in bf16, f32 and tensor-core attention, side by side
+#   7. BERT-large phase 1 (seq 128, batch 64): bf16 activations, then bf16 GEMMs with f32
+#      activations (f32 and tensor-core attention), side by side
 #      with HF BertForPreTraining under torch.autocast(bf16) (bench/gpu/torch_bert_train_gpu.py);
 #   also in 3: `pretrain precision = "bf16"` and `"fp16"` (with dynamic loss scaling) near the fp32
 #   CPU curve (5e-2).
@@ -155,10 +157,12 @@ fi
 fi  # stage 4
 # 5. bench train on the device: BERT-base seq 128 batch 32 in each precision
 if want 5 && [ "$DEVICE" = cuda ]; then
-  # bf16-tc: bf16 GEMMs + the tensor-core training attention (UNMASK_CUDA_ATTN_BF16=1)
-  for prec in fp32 tf32 bf16 bf16-tc; do
+  # bf16-tc: bf16 GEMMs + the tensor-core training attention (UNMASK_CUDA_ATTN_BF16=1);
+  # bf16-act: bf16 activations end to end (TrainStepOptions::activations)
+  for prec in fp32 tf32 bf16 bf16-tc bf16-act; do
     UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 120 "$BIN/unmask" bench train \
       --device cuda --precision ${prec%-*} --model bert-base --seq 128 --batch 32 \
+      --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) \
       --steps 3 --format json >> "$OUT/bench_train.jsonl" 2>> "$OUT/bench_train.err"
     note "bench train $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_train.jsonl" | cut -c1-160)"
   done
@@ -174,9 +178,10 @@ if want 6 && [ "$DEVICE" = cuda ]; then
 fi
 # 7. BERT-large pretraining phase 1, unmask and PyTorch on the same GPU in one call
 if want 7 && [ "$DEVICE" = cuda ]; then
-  for prec in bf16 bf16-tc; do
+  for prec in bf16-act bf16 bf16-tc; do  # bf16 activations first: the configuration meant to meet the target
     UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 150 "$BIN/unmask" bench train \
       --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --optimizer lamb \
+      --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) \
       --steps 5 --format json >> "$OUT/bench_train_large.jsonl" 2>> "$OUT/bench_train_large.err"
     note "bench train bert-large $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_train_large.jsonl" | cut -c1-200)"
   done
