@@ -5,6 +5,7 @@
 //   - a bf16 step is close to the f32 step (loss and every gradient) but not identical to it
 //     (the layers really ran in bf16);
 //   - the bf16 weight copies follow the fp32 master weights between steps (no stale copy);
+//   - the fine-tuning heads (qa, seqcls, tokcls) over bf16 layers;
 //   - an activation dtype other than f32 / bf16 is refused with a clear error.
 // tests/cuda/test_cuda_bert_train.cc runs the same bf16 step on a GPU against this emulation.
 #include <gtest/gtest.h>
@@ -134,8 +135,8 @@ TEST(TrainBf16, EmulatedOpsAreF32RoundedOnce) {
 
   // layernorm with statistics and its backward
   Tensor y = Tensor::empty({N, C}, bf), yf = Tensor::empty({N, C}, f32);
-  Tensor mean = Tensor::empty({N}, f32), rstd = Tensor::empty({N}, f32), mean_f = mean.cast(f32),
-         rstd_f = rstd.cast(f32);
+  Tensor mean = Tensor::empty({N}, f32), rstd = Tensor::empty({N}, f32), mean_f = Tensor::empty({N}, f32),
+         rstd_f = Tensor::empty({N}, f32);
   ops::layernorm(ctx, x, &r, gamma, beta, 1e-5f, y, &mean, &rstd);
   ops::layernorm(ctx, xw, &rw, gamma, beta, 1e-5f, yf, &mean_f, &rstd_f);
   EXPECT_TRUE(same_bits(y, yf.cast(bf)));
@@ -149,6 +150,11 @@ TEST(TrainBf16, EmulatedOpsAreF32RoundedOnce) {
   EXPECT_TRUE(same_bits(dx, dxf.cast(bf)));
   EXPECT_TRUE(same_bits(dg, dg_f));
   EXPECT_TRUE(same_bits(db, db_f));
+  // in place (dx = dy, as the layers call it), accumulating into the same gradients again
+  Tensor g = dy.cast(bf);
+  ops::layernorm_backward(ctx, x, &r, gamma, mean, rstd, g, g, dg, db);
+  EXPECT_TRUE(same_bits(g, dx));
+  for (int64_t c = 0; c < C; ++c) EXPECT_EQ(dg.data<float>()[c], dg_f.data<float>()[c] + dg_f.data<float>()[c]);
 
   // activation and its backward, in place as the layers call them
   Tensor a = x.cast(bf), af = xw.cast(f32);
@@ -291,6 +297,71 @@ TEST(TrainBf16, WeightCopiesFollowMasterWeights) {
   const StepResult ra = run_step(a, ctx, batch, DType::bf16), rb = run_step(b, ctx, batch, DType::bf16);
   EXPECT_EQ(ra.loss, rb.loss);
   EXPECT_EQ(ra.grads, rb.grads);
+}
+
+// The fine-tuning heads over bf16 encoder layers: every task's loss and gradients near the f32
+// step's (the heads themselves run in f32 on the f32 copy of the last hidden state).
+TEST(TrainBf16, TaskStepsCloseToF32) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  const int64_t B = 3, T = 24;
+  const std::vector<int64_t> lens = {24, 11, 17};
+  std::vector<int32_t> ids(B * T, 0), mask(B * T, 0), tok_labels(B * T, -100);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < lens[b]; ++t) {
+      ids[b * T + t] = int32_t(rng.integer(1, 90));
+      mask[b * T + t] = 1;
+      tok_labels[b * T + t] = t == 0 ? -100 : int32_t(rng.integer(0, 1));
+    }
+  for (Task task : {Task::qa, Task::seqcls, Task::tokcls}) {
+    SCOPED_TRACE(int(task));
+    BertHeads h;
+    h.qa = task == Task::qa;
+    h.seqcls = task == Task::seqcls;
+    h.tokcls = task == Task::tokcls;
+    BertTrainModel m = BertTrainModel::random(small_config(), h, rng.seed());
+    jitter(m, rng);
+    TaskBatch batch;
+    batch.input_ids = i32({B, T}, ids);
+    batch.attention_mask = i32({B, T}, mask);
+    batch.start_positions = i32({B}, {3, 1, 5});
+    batch.end_positions = i32({B}, {5, 4, 9});
+    batch.labels = task == Task::seqcls ? i32({B}, {0, 1, 1}) : i32({B, T}, tok_labels);
+    auto run = [&](DType activations) {
+      TrainStepOptions o;
+      o.seed = 3;
+      o.activations = activations;
+      m.zero_grad();
+      StepResult r;
+      r.loss = m.task_step(ctx, batch, task, o).loss;
+      for (const Param& p : m.params())
+        r.grads.emplace_back(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+      return r;
+    };
+    const StepResult f = run(DType::f32), bf = run(DType::bf16);
+    EXPECT_NEAR(bf.loss, f.loss, 1e-2 * std::abs(f.loss));
+    // Some gradients are exactly 0 in exact arithmetic and only rounding noise remains: the key
+    // biases, and for qa the qa_outputs bias and the last LayerNorm bias (a shift shared by all
+    // positions leaves the softmax over positions unchanged). Errors are therefore measured
+    // against the larger of the gradient's norm and 1e-2 of the global gradient norm (the noise of
+    // the qa head's last LayerNorm bias is ~1e-4 of it; a real fault is far above 5e-4).
+    double global = 0;
+    for (const auto& g : f.grads)
+      for (float v : g) global += double(v) * v;
+    global = std::sqrt(global);
+    bool any_differs = false;
+    for (size_t i = 0; i < f.grads.size(); ++i) {
+      any_differs = any_differs || bf.grads[i] != f.grads[i];
+      double diff = 0, own = 0;
+      for (size_t j = 0; j < f.grads[i].size(); ++j) {
+        diff += (double(bf.grads[i][j]) - f.grads[i][j]) * (double(bf.grads[i][j]) - f.grads[i][j]);
+        own += double(f.grads[i][j]) * f.grads[i][j];
+      }
+      EXPECT_LT(std::sqrt(diff) / std::max(std::sqrt(own), 1e-2 * global), 5e-2) << m.params()[i].name;
+    }
+    EXPECT_TRUE(any_differs);
+  }
 }
 
 TEST(TrainBf16, OtherActivationDtypesAreRefused) {

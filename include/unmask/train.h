@@ -59,8 +59,8 @@ struct TrainStepOptions {
   bool backward = true;          // false: forward and loss only (evaluation)
   /// The encoder layers' activations: f32, or bf16 (saved activations, their gradients and the
   /// layer GEMMs in bf16 with fp32 accumulation; bf16 copies of the layer weights rounded from
-  /// the fp32 master weights at the start of every step; LayerNorm statistics, parameter
-  /// gradients, embeddings and heads stay f32). bf16 halves the activation memory and traffic.
+  /// the fp32 master weights at the start of every forward, i.e. each micro-batch; LayerNorm
+  /// statistics, parameter gradients, embeddings and heads stay f32). bf16 halves the activation memory and traffic.
   /// On CUDA it needs head size 64, 80, 88 or 128; on the CPU it is emulated (f32 arithmetic,
   /// rounded on every store: for checking, not speed).
   DType activations = DType::f32;

@@ -209,7 +209,7 @@ const std::vector<KeyDef>& keys() {
     t.push_back({"activations", "f32|bf16", false,
                  "the encoder layers' activations: f32, or bf16 (saved activations, their gradients and the layer "
                  "GEMMs in bf16 with fp32 accumulation, bf16 copies of the layer weights rounded from the fp32 master "
-                 "weights every step; half the activation memory and traffic). cuda: head size 64, 80, 88 or 128; "
+                 "weights at every micro-batch's forward; half the activation memory and traffic). cuda: head size 64, 80, 88 or 128; "
                  "cpu: emulated (f32 arithmetic rounded to bf16, slower than f32: for checking)",
                  [](PretrainConfig& c, const Value& v) { c.activations = v.s == "bf16" ? DType::bf16 : DType::f32; },
                  [](const PretrainConfig& c) { return quoted(c.activations == DType::bf16 ? "bf16" : "f32"); }});
