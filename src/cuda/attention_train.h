@@ -65,8 +65,8 @@ struct AttnTrainBf16Rows {
 bool attention_train_bf16_applies(const AttnTrainParams& p);
 /// out (bf16, rounded once) and lse: the flash forward on the bf16 rows as they are.
 void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream);
-/// dq, dk, dv (bf16): delta from the bf16 dout and out, the flash backward into f32 scratch
-/// rows, one rounding into the bf16 outputs.
+/// dq, dk, dv (bf16): delta from the bf16 dout and out, then the flash backward storing its
+/// fp32 accumulators rounded once into the bf16 rows.
 void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream);
 /// p.delta [NH, N] = rowsum(dout * out) per head over bf16 rows (fp32 sums).
 void attention_train_delta_bf16(const AttnTrainParams& p, const void* dout, const void* out, cudaStream_t stream);

@@ -10,8 +10,8 @@
 // Traffic per pass is a few reads of the [N, C] rows; nothing of size T x T exists.
 //
 // bf16 activations (attention_train_bf16_*): q, k, v, out, dout arrive as bf16 rows and go to
-// the same kernels without a copy; out is stored as bf16 (one rounding of the fp32
-// accumulators); dq, dk, dv are written in f32 to a scratch and rounded once into bf16.
+// the same kernels without a copy; out, dq, dk, dv are stored as bf16 (one rounding of the fp32
+// accumulators each).
 #include <cuda_runtime.h>
 
 #include "cuda/attention_train.h"
@@ -115,26 +115,22 @@ void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16R
 void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream) {
   UNMASK_CHECK(attention_train_bf16_applies(p), "attention backward (cuda, bf16 activations): needs head size 64, 80, "
                "88 or 128, got ", p.head_size, Hint("train with f32 activations for this model"));
-  const int64_t N = p.rows, C = int64_t(p.num_heads) * p.head_size;
+  const int64_t N = p.rows;
   if (N == 0) return;
   attention_train_delta_bf16(p, rows.dout, rows.out, stream);
-  ScratchBuffer grads(size_t(3 * N * C) * sizeof(float), stream);  // f32 dq | dk | dv, [N, 3C]
-  float* g = grads.as<float>();
   FlashBwdParams b;
   b.q = rows.q, b.k = rows.k, b.v = rows.v, b.dout = rows.dout;
   b.q_row_stride = p.ldq, b.k_row_stride = p.ldk, b.v_row_stride = p.ldv, b.dout_row_stride = p.lddo;
   b.lse = p.lse, b.delta = p.delta, b.lse_head_stride = N;
-  b.dq = g, b.dk = g + C, b.dv = g + 2 * C;
-  b.dq_row_stride = b.dk_row_stride = b.dv_row_stride = 3 * C;
+  b.dq = rows.dq, b.dk = rows.dk, b.dv = rows.dv;  // bf16, stored straight from the accumulators
+  b.dq_row_stride = p.lddq, b.dk_row_stride = p.lddk, b.dv_row_stride = p.lddv;
+  b.grads_bf16 = true;
   b.num_heads = p.num_heads, b.head_dim = p.head_size, b.batch = p.batch, b.max_seqlen = p.max_seqlen;
   b.cu_seqlens = p.cu_seqlens, b.key_mask = p.key_mask, b.mask_elem_bytes = p.mask_elem_bytes;
   b.mask_batch_stride = p.mask_batch_stride;
   b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
   b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
   flash_attention_backward(b, stream);
-  cast_rows(rows.dq, DType::bf16, p.lddq, g, DType::f32, 3 * C, N, C, stream);
-  cast_rows(rows.dk, DType::bf16, p.lddk, g + C, DType::f32, 3 * C, N, C, stream);
-  cast_rows(rows.dv, DType::bf16, p.lddv, g + 2 * C, DType::f32, 3 * C, N, C, stream);
 }
 
 }  // namespace unmask::cuda

@@ -41,8 +41,11 @@ struct FlashBwdParams {
   const float* lse = nullptr;    // [NH, lse_head_stride], natural log
   const float* delta = nullptr;  // [NH, lse_head_stride]
   int64_t lse_head_stride = 0;
-  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // f32 rows (overwritten)
+  // Gradient rows (overwritten): f32, or bf16 when grads_bf16 (training with bf16 activations:
+  // one rounding of the fp32 accumulators, no f32 scratch). Row strides in elements, even.
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
   int64_t dq_row_stride = 0, dk_row_stride = 0, dv_row_stride = 0;
+  bool grads_bf16 = false;
   int num_heads = 0, head_dim = 0, batch = 0, max_seqlen = 0;
   const int32_t* cu_seqlens = nullptr;  // packed mode, device [B+1]
   const void* key_mask = nullptr;       // padded mode, device [B, T], optional
@@ -144,10 +147,13 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&a)[Kt::kKSteps][4], cons
   }
 }
 
-/// Stores rows `row0` and `row0 + 8` (when < valid) of a 16 x HS accumulator times `mul` as f32.
+/// Stores rows `row0` and `row0 + 8` (when < valid) of a 16 x HS accumulator times `mul`, at
+/// element `offset` of g (row stride ld): f32 pairs, or bf16 pairs rounded once when `bf16`
+/// (c is even and ld even, so a pair is 4-byte aligned).
 template <typename Kt>
-__device__ __forceinline__ void store_rows_f32(float* g, int64_t ld, const float (&acc)[Kt::kNTilesO][4], int row0,
-                                               int valid, float mul, int lane) {
+__device__ __forceinline__ void store_rows(void* g, bool bf16, int64_t offset, int64_t ld,
+                                           const float (&acc)[Kt::kNTilesO][4], int row0, int valid, float mul,
+                                           int lane) {
 #pragma unroll
   for (int i = 0; i < Kt::kNTilesO; ++i) {
     if (i * 8 >= Kt::kHeadDim) break;
@@ -156,9 +162,15 @@ __device__ __forceinline__ void store_rows_f32(float* g, int64_t ld, const float
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + 8 * r;
       if (row >= valid) continue;
-      float* dst = g + int64_t(row) * ld + c;
-      dst[0] = acc[i][2 * r] * mul;
-      dst[1] = acc[i][2 * r + 1] * mul;
+      const int64_t at = offset + int64_t(row) * ld + c;
+      const float x0 = acc[i][2 * r] * mul, x1 = acc[i][2 * r + 1] * mul;
+      if (bf16) {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(g) + at) = __floats2bfloat162_rn(x0, x1);
+      } else {
+        float* dst = static_cast<float*>(g) + at;
+        dst[0] = x0;
+        dst[1] = x1;
+      }
     }
   }
 }
@@ -248,10 +260,10 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
     mma_acc_nn<Kt>(acc_dk, acc_dp, sQ, lane);  // dK += dS^T Q
   }
   const int valid_keys = seqlen - k0;
-  store_rows_f32<Kt>(p.dk + (start + k0) * p.dk_row_stride + head * D, p.dk_row_stride, acc_dk, warp * 16 + lane / 4,
-                     valid_keys, p.scale, lane);
-  store_rows_f32<Kt>(p.dv + (start + k0) * p.dv_row_stride + head * D, p.dv_row_stride, acc_dv, warp * 16 + lane / 4,
-                     valid_keys, 1.0f, lane);
+  store_rows<Kt>(p.dk, p.grads_bf16, (start + k0) * p.dk_row_stride + head * D, p.dk_row_stride, acc_dk,
+                 warp * 16 + lane / 4, valid_keys, p.scale, lane);
+  store_rows<Kt>(p.dv, p.grads_bf16, (start + k0) * p.dv_row_stride + head * D, p.dv_row_stride, acc_dv,
+                 warp * 16 + lane / 4, valid_keys, 1.0f, lane);
 }
 
 template <typename Kt>
@@ -332,8 +344,8 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
     }
     mma_acc_nn<Kt>(acc_dq, acc_dp, sK, lane);  // dQ += dS K
   }
-  store_rows_f32<Kt>(p.dq + (start + q0) * p.dq_row_stride + head * D, p.dq_row_stride, acc_dq, warp * 16 + lane / 4,
-                     seqlen - q0, p.scale, lane);
+  store_rows<Kt>(p.dq, p.grads_bf16, (start + q0) * p.dq_row_stride + head * D, p.dq_row_stride, acc_dq,
+                 warp * 16 + lane / 4, seqlen - q0, p.scale, lane);
 }
 
 }  // namespace flash
