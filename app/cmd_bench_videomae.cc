@@ -116,6 +116,7 @@ int bench_videomae(int argc, char** argv) {
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
       {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores, fp32 master weights)", "fp32"},
+      {"activations", "f32|bf16", "the ViT blocks' activations (bf16: CUDA, head size 64/80/88/128; emulated on the CPU)", "f32"},
       {"seed", "N", "seed of the weights, the clips and the masks", "1234"},
       {"peak-gflops", "X", "peak for MFU (default: CPU the fp32 FMA peak measured with an FMA loop; CUDA the "
                           "H100 SXM dense peak of --precision)", ""},
@@ -161,13 +162,17 @@ int bench_videomae(int argc, char** argv) {
 
   const Device device = device_of(*args);
   const bool on_cuda = device == Device::cuda;
-  const std::string precision = precision_of(*args, device);
+  const std::string gemm_precision = precision_of(*args, device);
+  const std::string act_name = args->get("activations");
+  if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
+  // The dtype column names bf16 activations when they are on (rows stay comparable).
+  const std::string precision = act_name == "bf16" ? gemm_precision + " (act bf16)" : gemm_precision;
   Context ctx({.num_threads = int(args->get_int("threads")), .device = device});
-  const std::string devices_name = setup_device(ctx, precision);
+  const std::string devices_name = setup_device(ctx, gemm_precision);
   const char* devices = devices_name.c_str();
   const bool fixed_peak = args->has("peak-gflops");
   double peak = fixed_peak ? args->get_double("peak-gflops")
-                : on_cuda  ? h100_peak_gflops(precision)
+                : on_cuda  ? h100_peak_gflops(gemm_precision)
                 : dry_run  ? 0.0
                            : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;
@@ -247,7 +252,8 @@ int bench_videomae(int argc, char** argv) {
       // One fixed clip batch, ImageNet-normalised from uniform pixels in [0, 1).
       Tensor videos = Tensor::empty({B, cfg.channels, cfg.num_frames, cfg.img_size, cfg.img_size}, DType::f32);
       reset_peak_gpu(ctx);
-      const VideoMAEStepOptions so;
+      VideoMAEStepOptions so;
+      so.activations = act_name == "bf16" ? DType::bf16 : DType::f32;
       const int64_t per_channel = cfg.num_frames * cfg.img_size * cfg.img_size;
       float* v = videos.data<float>();
       for (int64_t i = 0; !loader && i < videos.numel(); ++i) {
@@ -302,6 +308,7 @@ int bench_videomae(int argc, char** argv) {
       j["devices"] = devices;
       j["dataset"] = dataset;
       j["dtype"] = precision;
+      j["activations"] = act_name;
       j["device"] = on_cuda ? "cuda" : "cpu";
       j["attention"] = attention_mode(ctx);
       j["batch"] = B;

@@ -11,7 +11,8 @@
 # the GPU, a fresh tube mask per step; a timed step = zero_grad + forward + loss + backward +
 # optimizer step, bracketed by device synchronisation; median of STEPS after WARMUP.
 #   unmask    `unmask bench videomae --device cuda --precision P --synthetic --format json`; for bf16
-#             also with UNMASK_CUDA_ATTN_BF16=1 (the tensor-core training attention)
+#             first with --activations bf16 (bf16 blocks end to end), then with f32 activations
+#             and autocast GEMMs, with and without UNMASK_CUDA_ATTN_BF16=1 (tensor-core attention)
 #   PyTorch   bench/peers/torch_videomae_train.py --device cuda --precision P --attention sdpa
 #             (VideoMAE's modules in torch.nn, F.scaled_dot_product_attention, torch.autocast bf16),
 #             and the same under torch.compile for the bf16 rows.
@@ -42,9 +43,9 @@ at() { echo $(( $(date +%s) - T0 )); }
 in_time() { [ "$(at)" -lt "$LIMIT" ] || { echo "time limit ($LIMIT s): skipping $*"; false; }; }
 largest=$(echo $BATCHES | tr ' ' '\n' | sort -n | tail -1)
 
-unmask_row() {  # precision batch [attention: f32 (default) | bf16 = UNMASK_CUDA_ATTN_BF16=1, tensor cores]
+unmask_row() {  # precision batch [f32 (default) | bf16 = UNMASK_CUDA_ATTN_BF16=1, tensor-core attention | act = bf16 activations]
   UNMASK_CUDA_ATTN_BF16=$([ "${3:-f32}" = bf16 ] && echo 1 || echo 0) timeout 300 "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
-    --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" ||
+    --activations $([ "${3:-f32}" = act ] && echo bf16 || echo f32) --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" ||
     echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"failed\": true}" >> "$ROWS"
 }
 torch_row() {  # precision batch [--compile]
@@ -55,6 +56,7 @@ torch_row() {  # precision batch [--compile]
 
 for prec in $PRECISIONS; do
   for b in $BATCHES; do
+    [ "$prec" = bf16 ] && in_time "$prec $b act" && unmask_row "$prec" "$b" act
     in_time "$prec $b" && unmask_row "$prec" "$b"
     [ "$prec" = bf16 ] && in_time "$prec $b tc" && unmask_row "$prec" "$b" bf16
     in_time "torch $prec $b" && torch_row "$prec" "$b"
@@ -62,7 +64,8 @@ for prec in $PRECISIONS; do
     echo "videomae $prec batch $b done at $(at)s"
   done
 done
-in_time "memory row" && unmask_row bf16 "$MEM_BATCH" bf16
+in_time "memory row" && unmask_row bf16 "$MEM_BATCH" act
+in_time "memory row (f32 activations)" && unmask_row bf16 "$MEM_BATCH" bf16
 in_time "torch memory row" && torch_row bf16 "$MEM_BATCH"
 echo "memory rows (batch $MEM_BATCH) done at $(at)s"
 
@@ -72,9 +75,13 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peak = {"bf16": 989.4e3, "tf32": 494.7e3, "fp32": 67.0e3}
 def key(r):
     eng = r.get("engine", "?") + (" compile" if r.get("compile") else "")
-    if r.get("attention") == "bf16-tc":
+    d = r.get("dtype")
+    if r.get("activations") == "bf16":
+        eng += " (bf16 activations)"
+        d = "bf16"
+    elif r.get("attention") == "bf16-tc":
         eng += " (tensor-core attention)"
-    return (r.get("dtype"), r.get("batch"), eng)
+    return (d, r.get("batch"), eng)
 best = {}
 print("| precision | batch | engine | clips/s | step (ms) | MFU | peak GPU memory (MiB) |")
 print("|---|---:|---|---:|---:|---:|---:|")

@@ -169,9 +169,10 @@ if want 5 && [ "$DEVICE" = cuda ]; then
 fi
 # 6. VideoMAE ViT-B pretraining steps on the device (the CUDA tests compared them with the CPU)
 if want 6 && [ "$DEVICE" = cuda ]; then
-  for prec in fp32 bf16 bf16-tc; do
+  for prec in fp32 bf16 bf16-tc bf16-act; do
     UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 150 "$BIN/unmask" bench videomae \
       --device cuda --precision ${prec%-*} --model vit-b --batch 32 --synthetic \
+      --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) \
       --steps 3 --format json >> "$OUT/bench_videomae.jsonl" 2>> "$OUT/bench_videomae.err"
     note "bench videomae $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_videomae.jsonl" | cut -c1-200)"
   done

@@ -79,6 +79,11 @@ struct VideoMAEStepOptions {
   /// [tokens, dim]-sized activations a block keeps; one extra GELU pass). Unset: on a GPU only,
   /// where memory bounds the batch (ViT-B at 256 clips). The results are the same bits either way.
   std::optional<bool> recompute_gelu;
+  /// The encoder and decoder blocks' activations: f32, or bf16 (saved activations, gradients and
+  /// block GEMMs in bf16 with fp32 accumulation, bf16 copies of the block weights rounded from the
+  /// fp32 masters at every step; patch embedding, norms, head and loss stay f32). On CUDA the
+  /// head sizes must be 64, 80, 88 or 128 (ViT-B: 64); on the CPU it is emulated (for checking).
+  DType activations = DType::f32;
 };
 
 struct VideoMAEStepStats {

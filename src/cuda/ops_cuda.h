@@ -137,6 +137,8 @@ void adamw_update(Context& ctx, float* p, const float* g, float* m, float* v, in
 void lamb_moments(Context& ctx, const float* p, const float* g, float* m, float* v, float* update, int64_t n,
                   const ops::AdamArgs& args);
 void axpy(Context& ctx, float alpha, const float* x, float* y, int64_t n);
+/// y += alpha x, n contiguous bf16 / f16 elements.
+void axpy_half(Context& ctx, float alpha, const void* x, void* y, int64_t n, DType dtype);
 /// Deterministic double sum of squares; synchronises the stream.
 double sum_squares(Context& ctx, const float* x, int64_t n);
 /// out[i] = sum_squares(xs[i], ns[i]) bitwise, into device memory out [count]; no sync. xs, ns:

@@ -120,6 +120,11 @@ void axpy(Context& ctx, float alpha, const float* x, float* y, int64_t n) {
   axpy_n(alpha, x, y, n, st.stream);
 }
 
+void axpy_half(Context& ctx, float alpha, const void* x, void* y, int64_t n, DType dtype) {
+  CudaState& st = cuda_state(ctx);
+  axpy_half_n(alpha, x, y, n, dtype, st.stream);
+}
+
 double sum_squares(Context& ctx, const float* x, int64_t n) {
   CudaState& st = cuda_state(ctx);
   return sum_squares_n(x, n, st.stream);

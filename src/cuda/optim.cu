@@ -63,6 +63,12 @@ __global__ void axpy_kernel(float alpha, const float* __restrict__ x, float* __r
   UNMASK_GRID_STRIDE(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
 }
 
+// The same update on bf16 / f16 rows: fp32 arithmetic, y rounded once (bf16 activations' residual adds).
+template <typename T>
+__global__ void axpy_half_kernel(float alpha, const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  UNMASK_GRID_STRIDE(i, n) y[i] = from_float<T>(__fadd_rn(to_float(y[i]), __fmul_rn(alpha, to_float(x[i]))));
+}
+
 __global__ void scale_kernel(float* x, int64_t n, float s) {
   UNMASK_GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
 }
@@ -183,6 +189,24 @@ void axpy_n(float alpha, const float* x, float* y, int64_t n, cudaStream_t strea
   check_n("axpy", n);
   if (n == 0) return;
   axpy_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, x, y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void axpy_half_n(float alpha, const void* x, void* y, int64_t n, DType dtype, cudaStream_t stream) {
+  check_n("axpy", n);
+  if (n == 0) return;
+  switch (dtype) {
+    case DType::bf16:
+      axpy_half_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, static_cast<const __nv_bfloat16*>(x),
+                                                             static_cast<__nv_bfloat16*>(y), n);
+      break;
+    case DType::f16:
+      axpy_half_kernel<<<grid_for(n), kThreads, 0, stream>>>(alpha, static_cast<const __half*>(x),
+                                                             static_cast<__half*>(y), n);
+      break;
+    default:
+      throw Error("axpy (cuda): the half form takes bf16 or f16, got ", dtype_name(dtype));
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -102,6 +102,8 @@ void lamb_moments_n(const float* p, const float* g, float* m, float* v, float* u
                   const ops::LambScalars& s, cudaStream_t stream);
 /// y += alpha x.
 void axpy_n(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);
+/// y += alpha x over n contiguous bf16 or f16 elements (fp32 arithmetic, one rounding).
+void axpy_half_n(float alpha, const void* x, void* y, int64_t n, DType dtype, cudaStream_t stream);
 /// x *= s.
 void scale_n(float* x, int64_t n, float s, cudaStream_t stream);
 /// sum x^2 in double: fixed chunks of kSumSquaresChunk elements per block (fixed tree inside),

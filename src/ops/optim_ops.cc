@@ -273,6 +273,26 @@ void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Ten
 
 void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
   constexpr const char* op = "axpy";
+  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {
+    // Activation residuals (bf16 training): x and y contiguous of one half dtype; CUDA kernel,
+    // or on the CPU the emulation (f32 arithmetic, one rounding of y).
+    UNMASK_CHECK(y.dtype() == x.dtype() && x.shape() == y.shape() && x.device() == y.device() && x.is_contiguous() &&
+                     y.is_contiguous(),
+                 op, ": x and y must be contiguous tensors of one dtype, shape and device, got ", x.describe(), " and ",
+                 y.describe());
+    UNMASK_CHECK(std::isfinite(alpha), op, ": alpha must be finite, got ", alpha);
+    if (x.numel() == 0) return;
+    check_no_overlap(op, "y", y, "x", x);
+    if (x.device() == Device::cpu) {
+      Tensor yf = detail::widen_for_cpu(y);
+      axpy(ctx, alpha, detail::widen_for_cpu(x), yf);
+      return detail::narrow_into(yf, y);
+    }
+    require_cuda_backend(op);
+#ifdef UNMASK_WITH_CUDA
+    return cuda::axpy_half(ctx, alpha, x.raw(), y.raw(), x.numel(), x.dtype());
+#endif
+  }
   check_operand(op, "x", x, "x", x);
   check_operand(op, "y", y, "x", x);
   UNMASK_CHECK(std::isfinite(alpha), op, ": alpha must be finite, got ", alpha);

@@ -54,7 +54,14 @@ struct BlockShape {
   // Keep f = gelu(fp) out of BlockSaved and recompute it in the backward (one extra GELU pass):
   // saves N x I floats per block, 4/14 of a block's saved activations.
   bool recompute_gelu = false;
+  // The block's activation dtype: f32, or bf16 (saved activations, gradients and GEMMs in bf16,
+  // weights through PV::half refreshed by the caller with refresh_block_halves; statistics, lse
+  // and parameter gradients f32). The block follows the dtype of x; bf16 needs no drop path.
+  DType activations = DType::f32;
 };
+
+/// Rounds the GEMM weights and biases of a block to `dtype` copies (PV::half) for bf16 blocks.
+void refresh_block_halves(Context& ctx, BlockParams& b, DType dtype);
 
 /// The 13 tensors of a block under their original names (prefix + "norm1.weight", ...), in
 /// state-dict order; biases and norms get weight_decay = false.

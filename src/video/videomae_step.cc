@@ -207,6 +207,20 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   const std::vector<float> mean(options.mean.begin(), options.mean.begin() + c.channels);
   const std::vector<float> stdev(options.std.begin(), options.std.begin() + c.channels);
   auto f32 = [&](const Shape& s) { return Tensor::empty(s, DType::f32, dev); };
+  const DType adt = options.activations;  // the blocks' activations (f32 or bf16)
+  UNMASK_CHECK(adt == DType::f32 || adt == DType::bf16, "videomae pretrain_step: activations must be f32 or bf16, got ",
+               dtype_name(adt));
+  // A copy of t in dtype (t itself when it has it): the boundaries of bf16 block stacks.
+  auto as_dtype = [&](const Tensor& t, DType dtype) {
+    if (t.dtype() == dtype) return t;
+    Tensor out = Tensor::empty(t.shape(), dtype, dev);
+    ops::copy(ctx, t, out);
+    return out;
+  };
+  if (adt != DType::f32) {  // this step's bf16 block weights, from the fp32 masters
+    for (video::BlockParams& b : m.enc_blocks) video::refresh_block_halves(ctx, b, adt);
+    for (video::BlockParams& b : m.dec_blocks) video::refresh_block_halves(ctx, b, adt);
+  }
 
   // ---- forward ----
   // Patch embedding of the visible tubelets: x0 = cols_vis Wpatch^T + b + pos[token].
@@ -218,10 +232,12 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
 
   BlockShape es{D, c.mlp_hidden(D), c.heads, Nv, c.norm_eps};
   es.recompute_gelu = options.recompute_gelu.value_or(dev == Device::cuda);
+  es.activations = adt;
+  const Tensor x0_blocks = as_dtype(x0, adt);
   std::vector<BlockSaved> enc(m.enc_blocks.size());
   for (size_t i = 0; i < enc.size(); ++i)
-    video::block_forward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, es, enc[i]);
-  const Tensor& enc_last = enc.back().out;
+    video::block_forward(ctx, m.enc_blocks[i], i == 0 ? x0_blocks : enc[i - 1].out, es, enc[i]);
+  Tensor enc_last = as_dtype(enc.back().out, DType::f32);  // released after its LayerNorm backward
   Tensor enc_ln = f32({B * Nv, D}), enc_mean = f32({B * Nv}), enc_rstd = f32({B * Nv});
   ops::layernorm(ctx, enc_last, nullptr, m.enc_norm_g.value, m.enc_norm_b.value, c.norm_eps, enc_ln, &enc_mean,
                  &enc_rstd);
@@ -238,12 +254,14 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   ops::embedding(ctx, m.dec_pos, ix.dec_tok, dec_in, /*accumulate=*/true);
   BlockShape ds{Dd, c.mlp_hidden(Dd), c.decoder_heads, Nt, c.norm_eps};
   ds.recompute_gelu = es.recompute_gelu;
+  ds.activations = adt;
+  const Tensor dec_in_blocks = as_dtype(dec_in, adt);
   std::vector<BlockSaved> dec(m.dec_blocks.size());
   for (size_t i = 0; i < dec.size(); ++i)
-    video::block_forward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, ds, dec[i]);
+    video::block_forward(ctx, m.dec_blocks[i], i == 0 ? dec_in_blocks : dec[i - 1].out, ds, dec[i]);
   // decoder.norm + head on the last Nd rows of every clip
   Tensor dec_m = f32({B * Nd, Dd});
-  ops::embedding(ctx, dec.back().out, ix.dec_rows, dec_m);
+  ops::embedding(ctx, as_dtype(dec.back().out, DType::f32), ix.dec_rows, dec_m);
   Tensor dec_ln = f32({B * Nd, Dd}), dec_mean = f32({B * Nd}), dec_rstd = f32({B * Nd});
   ops::layernorm(ctx, dec_m, nullptr, m.dec_norm_g.value, m.dec_norm_b.value, c.norm_eps, dec_ln, &dec_mean, &dec_rstd);
   Tensor pred = f32({B * Nd, K});
@@ -286,11 +304,13 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   ready(m.dec_norm_head_range);
   Tensor g = f32({B * Nt, Dd});
   ops::embedding(ctx, dln_ext, ix.grad_src, g);
+  Tensor g_blocks = as_dtype(g, adt);
   for (size_t i = dec.size(); i-- > 0;) {
-    video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in : dec[i - 1].out, dec[i], ds, g);
+    video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in_blocks : dec[i - 1].out, dec[i], ds, g_blocks);
     dec[i] = BlockSaved{};  // its memory serves the next block's backward
     ready(m.dec_block_ranges[i]);
   }
+  if (adt != DType::f32) ops::copy(ctx, g_blocks, g);
   // g = d dec_in: the decoded rows sum into mask_token (gathered into dln's storage, which is
   // free now), the visible rows go back through encoder_to_decoder.
   ops::embedding(ctx, g, ix.dec_rows, dln);
@@ -303,12 +323,15 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   ready(m.e2d_range);
   ops::layernorm_backward(ctx, enc_last, nullptr, m.enc_norm_g.value, enc_mean, enc_rstd, genc, genc, m.enc_norm_g.grad,
                           m.enc_norm_b.grad);
+  enc_last = Tensor();
   ready(m.enc_norm_range);
+  Tensor genc_blocks = as_dtype(genc, adt);
   for (size_t i = enc.size(); i-- > 0;) {
-    video::block_backward(ctx, m.enc_blocks[i], i == 0 ? x0 : enc[i - 1].out, enc[i], es, genc);
+    video::block_backward(ctx, m.enc_blocks[i], i == 0 ? x0_blocks : enc[i - 1].out, enc[i], es, genc_blocks);
     enc[i] = BlockSaved{};
     ready(m.enc_block_ranges[i]);
   }
+  if (adt != DType::f32) ops::copy(ctx, genc_blocks, genc);
   train::linear_backward(ctx, cols_vis, m.patch_w, m.patch_b, genc, nullptr);
   ready(m.patch_range);
   return st;

@@ -23,13 +23,17 @@ ops::AttentionArgs attention_args(const BlockShape& s) {
   return a;
 }
 
-// The qkv bias VideoMAE passes to F.linear: cat(q_bias, zeros, v_bias).
-// (On a GPU, two device-to-device copies: no host synchronisation.)
-Tensor qkv_bias(const BlockParams& p, int64_t C) {
+// The qkv bias VideoMAE passes to F.linear: cat(q_bias, zeros, v_bias), in the activations'
+// dtype (a bf16 GEMM output takes its bias in bf16: the fused epilogue).
+// (On a GPU, device-to-device copies: no host synchronisation.)
+Tensor qkv_bias(Context& ctx, const BlockParams& p, int64_t C, DType dtype) {
   Tensor b = Tensor::zeros({3 * C}, DType::f32, p.q_bias.value.device());
   b.slice(0, 0, C).copy_from(p.q_bias.value);
   b.slice(0, 2 * C, 3 * C).copy_from(p.v_bias.value);
-  return b;
+  if (dtype == DType::f32) return b;
+  Tensor h = Tensor::empty({3 * C}, dtype, b.device());
+  ops::copy(ctx, b, h);
+  return h;
 }
 
 Tensor copy_of(const Tensor& t) {
@@ -53,10 +57,11 @@ void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, co
   if (!drop) {
     ops::GemmArgs res;
     res.beta = 1.0f;
-    res.bias = &b.value;
-    ops::gemm(ctx, a, Trans::no, w.value, Trans::yes, out, res);
+    res.bias = &train::value_for(b, a.dtype());
+    ops::gemm(ctx, a, Trans::no, train::value_for(w, a.dtype()), Trans::yes, out, res);
     return;
   }
+  UNMASK_CHECK(a.dtype() == DType::f32, "ViT block: drop path needs f32 activations, got ", a.describe());
   Tensor branch = f32({a.size(0), w.value.size(0)}, a.device());
   train::linear_forward(ctx, a, w, b, branch);
   const int64_t N = out.size(0), C = out.size(1);
@@ -85,25 +90,34 @@ Tensor branch_grad(const Tensor& g, const float* drop, int64_t tokens) {
 
 }  // namespace
 
+void refresh_block_halves(Context& ctx, BlockParams& b, DType dtype) {
+  for (PV* pv : {&b.qkv_w, &b.proj_w, &b.proj_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b})
+    train::refresh_half(ctx, *pv, dtype);
+}
+
 void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s, BlockSaved& sv) {
   const int64_t N = x.size(0), C = s.C;
+  const DType adt = x.dtype();  // f32, or bf16 (BlockShape::activations)
+  UNMASK_CHECK(adt == s.activations, "ViT block: x is ", x.describe(), " but the block's activations are ",
+               dtype_name(s.activations));
   auto f32 = [&](const Shape& shape) { return video::f32(shape, x.device()); };
-  sv.ln1 = f32({N, C}); sv.mean1 = f32({N}); sv.rstd1 = f32({N});
+  auto act = [&](const Shape& shape) { return Tensor::empty(shape, adt, x.device()); };
+  sv.ln1 = act({N, C}); sv.mean1 = f32({N}); sv.rstd1 = f32({N});
   ops::layernorm(ctx, x, nullptr, p.norm1_g.value, p.norm1_b.value, s.eps, sv.ln1, &sv.mean1, &sv.rstd1);
-  const Tensor bias = qkv_bias(p, C);
-  sv.qkv = f32({N, 3 * C});
+  const Tensor bias = qkv_bias(ctx, p, C, adt);
+  sv.qkv = act({N, 3 * C});
   ops::GemmArgs qa;
   qa.bias = &bias;
-  ops::gemm(ctx, sv.ln1, Trans::no, p.qkv_w.value, Trans::yes, sv.qkv, qa);
-  sv.ctx = f32({N, C}); sv.lse = f32({s.NH, N});
+  ops::gemm(ctx, sv.ln1, Trans::no, train::value_for(p.qkv_w, adt), Trans::yes, sv.qkv, qa);
+  sv.ctx = act({N, C}); sv.lse = f32({s.NH, N});
   ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                                sv.ctx, sv.lse, attention_args(s), ops::AttentionTrainArgs{});
   // x1 = x + proj(ctx)
   residual_linear(ctx, sv.ctx, p.proj_w, p.proj_b, x, s.drop_attn, s.tokens, sv.x1);
-  sv.ln2 = f32({N, C}); sv.mean2 = f32({N}); sv.rstd2 = f32({N});
+  sv.ln2 = act({N, C}); sv.mean2 = f32({N}); sv.rstd2 = f32({N});
   ops::layernorm(ctx, sv.x1, nullptr, p.norm2_g.value, p.norm2_b.value, s.eps, sv.ln2, &sv.mean2, &sv.rstd2);
-  sv.fp = f32({N, s.I});
-  Tensor f = f32({N, s.I});
+  sv.fp = act({N, s.I});
+  Tensor f = act({N, s.I});
   train::linear_forward(ctx, sv.ln2, p.fc1_w, p.fc1_b, sv.fp);
   ops::activation(ctx, sv.fp, f, Activation::gelu);
   residual_linear(ctx, f, p.fc2_w, p.fc2_b, sv.x1, s.drop_mlp, s.tokens, sv.out);
@@ -113,26 +127,27 @@ void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const Bl
 void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSaved& sv, const BlockShape& s,
                     Tensor& g) {
   const int64_t N = x.size(0), C = s.C;
-  auto f32 = [&](const Shape& shape) { return video::f32(shape, x.device()); };
+  auto act = [&](const Shape& shape) { return Tensor::empty(shape, x.dtype(), x.device()); };
+  UNMASK_CHECK(g.dtype() == x.dtype(), "ViT block backward: g is ", g.describe(), " but x is ", x.describe());
   // out = x1 + fc2(gelu(fc1(LN2(x1))))
-  Tensor df = f32({N, s.I});
+  Tensor df = act({N, s.I});
   Tensor f = sv.f;
   if (!f.defined()) {  // recompute_gelu: the same op on the same input, so the same bits
-    f = f32({N, s.I});
+    f = act({N, s.I});
     ops::activation(ctx, sv.fp, f, Activation::gelu);
   }
   train::linear_backward(ctx, f, p.fc2_w, p.fc2_b, branch_grad(g, s.drop_mlp, s.tokens), &df);
   f = Tensor();
   ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
-  Tensor dln = f32({N, C});
+  Tensor dln = act({N, C});
   train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);
   ops::layernorm_backward(ctx, sv.x1, nullptr, p.norm2_g.value, sv.mean2, sv.rstd2, dln, dln, p.norm2_g.grad,
                           p.norm2_b.grad);
   ops::axpy(ctx, 1.0f, dln, g);  // g = d x1
   // x1 = x + proj(attention(qkv(LN1(x))))
-  Tensor dctx = f32({N, C});
+  Tensor dctx = act({N, C});
   train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, branch_grad(g, s.drop_attn, s.tokens), &dctx);
-  Tensor dqkv = f32({N, 3 * C});
+  Tensor dqkv = act({N, 3 * C});
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
   ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                           sv.ctx, sv.lse, dctx, dq, dk, dv, attention_args(s), ops::AttentionTrainArgs{});

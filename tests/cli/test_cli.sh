@@ -45,6 +45,9 @@ if ! "$U" version | grep -q "cuda backend: yes"; then  # a CPU-only build says h
   expect 1 "built without the CUDA backend" -- "$U" pretrain-video --device cuda --data "$W/none" --out "$W/v"
 fi
 expect 1 "--precision bf16 needs --device cuda" -- "$U" bench videomae --model tiny --synthetic --precision bf16
+expect 0 "fp32 (act bf16)" -- "$U" bench videomae --model tiny --synthetic --batch 2 --steps 1 --warmup 0 \
+  --peak-gflops 1 --activations bf16
+expect 1 "--activations must be f32 or bf16" -- "$U" bench videomae --model tiny --synthetic --activations fp8
 expect 1 "--precision must be fp32, tf32 or bf16, got 'fp8'" -- "$U" bench train --precision fp8
 expect 1 "config.json not found" -- "$U" infer --model "$W/nope" --text hi
 expect 1 "--text is empty" -- "$U" infer --model "$W/m" --text "   "

@@ -283,6 +283,51 @@ TEST(CudaVideoMAE, TensorCoreAttentionStepStaysNearFp32) {
   expect_bf16_step_near_fp32(true);
 }
 
+// bf16 block activations (VideoMAEStepOptions::activations): the CUDA step's error against the
+// exact f32 CPU step at most twice that of the CPU's emulation of the same bf16 step (plus 1e-3),
+// and not ~0 (an f32 CUDA step would pass the first check).
+TEST(CudaVideoMAE, Bf16ActivationsWithinTwiceTheEmulationError) {
+  REQUIRE_CUDA_DEVICE();
+  PrecisionScope fp32(gpu(), false, false);
+  VideoMAEConfig c = test_config();
+  c.dim = 128, c.heads = 2, c.decoder_dim = 64, c.decoder_heads = 1;  // head size 64 in both stacks
+  c.validate();
+  const uint64_t seed = test_seed("bf16-activations");
+  std::mt19937_64 gen(seed);
+  VideoMAEPretrainModel exact = VideoMAEPretrainModel::random(c, seed);
+  VideoMAEPretrainModel emulated = VideoMAEPretrainModel::random(c, seed);
+  VideoMAEPretrainModel on_gpu = VideoMAEPretrainModel::random(c, seed);
+  for (VideoMAEPretrainModel* m : {&exact, &emulated, &on_gpu}) perturb(*m, seed + 1);
+  on_gpu.to(gpu());
+  const Tensor v = random_videos(gen, c, 3);
+  const Tensor mask = video::tube_mask_batch(grid_of(c), 0.75, seed, 0, 3);
+  VideoMAEStepOptions o;
+  const double l_exact = exact.pretrain_step(cpu(), v, mask, o).loss;
+  o.activations = DType::bf16;
+  const double l_emul = emulated.pretrain_step(cpu(), v, mask, o).loss;
+  const double l_gpu = on_gpu.pretrain_step(gpu(), v.to(Device::cuda), mask, o).loss;
+  std::printf("[ videomae bf16 activations ] loss f32 %.7f, emulated %.7f, cuda %.7f\n", l_exact, l_emul, l_gpu);
+  EXPECT_LE(std::fabs(l_gpu - l_exact), 2 * std::fabs(l_emul - l_exact) + 1e-3 * l_exact) << seed_note();
+  double global = 0, sq_emul = 0, sq_gpu = 0;
+  for (Param& p : exact.params()) global += std::pow(norm(values(p.grad)), 2);
+  global = std::sqrt(global);
+  for (size_t i = 0; i < exact.params().size(); ++i) {
+    const std::vector<double> e = values(exact.params()[i].grad), m = values(emulated.params()[i].grad),
+                              g = values(on_gpu.params()[i].grad);
+    const double scale = std::max(norm(e), 1e-2 * global);
+    double de = 0, dg = 0;
+    for (size_t j = 0; j < e.size(); ++j) de += (m[j] - e[j]) * (m[j] - e[j]), dg += (g[j] - e[j]) * (g[j] - e[j]);
+    const double err_emul = std::sqrt(de) / scale, err_gpu = std::sqrt(dg) / scale;
+    sq_emul += err_emul * err_emul;
+    sq_gpu += err_gpu * err_gpu;
+    EXPECT_LE(err_gpu, 2 * err_emul + 1e-3) << exact.params()[i].name << ": cuda " << err_gpu << ", emulation "
+                                            << err_emul << "; " << seed_note();
+  }
+  std::printf("[ videomae bf16 activations ] rms gradient error cuda %.3g, emulation %.3g\n", std::sqrt(sq_gpu),
+              std::sqrt(sq_emul));
+  EXPECT_GE(std::sqrt(sq_gpu), 0.25 * std::sqrt(sq_emul)) << "the CUDA step looks f32, not bf16; " << seed_note();
+}
+
 TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
   REQUIRE_CUDA_DEVICE();
   const VideoMAEConfig c = VideoMAEConfig::base();
@@ -294,8 +339,10 @@ TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
   Optimizer opt(oc, m.params());
   std::mt19937_64 gen(7);
   const Tensor v = random_videos(gen, c, B).to(Device::cuda);
-  for (const std::string prec : {"fp32", "tf32", "bf16", "bf16-tc"}) {
+  for (const std::string prec : {"fp32", "tf32", "bf16", "bf16-tc", "bf16-act"}) {
     PrecisionScope p(gpu(), prec == "tf32", prec.rfind("bf16", 0) == 0, prec == "bf16-tc");
+    VideoMAEStepOptions so;
+    so.activations = prec == "bf16-act" ? DType::bf16 : DType::f32;
     cuda::allocator_reset_peak();
     std::vector<double> times;
     double loss = 0;
@@ -304,7 +351,7 @@ TEST(CudaVideoMAE, SpeedSmokeVitBBatch32) {
       gpu().synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       m.zero_grad();
-      loss = m.pretrain_step(gpu(), v, mask, {}).loss;
+      loss = m.pretrain_step(gpu(), v, mask, so).loss;
       opt.step(gpu(), oc.lr);
       gpu().synchronize();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
