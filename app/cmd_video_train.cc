@@ -121,6 +121,7 @@ int cmd_pretrain_video(int argc, char** argv) {
             {"threads", "N", "compute threads (0 = all cores)", "0"},
             device_option(),
             {"precision", "fp32|tf32|bf16", "GEMM precision on cuda (bf16: tensor cores, fp32 master weights)", "fp32"},
+            {"activations", "f32|bf16", "the ViT blocks' activations (bf16: half the memory; cuda head size 64/80/88/128, cpu emulated)", "f32"},
             {"seed", "N", "seed of the weights, masks and augmentation", "0"},
             {"no-overlap", "", "data parallel: all-reduce the gradients after the backward instead of during it", ""},
             {"data-sharding", "MODE",
@@ -166,6 +167,8 @@ int cmd_pretrain_video(int argc, char** argv) {
   // (save_videomae copies GPU parameters to the host itself).
   const Device device = device_of(a);
   const std::string precision = precision_of(a, device);
+  const std::string act_name = a.get("activations");
+  if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
   Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
   setup_device(ctx, precision);
   VideoMAEPretrainModel model = VideoMAEPretrainModel::random(config, uint64_t(seed));
@@ -244,6 +247,7 @@ int cmd_pretrain_video(int argc, char** argv) {
         video::tube_mask_batch(grid, ratio, uint64_t(seed), uint64_t(step * batch * world + row0), row1 - row0);
     model.zero_grad();
     VideoMAEStepOptions so;
+    so.activations = act_name == "bf16" ? DType::bf16 : DType::f32;
     if (decoder_ratio > 0)
       so.decoder_mask = video::running_cell_mask_batch(grid, decoder_ratio, uint64_t(seed),
                                                        uint64_t(step * batch * world + row0), row1 - row0);

@@ -42,6 +42,10 @@ echo "pretrain-video: mean loss of steps 1-10 $first, of steps 351-400 $last"
 "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/pt2" --preset tiny --patch 8 --batch 8 --steps 20 \
   --decoder-mask-ratio 0.5 --log-every 100 >/dev/null 2>"$T/pt2.err" && [ "$(wc -l < "$T/pt2/metrics.jsonl")" = 20 ] \
   && ok || bad "pretrain-video --decoder-mask-ratio 0.5: $(tail -2 "$T/pt2.err")"
+# bf16 block activations (emulated on the CPU): runs to the end, every step logged
+"$BIN" pretrain-video --data "$T/train.ucs" --out "$T/pt3" --preset tiny --patch 8 --batch 8 --steps 5 \
+  --activations bf16 --log-every 100 >/dev/null 2>"$T/pt3.err" && [ "$(wc -l < "$T/pt3/metrics.jsonl")" = 5 ] \
+  && ok || bad "pretrain-video --activations bf16: $(tail -2 "$T/pt3.err")"
 
 # Fine-tuning from the pretrained encoder with VideoMAE's recipe (layer decay 0.75, drop path 0.1,
 # mixup 0.8 / cutmix 1.0, smoothing 0.1), evaluated on the held-out split.
