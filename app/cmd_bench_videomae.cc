@@ -229,7 +229,8 @@ int bench_videomae(int argc, char** argv) {
     // unmask embeds the visible tubelets only: 3 x 2 (N - V) P D fewer FLOPs per clip.
     const double skipped = 3.0 * 2.0 * double(B * (Np - Nv)) * double(cfg.patch_dim()) * double(cfg.dim);
     const double executed_flops = step_flops - skipped;
-    const video::VideoMAEStepBytes bytes = video::videomae_pretrain_step_bytes(fc, /*recompute_gelu=*/on_cuda);
+    const video::VideoMAEStepBytes bytes = video::videomae_pretrain_step_bytes(fc, /*recompute_gelu=*/on_cuda,
+                                                                                 act_name == "bf16" ? DType::bf16 : DType::f32);
 
     std::vector<double> times, waits;
     double last_loss = 0;

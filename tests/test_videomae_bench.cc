@@ -173,6 +173,17 @@ TEST(VideoMAEBench, RecomputedGeluSavesOneMlpActivationPerBlock) {
   std::printf("[ ViT-B b256 estimate ] state %.2f GB, saved %.2f GB (%.2f GB keeping GELU), transient %.2f GB, peak "
               "%.2f GB\n", recomputed.state / 1e9, recomputed.saved / 1e9, kept.saved / 1e9, recomputed.transient / 1e9,
               recomputed.peak / 1e9);
+  // bf16 block activations: the blocks' activations at 2 bytes (12 encoder blocks on 256 x 160
+  // rows of 7 x 768 + 3072, 4 decoder blocks on 256 x 1568 rows of 7 x 384 + 1536), plus the
+  // bf16 weight copies, the two bf16 stack inputs and the f32 encoder output.
+  const video::VideoMAEStepBytes half = video::videomae_pretrain_step_bytes(fc, true, DType::bf16);
+  const double act_saved = 12.0 * 256 * 160 * (7 * 768 + 3072) + 4.0 * 256 * 1568 * (7 * 384 + 1536);
+  const double extra = 2.0 * (256 * 160 * 768 + 256.0 * 1568 * 384) + 4.0 * 256 * 160 * 768;
+  expect_rel_near(recomputed.saved - half.saved, 2 * act_saved - extra, 1e-12, "bf16 saved bytes");
+  EXPECT_GT(half.state, recomputed.state);  // + the bf16 weight copies
+  EXPECT_LT(half.state, recomputed.state * 1.2);
+  std::printf("[ ViT-B b256 estimate, bf16 activations ] state %.2f GB, saved %.2f GB, transient %.2f GB, peak %.2f GB\n",
+              half.state / 1e9, half.saved / 1e9, half.transient / 1e9, half.peak / 1e9);
 }
 
 TEST(VideoMAEBench, TableAndErrors) {

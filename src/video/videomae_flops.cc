@@ -90,26 +90,35 @@ double videomae_pretrain_step_flops(const VideoMAEFlopConfig& c) {
   return 3.0 * videomae_pretrain_forward_flops(c);
 }
 
-VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& c, bool recompute_gelu) {
+VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& c, bool recompute_gelu, DType activations) {
   const double B = double(c.batch), V = double(c.visible_tokens()), R = double(c.reconstructed_tokens());
   const double P = double(c.in_chans * c.tubelet * c.patch * c.patch);
   const double D = double(c.enc_dim), Dd = double(c.dec_dim), I = double(c.enc_mlp_hidden), Id = double(c.dec_mlp_hidden);
+  const bool half = activations != DType::f32;
+  const double a = half ? 2 : 4;  // bytes of a block activation
   auto block_params = [](double d, double i) { return 4 * d + 2 * d + 3 * d * d + d * d + d + 2 * d * i + i + d; };
+  // The GEMM weights and biases of a block (its bf16 copies: PV::half, refresh_block_halves).
+  auto block_gemm_params = [](double d, double i) { return 3 * d * d + d * d + d + 2 * d * i + i + d; };
   const double params = P * D + D + double(c.enc_depth) * block_params(D, I) + 2 * D + Dd * D + Dd +
                         double(c.dec_depth) * block_params(Dd, Id) + 2 * Dd + P * Dd + P;
+  // A block keeps 7 d + i (+ i without recompute) activations and 4 + heads f32 statistics per row.
   auto block_saved = [&](double n, double d, double i, double heads) {
-    return n * (7 * d + (recompute_gelu ? 1 : 2) * i + 4 + heads);
+    return n * (a * (7 * d + (recompute_gelu ? 1 : 2) * i) + 4 * (4 + heads));
   };
   const double ne = B * V, nd = B * (V + R);
   const double saved = double(c.enc_depth) * block_saved(ne, D, I, double(c.enc_heads)) +
                        double(c.dec_depth) * block_saved(nd, Dd, Id, double(c.dec_heads)) +  // blocks
-                       ne * P + ne * D + ne * (D + 2) + (ne + 1) * Dd + nd * Dd +            // embed .. decoder input
-                       B * R * (2 * Dd + 2) + B * R * P;                                     // head rows, pred
-  const double backward = nd * Id + 2 * nd * Dd + 3 * nd * Dd + nd * Dd + (B * R + 1) * Dd;
+                       4 * (ne * P + ne * D + ne * (D + 2) + (ne + 1) * Dd + nd * Dd +      // embed .. decoder input
+                            B * R * (2 * Dd + 2) + B * R * P) +                              // head rows, pred
+                       (half ? a * (ne * D + nd * Dd) + 4 * ne * D : 0);  // bf16 stack inputs, f32 encoder output
+  const double backward = a * (nd * Id + 2 * nd * Dd + 3 * nd * Dd + nd * Dd) + 4 * (B * R + 1) * Dd +
+                          (half ? 4 * nd * Dd : 0);  // the f32 decoder gradient beside its bf16 copy
   VideoMAEStepBytes out;
-  out.state = 4 * 4 * params;
-  out.saved = 4 * saved;
-  out.transient = 4 * std::max(B * R * P, backward);
+  out.state = 4 * 4 * params +
+              (half ? a * (double(c.enc_depth) * block_gemm_params(D, I) + double(c.dec_depth) * block_gemm_params(Dd, Id))
+                    : 0);
+  out.saved = saved;
+  out.transient = std::max(4 * B * R * P, backward);
   out.peak = out.state + out.saved + out.transient;
   return out;
 }

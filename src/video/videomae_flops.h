@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <string>
 
+#include "unmask/dtype.h"
 #include "video/masking.h"
 
 namespace unmask::video {
@@ -64,7 +65,7 @@ double videomae_finetune_forward_flops(const VideoMAEFlopConfig& config);
 double videomae_finetune_step_flops(const VideoMAEFlopConfig& config);
 
 /// The memory of one pretraining step as unmask's step keeps it (video/videomae_step.cc), in
-/// bytes, all f32, counted from the shapes (the "count bytes first" of a benchmark):
+/// bytes, f32 unless `activations` says otherwise, counted from the shapes (the "count bytes first" of a benchmark):
 ///   state      parameters x 4 copies (value, gradient, AdamW m and v)
 ///   saved      every block's BlockSaved over its n tokens (n = B V encoder, B (V + R) decoder):
 ///              n (7 d + 2 i + 4 + heads) floats, n (7 d + i + 4 + heads) with recompute_gelu
@@ -78,6 +79,10 @@ double videomae_finetune_step_flops(const VideoMAEFlopConfig& config);
 struct VideoMAEStepBytes {
   double state = 0, saved = 0, transient = 0, peak = 0;
 };
-VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& config, bool recompute_gelu);
+/// activations = bf16 (VideoMAEStepOptions::activations): the blocks' activations take 2 bytes
+/// (statistics and lse stay f32), plus the bf16 weight copies of the blocks' GEMMs, the bf16
+/// inputs of both block stacks and the f32 copy of the encoder output.
+VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& config, bool recompute_gelu,
+                                              DType activations = DType::f32);
 
 }  // namespace unmask::video
