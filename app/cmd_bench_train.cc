@@ -114,11 +114,17 @@ int bench_train(int argc, char** argv) {
   Context ctx({.num_threads = int(args->get_int("threads")), .device = on_cuda ? Device::cuda : Device::cpu});
   const std::string devices_name = setup_device(ctx, precision);
   const char* devices = devices_name.c_str();
+  const std::string act_name = args->get("activations");
+  if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
+  const DType activations = act_name == "bf16" ? DType::bf16 : DType::f32;
+  // The precision column names the activations when they are not f32 (rows stay comparable).
+  const std::string prec_label = activations == DType::f32 ? precision : precision + " (act bf16)";
+  const char* prec = prec_label.c_str();
   // CPU: the FMA peak is measured before the first row and again after each one, and the best so
   // far is used: a measurement taken while another process shares the cores reads low.
   const bool fixed_peak = args->has("peak-gflops");
   double peak = fixed_peak ? args->get_double("peak-gflops")
-                : on_cuda  ? h100_peak_gflops(precision)
+                : on_cuda  ? h100_peak_gflops(activations == DType::bf16 ? "bf16" : precision)  // bf16 layers: bf16 GEMMs
                            : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;
   BertTrainModel model = BertTrainModel::random(cfg, {.pooler = true, .mlm = true, .nsp = true}, seed);
@@ -126,13 +132,7 @@ int bench_train(int argc, char** argv) {
   OptimizerConfig oc = opt_name == "adamw" ? OptimizerConfig{.kind = OptimizerKind::adamw, .lr = 1e-4f}
                                            : OptimizerConfig{.kind = OptimizerKind::lamb, .lr = 6e-3f};
   Optimizer opt(oc, model.params());
-  const std::string act_name = args->get("activations");
-  if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
-  const DType activations = act_name == "bf16" ? DType::bf16 : DType::f32;
-  // The precision column names the activations when they are not f32 (rows stay comparable).
-  const std::string prec_label = activations == DType::f32 ? precision : precision + " (act bf16)";
-  const char* prec = prec_label.c_str();
-
+  
   long long num_params = 0;
   for (const Param& p : model.params()) num_params += p.value.numel();
   if (format == "table") {

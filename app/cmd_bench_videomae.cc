@@ -172,7 +172,7 @@ int bench_videomae(int argc, char** argv) {
   const char* devices = devices_name.c_str();
   const bool fixed_peak = args->has("peak-gflops");
   double peak = fixed_peak ? args->get_double("peak-gflops")
-                : on_cuda  ? h100_peak_gflops(gemm_precision)
+                : on_cuda  ? h100_peak_gflops(act_name == "bf16" ? "bf16" : gemm_precision)  // bf16 blocks: bf16 GEMMs
                 : dry_run  ? 0.0
                            : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;

@@ -150,7 +150,7 @@ TEST(VideoMAEBench, TinyRunPrintsConsistentJson) {
   // the saved activations by hand: encoder 2 blocks on n = 2 x 2 tokens (d 64, i 256, 2 heads),
   // decoder 4 blocks on 2 x 8 (d 32, i 128, 2 heads), then the step's own tensors (B = 2, R = 6).
   expect_rel_near(r.at("estimated_state_mb").get<double>() * 1048576.0, 16.0 * double(params), 1e-12, "state bytes");
-  auto blk = [](double n, double d, double i, double h) { return n * (7 * d + 2 * i + 4 + h); };
+  auto blk = [](double n, double d, double i, double h) { return n * (8 * d + 2 * i + 4 + h); };
   const double ne = 4, nd = 16, B = 2;
   const double saved = 2 * blk(ne, D, 4 * D, 2) + 4 * blk(nd, Dd, 4 * Dd, 2) + ne * P + ne * D + ne * (D + 2) +
                        (ne + 1) * Dd + nd * Dd + B * R * (2 * Dd + 2) + B * R * P;
@@ -174,11 +174,11 @@ TEST(VideoMAEBench, RecomputedGeluSavesOneMlpActivationPerBlock) {
               "%.2f GB\n", recomputed.state / 1e9, recomputed.saved / 1e9, kept.saved / 1e9, recomputed.transient / 1e9,
               recomputed.peak / 1e9);
   // bf16 block activations: the blocks' activations at 2 bytes (12 encoder blocks on 256 x 160
-  // rows of 7 x 768 + 3072, 4 decoder blocks on 256 x 1568 rows of 7 x 384 + 1536), plus the
-  // bf16 weight copies, the two bf16 stack inputs and the f32 encoder output.
+  // rows of 8 x 768 + 3072, 4 decoder blocks on 256 x 1568 rows of 8 x 384 + 1536), the two
+  // stack inputs in bf16 instead of f32 (2 bytes less each), plus the f32 encoder output.
   const video::VideoMAEStepBytes half = video::videomae_pretrain_step_bytes(fc, true, DType::bf16);
-  const double act_saved = 12.0 * 256 * 160 * (7 * 768 + 3072) + 4.0 * 256 * 1568 * (7 * 384 + 1536);
-  const double extra = 2.0 * (256 * 160 * 768 + 256.0 * 1568 * 384) + 4.0 * 256 * 160 * 768;
+  const double act_saved = 12.0 * 256 * 160 * (8 * 768 + 3072) + 4.0 * 256 * 1568 * (8 * 384 + 1536);
+  const double extra = -2.0 * (256 * 160 * 768 + 256.0 * 1568 * 384) + 4.0 * 256 * 160 * 768;
   expect_rel_near(recomputed.saved - half.saved, 2 * act_saved - extra, 1e-12, "bf16 saved bytes");
   EXPECT_GT(half.state, recomputed.state);  // + the bf16 weight copies
   EXPECT_LT(half.state, recomputed.state * 1.2);

@@ -46,7 +46,7 @@ largest=$(echo $BATCHES | tr ' ' '\n' | sort -n | tail -1)
 unmask_row() {  # precision batch [f32 (default) | bf16 = UNMASK_CUDA_ATTN_BF16=1, tensor-core attention | act = bf16 activations]
   UNMASK_CUDA_ATTN_BF16=$([ "${3:-f32}" = bf16 ] && echo 1 || echo 0) timeout 300 "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
     --activations $([ "${3:-f32}" = act ] && echo bf16 || echo f32) --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" ||
-    echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"failed\": true}" >> "$ROWS"
+    echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"activations\": \"$([ "${3:-f32}" = act ] && echo bf16 || echo f32)\", \"failed\": true}" >> "$ROWS"
 }
 torch_row() {  # precision batch [--compile]
   timeout 400 python3 bench/peers/torch_videomae_train.py --device cuda --precision "$1" --attention sdpa \

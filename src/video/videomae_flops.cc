@@ -101,18 +101,20 @@ VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& c, bool
   auto block_gemm_params = [](double d, double i) { return 3 * d * d + d * d + d + 2 * d * i + i + d; };
   const double params = P * D + D + double(c.enc_depth) * block_params(D, I) + 2 * D + Dd * D + Dd +
                         double(c.dec_depth) * block_params(Dd, Id) + 2 * Dd + P * Dd + P;
-  // A block keeps 7 d + i (+ i without recompute) activations and 4 + heads f32 statistics per row.
+  // A block keeps 8 d (ln1, qkv 3 d, ctx, x1, ln2, out) + i (+ i without recompute) activations
+  // and 4 + heads f32 statistics (mean, rstd twice; lse) per row.
   auto block_saved = [&](double n, double d, double i, double heads) {
-    return n * (a * (7 * d + (recompute_gelu ? 1 : 2) * i) + 4 * (4 + heads));
+    return n * (a * (8 * d + (recompute_gelu ? 1 : 2) * i) + 4 * (4 + heads));
   };
   const double ne = B * V, nd = B * (V + R);
   const double saved = double(c.enc_depth) * block_saved(ne, D, I, double(c.enc_heads)) +
                        double(c.dec_depth) * block_saved(nd, Dd, Id, double(c.dec_heads)) +  // blocks
                        4 * (ne * P + ne * D + ne * (D + 2) + (ne + 1) * Dd + nd * Dd +      // embed .. decoder input
                             B * R * (2 * Dd + 2) + B * R * P) +                              // head rows, pred
-                       (half ? a * (ne * D + nd * Dd) + 4 * ne * D : 0);  // bf16 stack inputs, f32 encoder output
-  const double backward = a * (nd * Id + 2 * nd * Dd + 3 * nd * Dd + nd * Dd) + 4 * (B * R + 1) * Dd +
-                          (half ? 4 * nd * Dd : 0);  // the f32 decoder gradient beside its bf16 copy
+                       // bf16: the stack inputs in bf16 instead of f32 (the f32 ones are freed), and
+                       // the f32 copy of the encoder output for the encoder norm
+                       (half ? (a - 4) * (ne * D + nd * Dd) + 4 * ne * D : 0);
+  const double backward = a * (nd * Id + 2 * nd * Dd + 3 * nd * Dd + nd * Dd) + 4 * (B * R + 1) * Dd;
   VideoMAEStepBytes out;
   out.state = 4 * 4 * params +
               (half ? a * (double(c.enc_depth) * block_gemm_params(D, I) + double(c.dec_depth) * block_gemm_params(Dd, Id))

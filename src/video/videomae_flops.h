@@ -68,7 +68,7 @@ double videomae_finetune_step_flops(const VideoMAEFlopConfig& config);
 /// bytes, f32 unless `activations` says otherwise, counted from the shapes (the "count bytes first" of a benchmark):
 ///   state      parameters x 4 copies (value, gradient, AdamW m and v)
 ///   saved      every block's BlockSaved over its n tokens (n = B V encoder, B (V + R) decoder):
-///              n (7 d + 2 i + 4 + heads) floats, n (7 d + i + 4 + heads) with recompute_gelu
+///              n (8 d + 2 i + 4 + heads) floats, n (8 d + i + 4 + heads) with recompute_gelu
 ///              (video/videomae.h lists them), plus the step's own: the visible tubelets
 ///              B V P, the patch embedding B V D, the encoder norm B V (D + 2), the decoder input
 ///              table and rows B V Dd + B (V + R) Dd, the head rows B R (2 Dd + 2) and pred B R P
@@ -80,8 +80,8 @@ struct VideoMAEStepBytes {
   double state = 0, saved = 0, transient = 0, peak = 0;
 };
 /// activations = bf16 (VideoMAEStepOptions::activations): the blocks' activations take 2 bytes
-/// (statistics and lse stay f32), plus the bf16 weight copies of the blocks' GEMMs, the bf16
-/// inputs of both block stacks and the f32 copy of the encoder output.
+/// (statistics and lse stay f32), plus the bf16 weight copies of the blocks' GEMMs; the inputs
+/// of both block stacks are kept in bf16 only, and the encoder output also in f32.
 VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& config, bool recompute_gelu,
                                               DType activations = DType::f32);
 

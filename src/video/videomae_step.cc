@@ -234,6 +234,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   es.recompute_gelu = options.recompute_gelu.value_or(dev == Device::cuda);
   es.activations = adt;
   const Tensor x0_blocks = as_dtype(x0, adt);
+  if (adt != DType::f32) x0 = Tensor();  // the blocks read their bf16 copy from here on
   std::vector<BlockSaved> enc(m.enc_blocks.size());
   for (size_t i = 0; i < enc.size(); ++i)
     video::block_forward(ctx, m.enc_blocks[i], i == 0 ? x0_blocks : enc[i - 1].out, es, enc[i]);
@@ -256,6 +257,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   ds.recompute_gelu = es.recompute_gelu;
   ds.activations = adt;
   const Tensor dec_in_blocks = as_dtype(dec_in, adt);
+  if (adt != DType::f32) dec_in = Tensor();
   std::vector<BlockSaved> dec(m.dec_blocks.size());
   for (size_t i = 0; i < dec.size(); ++i)
     video::block_forward(ctx, m.dec_blocks[i], i == 0 ? dec_in_blocks : dec[i - 1].out, ds, dec[i]);
@@ -305,12 +307,16 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   Tensor g = f32({B * Nt, Dd});
   ops::embedding(ctx, dln_ext, ix.grad_src, g);
   Tensor g_blocks = as_dtype(g, adt);
+  if (adt != DType::f32) g = Tensor();  // allocated again after the decoder blocks
   for (size_t i = dec.size(); i-- > 0;) {
     video::block_backward(ctx, m.dec_blocks[i], i == 0 ? dec_in_blocks : dec[i - 1].out, dec[i], ds, g_blocks);
     dec[i] = BlockSaved{};  // its memory serves the next block's backward
     ready(m.dec_block_ranges[i]);
   }
-  if (adt != DType::f32) ops::copy(ctx, g_blocks, g);
+  if (adt != DType::f32) {
+    g = f32({B * Nt, Dd});
+    ops::copy(ctx, g_blocks, g);
+  }
   // g = d dec_in: the decoded rows sum into mask_token (gathered into dln's storage, which is
   // free now), the visible rows go back through encoder_to_decoder.
   ops::embedding(ctx, g, ix.dec_rows, dln);

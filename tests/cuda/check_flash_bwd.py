@@ -124,7 +124,7 @@ def tile(X, r0, valid, D, LDS):
     return s
 
 
-def store_rows(G, acc, row_base, valid, mul, D, ntiles_o):  # store_rows_f32 (row_base = tile start + warp*16)
+def store_rows(G, acc, row_base, valid, mul, D, ntiles_o):  # store_rows (row_base = tile start + warp*16)
     lanes = np.arange(32)
     for i in range(ntiles_o):
         if i * 8 >= D:

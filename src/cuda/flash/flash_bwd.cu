@@ -43,9 +43,12 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
   UNMASK_CHECK(p.q_row_stride % 8 == 0 && p.k_row_stride % 8 == 0 && p.v_row_stride % 8 == 0 &&
                    p.dout_row_stride % 8 == 0,
                "attention backward (cuda, bf16): bf16 row strides must be multiples of 8 elements");
-  UNMASK_CHECK(p.dq_row_stride % 2 == 0 && p.dk_row_stride % 2 == 0 && p.dv_row_stride % 2 == 0 &&
-                   is_aligned(p.dq, 4) && is_aligned(p.dk, 4) && is_aligned(p.dv, 4),
-               "attention backward (cuda, bf16): dq/dk/dv need even row strides and 4-byte alignment (stored in pairs)");
+  if (p.grads_bf16)  // the bf16 gradients are stored in pairs (__nv_bfloat162); f32 ones one by one
+    UNMASK_CHECK(p.dq_row_stride % 2 == 0 && p.dk_row_stride % 2 == 0 && p.dv_row_stride % 2 == 0 &&
+                     is_aligned(p.dq, 4) && is_aligned(p.dk, 4) && is_aligned(p.dv, 4),
+                 "attention backward (cuda, bf16 gradients): dq/dk/dv need even row strides and 4-byte alignment, got "
+                 "strides ", p.dq_row_stride, ", ", p.dk_row_stride, ", ", p.dv_row_stride, " and pointers ", p.dq, ", ",
+                 p.dk, ", ", p.dv);
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {
     case 64: return run_flash_bwd<64>(p, stream);
