@@ -31,6 +31,30 @@ void to_bf16(void* dst, const float* src, int64_t ld, int64_t N, int64_t C, cuda
   cast_f32_2d(dst, DType::bf16, src, ld, 0, N, C, 1, stream);
 }
 
+// The fields both training forwards share (sequences, sizes, scale, dropout; bf16 operands):
+// the callers add the row pointers, strides and the output form.
+FlashFwdParams flash_fwd_params(const AttnTrainParams& p) {
+  FlashFwdParams f;
+  f.num_heads = p.num_heads, f.head_dim = p.head_size, f.batch = p.batch, f.max_seqlen = p.max_seqlen;
+  f.cu_seqlens = p.cu_seqlens, f.key_mask = p.key_mask, f.mask_elem_bytes = p.mask_elem_bytes;
+  f.mask_batch_stride = p.mask_batch_stride;
+  f.scale = p.scale, f.scale_log2 = p.scale * kLog2e;
+  f.dtype = DType::bf16;
+  f.dropout_p = p.dropout_p, f.dropout_seed = p.dropout_seed, f.dropout_offset = p.dropout_offset;
+  return f;
+}
+
+// The same for both training backwards.
+FlashBwdParams flash_bwd_params(const AttnTrainParams& p) {
+  FlashBwdParams b;
+  b.num_heads = p.num_heads, b.head_dim = p.head_size, b.batch = p.batch, b.max_seqlen = p.max_seqlen;
+  b.cu_seqlens = p.cu_seqlens, b.key_mask = p.key_mask, b.mask_elem_bytes = p.mask_elem_bytes;
+  b.mask_batch_stride = p.mask_batch_stride;
+  b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
+  b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
+  return b;
+}
+
 }  // namespace
 
 bool attention_train_tc_applies(const AttnTrainParams& p) {
@@ -50,17 +74,11 @@ void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
   to_bf16(qb, p.q, p.ldq, N, C, stream);
   to_bf16(kb, p.k, p.ldk, N, C, stream);
   to_bf16(vb, p.v, p.ldv, N, C, stream);
-  FlashFwdParams f;
+  FlashFwdParams f = flash_fwd_params(p);
   f.q = qb, f.k = kb, f.v = vb, f.o = p.out;
   f.q_row_stride = f.k_row_stride = f.v_row_stride = C;
   f.o_row_stride = p.ldo;
-  f.num_heads = p.num_heads, f.head_dim = p.head_size, f.batch = p.batch, f.max_seqlen = p.max_seqlen;
-  f.cu_seqlens = p.cu_seqlens, f.key_mask = p.key_mask, f.mask_elem_bytes = p.mask_elem_bytes;
-  f.mask_batch_stride = p.mask_batch_stride;
-  f.scale = p.scale, f.scale_log2 = p.scale * kLog2e;
-  f.dtype = DType::bf16;
   f.o_f32 = true, f.lse = p.lse, f.lse_head_stride = N;
-  f.dropout_p = p.dropout_p, f.dropout_seed = p.dropout_seed, f.dropout_offset = p.dropout_offset;
   attention_forward(f, stream, AttentionKernel::flash);
 }
 
@@ -77,17 +95,12 @@ void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) 
   to_bf16(kb, p.k, p.ldk, N, C, stream);
   to_bf16(vb, p.v, p.ldv, N, C, stream);
   to_bf16(db, p.dout, p.lddo, N, C, stream);
-  FlashBwdParams b;
+  FlashBwdParams b = flash_bwd_params(p);
   b.q = qb, b.k = kb, b.v = vb, b.dout = db;
   b.q_row_stride = b.k_row_stride = b.v_row_stride = b.dout_row_stride = C;
   b.lse = p.lse, b.delta = p.delta, b.lse_head_stride = N;
   b.dq = p.dq, b.dk = p.dk, b.dv = p.dv;
   b.dq_row_stride = p.lddq, b.dk_row_stride = p.lddk, b.dv_row_stride = p.lddv;
-  b.num_heads = p.num_heads, b.head_dim = p.head_size, b.batch = p.batch, b.max_seqlen = p.max_seqlen;
-  b.cu_seqlens = p.cu_seqlens, b.key_mask = p.key_mask, b.mask_elem_bytes = p.mask_elem_bytes;
-  b.mask_batch_stride = p.mask_batch_stride;
-  b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
-  b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
   flash_attention_backward(b, stream);
 }
 
@@ -99,16 +112,10 @@ void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16R
   UNMASK_CHECK(attention_train_bf16_applies(p), "attention (cuda, bf16 activations): needs head size 64, 80, 88 or "
                "128, got ", p.head_size, Hint("train with f32 activations for this model"));
   if (p.rows == 0) return;
-  FlashFwdParams f;
+  FlashFwdParams f = flash_fwd_params(p);
   f.q = rows.q, f.k = rows.k, f.v = rows.v, f.o = rows.out;
   f.q_row_stride = p.ldq, f.k_row_stride = p.ldk, f.v_row_stride = p.ldv, f.o_row_stride = p.ldo;
-  f.num_heads = p.num_heads, f.head_dim = p.head_size, f.batch = p.batch, f.max_seqlen = p.max_seqlen;
-  f.cu_seqlens = p.cu_seqlens, f.key_mask = p.key_mask, f.mask_elem_bytes = p.mask_elem_bytes;
-  f.mask_batch_stride = p.mask_batch_stride;
-  f.scale = p.scale, f.scale_log2 = p.scale * kLog2e;
-  f.dtype = DType::bf16;
   f.o_f32 = false, f.lse = p.lse, f.lse_head_stride = p.rows;
-  f.dropout_p = p.dropout_p, f.dropout_seed = p.dropout_seed, f.dropout_offset = p.dropout_offset;
   attention_forward(f, stream, AttentionKernel::flash);
 }
 
@@ -118,18 +125,13 @@ void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16
   const int64_t N = p.rows;
   if (N == 0) return;
   attention_train_delta_bf16(p, rows.dout, rows.out, stream);
-  FlashBwdParams b;
+  FlashBwdParams b = flash_bwd_params(p);
   b.q = rows.q, b.k = rows.k, b.v = rows.v, b.dout = rows.dout;
   b.q_row_stride = p.ldq, b.k_row_stride = p.ldk, b.v_row_stride = p.ldv, b.dout_row_stride = p.lddo;
   b.lse = p.lse, b.delta = p.delta, b.lse_head_stride = N;
   b.dq = rows.dq, b.dk = rows.dk, b.dv = rows.dv;  // bf16, stored straight from the accumulators
   b.dq_row_stride = p.lddq, b.dk_row_stride = p.lddk, b.dv_row_stride = p.lddv;
   b.grads_bf16 = true;
-  b.num_heads = p.num_heads, b.head_dim = p.head_size, b.batch = p.batch, b.max_seqlen = p.max_seqlen;
-  b.cu_seqlens = p.cu_seqlens, b.key_mask = p.key_mask, b.mask_elem_bytes = p.mask_elem_bytes;
-  b.mask_batch_stride = p.mask_batch_stride;
-  b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
-  b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
   flash_attention_backward(b, stream);
 }
 
