@@ -16,7 +16,8 @@ int bench_loader(int argc, char** argv) {
       {"store", "DIR", "a clip store (unmask prepare-video)", ""},
       {"list", "FILE", "a list file decoded on the fly with FFmpeg instead", ""},
       {"root", "DIR", "directory joined to relative paths of --list", ""},
-      {"format", "F", "list format: videomae, vswift or auto", "auto"},
+      {"format", "F", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto", "auto"},
+      {"fname-tmpl", "T", "--list: file names in frame folders (videomae2, rawframes)", "img_{:05}.jpg"},
       {"short-side", "N", "--list: resize so the shorter side is N (as prepare-video does)", "128"},
       {"mode", "M", "pretrain (multi-scale crop), train (+ h-flip) or test (views)", "pretrain"},
       {"batch", "N", "clips per batch", "8"},
@@ -69,11 +70,8 @@ int bench_loader(int argc, char** argv) {
       source = "store " + args->get("store");
       return video::ClipLoader::from_store(args->get("store"), o);
     }
-    const std::string f = args->get("format");
-    const video::ListFormat fmt = f == "videomae" ? video::ListFormat::videomae
-                                  : f == "vswift" ? video::ListFormat::vswift
-                                  : f == "auto"   ? video::ListFormat::automatic
-                                                  : throw Error("--format must be videomae, vswift or auto");
+    const video::ListFormat fmt = video::parse_list_format(args->get("format"));
+    o.frame_template = args->get("fname-tmpl");
     source = "list " + args->get("list");
     return video::ClipLoader::from_list(args->get("list"), args->get("root"), fmt, int(args->get_int("short-side")), o);
   }();

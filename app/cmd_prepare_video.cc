@@ -17,14 +17,6 @@ namespace unmask::cli {
 
 namespace {
 
-video::ListFormat parse_format(const std::string& s) {
-  if (s == "videomae") return video::ListFormat::videomae;
-  if (s == "vswift") return video::ListFormat::vswift;
-  if (s == "auto") return video::ListFormat::automatic;
-  throw Error("--format must be videomae, vswift or auto, got '", s, "'",
-              Hint("videomae: 'path label' lines; vswift: 'path,label' lines"));
-}
-
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -61,9 +53,11 @@ int check_store(const std::string& dir) {
 
 int cmd_prepare_video(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {
-      {"list", "FILE", "list file: 'path label' (videomae) or 'path,label' (vswift) lines", ""},
+      {"list", "FILE", "list file of videos, frame ranges or frame folders (--format)", ""},
       {"root", "DIR", "directory joined to relative paths of the list", ""},
-      {"format", "F", "videomae, vswift or auto (by extension and first line)", "auto"},
+      {"format", "F", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto (first line)",
+       "auto"},
+      {"fname-tmpl", "T", "file names in frame folders (videomae2, rawframes lists)", "img_{:05}.jpg"},
       {"out", "DIR", "the clip store to create (a directory: index.bin + chunk-*.bin)", ""},
       {"short-side", "N", "resize so the shorter side is N pixels (0 = native size)", "128"},
       {"frame-stride", "N", "keep every N-th source frame", "1"},
@@ -89,7 +83,8 @@ int cmd_prepare_video(int argc, char** argv) {
   video::PrepareOptions o;
   o.list = args->require("list");
   o.root = args->get("root");
-  o.format = parse_format(args->get("format"));
+  o.format = video::parse_list_format(args->get("format"));
+  o.frame_template = args->get("fname-tmpl");
   o.out = args->require("out");
   o.short_side = int(args->get_int("short-side"));
   o.frame_stride = int(args->get_int("frame-stride"));

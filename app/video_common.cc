@@ -16,7 +16,8 @@ namespace unmask::cli {
 std::vector<OptionSpec> video_data_specs() {
   return {
       {"root", "DIR", "prefix for relative paths of a list file", ""},
-      {"format", "KIND", "list format: videomae (path label), vswift (path,label) or auto", "auto"},
+      {"format", "KIND", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto", "auto"},
+      {"fname-tmpl", "T", "list input: file names in frame folders (videomae2, rawframes)", "img_{:05}.jpg"},
       {"short-side", "N", "list input: resize the short side while decoding (a store is already resized)", "0"},
       {"sampling-rate", "N", "dense sampling: frame step (VideoMAE K400 4, SSv2 pretraining 2)", "4"},
       {"segments", "", "TSN segment sampling (SSv2) instead of dense", ""},
@@ -47,13 +48,7 @@ VideoMAEConfig video_model_config(const Args& a) {
 
 namespace {
 
-video::ListFormat list_format(const Args& a) {
-  const std::string f = a.get("format");
-  if (f == "videomae") return video::ListFormat::videomae;
-  if (f == "vswift") return video::ListFormat::vswift;
-  if (f == "auto") return video::ListFormat::automatic;
-  throw Error("--format must be videomae, vswift or auto, got '", f, "'");
-}
+video::ListFormat list_format(const Args& a) { return video::parse_list_format(a.get("format")); }
 
 bool is_store(const std::string& data) {
   if (!std::filesystem::exists(data))
@@ -69,6 +64,7 @@ video::ClipLoader open_video_loader(const Args& a, const std::string& data, vide
   o.segments = a.has("segments");
   o.threads = int(a.get_int("loader-threads"));
   o.strict = a.has("strict");
+  o.frame_template = a.get("fname-tmpl");
   if (o.sampling_rate < 1) throw Error("--sampling-rate must be >= 1, got ", o.sampling_rate);
   if (o.threads < 1) throw Error("--loader-threads must be >= 1, got ", o.threads);
   if (is_store(data)) return video::ClipLoader::from_store(data, o);

@@ -37,7 +37,7 @@ mkdir -p "$OUT/obj"
 
 # ---- library objects, compiled once for all targets ----------------------------------------
 sources=()
-for f in src/core/*.cc src/io/*.cc src/text/*.cc src/video/sampling.cc src/video/clip_store.cc; do  # + the FFmpeg-free video parsers
+for f in src/core/*.cc src/io/*.cc src/text/*.cc src/video/sampling.cc src/video/video_list.cc src/video/clip_store.cc; do  # + the FFmpeg-free video parsers
   [ -e "$f" ] || continue
   if grep -Eq '#include +"(cpu/|core/thread_pool\.h|unmask/context\.h)|cblas' "$f"; then
     continue  # needs BLAS / threads: not part of the fuzzed surface

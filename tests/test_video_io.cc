@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include "jpeg_test_util.h"
 #include "temp_dir.h"
 #include "unmask/error.h"
 #include "video/augment.h"
@@ -521,15 +522,7 @@ TEST(VideoAugment, AugmentClipShapeAndDeterminism) {
 
 // ---- JPEG frame folders --------------------------------------------------------------------------
 
-void write_jpeg(const std::string& path, const std::vector<uint8_t>& rgb, int w, int h) {
-  tjhandle tj = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  ASSERT_EQ(0, tjCompress2(tj, rgb.data(), w, w * 3, h, TJPF_RGB, &buf, &size, TJSAMP_444, 100, 0));
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(buf), std::streamsize(size));
-  tjFree(buf);
-  tjDestroy(tj);
-}
+using test::write_jpeg;
 
 TEST(VideoFrames, JpegFolderDecodesResizesAndFails) {
   TempDir dir;

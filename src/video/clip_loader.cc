@@ -25,6 +25,7 @@
 #include "unmask/error.h"
 #include "video/augment.h"
 #include "video/decode.h"
+#include "video/listed_video.h"
 
 namespace unmask::video {
 
@@ -251,9 +252,9 @@ struct ClipLoader::Impl {
       return c;
     }
     const std::string& path = list[size_t(v)].path;
-    std::unique_ptr<VideoReader> reader;
+    std::unique_ptr<ListedVideo> reader;
     try {
-      reader = std::make_unique<VideoReader>(path);
+      reader = std::make_unique<ListedVideo>(list[size_t(v)], o.frame_template);
     } catch (const Error& e) {
       std::lock_guard<std::mutex> lock(mu);
       open_failed[size_t(v)] = 1;  // opening fails the same way every time: skip it from now on
@@ -263,7 +264,7 @@ struct ClipLoader::Impl {
     try {
       DecodeOptions d;
       d.short_side = short_side;
-      Clip c = reader->decode(indices_for(reader->info().num_frames), d);
+      Clip c = reader->decode(indices_for(reader->frames()), d);
       *read_s += since(t0);
       return c;
     } catch (const Error& e) {

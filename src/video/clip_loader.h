@@ -1,6 +1,7 @@
 // video/clip_loader.h: the multi-threaded, prefetching clip loader behind video training and
 // evaluation. It reads clips from a clip store (video/clip_store.h, decode-once) or decodes a
-// list file on the fly with VideoReader (the slow baseline), samples frames as VideoMAE does,
+// list file on the fly (the slow baseline: any video_list.h format, through ListedVideo, so a
+// listed frame range is the whole "video" the samplers see), samples frames as VideoMAE does,
 // augments, normalises and assembles batches on worker threads, a bounded number of batches
 // ahead of the consumer.
 //
@@ -75,6 +76,7 @@ struct ClipLoaderOptions {
   bool shuffle = true;    // pretrain/train (test mode keeps list order)
   bool drop_last = true;  // pretrain/train (test mode keeps every row)
   bool strict = false;    // from_list: the first bad video is an Error from next()
+  std::string frame_template = "img_{:05}.jpg";  // from_list: file names in frame folders (videomae2, rawframes)
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, std{0.229f, 0.224f, 0.225f};
   // Data parallel (pretrain/train; dist/shard.h has V-SWIFT's two modes): this rank's part.
   //   slice (every machine holds the data): the epoch's order, the same permutation on every rank,
@@ -117,7 +119,7 @@ class ClipLoader {
  public:
   /// Clips from a clip store (decode-once).
   static ClipLoader from_store(const std::string& store_dir, const ClipLoaderOptions& options);
-  /// Clips decoded on the fly from a list file with VideoReader, resized to `short_side` (0 = native).
+  /// Clips decoded on the fly from a list file (video files or frame folders), resized to `short_side` (0 = native).
   static ClipLoader from_list(const std::string& list_file, const std::string& root, ListFormat format, int short_side,
                               const ClipLoaderOptions& options);
 

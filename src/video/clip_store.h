@@ -14,6 +14,8 @@
 //   char[8] "UNMASKCS"; u32 format version (kClipStoreVersion); u32 flags (0)
 //   i32 short_side, frame_stride, max_frames (0 = all), min_frames; u64 chunk_limit_bytes
 //   u64 videos; u64 chunks; u64 total frames; u64 chunk_bytes[chunks]; str source list
+//   (a "video" is one listed clip: a whole file, a frame range of one (V-SWIFT lists) or a frame
+//   folder; a range keeps its frames' numbers in the source, source_frames is the whole source's)
 //   per video: str path; i64 label; i64 source_frames; f64 fps; i32 height, width; u32 chunk;
 //              u64 offset (bytes into the chunk); u32 frames; per frame: u32 source frame index,
 //              u32 crc32 of the frame's H*W*3 bytes
@@ -76,9 +78,10 @@ struct PrepareProgress {
 };
 
 struct PrepareOptions {
-  std::string list;  // list file (VideoMAE or V-SWIFT format)
+  std::string list;  // list file (any video_list.h format)
   std::string root;  // joined to relative paths of the list
   ListFormat format = ListFormat::automatic;
+  std::string frame_template = "img_{:05}.jpg";          // file names in frame folders (videomae2, rawframes)
   std::string out;                                       // store directory to create
   int short_side = 128;                                  // resize so min(H, W) == short_side; 0 = native size
   int frame_stride = 1;                                  // keep source frames 0, s, 2s, ...

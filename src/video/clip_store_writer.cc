@@ -24,6 +24,7 @@
 
 #include "unmask/error.h"
 #include "video/clip_store.h"
+#include "video/listed_video.h"
 
 namespace unmask::video {
 
@@ -44,18 +45,18 @@ DecodedVideo decode_one(const ListEntry& item, const PrepareOptions& o) {
   d.entry.path = item.path;
   d.entry.label = item.label;
   try {
-    VideoReader reader(item.path);
-    const VideoInfo& info = reader.info();
+    ListedVideo reader(item, o.frame_template);  // the listed clip: a frame range of a file or a frame folder
+    const VideoInfo& info = reader.source_info();
     if (!o.keep_truncated && info.container_frames > info.num_frames)
       throw Error("video: ", item.path, ": truncated: the header lists ", info.container_frames, " frames, ",
                   info.num_frames, " are complete", Hint("re-download the file, or pass --keep-truncated"));
-    std::vector<int64_t> keep;
-    for (int64_t k = 0; k < info.num_frames; k += o.frame_stride) {
+    std::vector<int64_t> keep;  // clip frames; the store records their source frame numbers
+    for (int64_t k = 0; k < reader.frames(); k += o.frame_stride) {
       if (o.max_frames > 0 && int64_t(keep.size()) >= o.max_frames) break;
       keep.push_back(k);
     }
     if (int64_t(keep.size()) < o.min_frames)
-      throw Error("video: ", item.path, ": too short: ", keep.size(), " frames kept (", info.num_frames,
+      throw Error("video: ", item.path, ": too short: ", keep.size(), " frames kept (", reader.frames(),
                   " frames, stride ", o.frame_stride, "), --min-frames is ", o.min_frames,
                   Hint("lower --min-frames or drop this video"));
     if (info.num_frames > int64_t(UINT32_MAX)) throw Error("video: ", item.path, ": over 2^32 frames");
@@ -70,7 +71,7 @@ DecodedVideo decode_one(const ListEntry& item, const PrepareOptions& o) {
     e.frames = clip.frames;
     const size_t fb = size_t(e.frame_bytes());
     for (size_t f = 0; f < keep.size(); ++f) {
-      e.source_index.push_back(uint32_t(keep[f]));
+      e.source_index.push_back(uint32_t(reader.first_frame() + keep[f]));
       e.crc.push_back(uint32_t(crc32(crc32(0L, Z_NULL, 0), clip.rgb.data() + f * fb, uInt(fb))));
     }
     d.rgb = std::move(clip.rgb);

@@ -314,11 +314,14 @@ FrameFolderReader::FrameFolderReader(const std::string& dir, const std::string& 
                   Hint("use {}, {:05} or {:05d}"));
   }
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw Error("video: ", dir, ": not a directory of frames", Hint("check the path in the list file"));
+  if (!std::filesystem::exists(dir, ec))  // the wording classify_video_error counts as "missing"
+    throw Error("video: ", dir, ": no such file or directory", Hint("check the path in the list file"));
+  if (!std::filesystem::is_directory(dir, ec))
+    throw Error("video: ", dir, ": not a directory of frames", Hint("check the path in the list file"));
   while (std::filesystem::exists(frame_path(info_.num_frames), ec)) ++info_.num_frames;
   if (info_.num_frames == 0)
     throw Error("video: ", dir, ": no frames (looked for ", frame_path(0), ")",
-                Hint("pass the right --fname-tmpl and first number"));
+                Hint("pass the right --fname-tmpl (and list the right first frame number)"));
   tj_ = tjInitDecompress();
   if (!tj_) throw Error("video: cannot create a libturbojpeg decompressor");
   decode_jpeg(0, &info_.width, &info_.height);  // the size of the first frame is the folder's

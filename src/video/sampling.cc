@@ -1,11 +1,7 @@
-// video/sampling.cc: VideoMAE frame sampling and list-file parsing (see sampling.h).
+// video/sampling.cc: VideoMAE frame sampling (see sampling.h).
 #include "video/sampling.h"
 
 #include <algorithm>
-#include <charconv>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "unmask/error.h"
 
@@ -87,55 +83,6 @@ std::vector<int64_t> segment_indices(int64_t n, int num_frames, bool train, Samp
     idx.assign(size_t(num_frames), 0);
   }
   return idx;
-}
-
-std::vector<ListEntry> parse_video_list(const std::string& text, const std::string& name, ListFormat format,
-                                        const std::string& root) {
-  if (format == ListFormat::automatic) {
-    const std::string first = text.substr(0, text.find('\n'));
-    const bool csv = name.size() >= 4 && name.compare(name.size() - 4, 4, ".csv") == 0;
-    format = csv && first.find(',') != std::string::npos ? ListFormat::vswift : ListFormat::videomae;
-  }
-  const char sep = format == ListFormat::vswift ? ',' : ' ';
-  const char* fmt_name = format == ListFormat::vswift ? "V-SWIFT 'path,label'" : "VideoMAE 'path label'";
-  std::vector<ListEntry> out;
-  std::istringstream in(text);
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const auto not_space = line.find_first_not_of(" \t");
-    if (not_space == std::string::npos) continue;  // blank
-    const auto last = line.find_last_not_of(" \t");
-    line = line.substr(not_space, last - not_space + 1);
-    const auto cut = line.rfind(sep);
-    auto where = [&] { return name + ":" + std::to_string(line_no); };
-    if (cut == std::string::npos || cut == 0)
-      throw Error("video list ", where(), ": expected ", fmt_name, ", got '", line.substr(0, 80), "'",
-                  Hint(format == ListFormat::vswift ? "separate path and label with a comma"
-                                                    : "separate path and label with a space"));
-    std::string path = line.substr(0, cut), label_text = line.substr(cut + 1);
-    while (!path.empty() && (path.back() == ' ' || path.back() == '\t')) path.pop_back();
-    while (!label_text.empty() && (label_text.front() == ' ' || label_text.front() == '\t')) label_text.erase(0, 1);
-    int64_t label = -1;
-    const auto [ptr, ec] = std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
-    if (ec != std::errc() || ptr != label_text.data() + label_text.size() || label < 0)
-      throw Error("video list ", where(), ": label '", label_text.substr(0, 40), "' is not a non-negative integer",
-                  Hint(std::string("each line must be ") + fmt_name));
-    if (path.empty()) throw Error("video list ", where(), ": empty path", Hint("each line must start with a path"));
-    if (!root.empty() && std::filesystem::path(path).is_relative()) path = (std::filesystem::path(root) / path).string();
-    out.push_back({path, label});
-  }
-  return out;
-}
-
-std::vector<ListEntry> read_video_list(const std::string& file, ListFormat format, const std::string& root) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw Error("video list: cannot open ", file, Hint("check the path"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_video_list(ss.str(), file, format, root);
 }
 
 }  // namespace unmask::video

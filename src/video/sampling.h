@@ -1,4 +1,4 @@
-// video/sampling.h: VideoMAE's frame sampling and the two list-file formats.
+// video/sampling.h: VideoMAE's frame sampling (the list files it reads are in video_list.h).
 //
 //   video::SampleRng rng(seed);
 //   auto idx = video::dense_indices(300, 16, 4, rng);          // pretraining / K400 fine-tune
@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "video/video_list.h"  // the list formats, for the files that include this header for them
+
 namespace unmask::video {
 
 class SampleRng {
@@ -38,23 +40,5 @@ class SampleRng {
 std::vector<int64_t> dense_indices(int64_t video_frames, int num_frames, int sampling_rate, SampleRng& rng);
 std::vector<int64_t> dense_test_indices(int64_t video_frames, int num_frames, int sampling_rate, int view, int views);
 std::vector<int64_t> segment_indices(int64_t video_frames, int num_frames, bool train, SampleRng& rng);
-
-enum class ListFormat {
-  videomae,  // "path label", space-separated (the label is after the last space; paths may hold spaces)
-  vswift,    // "path,label" (the label is after the last comma)
-  automatic, // by extension: .csv with a comma on the first line -> vswift, else videomae
-};
-
-struct ListEntry {
-  std::string path;  // relative paths are joined to `root` when one is given
-  int64_t label = 0;
-};
-
-/// Reads a list file. Blank lines are skipped; any other malformed line (missing label,
-/// non-integer or negative label, empty path) throws an Error naming file:line.
-std::vector<ListEntry> read_video_list(const std::string& file, ListFormat format, const std::string& root = "");
-/// The same on text (for tests and the fuzzer); `name` appears in errors.
-std::vector<ListEntry> parse_video_list(const std::string& text, const std::string& name, ListFormat format,
-                                        const std::string& root = "");
 
 }  // namespace unmask::video

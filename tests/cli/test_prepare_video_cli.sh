@@ -87,6 +87,49 @@ grep -q "frame 1 " "$T/err" && ok || bad "frame not named: $(cat "$T/err")"
 truncate -s -10 "$T/t3.ucs/chunk-00000.bin"
 expect_fail "--check on a truncated chunk" "truncated" "$BIN" prepare-video --check "$T/t3.ucs"
 
+# List formats beyond 'path label' (video_list.h).
+# V-SWIFT frame ranges 'path label sframe eframe' (found by auto): the store keeps each range;
+# a range past the end of the 12-frame video is skipped as too short.
+first=$(head -1 "$T/all.txt" | cut -d' ' -f1)
+printf '%s 1 2 10\n%s 0 6 -1\n%s 2 8 20\n' "$first" "$first" "$first" >"$T/ranges.txt"
+"$BIN" prepare-video --list "$T/ranges.txt" --out "$T/r.ucs" --short-side 32 --quiet >"$T/out" 2>&1 && ok \
+  || bad "range list: $(cat "$T/out")"
+grep -q "prepare-video: 2 ok, 1 skipped (1 too_short), 14 frames" "$T/out" && ok || bad "range summary: $(cat "$T/out")"
+grep -q "frame range \[8, 20) does not fit its 12 frames" "$T/out" && ok || bad "bad range not explained: $(cat "$T/out")"
+# The same clips through the loader, decoded on the fly.
+head -2 "$T/ranges.txt" >"$T/ranges2.txt"
+"$BIN" bench loader --list "$T/ranges2.txt" --short-side 32 --batch 1 --frames 4 --rate 2 --crop 16 --warmup 0 --json \
+  >"$T/out" 2>&1 && grep -q '"clips": 2' "$T/out" && ok || bad "loader over a range list: $(cat "$T/out")"
+# V-SWIFT's six columns, comma-separated.
+printf 'k400,%s,1,2,10,12\n' "$first" >"$T/six.csv"
+"$BIN" prepare-video --list "$T/six.csv" --out "$T/six.ucs" --short-side 32 --quiet >"$T/out" 2>&1 \
+  && grep -q "1 ok, 0 skipped (none), 8 frames" "$T/out" && ok || bad "six-column list: $(cat "$T/out")"
+printf 'k400,%s,1,2,10,8\n' "$first" >"$T/six_bad.csv"
+expect_fail "eframe past nframes" "six_bad.csv:1" "$BIN" prepare-video --list "$T/six_bad.csv" --out "$T/x.ucs"
+printf '%s 1 2 10\n%s 1 9 4\n' "$first" "$first" >"$T/bad_range.txt"
+expect_fail "empty range" "bad_range.txt:2: the frame range \[9, 4) is empty" \
+  "$BIN" prepare-video --list "$T/bad_range.txt" --out "$T/x.ucs"
+# Frame folders extracted by the ffmpeg CLI (as mmaction2's rawframes are): 'folder total_frames
+# label' (rawframes), 'folder start_idx total_frames' (VideoMAE v2), another --fname-tmpl.
+if command -v ffmpeg >/dev/null; then
+  mkdir -p "$T/raw/a" "$T/raw/b"
+  ffmpeg -loglevel error -i "$first" -q:v 2 "$T/raw/a/img_%05d.jpg" && ok || bad "ffmpeg could not extract frames"
+  ffmpeg -loglevel error -i "$first" -q:v 2 -start_number 0 "$T/raw/b/frame_%d.jpg"
+  echo "a 12 3" >"$T/raw.txt"
+  "$BIN" prepare-video --list "$T/raw.txt" --root "$T/raw" --format rawframes --out "$T/raw.ucs" --short-side 0 \
+    --quiet >"$T/out" 2>&1 && grep -q "1 ok, 0 skipped (none), 12 frames" "$T/out" && ok || bad "rawframes: $(cat "$T/out")"
+  echo "b 4 6" >"$T/v2.txt"  # frames 4..9 of frame_0.jpg ..
+  "$BIN" prepare-video --list "$T/v2.txt" --root "$T/raw" --format videomae2 --fname-tmpl "frame_{}.jpg" \
+    --out "$T/v2.ucs" --quiet >"$T/out" 2>&1 && grep -q "1 ok, 0 skipped (none), 6 frames" "$T/out" && ok \
+    || bad "videomae2 frame folder: $(cat "$T/out")"
+  echo "a 13 3" >"$T/raw13.txt"  # the folder holds 12
+  "$BIN" prepare-video --list "$T/raw13.txt" --root "$T/raw" --format rawframes --out "$T/x.ucs" --quiet \
+    >"$T/out" 2>&1; grep -q "the list says 13 frames, the folder has 12" "$T/out" && ok || bad "short folder: $(cat "$T/out")"
+  expect_fail "ambiguous two-number list" "--format videomae2 or --format rawframes" \
+    "$BIN" prepare-video --list "$T/raw.txt" --root "$T/raw" --out "$T/x.ucs"
+fi
+rm -rf "$T/x.ucs"
+
 # Bad arguments: non-zero exit with an error message.
 expect_fail "no --list" "--list is required" "$BIN" prepare-video --out "$T/x.ucs"
 expect_fail "no --out" "--out is required" "$BIN" prepare-video --list "$T/all.txt"
