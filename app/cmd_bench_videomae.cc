@@ -41,6 +41,9 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <vector>
 #include <optional>
 
 #include "cli.h"
@@ -87,13 +90,90 @@ video::VideoMAEFlopConfig flop_config(const VideoMAEConfig& c, double mask_ratio
 
 // Parameters of the pretraining model, counted from the config (--dry-run builds no model; a run
 // checks the count against the model's tensors).
-int64_t count_params(const VideoMAEConfig& c) {
-  auto block = [&](int64_t d) {
-    const int64_t i = c.mlp_hidden(d);
-    return 4 * d + 2 * d + 3 * d * d + d * d + d + i * d + i + d * i + d;  // norms, q/v bias, qkv, proj, fc1, fc2
+int64_t count_params(const VideoMAEConfig& c) { return video::videomae_pretrain_parameters(flop_config(c, 0.9, 1)); }
+
+// V-SWIFT's number style: 25.808M, 0.101G (parameters), 17.929G, 0.11T (FLOPs).
+std::string v_swift_number(double v, double big_from, const char* small_unit, double small_scale,
+                           const char* big_unit, double big_scale) {
+  char buf[32];
+  if (v < big_from) std::snprintf(buf, sizeof(buf), "%.3f%s", v / small_scale, small_unit);
+  else std::snprintf(buf, sizeof(buf), "%.3f%s", v / big_scale, big_unit);
+  return buf;
+}
+
+// "4.0", or "48/11" when the MLP ratio is not a one-decimal number (ViT-g).
+std::string mlp_ratio_text(int64_t mlp, int64_t dim) {
+  if ((mlp * 10) % dim == 0) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%.1f", double(mlp) / double(dim));
+    return buf;
+  }
+  const int64_t g = std::gcd(mlp, dim);
+  return std::to_string(mlp / g) + "/" + std::to_string(dim / g);
+}
+
+// `bench videomae --arch`: V-SWIFT's "Model Architecture Details" table (video.md section 1.2)
+// from the presets, counted (video/videomae_flops.h), for the decoder depth and tube-mask count
+// given: `--decoder-depth 8 --tube-count vswift` is how V-SWIFT's figures were counted.
+int print_arch_table(const Args& a) {
+  const int64_t depth = a.get_int("decoder-depth");
+  if (depth < 0) throw Error("--decoder-depth must be >= 0, got ", depth);
+  const double mask_ratio = a.get_double("mask-ratio");
+  if (!(mask_ratio > 0 && mask_ratio < 1)) throw Error("--mask-ratio must be in (0, 1), got ", a.get("mask-ratio"));
+  const std::string tc = a.get("tube-count");
+  if (tc != "videomae" && tc != "vswift") throw Error("--tube-count must be videomae or vswift, got '", tc, "'");
+  struct Row {
+    const char* name;
+    VideoMAEConfig config;
   };
-  const int64_t K = c.patch_dim(), D = c.dim, Dd = c.decoder_dim;
-  return K * D + D + c.depth * block(D) + 2 * D + Dd * D + Dd + c.decoder_depth * block(Dd) + 2 * Dd + K * Dd + K;
+  std::vector<Row> rows = {{"S/16", VideoMAEConfig::small()}, {"B/16", VideoMAEConfig::base()},
+                           {"L/16", VideoMAEConfig::large()}, {"H/16", VideoMAEConfig::huge()},
+                           {"H/16 (v2 decoder)", VideoMAEConfig::huge()}, {"g/14", VideoMAEConfig::giant()}};
+  rows[4].config.decoder_dim = 512;  // VideoMAE v2's and V-SWIFT's H decoder (v1's is 640)
+  const bool json = a.get("format") == "json";
+  if (!json) {
+    std::printf("| Name | Parameters | FLOPs | en_Width | en_Depth | en_MLP | en_mlp_ratio | en_Heads | de_Width | "
+                "de_Depth | de_Heads | visible tokens | GFLOP fwd (2 x MAC) |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  }
+  for (Row& r : rows) {
+    VideoMAEConfig& c = r.config;
+    c.decoder_depth = depth;
+    c.validate();
+    video::VideoMAEFlopConfig f = flop_config(c, mask_ratio, 1);
+    f.tube_count = tc == "vswift" ? video::TubeCount::vswift : video::TubeCount::videomae;
+    const double params = double(video::videomae_pretrain_parameters(f));
+    const double flops = video::videomae_pretrain_forward_flops(f);
+    const double macs = flops / 2;  // fvcore's unit, V-SWIFT's "FLOPs"
+    const int64_t mlp = c.mlp_hidden(c.dim);
+    if (json) {
+      nlohmann::ordered_json j;
+      j["name"] = r.name;
+      j["parameters"] = int64_t(params);
+      j["fwd_macs"] = macs;
+      j["fwd_flops"] = flops;
+      j["en_width"] = c.dim, j["en_depth"] = c.depth, j["en_mlp"] = mlp;
+      j["en_mlp_ratio"] = mlp_ratio_text(mlp, c.dim), j["en_heads"] = c.heads;
+      j["de_width"] = c.decoder_dim, j["de_depth"] = c.decoder_depth, j["de_heads"] = c.decoder_heads;
+      j["visible_tokens"] = f.visible_tokens();
+      j["tube_count"] = tc;
+      std::printf("%s\n", j.dump().c_str());
+      continue;
+    }
+    std::printf("| %s | %s | %s | %lld | %lld | %lld | %s | %lld | %lld | %lld | %lld | %lld | %.3f |\n", r.name,
+                v_swift_number(params, 1e8, "M", 1e6, "G", 1e9).c_str(),
+                v_swift_number(macs, 1e11, "G", 1e9, "T", 1e12).c_str(), (long long)c.dim, (long long)c.depth,
+                (long long)mlp, mlp_ratio_text(mlp, c.dim).c_str(), (long long)c.heads, (long long)c.decoder_dim,
+                (long long)c.decoder_depth, (long long)c.decoder_heads, (long long)f.visible_tokens(), flops / 1e9);
+  }
+  if (!json)
+    std::printf("# %lld x %lld^2 clips, tube mask %.2f (%s count); FLOPs: forward multiply-adds per clip (fvcore's "
+                "unit, V-SWIFT's \"FLOPs\"): patch embed on all tokens, encoder on the visible, decoder of depth "
+                "%lld on all, head on the masked. V-SWIFT's table was counted with decoder depth 8 and the vswift "
+                "count, though its scripts train with depth 4.\n",
+                (long long)rows[0].config.num_frames, (long long)rows[0].config.img_size, mask_ratio, tc.c_str(),
+                (long long)depth);
+  return 0;
 }
 
 }  // namespace
@@ -113,6 +193,9 @@ int bench_videomae(int argc, char** argv) {
       {"rate", "N", "--store: dense sampling rate in source frames (VideoMAE SSv2: 2, K400: 4)", "2"},
       {"loader-threads", "N", "--store: loader worker threads", "2"},
       {"dry-run", "", "print the configuration and FLOP counts without running steps", ""},
+      {"arch", "", "print V-SWIFT's architecture table (parameters, FLOPs, widths) of every size instead", ""},
+      {"tube-count", "videomae|vswift", "--arch: masked tokens per slot, int(R x H'W') or H'W' - int((1-R) H'W')",
+       "videomae"},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
       {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores, fp32 master weights)", "fp32"},
@@ -130,6 +213,7 @@ int bench_videomae(int argc, char** argv) {
   if (!args) return 0;
   const std::string format = args->get("format");
   if (format != "table" && format != "json") throw Error("--format must be table or json, got '", format, "'");
+  if (args->has("arch")) return print_arch_table(*args);
   const bool dry_run = args->has("dry-run");
   const bool from_store = args->has("store");
   if (from_store && args->has("synthetic")) throw Error("bench videomae: --synthetic and --store exclude each other");

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -118,6 +120,14 @@ TEST(VideoListFormats, AutomaticFromTheFirstLine) {
   const ListEntry s = format_of("k400,a.mp4,2,10,20,300\n", "l.csv");  // four: vswift6
   EXPECT_EQ(s.source, "k400");
   EXPECT_EQ(s.total_frames, 300);
+  const ListEntry v2 = format_of("k/v.mp4 0 -1\n", "l.txt");  // ends in -1: VideoMAE v2's video line
+  EXPECT_EQ(v2.path, "k/v.mp4");
+  EXPECT_EQ(v2.total_frames, -1);
+  const ListEntry numeric = format_of("ssv2 74225 3 0 30 30\n", "l.txt");  // vswift6 with a numeric path
+  EXPECT_EQ(numeric.source, "ssv2");
+  EXPECT_EQ(numeric.path, "74225");
+  EXPECT_EQ(numeric.label, 3);
+  EXPECT_EQ(parse_video_list("a.mp4 1\n\nb.mp4 2\n", "l.txt", ListFormat::videomae)[1].list_line, 3);
   // Two numbers are either VideoMAE v2 or rawframes: an error that says so and names the line.
   const std::string e = error_of([] { parse_video_list("\nssv2/1234 1 47\n", "l.txt", ListFormat::automatic); });
   EXPECT_TRUE(contains(e, "l.txt:2")) << e;
@@ -160,6 +170,8 @@ TEST(VideoListFormats, BadLinesNameFileAndLine) {
       {ListFormat::rawframes, "f 0 3\n", "l.txt:1", "total_frames '0'"},
       {ListFormat::rawframes, "f 10 -3\n", "l.txt:1", "label '-3'"},
       {ListFormat::rawframes, "f 10\n", "l.txt:1", "expected"},
+      {ListFormat::vswift4, "a.mp4,,1,0,10\n", "l.txt:1", "expected"},  // an empty field is not part of the path
+      {ListFormat::vswift6, "k400,,a.mp4,1,0,10,30\n", "l.txt:1", "dataset name"},
   };
   for (const Case& c : cases) {
     const std::string e = error_of([&] { parse_video_list(c.text, "l.txt", c.format); });
@@ -226,6 +238,29 @@ TEST(ListedVideo, BadRangesAndFilesAreClassified) {
   EXPECT_EQ(classify_video_error(missing_folder), BadVideoReason::missing) << missing_folder;
 }
 
+TEST(ListedVideo, RangePastTheCompleteFramesOfATruncatedFileSaysTruncated) {
+  if (std::system("ffmpeg -hide_banner -version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg CLI";
+  TempDir dir;
+  const std::string path = make_video(dir, "v.mp4");
+  // A faststart mp4 cut in the middle: the header lists 24 frames, fewer are complete.
+  const std::string fast = dir.file("fast.mp4"), cut = dir.file("cut.mp4");
+  ASSERT_EQ(0, std::system(("ffmpeg -hide_banner -loglevel error -y -i " + path + " -c copy -movflags +faststart " +
+                            fast).c_str()));
+  {
+    std::ifstream in(fast, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() * 6 / 10);
+  }
+  ListEntry e = range_entry(cut, 2, kFrames);
+  e.list_line = 7;
+  const std::string msg = error_of([&] { ListedVideo v(e); });
+  EXPECT_EQ(classify_video_error(msg), BadVideoReason::truncated) << msg;
+  EXPECT_TRUE(contains(msg, "(list line 7)")) << msg;
+  EXPECT_TRUE(contains(msg, "[2, 24)")) << msg;
+  ListedVideo early(range_entry(cut, 0, 4));  // a range inside the complete frames still opens
+  EXPECT_EQ(early.frames(), 4);
+}
+
 // Frames img_<first>.jpg .. of smooth gradients that differ per frame; returns their pixels.
 std::vector<std::vector<uint8_t>> write_frames(const fs::path& dir, int first, int count, int w, int h) {
   fs::create_directories(dir);
@@ -264,7 +299,9 @@ TEST(ListedVideo, FrameFoldersFromTheListsNumbers) {
   EXPECT_EQ(classify_video_error(msg), BadVideoReason::too_short) << msg;
   // rawframes number from 1: this folder has no img_00001.jpg.
   const ListEntry raw = parse_video_list("f 6 2\n", "l.txt", ListFormat::rawframes, dir.path.string()).at(0);
-  EXPECT_NE(error_of([&] { ListedVideo r(raw); }), "");
+  const std::string no_first = error_of([&] { ListedVideo r(raw); });
+  EXPECT_TRUE(contains(no_first, "no frames (looked for")) << no_first;
+  EXPECT_TRUE(contains(no_first, "img_00001.jpg")) << no_first;
   // Another template.
   write_frames(dir.path / "g", 1, 3, 32, 24);
   for (int k = 1; k <= 3; ++k) {

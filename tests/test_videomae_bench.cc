@@ -245,5 +245,52 @@ TEST(VideoMAEBench, StoreRunReadsClipsThroughTheLoader) {
   EXPECT_TRUE(std::isfinite(loss) && loss > 0.0) << loss;
 }
 
+// V-SWIFT's "Model Architecture Details" table: the parameter count is the real model's, and with
+// the decoder depth and tube count V-SWIFT's self-test used (8, its count) the table reproduces the
+// figures V-SWIFT published (video.md section 0 item 2: 25.808M / 17.929G ... 1.04G / 0.3T).
+TEST(VideoMAEBench, ArchTableReproducesVSwiftsFigures) {
+  for (const char* name : {"tiny", "vit-s"}) {
+    VideoMAEConfig c = cli::model_config(name);
+    const VideoMAEPretrainModel m = VideoMAEPretrainModel::random(c, 1);
+    int64_t real = 0;
+    for (const Param& p : const_cast<VideoMAEPretrainModel&>(m).params()) real += p.value.numel();
+    EXPECT_EQ(video::videomae_pretrain_parameters(cli::flop_config(c, 0.9, 1)), real) << name;
+  }
+  const auto rows = json_rows(run_bench({"--arch", "--decoder-depth", "8", "--tube-count", "vswift", "--format", "json"}));
+  ASSERT_EQ(rows.size(), 6u);
+  struct Published {
+    const char* name;
+    double params, params_digits, macs, macs_tol;  // params to params_digits; MACs within macs_tol
+  };
+  // V-SWIFT: S 25.808M 17.929G, B 0.101G 53.433G, L 0.33G 0.11T, H 0.658G 0.162T, g 1.04G 0.3T
+  // (H with the v2 decoder, 512 wide, as its table says). The matmul count is 0.1-0.4% under
+  // fvcore's, which also counts a few non-matmul ops; parameters agree to every printed digit.
+  const Published published[] = {{"S/16", 25.808e6, 1e3, 17.929e9, 0.002},
+                                 {"B/16", 0.101e9, 1e6, 53.433e9, 0.002},
+                                 {"L/16", 0.33e9, 1e7, 0.11e12, 0.005e12 / 0.11e12},
+                                 {"H/16 (v2 decoder)", 0.658e9, 1e6, 0.162e12, 0.005},  // 0.1614T: 0.36% under
+                                 {"g/14", 1.04e9, 1e7, 0.3e12, 0.05e12 / 0.3e12}};
+  for (const Published& p : published) {
+    const nlohmann::json* row = nullptr;
+    for (const auto& r : rows)
+      if (r["name"] == p.name) row = &r;
+    ASSERT_NE(row, nullptr) << p.name;
+    const double params = (*row)["parameters"].get<double>();
+    EXPECT_EQ(std::round(params / p.params_digits), std::round(p.params / p.params_digits)) << p.name << " " << params;
+    expect_rel_near((*row)["fwd_macs"].get<double>(), p.macs, p.macs_tol, p.name);
+    EXPECT_DOUBLE_EQ((*row)["fwd_flops"].get<double>(), 2 * (*row)["fwd_macs"].get<double>()) << p.name;
+    EXPECT_EQ((*row)["de_depth"], 8) << p.name;
+  }
+  EXPECT_EQ(rows[0]["parameters"], 25808064);  // exactly V-SWIFT's 25.808M
+  EXPECT_EQ(rows[0]["visible_tokens"], 152);     // 8 slots x (196 - 177)
+  EXPECT_EQ(rows[5]["en_mlp_ratio"], "48/11");
+  // The table as unmask trains (decoder depth 4, VideoMAE's count): ViT-B 35.44 GMAC (video.md 1.2).
+  const std::string table = run_bench({"--arch"});
+  EXPECT_NE(table.find("| B/16 | 94.211M | 35.440G | 768 | 12 | 3072 | 4.0 | 12 | 384 | 4 | 6 | 160 | 70.880 |"),
+            std::string::npos)
+      << table;
+  EXPECT_THROW(run_bench({"--arch", "--tube-count", "mae"}), Error);
+}
+
 }  // namespace
 }  // namespace unmask

@@ -294,7 +294,8 @@ Clip VideoReader::decode_all(const DecodeOptions& options) {
 
 // ---- JPEG frame folders ------------------------------------------------------------------------
 
-FrameFolderReader::FrameFolderReader(const std::string& dir, const std::string& name_template, int first_number)
+FrameFolderReader::FrameFolderReader(const std::string& dir, const std::string& name_template, int first_number,
+                                     int64_t expected_frames)
     : dir_(dir), first_number_(first_number) {
   info_.path = dir;
   info_.codec = "jpeg";
@@ -314,11 +315,17 @@ FrameFolderReader::FrameFolderReader(const std::string& dir, const std::string& 
                   Hint("use {}, {:05} or {:05d}"));
   }
   std::error_code ec;
-  if (!std::filesystem::exists(dir, ec))  // the wording classify_video_error counts as "missing"
+  const bool exists = std::filesystem::exists(dir, ec);
+  if (ec) throw Error("video: ", dir, ": cannot access: ", ec.message(), Hint("check the folder's permissions"));
+  if (!exists)  // the wording classify_video_error counts as "missing"
     throw Error("video: ", dir, ": no such file or directory", Hint("check the path in the list file"));
   if (!std::filesystem::is_directory(dir, ec))
     throw Error("video: ", dir, ": not a directory of frames", Hint("check the path in the list file"));
-  while (std::filesystem::exists(frame_path(info_.num_frames), ec)) ++info_.num_frames;
+  if (expected_frames > 0 && std::filesystem::exists(frame_path(0), ec) &&
+      std::filesystem::exists(frame_path(expected_frames - 1), ec))
+    info_.num_frames = expected_frames;
+  else
+    while (std::filesystem::exists(frame_path(info_.num_frames), ec)) ++info_.num_frames;
   if (info_.num_frames == 0)
     throw Error("video: ", dir, ": no frames (looked for ", frame_path(0), ")",
                 Hint("pass the right --fname-tmpl (and list the right first frame number)"));

@@ -85,8 +85,11 @@ class VideoReader {
 /// as VideoReader does; every frame must have the size of the first.
 class FrameFolderReader {
  public:
+  /// `expected_frames` > 0 (a list's count): when the folder's frames 0 and expected_frames - 1
+  /// exist, the count is taken as expected_frames without looking at every file (a folder may
+  /// hold tens of thousands); otherwise the run is counted as usual.
   explicit FrameFolderReader(const std::string& dir, const std::string& name_template = "img_{:05}.jpg",
-                             int first_number = 1);
+                             int first_number = 1, int64_t expected_frames = 0);
   ~FrameFolderReader();
   FrameFolderReader(const FrameFolderReader&) = delete;
   FrameFolderReader& operator=(const FrameFolderReader&) = delete;

@@ -1,6 +1,9 @@
 // video/listed_video.cc: a list entry's clip, opened for decoding (see listed_video.h).
 #include "video/listed_video.h"
 
+#include <algorithm>
+#include <string>
+
 #include "unmask/error.h"
 
 namespace unmask::video {
@@ -8,7 +11,8 @@ namespace unmask::video {
 ListedVideo::ListedVideo(const ListEntry& entry, const std::string& frame_template) : path_(entry.path) {
   int64_t n = 0;
   if (entry.frame_folder) {
-    folder_ = std::make_unique<FrameFolderReader>(entry.path, frame_template, entry.first_number);
+    folder_ = std::make_unique<FrameFolderReader>(entry.path, frame_template, entry.first_number,
+                                                  std::max<int64_t>(entry.total_frames, 0));
     folder_info_ = folder_->info();
     n = folder_info_.num_frames;
     if (entry.total_frames > 0) {  // the list's count is the clip's length, as VideoMAE v2 reads it
@@ -24,10 +28,16 @@ ListedVideo::ListedVideo(const ListEntry& entry, const std::string& frame_templa
     n = video_->info().num_frames;
   }
   const int64_t end = entry.end_frame == -1 ? n : entry.end_frame;
-  if (entry.start_frame < 0 || entry.start_frame >= end || end > n)
-    throw Error("video: ", entry.path, ": too short: the list's frame range [", entry.start_frame, ", ",
-                entry.end_frame, ") does not fit its ", n, " frames",
+  if (entry.start_frame < 0 || entry.start_frame >= end || end > n) {
+    // A file with fewer complete frames than its header lists is "truncated" (decode.cc's wording),
+    // so the tally says what is wrong with it.
+    const int64_t listed = video_ ? video_->info().container_frames : 0;
+    throw Error("video: ", entry.path, ": too short: the frame range [", entry.start_frame, ", ", end, ")",
+                entry.list_line > 0 ? " (list line " + std::to_string(entry.list_line) + ")" : std::string(),
+                " does not fit its ", n, " frames",
+                listed > n ? " (its header lists " + std::to_string(listed) + ": the file is truncated)" : std::string(),
                 Hint("fix sframe/eframe in the list (eframe is one past the last frame), or drop the clip"));
+  }
   first_ = entry.start_frame;
   frames_ = end - entry.start_frame;
 }

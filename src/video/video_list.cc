@@ -59,7 +59,7 @@ bool pop_right(std::string_view* line, std::string_view* field) {
   while (rest > 0 && is_blank(s[rest - 1])) --rest;
   if (rest > 0 && s[rest - 1] == ',') --rest;
   while (rest > 0 && is_blank(s[rest - 1])) --rest;
-  if (rest == 0) return false;
+  if (rest == 0 || s[rest - 1] == ',') return false;  // nothing before, or an empty field (",,")
   *field = s.substr(begin, end - begin);
   *line = s.substr(0, rest);
   return true;
@@ -75,7 +75,7 @@ bool pop_left(std::string_view* line, std::string_view* field) {
   while (rest < s.size() && is_blank(s[rest])) ++rest;
   if (rest < s.size() && s[rest] == ',') ++rest;
   while (rest < s.size() && is_blank(s[rest])) ++rest;
-  if (rest == s.size()) return false;
+  if (rest == s.size() || s[rest] == ',') return false;  // nothing after, or an empty field (",,")
   *field = s.substr(0, end);
   *line = s.substr(rest);
   return true;
@@ -86,13 +86,23 @@ bool parse_int(std::string_view s, int64_t* out) {
   return ec == std::errc() && ptr == s.data() + s.size() && !s.empty();
 }
 
-// Integer fields at the end of `line` that leave a non-empty rest (at most 6).
-int trailing_integers(std::string_view line) {
+// Integer fields at the end of `line` that leave a non-empty rest (at most 7), the last one's
+// value and the rest.
+struct Trailing {
   int count = 0;
-  std::string_view field;
+  int64_t last = 0;
+  std::string_view rest;
+};
+Trailing trailing_integers(std::string_view line) {
+  Trailing t;
+  std::string_view field, rest = line;
   int64_t v = 0;
-  while (count < 6 && pop_right(&line, &field) && parse_int(field, &v)) ++count;
-  return count;
+  while (t.count < 7 && pop_right(&rest, &field) && parse_int(field, &v)) {
+    if (t.count++ == 0) t.last = v;
+    line = rest;
+  }
+  t.rest = line;
+  return t;
 }
 
 ListFormat detect(const std::string& text, const std::string& name) {
@@ -108,11 +118,15 @@ ListFormat detect(const std::string& text, const std::string& name) {
   }
   const bool csv = name.size() >= 4 && name.compare(name.size() - 4, 4, ".csv") == 0;
   const std::string hint = "pass --format (" + list_format_help() + ")";
-  switch (trailing_integers(first)) {
+  const Trailing t = trailing_integers(first);
+  std::string_view head = t.rest, field;
+  const bool one_field_head = !pop_left(&head, &field);  // a numeric path behind a source name
+  switch (t.count) {
     case 0:  // no label at all: the videomae parser reports the line
     case 1:
       return csv && first.find(',') != std::string_view::npos ? ListFormat::vswift : ListFormat::videomae;
     case 2:
+      if (t.last == -1) return ListFormat::videomae2;  // 'path 0 -1': a rawframes label is never -1
       throw Error("video list ", name, ":", line_no, ": 'X N M' lines are either VideoMAE v2 pretraining ",
                   "('path start_idx total_frames') or frame folders ('folder total_frames label'): got '",
                   std::string(first.substr(0, 80)), "'",
@@ -121,9 +135,12 @@ ListFormat detect(const std::string& text, const std::string& name) {
       return ListFormat::vswift4;
     case 4:
       return ListFormat::vswift6;
+    case 5:
+      if (one_field_head) return ListFormat::vswift6;  // 'ssv2 74225 3 0 30 30'
+      [[fallthrough]];
     default:
-      throw Error("video list ", name, ":", line_no, ": no known list format ends in ", trailing_integers(first),
-                  " numbers: '", std::string(first.substr(0, 80)), "'", Hint(hint));
+      throw Error("video list ", name, ":", line_no, ": no known list format ends in ", t.count,
+                  t.count == 7 ? " or more" : "", " numbers: '", std::string(first.substr(0, 80)), "'", Hint(hint));
   }
 }
 
@@ -176,6 +193,7 @@ std::vector<ListEntry> parse_video_list(const std::string& text, const std::stri
       return v;
     };
     ListEntry e;
+    e.list_line = line_no;
     std::string_view path;
     if (format == ListFormat::videomae || format == ListFormat::vswift) {
       // Two fields split at the last separator character (a path may hold the other one).

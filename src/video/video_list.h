@@ -12,7 +12,9 @@
 //   vswift6    "source path label sframe eframe nframes"
 //                                                      V-SWIFT: the same plus the dataset the clip comes
 //                                                      from and the video's frame count (sframe < eframe
-//                                                      <= nframes is checked on the line)
+//                                                      <= nframes is checked on the line; the range must
+//                                                      then fit the frames the file decodes to, which
+//                                                      are what an eframe of -1 runs to)
 //   videomae2  "path start_idx total_frames"           VideoMAE v2 pretraining: "path 0 -1" is a video
 //                                                      file; total_frames > 0 is a folder of JPEG frames
 //                                                      numbered from start_idx (label 0: pretraining)
@@ -25,8 +27,9 @@
 //
 // automatic picks the format from the first line: the number of integer fields at its end is 1
 // for videomae/vswift (vswift when the file ends in .csv and the line has a comma, as before), 3
-// for vswift4 and 4 for vswift6; 2 is ambiguous between videomae2 and rawframes, so it is an
-// error asking for --format.
+// for vswift4, 4 for vswift6 (5 when the path itself is a number and one field precedes it); 2
+// ending in -1 is videomae2 ('path 0 -1'), any other 2 is ambiguous between videomae2 and
+// rawframes, so it is an error asking for --format.
 //
 // Every malformed line throws an Error naming file:line, what was expected and what was found.
 #pragma once
@@ -62,6 +65,7 @@ struct ListEntry {
   bool frame_folder = false;   // a folder of JPEG frames (file names from a template), not a video file
   int first_number = 1;        // frame folders: the file number of frame 0 (img_00001.jpg is 1)
   std::string source;          // vswift6: the dataset the clip comes from ("k400", ...); else empty
+  int64_t list_line = 0;       // the line of the list file it came from (for errors found when opening it)
   bool has_range() const { return start_frame != 0 || end_frame != -1; }
 };
 

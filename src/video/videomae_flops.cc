@@ -69,6 +69,19 @@ VideoMAEFlopConfig videomae_flop_preset(const std::string& size) {
   return c;
 }
 
+int64_t videomae_pretrain_parameters(const VideoMAEFlopConfig& c) {
+  c.grid();  // validates the sizes
+  // A pre-LN block: norm1, norm2 (2 d each), q and v biases (2 d), qkv (3 d^2, no bias), proj
+  // (d^2 + d), fc1 (d i + i), fc2 (i d + d).
+  auto block = [](int64_t d, int64_t i) { return 4 * d + 2 * d + 3 * d * d + d * d + d + 2 * d * i + i + d; };
+  const int64_t P = c.in_chans * c.tubelet * c.patch * c.patch, D = c.enc_dim, Dd = c.dec_dim;
+  return P * D + D                                              // patch embed (Conv3d with bias)
+         + c.enc_depth * block(D, c.enc_mlp_hidden) + 2 * D     // encoder blocks, norm
+         + D * Dd + Dd                                          // encoder_to_decoder (no bias), mask token
+         + c.dec_depth * block(Dd, c.dec_mlp_hidden) + 2 * Dd   // decoder blocks, norm
+         + Dd * P + P;                                          // head
+}
+
 double vit_layer_flops(double n, double d, double i) {
   return 2.0 * n * (4.0 * d * d + 2.0 * d * i) + 4.0 * n * n * d;
 }
@@ -96,11 +109,9 @@ VideoMAEStepBytes videomae_pretrain_step_bytes(const VideoMAEFlopConfig& c, bool
   const double D = double(c.enc_dim), Dd = double(c.dec_dim), I = double(c.enc_mlp_hidden), Id = double(c.dec_mlp_hidden);
   const bool half = activations != DType::f32;
   const double a = half ? 2 : 4;  // bytes of a block activation
-  auto block_params = [](double d, double i) { return 4 * d + 2 * d + 3 * d * d + d * d + d + 2 * d * i + i + d; };
   // The GEMM weights and biases of a block (its bf16 copies: PV::half, refresh_block_halves).
   auto block_gemm_params = [](double d, double i) { return 3 * d * d + d * d + d + 2 * d * i + i + d; };
-  const double params = P * D + D + double(c.enc_depth) * block_params(D, I) + 2 * D + Dd * D + Dd +
-                        double(c.dec_depth) * block_params(Dd, Id) + 2 * Dd + P * Dd + P;
+  const double params = double(videomae_pretrain_parameters(c));
   // A block keeps 8 d (ln1, qkv 3 d, ctx, x1, ln2, out) + i (+ i without recompute) activations
   // and 4 + heads f32 statistics (mean, rstd twice; lse) per row.
   auto block_saved = [&](double n, double d, double i, double heads) {

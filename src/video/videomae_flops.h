@@ -52,6 +52,11 @@ struct VideoMAEFlopConfig {
 /// v1 decoder 640/8; pass dec_dim 512 for v2's). Throws for an unknown name, listing the known.
 VideoMAEFlopConfig videomae_flop_preset(const std::string& size);
 
+/// Parameters of the pretraining model (nn.Parameters, as fvcore and V-SWIFT's table count them:
+/// patch embed, blocks with q/v biases, norms, encoder_to_decoder, mask token, decoder, head;
+/// the sinusoid position tables are buffers, not parameters).
+int64_t videomae_pretrain_parameters(const VideoMAEFlopConfig& config);
+
 /// FLOPs of one transformer layer on n tokens (width d, MLP width i): see the header comment.
 double vit_layer_flops(double n, double d, double i);
 

@@ -48,6 +48,10 @@ expect 1 "--precision bf16 needs --device cuda" -- "$U" bench videomae --model t
 expect 0 "fp32 (act bf16)" -- "$U" bench videomae --model tiny --synthetic --batch 2 --steps 1 --warmup 0 \
   --peak-gflops 1 --activations bf16
 expect 1 "--activations must be f32 or bf16" -- "$U" bench videomae --model tiny --synthetic --activations fp8
+# V-SWIFT's architecture table, counted as V-SWIFT counted it (decoder depth 8, its tube count).
+expect 0 "| S/16 | 25.808M | 17.896G | 384 | 12 | 1536 | 4.0 | 6 | 192 | 8 | 3 | 152 |" -- "$U" bench videomae --arch \
+  --decoder-depth 8 --tube-count vswift
+expect 1 "--tube-count must be videomae or vswift" -- "$U" bench videomae --arch --tube-count fvcore
 expect 1 "--precision must be fp32, tf32 or bf16, got 'fp8'" -- "$U" bench train --precision fp8
 expect 1 "config.json not found" -- "$U" infer --model "$W/nope" --text hi
 expect 1 "--text is empty" -- "$U" infer --model "$W/m" --text "   "

@@ -95,7 +95,7 @@ printf '%s 1 2 10\n%s 0 6 -1\n%s 2 8 20\n' "$first" "$first" "$first" >"$T/range
 "$BIN" prepare-video --list "$T/ranges.txt" --out "$T/r.ucs" --short-side 32 --quiet >"$T/out" 2>&1 && ok \
   || bad "range list: $(cat "$T/out")"
 grep -q "prepare-video: 2 ok, 1 skipped (1 too_short), 14 frames" "$T/out" && ok || bad "range summary: $(cat "$T/out")"
-grep -q "frame range \[8, 20) does not fit its 12 frames" "$T/out" && ok || bad "bad range not explained: $(cat "$T/out")"
+grep -q "frame range \[8, 20) (list line 3) does not fit its 12 frames" "$T/out" && ok || bad "bad range not explained: $(cat "$T/out")"
 # The same clips through the loader, decoded on the fly.
 head -2 "$T/ranges.txt" >"$T/ranges2.txt"
 "$BIN" bench loader --list "$T/ranges2.txt" --short-side 32 --batch 1 --frames 4 --rate 2 --crop 16 --warmup 0 --json \
@@ -111,10 +111,13 @@ expect_fail "empty range" "bad_range.txt:2: the frame range \[9, 4) is empty" \
   "$BIN" prepare-video --list "$T/bad_range.txt" --out "$T/x.ucs"
 # Frame folders extracted by the ffmpeg CLI (as mmaction2's rawframes are): 'folder total_frames
 # label' (rawframes), 'folder start_idx total_frames' (VideoMAE v2), another --fname-tmpl.
-if command -v ffmpeg >/dev/null; then
+if ! command -v ffmpeg >/dev/null; then
+  bad "the ffmpeg CLI is not installed (scripts/install-deps.sh installs it): frame-folder lists untested"
+else
   mkdir -p "$T/raw/a" "$T/raw/b"
   ffmpeg -loglevel error -i "$first" -q:v 2 "$T/raw/a/img_%05d.jpg" && ok || bad "ffmpeg could not extract frames"
-  ffmpeg -loglevel error -i "$first" -q:v 2 -start_number 0 "$T/raw/b/frame_%d.jpg"
+  ffmpeg -loglevel error -i "$first" -q:v 2 -start_number 0 "$T/raw/b/frame_%d.jpg" && ok \
+    || bad "ffmpeg could not extract frames"
   echo "a 12 3" >"$T/raw.txt"
   "$BIN" prepare-video --list "$T/raw.txt" --root "$T/raw" --format rawframes --out "$T/raw.ucs" --short-side 0 \
     --quiet >"$T/out" 2>&1 && grep -q "1 ok, 0 skipped (none), 12 frames" "$T/out" && ok || bad "rawframes: $(cat "$T/out")"
