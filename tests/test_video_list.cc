@@ -318,22 +318,27 @@ TEST(ListedVideo, FrameFoldersFromTheListsNumbers) {
 
 // ---- prepare-video and the loader over range lists -----------------------------------------------
 
-TEST(VideoListStore, RangesAreStoredWithTheirSourceFrameNumbers) {
-  TempDir dir;
-  const std::string a = make_video(dir, "a.mp4", 1), b = make_video(dir, "b.mp4", 2);
-  {
-    std::ofstream f(dir.file("list.txt"));
-    f << "a.mp4 1 4 20\n"    // 16 frames
-      << "b.mp4 2 0 -1\n"    // the whole video
-      << "a.mp4 3 20 30\n"   // past the end: skipped as too_short
-      << "b.mp4 0 17 24\n";  // the last 7 frames
-  }
+// Options that turn `list_text` (written to dir/list.txt, paths relative to dir) into dir/s.ucs.
+PrepareOptions store_options(const TempDir& dir, const std::string& list_text, ListFormat format, int short_side) {
+  std::ofstream(dir.file("list.txt")) << list_text;
   PrepareOptions o;
   o.list = dir.file("list.txt");
   o.root = dir.path.string();
-  o.format = ListFormat::automatic;
+  o.format = format;
   o.out = dir.file("s.ucs");
-  o.short_side = 0;
+  o.short_side = short_side;
+  return o;
+}
+
+TEST(VideoListStore, RangesAreStoredWithTheirSourceFrameNumbers) {
+  TempDir dir;
+  const std::string a = make_video(dir, "a.mp4", 1), b = make_video(dir, "b.mp4", 2);
+  PrepareOptions o = store_options(dir,
+                                   "a.mp4 1 4 20\n"    // 16 frames
+                                   "b.mp4 2 0 -1\n"    // the whole video
+                                   "a.mp4 3 20 30\n"   // past the end: skipped as too_short
+                                   "b.mp4 0 17 24\n",  // the last 7 frames
+                                   ListFormat::automatic, 0);
   o.frame_stride = 2;
   const PrepareReport r = prepare_clip_store(o);
   EXPECT_EQ(r.ok, 3);
@@ -362,18 +367,9 @@ TEST(VideoListStore, RangesAreStoredWithTheirSourceFrameNumbers) {
 
 TEST(VideoListStore, RawframesListIntoAStore) {
   TempDir dir;
-  const auto frames = write_frames(dir.path / "1001", 1, 5, 32, 24);
+  write_frames(dir.path / "1001", 1, 5, 32, 24);
   write_frames(dir.path / "1002", 1, 2, 32, 24);  // the list says 4: skipped as too short
-  {
-    std::ofstream f(dir.file("val.txt"));
-    f << "1001 5 7\n1002 4 3\n";
-  }
-  PrepareOptions o;
-  o.list = dir.file("val.txt");
-  o.root = dir.path.string();
-  o.format = ListFormat::rawframes;
-  o.out = dir.file("s.ucs");
-  o.short_side = 0;
+  const PrepareOptions o = store_options(dir, "1001 5 7\n1002 4 3\n", ListFormat::rawframes, 0);
   const PrepareReport r = prepare_clip_store(o);
   EXPECT_EQ(r.ok, 1);
   EXPECT_EQ(r.skipped.counts[size_t(BadVideoReason::too_short)], 1);
@@ -389,16 +385,8 @@ TEST(VideoListStore, LoaderOverARangeListEqualsItsStore) {
   TempDir dir;
   make_video(dir, "a.mp4", 1);
   make_video(dir, "b.mp4", 2);
-  {
-    std::ofstream f(dir.file("list.txt"));
-    f << "a.mp4 0 2 21\nb.mp4 1 5 24\na.mp4 2 0 12\nb.mp4 3 11 23\n";
-  }
-  PrepareOptions p;
-  p.list = dir.file("list.txt");
-  p.root = dir.path.string();
-  p.format = ListFormat::vswift4;
-  p.out = dir.file("s.ucs");
-  p.short_side = 32;
+  const PrepareOptions p =
+      store_options(dir, "a.mp4 0 2 21\nb.mp4 1 5 24\na.mp4 2 0 12\nb.mp4 3 11 23\n", ListFormat::vswift4, 32);
   prepare_clip_store(p);
   for (const auto mode : {ClipLoaderOptions::Mode::train, ClipLoaderOptions::Mode::test}) {
     ClipLoaderOptions o;
