@@ -312,6 +312,10 @@ TEST(ListedVideo, FrameFoldersFromTheListsNumbers) {
   }
   const ListEntry g = parse_video_list("g 3 4\n", "l.txt", ListFormat::rawframes, dir.path.string()).at(0);
   ListedVideo gv(g, "frame{}.jpg");
+  EXPECT_EQ(parse_frame_template("x_{:07d}.png").width, 7);
+  EXPECT_EQ(parse_frame_template("x_{:07d}.png").suffix, ".png");
+  EXPECT_TRUE(contains(error_of([] { parse_frame_template("img_{:99999999999}.jpg"); }), "unsupported field"));
+  EXPECT_TRUE(contains(error_of([] { parse_frame_template("img.jpg"); }), "has no {} field"));
   EXPECT_EQ(gv.frames(), 3);
   EXPECT_EQ(g.label, 4);
 }

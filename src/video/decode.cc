@@ -294,26 +294,36 @@ Clip VideoReader::decode_all(const DecodeOptions& options) {
 
 // ---- JPEG frame folders ------------------------------------------------------------------------
 
+FrameTemplate parse_frame_template(const std::string& name_template) {
+  FrameTemplate t;
+  const auto open = name_template.find('{'), close = name_template.find('}');
+  if (open == std::string::npos || close == std::string::npos || close < open)
+    throw Error("video: frame name template '", name_template, "' has no {} field",
+                Hint("use e.g. img_{:05}.jpg"));
+  t.prefix = name_template.substr(0, open);
+  t.suffix = name_template.substr(close + 1);
+  const std::string field = name_template.substr(open + 1, close - open - 1);  // "", ":05", ":05d"
+  if (!field.empty()) {
+    size_t i = field[0] == ':' ? 1 : 0;
+    while (i < field.size() && std::isdigit(static_cast<unsigned char>(field[i])) && t.width <= 64)
+      t.width = t.width * 10 + (field[i++] - '0');
+    if (i < field.size() && field[i] == 'd') ++i;
+    if (i != field.size() || field[0] != ':' || t.width > 64)
+      throw Error("video: frame name template '", name_template, "': unsupported field {", field, "}",
+                  Hint("use {}, {:05} or {:05d} (a width up to 64)"));
+  }
+  return t;
+}
+
 FrameFolderReader::FrameFolderReader(const std::string& dir, const std::string& name_template, int first_number,
                                      int64_t expected_frames)
     : dir_(dir), first_number_(first_number) {
   info_.path = dir;
   info_.codec = "jpeg";
-  const auto open = name_template.find('{'), close = name_template.find('}');
-  if (open == std::string::npos || close == std::string::npos || close < open)
-    throw Error("video: frame name template '", name_template, "' has no {} field",
-                Hint("use e.g. img_{:05}.jpg"));
-  prefix_ = name_template.substr(0, open);
-  suffix_ = name_template.substr(close + 1);
-  const std::string field = name_template.substr(open + 1, close - open - 1);  // "", ":05", ":05d"
-  if (!field.empty()) {
-    size_t i = field[0] == ':' ? 1 : 0;
-    while (i < field.size() && std::isdigit(static_cast<unsigned char>(field[i]))) width_field_ = width_field_ * 10 + (field[i++] - '0');
-    if (i < field.size() && field[i] == 'd') ++i;
-    if (i != field.size() || field[0] != ':')
-      throw Error("video: frame name template '", name_template, "': unsupported field {", field, "}",
-                  Hint("use {}, {:05} or {:05d}"));
-  }
+  const FrameTemplate t = parse_frame_template(name_template);
+  prefix_ = t.prefix;
+  suffix_ = t.suffix;
+  width_field_ = t.width;
   std::error_code ec;
   const bool exists = std::filesystem::exists(dir, ec);
   if (ec) throw Error("video: ", dir, ": cannot access: ", ec.message(), Hint("check the folder's permissions"));

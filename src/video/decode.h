@@ -77,6 +77,15 @@ class VideoReader {
   std::unique_ptr<Impl> impl_;
 };
 
+/// A frame-file name template ("img_{:05}.jpg"): the text around its one {} field and the field's
+/// zero-padded width. Anything else (no field, "%05d", "{:x}", a width over 64) throws an Error
+/// naming the template, so a command can check --fname-tmpl before it opens any folder.
+struct FrameTemplate {
+  std::string prefix, suffix;
+  int width = 0;
+};
+FrameTemplate parse_frame_template(const std::string& name_template);
+
 /// A folder of JPEG frames (VideoMAE v2 / SSv2 "rawframes": img_00001.jpg, img_00002.jpg, ...),
 /// decoded with libturbojpeg. Frame k is the file named by `name_template` with number
 /// first_number + k; the frame count is the length of the run of existing files from

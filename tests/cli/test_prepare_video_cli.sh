@@ -131,6 +131,8 @@ else
   expect_fail "ambiguous two-number list" "--format videomae2 or --format rawframes" \
     "$BIN" prepare-video --list "$T/raw.txt" --root "$T/raw" --out "$T/x.ucs"
 fi
+expect_fail "bad --fname-tmpl" "has no {} field" "$BIN" prepare-video --list "$T/ranges.txt" --out "$T/x.ucs" \
+  --fname-tmpl img.jpg
 rm -rf "$T/x.ucs"
 
 # Bad arguments: non-zero exit with an error message.
