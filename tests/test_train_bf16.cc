@@ -16,12 +16,18 @@
 #include <string>
 #include <vector>
 
+#include "bert_train_test_util.h"
+#include "grad_error_util.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 #include "unmask/train.h"
 
 using namespace unmask;
 using unmask::test::TestRng;
+using unmask::test::i32;
+using unmask::test::jitter;
+using unmask::test::kPretraining;
+using unmask::test::make_batch;
 
 namespace {
 
@@ -34,52 +40,6 @@ BertConfig small_config() {
   c.intermediate_size = 128;
   c.max_position_embeddings = 40;
   return c;
-}
-
-constexpr BertHeads kPretraining{.pooler = true, .mlm = true, .nsp = true};
-
-Tensor i32(const Shape& s, const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty(s, DType::i32);
-  std::memcpy(t.raw(), v.data(), v.size() * sizeof(int32_t));
-  return t;
-}
-
-// Right-padded rows of the given lengths, 5 masked positions per row, NSP labels 0/1.
-PretrainBatch make_batch(TestRng& rng, const std::vector<int64_t>& lens, int64_t T, int64_t V) {
-  const int64_t B = int64_t(lens.size()), P = 5;
-  std::vector<int32_t> ids(B * T, 0), seg(B * T, 0), mask(B * T, 0), pos(B * P, 0), mid(B * P, 0), nsp(B);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < lens[b]; ++t) {
-      ids[b * T + t] = int32_t(rng.integer(1, V - 1));
-      seg[b * T + t] = t > lens[b] / 2 ? 1 : 0;
-      mask[b * T + t] = 1;
-    }
-    for (int64_t j = 0; j < P; ++j) {
-      pos[b * P + j] = int32_t(1 + j * (lens[b] - 1) / P);  // increasing, inside the row
-      mid[b * P + j] = int32_t(rng.integer(0, V - 1));
-    }
-    nsp[b] = int32_t(b % 2);
-  }
-  PretrainBatch batch;
-  batch.input_ids = i32({B, T}, ids);
-  batch.segment_ids = i32({B, T}, seg);
-  batch.input_mask = i32({B, T}, mask);
-  batch.masked_lm_positions = i32({B, P}, pos);
-  batch.masked_lm_ids = i32({B, P}, mid);
-  batch.next_sentence_labels = i32({B}, nsp);
-  return batch;
-}
-
-// Random biases and LayerNorm parameters, larger weights: every parameter matters.
-void jitter(BertTrainModel& m, TestRng& rng) {
-  for (Param& p : m.params()) {
-    float* v = p.value.data<float>();
-    const bool ln_weight = p.name.find("LayerNorm.weight") != std::string::npos;
-    if (p.name.find("bias") != std::string::npos || ln_weight)
-      for (int64_t i = 0; i < p.value.numel(); ++i) v[i] = (ln_weight ? 1.0f : 0.0f) + 0.1f * float(rng.normal());
-    else
-      for (int64_t i = 0; i < p.value.numel(); ++i) v[i] *= 5.0f;
-  }
 }
 
 struct StepResult {
@@ -95,7 +55,7 @@ StepResult run_step(BertTrainModel& m, Context& ctx, const PretrainBatch& batch,
   m.zero_grad();
   StepResult r;
   r.loss = m.pretrain_step(ctx, batch, o).loss;
-  for (const Param& p : m.params()) r.grads.emplace_back(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+  r.grads = test::grads_of(m.params());
   return r;
 }
 
@@ -335,8 +295,7 @@ TEST(TrainBf16, TaskStepsCloseToF32) {
       m.zero_grad();
       StepResult r;
       r.loss = m.task_step(ctx, batch, task, o).loss;
-      for (const Param& p : m.params())
-        r.grads.emplace_back(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+      r.grads = test::grads_of(m.params());
       return r;
     };
     const StepResult f = run(DType::f32), bf = run(DType::bf16);
@@ -346,19 +305,11 @@ TEST(TrainBf16, TaskStepsCloseToF32) {
     // positions leaves the softmax over positions unchanged). Errors are therefore measured
     // against the larger of the gradient's norm and 1e-2 of the global gradient norm (the noise of
     // the qa head's last LayerNorm bias is ~1e-4 of it; a real fault is far above 5e-4).
-    double global = 0;
-    for (const auto& g : f.grads)
-      for (float v : g) global += double(v) * v;
-    global = std::sqrt(global);
+    const std::vector<double> errors = test::grad_errors(bf.grads, f.grads, 1e-2);
     bool any_differs = false;
     for (size_t i = 0; i < f.grads.size(); ++i) {
       any_differs = any_differs || bf.grads[i] != f.grads[i];
-      double diff = 0, own = 0;
-      for (size_t j = 0; j < f.grads[i].size(); ++j) {
-        diff += (double(bf.grads[i][j]) - f.grads[i][j]) * (double(bf.grads[i][j]) - f.grads[i][j]);
-        own += double(f.grads[i][j]) * f.grads[i][j];
-      }
-      EXPECT_LT(std::sqrt(diff) / std::max(std::sqrt(own), 1e-2 * global), 5e-2) << m.params()[i].name;
+      EXPECT_LT(errors[i], 5e-2) << m.params()[i].name;
     }
     EXPECT_TRUE(any_differs);
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "grad_error_util.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 #include "unmask/videomae.h"
@@ -270,10 +271,7 @@ TEST(VideoMAE, RecomputedGeluGivesTheSameBits) {
     o.recompute_gelu = recompute;
     m.zero_grad();
     const double loss = m.pretrain_step(ctx, v, mask, o).loss;
-    std::vector<std::vector<float>> grads;
-    for (const Param& p : m.params())
-      grads.emplace_back(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
-    return std::make_pair(loss, grads);
+    return std::make_pair(loss, test::grads_of(m.params()));
   };
   const auto kept = run(false), recomputed = run(true);
   EXPECT_EQ(kept.first, recomputed.first);
@@ -303,33 +301,21 @@ TEST(VideoMAE, Bf16ActivationsCloseToF32) {
     o.activations = activations;
     m.zero_grad();
     const double loss = m.pretrain_step(ctx, v, mask, o).loss;
-    std::vector<std::vector<float>> grads;
-    for (const Param& p : m.params())
-      grads.emplace_back(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
-    return std::make_pair(loss, grads);
+    return std::make_pair(loss, test::grads_of(m.params()));
   };
   const auto f = run(DType::f32), h = run(DType::bf16), h2 = run(DType::bf16);
   EXPECT_EQ(h.first, h2.first);
   EXPECT_EQ(h.second, h2.second);
   EXPECT_NEAR(h.first, f.first, 1e-2 * f.first);
-  double global = 0;
-  for (const auto& g : f.second)
-    for (float x : g) global += double(x) * x;
-  global = std::sqrt(global);
   bool any_differs = false;
   double worst = 0;
+  // Against the larger of the gradient's own norm and 1e-2 of the global norm (gradients that
+  // are exactly 0, such as the key part of a shift, leave only rounding noise).
+  const std::vector<double> errors = test::grad_errors(h.second, f.second, 1e-2);
   for (size_t i = 0; i < f.second.size(); ++i) {
     any_differs = any_differs || h.second[i] != f.second[i];
-    double diff = 0, own = 0;
-    for (size_t j = 0; j < f.second[i].size(); ++j) {
-      diff += (double(h.second[i][j]) - f.second[i][j]) * (double(h.second[i][j]) - f.second[i][j]);
-      own += double(f.second[i][j]) * f.second[i][j];
-    }
-    // Against the larger of the gradient's own norm and 1e-2 of the global norm (gradients that
-    // are exactly 0, such as the key part of a shift, leave only rounding noise).
-    const double e = std::sqrt(diff) / std::max(std::sqrt(own), 1e-2 * global);
-    worst = std::max(worst, e);
-    EXPECT_LT(e, 5e-2) << m.params()[i].name;
+    worst = std::max(worst, errors[i]);
+    EXPECT_LT(errors[i], 5e-2) << m.params()[i].name;
   }
   EXPECT_TRUE(any_differs) << "the bf16 step equals the f32 step: the blocks did not run in bf16";
   std::printf("[videomae bf16] loss f32 %.6f bf16 %.6f, worst gradient error %.4f\n", f.first, h.first, worst);
