@@ -24,6 +24,21 @@ inline Tensor i32(const Shape& shape, const std::vector<int32_t>& v) {
   return t;
 }
 
+/// A PretrainBatch of B rows of T tokens and P prediction slots from its host vectors.
+inline PretrainBatch pretrain_batch(int64_t B, int64_t T, int64_t P, const std::vector<int32_t>& ids,
+                                    const std::vector<int32_t>& segments, const std::vector<int32_t>& mask,
+                                    const std::vector<int32_t>& positions, const std::vector<int32_t>& masked_ids,
+                                    const std::vector<int32_t>& nsp) {
+  PretrainBatch batch;
+  batch.input_ids = i32({B, T}, ids);
+  batch.segment_ids = i32({B, T}, segments);
+  batch.input_mask = i32({B, T}, mask);
+  batch.masked_lm_positions = i32({B, P}, positions);
+  batch.masked_lm_ids = i32({B, P}, masked_ids);
+  batch.next_sentence_labels = i32({B}, nsp);
+  return batch;
+}
+
 /// A random right-padded batch: B rows of the given lengths in [B, T], P = 4 prediction slots
 /// (row 1 has none), mixed NSP labels. Padding holds `pad_fill` ids (0 in DLE's shards).
 inline PretrainBatch make_batch(TestRng& rng, const std::vector<int64_t>& lens, int64_t T, int64_t V,
@@ -48,14 +63,7 @@ inline PretrainBatch make_batch(TestRng& rng, const std::vector<int64_t>& lens, 
     }
     nsp[b] = int32_t(b % 2);
   }
-  PretrainBatch batch;
-  batch.input_ids = i32({B, T}, ids);
-  batch.segment_ids = i32({B, T}, seg);
-  batch.input_mask = i32({B, T}, mask);
-  batch.masked_lm_positions = i32({B, P}, pos);
-  batch.masked_lm_ids = i32({B, P}, mid);
-  batch.next_sentence_labels = i32({B}, nsp);
-  return batch;
+  return pretrain_batch(B, T, P, ids, seg, mask, pos, mid, nsp);
 }
 
 /// Random biases and LayerNorm parameters (random() starts them at 0 / 1) and 5x larger weights,

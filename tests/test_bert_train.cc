@@ -427,13 +427,7 @@ TEST(DISABLED_BertTrainTiming, BaseSeq128Batch8) {
     }
     nsp[b] = int32_t(b % 2);
   }
-  PretrainBatch batch;
-  batch.input_ids = i32({B, T}, ids);
-  batch.segment_ids = i32({B, T}, seg);
-  batch.input_mask = i32({B, T}, mask);
-  batch.masked_lm_positions = i32({B, P}, pos);
-  batch.masked_lm_ids = i32({B, P}, mid);
-  batch.next_sentence_labels = i32({B}, nsp);
+  const PretrainBatch batch = test::pretrain_batch(B, T, P, ids, seg, mask, pos, mid, nsp);
   auto now = [] { return std::chrono::steady_clock::now(); };
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   // Minimum over repetitions: the box is shared, and contention only ever adds time.
