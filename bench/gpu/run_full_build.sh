@@ -11,7 +11,8 @@
 #
 # Stages (each under its own timeout; a failing stage does not stop the later ones; logs in $OUT):
 #   1. `unmask version` and nvidia-smi;
-#   2. unmask_cuda_tests: every CUDA kernel and model test (BERT training and inference vs the CPU);
+#   2. unmask_cuda_tests: every CUDA kernel and model test (BERT training and inference vs the CPU),
+#      one process per suite (run_test_suites.sh: a crash costs one suite, not the rest);
 #   3. `pretrain` of a tiny model, 8 steps, dropout off: device = "cpu" vs device = "cuda" (the
 #      loss curves must agree within 1e-4), and, with mpirun, 2 ranks sharing the GPU (host-staged
 #      MPI all-reduce, dist/grad_sync.h) vs 1 rank at the same global batch;
@@ -57,9 +58,14 @@ note "version: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-200)"
 if ! want 2; then
   :
 elif [ "$DEVICE" = cuda ] && [ -x "$BIN/unmask_cuda_tests" ]; then
-  timeout 240 "$BIN/unmask_cuda_tests" > "$OUT/cuda_tests.log" 2>&1
-  note "cuda tests: rc $? at $(at)s; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_tests.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \]' "$OUT/cuda_tests.log" | head -10 | tee -a "$summary"
+  # One process per test suite (bench/gpu/run_test_suites.sh): a crash or a sticky CUDA error in
+  # one suite does not take the others' results with it; no suite starts after 240 s (the
+  # whole binary had 240 s before), each has 120 s.
+  PER_SUITE_S=120 bash bench/gpu/run_test_suites.sh "$BIN/unmask_cuda_tests" "$OUT/cuda_tests.log" 240 \
+    > "$OUT/cuda_suites.txt" 2>&1
+  note "cuda tests: rc $? at $(at)s; $(tail -1 "$OUT/cuda_suites.txt")"
+  grep '^suite ' "$OUT/cuda_suites.txt" | grep -vE '\(ok\), [0-9]+ s$' | head -12 | tee -a "$summary"  # not passed
+  grep -E '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$OUT/cuda_tests.log" | head -10 | tee -a "$summary"
 else
   note "cuda tests: skipped (DEVICE=$DEVICE or no $BIN/unmask_cuda_tests)"
 fi
