@@ -23,6 +23,7 @@ T0=$(date +%s)
 stage() { STAGES=$((STAGES + 1)); local t=$(( $(date +%s) - T0 )); printf '== [%d:%02d] %s\n' $((t / 60)) $((t % 60)) "$*"; }
 
 bash tools/line_budget.sh
+python3 tools/gen_unicode_tables.py --check  # the committed Unicode tables are Debian's UCD, regenerated
 stage "[1/6] build (Release) and unit tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$JOBS"
