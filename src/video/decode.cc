@@ -341,7 +341,9 @@ FrameFolderReader::FrameFolderReader(const std::string& dir, const std::string& 
                 Hint("pass the right --fname-tmpl (and list the right first frame number)"));
   tj_ = tjInitDecompress();
   if (!tj_) throw Error("video: cannot create a libturbojpeg decompressor");
-  decode_jpeg(0, &info_.width, &info_.height);  // the size of the first frame is the folder's
+  // The size of the first frame is the folder's; its header says it without decoding the pixels
+  // (a loader opens a folder for every clip it reads).
+  decode_jpeg(0, &info_.width, &info_.height, /*header_only=*/true);
   info_.num_keyframes = info_.num_frames;
 }
 
@@ -355,7 +357,7 @@ std::string FrameFolderReader::frame_path(int64_t k) const {
   return (std::filesystem::path(dir_) / (prefix_ + number + suffix_)).string();
 }
 
-std::vector<uint8_t> FrameFolderReader::decode_jpeg(int64_t k, int* width, int* height) {
+std::vector<uint8_t> FrameFolderReader::decode_jpeg(int64_t k, int* width, int* height, bool header_only) {
   const std::string path = frame_path(k);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error("video: cannot read frame ", k, " (", path, ")", Hint("the frame folder is incomplete"));
@@ -365,13 +367,14 @@ std::vector<uint8_t> FrameFolderReader::decode_jpeg(int64_t k, int* width, int* 
   if (tjDecompressHeader3(tj_, bytes.data(), (unsigned long)bytes.size(), &w, &h, &subsamp, &colorspace) != 0)
     throw Error("video: frame ", k, " (", path, ") is not a valid JPEG: ", tjGetErrorStr2(tj_),
                 Hint("re-extract the frames"));
+  *width = w;
+  *height = h;
+  if (header_only) return {};
   std::vector<uint8_t> rgb(size_t(w) * h * 3);
   if (tjDecompress2(tj_, bytes.data(), (unsigned long)bytes.size(), rgb.data(), w, w * 3, h, TJPF_RGB, 0) != 0 &&
       tjGetErrorCode(tj_) == TJERR_FATAL)
     throw Error("video: frame ", k, " (", path, "): JPEG decode failed: ", tjGetErrorStr2(tj_),
                 Hint("the JPEG is corrupt or truncated"));
-  *width = w;
-  *height = h;
   return rgb;
 }
 

@@ -113,7 +113,8 @@ class FrameFolderReader {
   int first_number_ = 1;
   VideoInfo info_;
   void* tj_ = nullptr;  // tjhandle
-  std::vector<uint8_t> decode_jpeg(int64_t k, int* width, int* height);
+  // Frame k's pixels; header_only: just its size (no pixels decoded, an empty vector).
+  std::vector<uint8_t> decode_jpeg(int64_t k, int* width, int* height, bool header_only = false);
 };
 
 }  // namespace unmask::video
