@@ -6,8 +6,10 @@
 #       frame (select filter), scale to the same short side, rgb24 to /dev/null; THREADS
 #       processes in parallel, one decoder thread each;
 #   (b) unmask's ClipLoader from the list (FFmpeg libraries, decode on the fly, THREADS workers);
-#   (c) unmask's ClipLoader from a clip store (after `unmask prepare-video`, timed separately).
-# (b) and (c) also crop, resize to CROP x CROP and normalise (the loader's full work); their
+#   (c) unmask's ClipLoader from a clip store (after `unmask prepare-video`, timed separately);
+#   (d) unmask's ClipLoader from JPEG frame folders (a rawframes list, VideoMAE v2 / mmaction2's
+#       layout; the frames extracted once by the ffmpeg CLI at -q:v 2, timed separately).
+# (b), (c) and (d) also crop, resize to CROP x CROP and normalise (the loader's full work); their
 # time split (read/decode, augment, copy; thread-seconds) is printed so the decode part can be
 # compared with (a) directly.
 #
@@ -78,6 +80,19 @@ prepare_s=$(elapsed "$t0" "$(now)")
 store_mb=$(du -sm "$WORK/store.ucs" | cut -f1)
 $BENCH_LOADER --store "$WORK/store.ucs" $common >"$WORK/store.json"
 
+# ---- (d) the loader over JPEG frame folders (extracted once by the ffmpeg CLI) --------------------
+t0=$(now)
+: >"$WORK/rawframes.txt"
+while read -r path label; do
+  d="$WORK/frames/$(basename "${path%.*}")"
+  mkdir -p "$d"
+  ffmpeg -nostdin -hide_banner -loglevel error -i "$path" -q:v 2 "$d/img_%05d.jpg"
+  echo "$d $(find "$d" -name 'img_*.jpg' | wc -l) $label" >>"$WORK/rawframes.txt"
+done <"$LIST"
+extract_s=$(elapsed "$t0" "$(now)")
+frames_mb=$(du -sm "$WORK/frames" | cut -f1)
+$BENCH_LOADER --list "$WORK/rawframes.txt" --format rawframes --short-side "$SHORT" $common >"$WORK/frames.json"
+
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 row() {  # name json
   local cps read aug copy wait wall
@@ -95,7 +110,9 @@ echo "|------------------------------------|--------|----------|-----------|----
 printf "| %-34s | %6s | %8.2f | %9.1f | decode + scale only (no crop/normalise) |\n" "(a) ffmpeg CLI, $THREADS procs" "$clips" "$ffmpeg_s" "$(echo "$clips / $ffmpeg_s" | bc -l)"
 row "(b) ClipLoader from_list (FFmpeg)" "$WORK/list.json"
 row "(c) ClipLoader from_store" "$WORK/store.json"
+row "(d) ClipLoader from_list (JPEG folders)" "$WORK/frames.json"
 echo
 echo "ffmpeg CLI start-up alone: $(printf '%.3f' "$startup_s") s per process (so at most $(echo "$THREADS / $startup_s" | bc -l | xargs printf '%.1f') clips/s with $THREADS processes before any decoding)"
 echo "prepare-video (decode once): $(printf '%.2f' "$prepare_s") s for $n videos ($(echo "$n / $prepare_s" | bc -l | xargs printf '%.1f') videos/s), store $store_mb MiB"
 sed 's/^/  /' "$WORK/prepare.txt"
+echo "frame folders (ffmpeg CLI, once): $(printf '%.2f' "$extract_s") s for $n videos, $(find "$WORK/frames" -name '*.jpg' | wc -l) JPEGs, $frames_mb MiB"
