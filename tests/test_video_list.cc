@@ -113,6 +113,7 @@ TEST(VideoListFormats, AutomaticFromTheFirstLine) {
   EXPECT_EQ(format_of("a b.mp4 3\n", "l.txt").label, 3);           // videomae, path with a space
   EXPECT_EQ(format_of("\n  \np.mp4,5\n", "l.csv").label, 5);       // vswift (first non-blank line)
   EXPECT_EQ(format_of("p,q.mp4 5\n", "l.txt").path, "p,q.mp4");    // a comma outside .csv: videomae
+  EXPECT_EQ(format_of("dir/a b.mp4\t7\n", "l.txt").path, "dir/a b.mp4");  // a tab before the label
   const ListEntry r = format_of("a.mp4 2 10 20\n", "l.txt");       // three numbers: vswift4
   EXPECT_EQ(r.label, 2);
   EXPECT_EQ(r.start_frame, 10);

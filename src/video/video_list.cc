@@ -196,9 +196,9 @@ std::vector<ListEntry> parse_video_list(const std::string& text, const std::stri
     e.list_line = line_no;
     std::string_view path;
     if (format == ListFormat::videomae || format == ListFormat::vswift) {
-      // Two fields split at the last separator character (a path may hold the other one).
-      const char sep = format == ListFormat::vswift ? ',' : ' ';
-      const auto cut = line.rfind(sep);
+      // Two fields split at the last separator (a path may hold the other kind): a comma for
+      // vswift, a space or a tab for videomae.
+      const auto cut = format == ListFormat::vswift ? line.rfind(',') : line.find_last_of(" \t");
       if (cut == std::string_view::npos || cut == 0)
         throw bad_line(format == ListFormat::vswift ? "separate path and label with a comma"
                                                     : "separate path and label with a space");

@@ -5,8 +5,8 @@
 //   video::ListFormat f = video::parse_list_format("vswift4");   // from a --format value
 //
 // The formats (one clip per line; blank lines skipped; \r\n accepted):
-//   videomae   "path label"                            VideoMAE v1 (space; the label is the last field,
-//                                                      so a path may hold spaces)
+//   videomae   "path label"                            VideoMAE v1 (a space or a tab; the label is the
+//                                                      last field, so a path may hold spaces)
 //   vswift     "path,label"                            V-SWIFT's csv (the label is after the last comma)
 //   vswift4    "path label sframe eframe"              V-SWIFT: frames [sframe, eframe) of the video
 //   vswift6    "source path label sframe eframe nframes"
