@@ -18,9 +18,12 @@ LOG=$2
 BUDGET=${3:-300}
 PER_SUITE=${PER_SUITE_S:-150}
 [ -x "$BIN" ] || { echo "run_test_suites: $BIN is not an executable" >&2; exit 2; }
-listing=$("$BIN" --gtest_list_tests 2>&1) || { echo "run_test_suites: $BIN --gtest_list_tests failed: $listing" >&2; exit 2; }
-# Suite lines start in column 0 and end with '.' ("Suite." or "Prefix/Suite."); tests are indented.
-mapfile -t suites < <(printf '%s\n' "$listing" | grep -E '^[^ ].*\.$' | sed 's/\.$//' | grep -v '^DISABLED_')
+# The listing has a timeout too: the CUDA test binary asks the driver for devices before it lists.
+listing=$(timeout -k 5 60 "$BIN" --gtest_list_tests 2>&1) \
+  || { echo "run_test_suites: $BIN --gtest_list_tests failed: $listing" >&2; exit 2; }
+# Suite lines start in column 0 and end with '.' ("Suite.", "Prefix/Suite.", or a typed suite's
+# "Typed/0.  # TypeParam = float"); tests are indented.
+mapfile -t suites < <(printf '%s\n' "$listing" | sed -nE 's/^([^ ][^ ]*)\.( +#.*)?$/\1/p' | grep -v '^DISABLED_')
 [ "${#suites[@]}" -gt 0 ] || { echo "run_test_suites: $BIN lists no test suites" >&2; exit 2; }
 
 : > "$LOG"
@@ -35,19 +38,21 @@ for s in "${suites[@]}"; do
     continue
   fi
   t0=$(date +%s)
-  timeout "$PER_SUITE" "$BIN" --gtest_filter="$s.*" > "$one" 2>&1
+  timeout -k 10 "$PER_SUITE" "$BIN" --gtest_filter="$s.*" > "$one" 2>&1
   rc=$?
+  took=$(( $(date +%s) - t0 ))
   { echo "=== $s (rc $rc)"; cat "$one"; } >> "$LOG"
   pass=$(grep -cE '^\[ +OK \]' "$one")
   fail=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$one")
   skip=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$one")
   if [ "$rc" = 0 ]; then status=ok
-  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then status="timed out after ${PER_SUITE}s"; timed_out+=("$s")
+  elif [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ "$took" -ge "$PER_SUITE" ]; }; then  # 137: killed after -k
+    status="timed out after ${PER_SUITE}s"; timed_out+=("$s")
   elif [ "$fail" -gt 0 ] && [ "$rc" = 1 ]; then status=failed; failed+=("$s")
-  else status="crashed"; crashed+=("$s")  # a signal, an abort, or an exit with no failed test
+  else status="crashed"; crashed+=("$s")  # a signal (a SIGKILL from outside too), an abort, or no failed test
   fi
   total_pass=$((total_pass + pass)) total_fail=$((total_fail + fail)) total_skip=$((total_skip + skip))
-  echo "suite $s: $pass passed, $fail failed, $skip skipped, rc $rc ($status), $(( $(date +%s) - t0 )) s"
+  echo "suite $s: $pass passed, $fail failed, $skip skipped, rc $rc ($status), $took s"
 done
 join() { local IFS=' '; echo "${*:-none}"; }
 echo "suites: ${#suites[@]}; tests: $total_pass passed, $total_fail failed, $total_skip skipped;" \

@@ -89,7 +89,8 @@ FrameTemplate parse_frame_template(const std::string& name_template);
 /// A folder of JPEG frames (VideoMAE v2 / SSv2 "rawframes": img_00001.jpg, img_00002.jpg, ...),
 /// decoded with libturbojpeg. Frame k is the file named by `name_template` with number
 /// first_number + k; the frame count is the length of the run of existing files from
-/// first_number. The template holds one "{:0Nd}"-style field, written "{:05}" (Python's
+/// first_number, or the list's count when one is given and its first and last files exist (a
+/// missing file inside is then found by the decode that asks for it). The template holds one "{:0Nd}"-style field, written "{:05}" (Python's
 /// format, as VideoMAE v2's --fname_tmpl) or "{}" (no padding). Resizing uses swscale bicubic,
 /// as VideoReader does; every frame must have the size of the first.
 class FrameFolderReader {

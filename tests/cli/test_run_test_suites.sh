@@ -4,6 +4,7 @@
 # or a hang does not stop the later suites, disabled suites are left out, and the budget holds.
 #   bash tests/cli/test_run_test_suites.sh
 set -uo pipefail
+ulimit -c 0  # the fake crash leaves no core file behind
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -15,7 +16,7 @@ has() { grep -qF -- "$1" "$T/out" && ok || bad "expected '$1' in: $(cat "$T/out"
 cat > "$T/fake_tests" <<'FAKE'
 #!/usr/bin/env bash
 if [ "$1" = --gtest_list_tests ]; then
-  printf 'Running main() from gtest_main.cc\nGood.\n  A\n  B\nBad.\n  A\n  B\nCrash.\n  A\nHang.\n  A\nSkip.\n  A\nDISABLED_Slow.\n  A\nLast.\n  A\n'
+  printf 'Running main() from gtest_main.cc\nGood.\n  A\n  B\nBad.\n  A\n  B\nCrash.\n  A\nHang.\n  A\nSkip.\n  A\nDISABLED_Slow.\n  A\nTyped/0.  # TypeParam = float\n  A\nKilled.\n  A\nLast.\n  A\n'
   exit 0
 fi
 case "$1" in
@@ -24,6 +25,8 @@ case "$1" in
   --gtest_filter=Crash.*) printf '[ RUN      ] Crash.A\n'; kill -SEGV $$ ;;
   --gtest_filter=Hang.*) sleep 30 ;;
   --gtest_filter=Skip.*) printf '[  SKIPPED ] Skip.A (0 ms)\n'; exit 0 ;;
+  --gtest_filter=Typed/0.*) printf '[       OK ] Typed/0.A (1 ms)\n'; exit 0 ;;
+  --gtest_filter=Killed.*) kill -KILL $$ ;;
   --gtest_filter=Last.*) printf '[       OK ] Last.A (1 ms)\n'; exit 0 ;;
   *) echo "unexpected $*"; exit 3 ;;
 esac
@@ -39,16 +42,19 @@ has "suite Crash: 0 passed, 0 failed, 0 skipped, rc 139 (crashed)"
 has "suite Hang: 0 passed, 0 failed, 0 skipped, rc 124 (timed out after 2s)"
 has "suite Skip: 0 passed, 0 failed, 1 skipped, rc 0 (ok)"
 has "suite Last: 1 passed, 0 failed, 0 skipped, rc 0 (ok)"  # ran after the crash and the hang
+has "suite Typed/0: 1 passed, 0 failed, 0 skipped, rc 0 (ok)"  # a typed suite's listing line
+has "suite Killed: 0 passed, 0 failed, 0 skipped, rc 137 (crashed)"  # a SIGKILL from outside is no timeout
 grep -q "DISABLED" "$T/out" && bad "a disabled suite ran: $(cat "$T/out")" || ok
-has "suites: 6; tests: 4 passed, 1 failed, 1 skipped; failed: Bad; crashed: Crash; timed out: Hang; not run (budget 60s): none"
+has "suites: 8; tests: 5 passed, 1 failed, 1 skipped; failed: Bad; crashed: Crash Killed; timed out: Hang; not run (budget 60s): none"
 grep -q "=== Crash (rc 139)" "$T/log" && grep -q "Crash.A" "$T/log" && ok || bad "the log lacks the crashed suite's output"
 
 # A budget of 0 s starts nothing and says so.
 bash "$ROOT/bench/gpu/run_test_suites.sh" "$T/fake_tests" "$T/log" 0 > "$T/out" 2>&1
 [ $? = 1 ] && ok || bad "rc with nothing run (want 1)"
-has "not run (budget 0s): Good Bad Crash Hang Skip Last"
+has "not run (budget 0s): Good Bad Crash Hang Skip Typed/0 Killed Last"
 # All good: exit 0.
-sed -i 's/^  --gtest_filter=Bad.*/  --gtest_filter=Bad.*) exit 0 ;;/; s/kill -SEGV \$\$/exit 0/; s/sleep 30/exit 0/' "$T/fake_tests"
+sed -i 's/^  --gtest_filter=Bad.*/  --gtest_filter=Bad.*) exit 0 ;;/; s/kill -SEGV \$\$/exit 0/; s/kill -KILL \$\$/exit 0/; s/sleep 30/exit 0/' \
+  "$T/fake_tests"
 bash "$ROOT/bench/gpu/run_test_suites.sh" "$T/fake_tests" "$T/log" 60 > "$T/out" 2>&1
 [ $? = 0 ] && ok || bad "rc when every suite passes: $(cat "$T/out")"
 # Not a binary: a clear error.
