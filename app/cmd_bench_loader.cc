@@ -72,7 +72,6 @@ int bench_loader(int argc, char** argv) {
     }
     const video::ListFormat fmt = video::parse_list_format(args->get("format"));
     o.frame_template = args->get("fname-tmpl");
-    video::parse_frame_template(o.frame_template);  // a bad --fname-tmpl fails now, not per video
     source = "list " + args->get("list");
     return video::ClipLoader::from_list(args->get("list"), args->get("root"), fmt, int(args->get_int("short-side")), o);
   }();

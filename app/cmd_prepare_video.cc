@@ -85,7 +85,6 @@ int cmd_prepare_video(int argc, char** argv) {
   o.root = args->get("root");
   o.format = video::parse_list_format(args->get("format"));
   o.frame_template = args->get("fname-tmpl");
-  video::parse_frame_template(o.frame_template);  // a bad --fname-tmpl fails now, not per video
   o.out = args->require("out");
   o.short_side = int(args->get_int("short-side"));
   o.frame_stride = int(args->get_int("frame-stride"));

@@ -65,7 +65,6 @@ video::ClipLoader open_video_loader(const Args& a, const std::string& data, vide
   o.threads = int(a.get_int("loader-threads"));
   o.strict = a.has("strict");
   o.frame_template = a.get("fname-tmpl");
-  video::parse_frame_template(o.frame_template);  // a bad --fname-tmpl fails now, not per video
   if (o.sampling_rate < 1) throw Error("--sampling-rate must be >= 1, got ", o.sampling_rate);
   if (o.threads < 1) throw Error("--loader-threads must be >= 1, got ", o.threads);
   if (is_store(data)) return video::ClipLoader::from_store(data, o);

@@ -375,6 +375,16 @@ TEST(VideoListStore, RawframesListIntoAStore) {
   write_frames(dir.path / "1001", 1, 5, 32, 24);
   write_frames(dir.path / "1002", 1, 2, 32, 24);  // the list says 4: skipped as too short
   const PrepareOptions o = store_options(dir, "1001 5 7\n1002 4 3\n", ListFormat::rawframes, 0);
+  // A bad file-name template is one error up front, before any folder is opened or store written.
+  PrepareOptions bad = o;
+  bad.frame_template = "img.jpg";
+  const std::string early = error_of([&] { prepare_clip_store(bad); });
+  EXPECT_EQ(early.rfind("video: frame name template 'img.jpg' has no {} field", 0), 0u) << early;
+  EXPECT_FALSE(fs::exists(o.out));
+  ClipLoaderOptions lo;
+  lo.frame_template = "img_{:x}.jpg";
+  EXPECT_TRUE(contains(error_of([&] { ClipLoader::from_list(o.list, o.root, ListFormat::rawframes, 0, lo); }),
+                       "unsupported field"));
   const PrepareReport r = prepare_clip_store(o);
   EXPECT_EQ(r.ok, 1);
   EXPECT_EQ(r.skipped.counts[size_t(BadVideoReason::too_short)], 1);

@@ -533,6 +533,7 @@ ClipLoader ClipLoader::from_list(const std::string& list_file, const std::string
                                  int short_side, const ClipLoaderOptions& options) {
   if (short_side < 0 || short_side > 16384)
     throw Error("clip loader: short side must be in [0, 16384], got ", short_side);
+  parse_frame_template(options.frame_template);  // a bad template fails here, not once per folder
   auto impl = std::make_unique<Impl>();
   impl->o = options;
   impl->list = read_video_list(list_file, format, root);

@@ -159,6 +159,7 @@ void check_options(const PrepareOptions& o) {
     throw Error("clip store: the chunk size must be positive, got ", o.chunk_bytes, " bytes",
                 Hint("e.g. --chunk-mb 256"));
   if (o.threads < 1 || o.threads > 256) throw Error("clip store: --threads must be in [1, 256], got ", o.threads);
+  parse_frame_template(o.frame_template);  // a bad template fails here, not once per folder
 }
 
 // Puts `tmp` at `out`: a plain rename, or an atomic swap with the store already there.
