@@ -24,6 +24,7 @@
 #include "video/clip_store.h"
 #include "video/decode.h"
 #include "video/synthetic.h"
+#include "error_test_util.h"
 
 namespace unmask::video {
 namespace {
@@ -91,14 +92,7 @@ void expect_same(const std::vector<ClipBatch>& a, const std::vector<ClipBatch>& 
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using unmask::test::error_of;
 
 TEST(ClipLoader, TestViewsMatchFloat64PipelineInFixedOrder) {
   Data d;

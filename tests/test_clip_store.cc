@@ -22,6 +22,7 @@
 #include "video/clip_store.h"
 #include "video/decode.h"
 #include "video/synthetic.h"
+#include "error_test_util.h"
 
 namespace unmask::video {
 namespace {
@@ -72,14 +73,7 @@ PrepareOptions options_for(const Dataset& d, const std::string& out) {
   return o;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using unmask::test::error_of;
 
 #define EXPECT_HAS(text, fragment) EXPECT_NE(std::string(text).find(fragment), std::string::npos) << (text)
 
@@ -178,8 +172,8 @@ TEST(ClipStore, CorruptionAndDamageAreErrorsNamingWhatAndWhere) {
     EXPECT_HAS(m, "video 1");
     EXPECT_HAS(m, e.path);
     EXPECT_HAS(m, "frame 7");
-    EXPECT_EQ(error_of([&] { store.read_frames(1, {6, 8}); }), "");
-    EXPECT_EQ(error_of([&] { store.read_frames(0, {7}); }), "");
+    EXPECT_NO_THROW(store.read_frames(1, {6, 8}));
+    EXPECT_NO_THROW(store.read_frames(0, {7}));
     write_file(out + "/chunk-00000.bin", chunk);
   }
   {  // Index access out of range.

@@ -28,6 +28,7 @@
 #include "io/npy.h"
 #include "op_test_util.h"
 #include "unmask/error.h"
+#include "error_test_util.h"
 
 namespace unmask::data {
 namespace {
@@ -51,15 +52,7 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an unmask::Error";
-  return "";
-}
+using unmask::test::error_of;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

@@ -23,6 +23,7 @@
 #include "unmask/context.h"
 #include "unmask/error.h"
 #include "unmask/train.h"
+#include "error_test_util.h"
 
 namespace {
 
@@ -41,16 +42,7 @@ WordPieceTokenizer tiny_tokenizer() {
   return WordPieceTokenizer(Vocab::from_tokens(tokens));
 }
 
-// Runs fn and returns the Error message it throws ("" if it does not throw).
-template <typename F>
-std::string error_of(F fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using unmask::test::error_of;
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::string path = (std::filesystem::temp_directory_path() / ("unmask_ft_" + name)).string();

@@ -20,6 +20,7 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "unmask/error.h"
+#include "error_test_util.h"
 
 using namespace unmask;
 using namespace unmask::io;
@@ -42,19 +43,7 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
 
-// Runs f and returns the unmask::Error message; fails the test if f does not throw one.
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-unmask exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no error thrown";
-  return {};
-}
+using unmask::test::error_of;
 
 #define EXPECT_ERROR_CONTAINS(stmt, substr)                                             \
   do {                                                                                  \

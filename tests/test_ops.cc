@@ -20,6 +20,7 @@
 #include "ops/ops.h"
 #include "ref/ref_ops.h"
 #include "unmask/context.h"
+#include "error_test_util.h"
 
 using namespace unmask;
 using namespace unmask::test;
@@ -53,15 +54,7 @@ std::vector<cpu::GemmBackend> gemm_backends() {
 
 std::vector<double> to_f64(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// Message of the Error thrown by fn ("" if none).
-template <typename Fn> std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using unmask::test::error_of;
 
 }  // namespace
 

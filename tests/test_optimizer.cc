@@ -23,6 +23,7 @@
 #include "op_test_util.h"
 #include "ops/ops.h"
 #include "unmask/train.h"
+#include "error_test_util.h"
 
 using namespace unmask;
 using namespace unmask::test;
@@ -56,16 +57,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-// Runs f and returns the unmask::Error message; fails the test if f does not throw one.
-template <typename F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return {};
-}
+using unmask::test::error_of;
 
 // ---- ops against float64 formulas --------------------------------------------------------------
 

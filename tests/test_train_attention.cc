@@ -20,6 +20,7 @@
 #include "ref/attention_ref.h"
 #include "ref/train_ref.h"
 #include "unmask/context.h"
+#include "error_test_util.h"
 
 using namespace unmask;
 using namespace unmask::test;
@@ -36,14 +37,7 @@ struct BackendScope {
   ~BackendScope() { cpu::gemm_backend_override_for_testing(cpu::GemmBackend::openblas, true); }
 };
 
-template <typename Fn> std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using unmask::test::error_of;
 
 /// One test configuration: the sequences (packed lengths, or padded T with a key mask).
 struct Case {

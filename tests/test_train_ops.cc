@@ -20,6 +20,7 @@
 #include "ref/ref_ops.h"
 #include "ref/train_ref.h"
 #include "unmask/context.h"
+#include "error_test_util.h"
 
 using namespace unmask;
 using namespace unmask::test;
@@ -36,14 +37,7 @@ struct IsaScope {
   ~IsaScope() { cpu::kernels_override_for_testing(""); }
 };
 
-template <typename Fn> std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using unmask::test::error_of;
 
 std::vector<double> vec_f64(const Tensor& t) {  // any contiguous f32 tensor, flat
   const float* p = t.data<float>();

@@ -26,6 +26,7 @@
 #include "video/listed_video.h"
 #include "video/synthetic.h"
 #include "video/video_list.h"
+#include "error_test_util.h"
 
 namespace unmask::video {
 namespace {
@@ -36,16 +37,7 @@ struct TempDir : test::TempDir {
   TempDir() : test::TempDir("unmask_video_list") {}
 };
 
-// The message of the Error `f` throws ("" when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using unmask::test::error_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -11,6 +11,7 @@
 #include "video/masking.h"
 #include "video/videomae_flops.h"
 #include "video/videomae_names.h"
+#include "error_test_util.h"
 
 namespace unmask::video {
 namespace {
@@ -23,15 +24,7 @@ int64_t count_ones(const uint8_t* p, int64_t n) {
   return c;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using unmask::test::error_of;
 
 // ---- masks --------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include "unmask/error.h"
 #include "unmask/videomae.h"
 #include "video/videomae_checkpoint.h"
+#include "error_test_util.h"
 
 namespace unmask {
 
@@ -57,14 +58,7 @@ const Param& find(const std::vector<Param>& ps, const std::string& name) {
   throw Error("no param ", name);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using unmask::test::error_of;
 
 // A copy of every parameter value (to check that a failed load leaves them untouched).
 std::vector<Tensor> snapshot(const std::vector<Param>& ps) {
