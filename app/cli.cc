@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "train/config.h"
 #include "unmask/error.h"
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/allocator.h"
@@ -16,18 +17,6 @@
 #endif
 
 namespace unmask::cli {
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 std::string usage(const std::string& command, const std::string& summary, const std::vector<OptionSpec>& specs) {
   std::ostringstream os;
@@ -71,7 +60,7 @@ std::optional<Args> Args::parse(const std::string& command, const std::string& s
       std::string best;
       size_t best_d = SIZE_MAX;
       for (const auto& s : specs)
-        if (size_t d = edit_distance(name, s.name); d < best_d) best_d = d, best = s.name;
+        if (size_t d = train::edit_distance(name, s.name); d < best_d) best_d = d, best = s.name;
       throw Error("unknown option --", name,
                   Hint(best_d <= 3 ? "did you mean --" + best + "?" : "see unmask " + command + " --help"));
     }

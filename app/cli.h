@@ -75,7 +75,6 @@ double peak_rss_mb();
 double peak_gpu_mb(const Context& ctx);
 /// Resets that high-water mark to the memory allocated now (a benchmark row's own peak).
 void reset_peak_gpu(const Context& ctx);
-size_t edit_distance(const std::string& a, const std::string& b);
 
 int cmd_infer(int argc, char** argv);
 int cmd_forward(int argc, char** argv);

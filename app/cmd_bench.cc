@@ -19,72 +19,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "core/thread_pool.h"
+#include "train/metrics.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
 #include "unmask/error.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace unmask::cli {
 
 namespace {
-
-#if defined(__x86_64__)
-// Twelve independent FMA chains (enough to cover FMA latency x issue width): the core's FMA
-// throughput bound, with 8-wide (AVX2) or 16-wide (AVX-512) vectors.
-template <int kWidth>
-__attribute__((target("avx512f,avx2,fma"))) double fma_loop(int64_t iters) {
-  if constexpr (kWidth == 16) {
-    __m512 acc[12];
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-3f);
-    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-    for (int64_t n = 0; n < iters; ++n)
-      for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-    __m512 s = acc[0];
-    for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
-    return _mm512_reduce_add_ps(s);
-  } else {
-    __m256 acc[12];
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i) * 1e-3f);
-    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-    for (int64_t n = 0; n < iters; ++n)
-      for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-    float out[8];
-    __m256 s = acc[0];
-    for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
-    _mm256_storeu_ps(out, s);
-    return out[0];
-  }
-}
-#endif
-
-// Measures the fp32 FMA peak of `threads` cores in GFLOP/s (all threads at once, ~0.3 s).
-double measure_peak_gflops(int threads) {
-#if defined(__x86_64__)
-  if (!__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avx2")) return 0.0;
-  const bool wide = __builtin_cpu_supports("avx512f");
-  const int width = wide ? 16 : 8;
-  const int64_t iters = 5'000'000;
-  volatile double sink = 0;
-  auto run = [&](int64_t n) { return wide ? fma_loop<16>(n) : fma_loop<8>(n); };
-  ThreadPool pool(threads);
-  pool.run(threads, [&](int) { sink = sink + run(iters / 4); });  // warm up clocks
-  // Best of five trials: a trial that shares a core with another process reads low.
-  double best = 0;
-  for (int trial = 0; trial < 5; ++trial) {
-    double t0 = now_s();
-    pool.run(threads, [&](int) { sink = sink + run(iters); });
-    double dt = now_s() - t0;
-    best = std::max(best, double(threads) * double(iters) * 12 * width * 2 / dt / 1e9);
-  }
-  return best;
-#else
-  return 0.0;
-#endif
-}
 
 // A peer engine's rows for the side-by-side table (seed 003's "PT Latency | PT QPS | AIT
 // Latency | AIT QPS" columns): JSON lines with batch, seq and latency_ms, as the peers write
@@ -209,7 +152,7 @@ int bench_infer(int argc, char** argv) {
   // CUDA: the H100 SXM's dense rate of the precision's units unless --peak-gflops says otherwise.
   const double peak = args->has("peak-gflops")   ? args->get_double("peak-gflops")
                       : device == Device::cuda ? h100_peak_gflops(precision)
-                                               : measure_peak_gflops(ctx.num_threads());
+                                               : train::measure_peak_gflops(ctx.num_threads());
 
   const PeerRows peer = args->has("peer") ? read_peer_rows(args->get("peer")) : PeerRows{};
   const std::string peer_label = args->get("peer-label");

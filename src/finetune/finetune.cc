@@ -11,24 +11,13 @@
 #include <random>
 
 #include "finetune/batch.h"
+#include "train/config.h"
 #include "unmask/error.h"
 
 namespace unmask::finetune {
 namespace {
 
 constexpr const char* kTaskNames[] = {"squad", "classify", "tokens"};
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 BertHeads heads_for(TaskKind task) {
   BertHeads h;
@@ -73,7 +62,7 @@ TaskKind parse_task(const std::string& name) {
   } else {
     size_t best = SIZE_MAX;
     for (const char* t : kTaskNames)
-      if (size_t d = edit_distance(name, t); d < best) best = d, suggestion = t;
+      if (size_t d = train::edit_distance(name, t); d < best) best = d, suggestion = t;
     if (best > 3) suggestion.clear();
   }
   throw Error("unknown task '", name, "'",

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "test_harness.h"
 #include "unmask/context.h"
@@ -48,6 +49,19 @@ inline double max_relative_error(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < hb.numel(); ++i)
     worst = std::max(worst, std::fabs(double(ha.data<float>()[i]) - double(hb.data<float>()[i])));
   return worst / scale;
+}
+
+/// max |a_i - b_i| over two equally long vectors; a NaN anywhere gives +inf (std::max would drop
+/// it, and a kernel writing NaN would pass).
+inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = std::fabs(a[i] - b[i]);
+    if (!(e <= m)) m = std::isnan(e) ? INFINITY : e;
+  }
+  return m;
 }
 
 inline uint64_t base_seed() {

@@ -33,6 +33,7 @@
 #include "cuda/gemm_cublaslt.h"
 #include "cuda/kernels.h"
 #include "cuda/ops_cuda.h"
+#include "cuda_test_common.h"
 #include "test_harness.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
@@ -614,14 +615,7 @@ std::vector<double> run_attention(Context& ctx, const Tensor& qkv, const AttnLay
   return to_host(out);
 }
 
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(a[i] - b[i]);
-    if (!(e <= m)) m = std::isnan(e) ? INFINITY : e;
-  }
-  return m;
-}
+using cuda_test::max_abs_diff;
 
 }  // namespace
 

@@ -232,6 +232,84 @@ TEST(CudaTrainBiasGrad, MatchesCpuAndIsDeterministic) {
     }
 }
 
+// The bf16 instances of the row kernels (bf16 training activations): the same ops on bf16 rows
+// on the GPU and on the CPU, whose front-ends emulate bf16 (f32 arithmetic, each bf16 output
+// rounded once; tests/test_train_bf16.cc ties the emulation to the f32 ops). The two sides differ
+// only in f32 summation order, so a bf16 output may round the other way: at most one bf16 ulp
+// (2^-7 relative) plus the f32 noise; f32 outputs (statistics, parameter gradients) keep the f32
+// tolerances. The dropout mask and the conversions promise the CPU's bits. A kernel reading bf16
+// storage as f32 (or the reverse), or a vector load past a row, fails by far more than an ulp.
+TEST(CudaTrainBf16, RowOpsMatchTheCpuEmulation) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainBf16");
+  const DType bf = DType::bf16, f32 = DType::f32;
+  const double ulp = 1.0 / 128;  // one bf16 ulp, relative (8 significant bits)
+  auto bf16_values = [](const Tensor& t) {  // a bf16 tensor on any device, widened on the host
+    Tensor h = Tensor::empty(t.shape(), t.dtype());
+    h.copy_from(t);
+    return values(h.cast(DType::f32));
+  };
+  for (int64_t C : {7, 768, 1030})  // 7 and 1030: rows whose bf16 length is not a multiple of 8 (16 bytes)
+    for (int64_t N : {1, 37, 300}) {
+      SCOPED_TRACE(rng.note());
+      const std::string what = "bf16 C=" + std::to_string(C) + " N=" + std::to_string(N);
+      const Tensor x = rng.tensor({N, C}, 2.0f, 0.7f).cast(bf), r = rng.tensor({N, C}).cast(bf),
+                   dy = rng.tensor({N, C}).cast(bf);
+      const Tensor g = rng.tensor({C}, 0.5f, 1.0f), b = rng.tensor({C});
+      const Tensor xd = x.to(Device::cuda), rd = r.to(Device::cuda), dyd = dy.to(Device::cuda);
+      const Tensor gd = g.to(Device::cuda), bd = b.to(Device::cuda);
+
+      // LayerNorm with residual and statistics, and its backward (dx in place over a copy of dy).
+      Tensor y_c = Tensor::empty({N, C}, bf), mean_c = Tensor::empty({N}, f32), rstd_c = Tensor::empty({N}, f32);
+      ops::layernorm(cpu(), x, &r, g, b, 1e-5f, y_c, &mean_c, &rstd_c);
+      Tensor dx_c = Tensor::empty({N, C}, bf), dg_c = Tensor::zeros({C}, f32), db_c = Tensor::zeros({C}, f32);
+      ops::layernorm_backward(cpu(), x, &r, g, mean_c, rstd_c, dy, dx_c, dg_c, db_c);
+      Tensor yd = Tensor::empty({N, C}, bf, Device::cuda), meand = nan_device({N}), rstdd = nan_device({N});
+      ops::layernorm(gpu(), xd, &rd, gd, bd, 1e-5f, yd, &meand, &rstdd);
+      Tensor dxd = dy.to(Device::cuda), dgd = Tensor::zeros({C}, f32, Device::cuda),
+             dbd = Tensor::zeros({C}, f32, Device::cuda);
+      ops::layernorm_backward(gpu(), xd, &rd, gd, meand, rstdd, dxd, dxd, dgd, dbd);
+      expect_close(bf16_values(yd), bf16_values(y_c), 4e-5, ulp, what + " layernorm y");
+      expect_close(values(meand), values(mean_c), 1e-5, 1e-5, what + " mean");
+      expect_close(values(rstdd), values(rstd_c), 1e-6, 2e-5, what + " rstd");
+      expect_close(bf16_values(dxd), bf16_values(dx_c), 1e-4, ulp, what + " layernorm dx");
+      const double sum_tol = 2e-5 * std::sqrt(double(N)) * 6.0;
+      expect_close(values(dgd), values(dg_c), sum_tol, 1e-4, what + " dgamma");
+      expect_close(values(dbd), values(db_c), sum_tol, 1e-4, what + " dbeta");
+
+      // GELU forward and backward, in place as the layers call them.
+      Tensor a_c = x.contiguous(), da_c = dy.contiguous();
+      ops::activation(cpu(), a_c, a_c, Activation::gelu);
+      ops::activation_backward(cpu(), x, da_c, da_c, Activation::gelu);
+      Tensor ad = x.to(Device::cuda), dad = dy.to(Device::cuda);
+      ops::activation(gpu(), ad, ad, Activation::gelu);
+      ops::activation_backward(gpu(), xd, dad, dad, Activation::gelu);
+      expect_close(bf16_values(ad), bf16_values(a_c), 2e-6, ulp, what + " gelu");
+      expect_close(bf16_values(dad), bf16_values(da_c), 2e-6, ulp, what + " gelu backward");
+
+      // Dropout (the same Philox mask, v * scale rounded once: equal bits) and the bias gradient
+      // of bf16 rows into f32.
+      Tensor drop_c = Tensor::empty({N, C}, bf), dropd = Tensor::empty({N, C}, bf, Device::cuda);
+      ops::dropout(cpu(), x, drop_c, 0.1f, 1234, 77);
+      ops::dropout(gpu(), xd, dropd, 0.1f, 1234, 77);
+      expect_bits(bf16_values(dropd), bf16_values(drop_c), what + " dropout");
+      Tensor bg_c = Tensor::zeros({C}, f32), bgd = Tensor::zeros({C}, f32, Device::cuda);
+      ops::bias_grad(cpu(), dy, bg_c);
+      ops::bias_grad(gpu(), dyd, bgd);
+      expect_close(values(bgd), values(bg_c), 1e-5 * std::sqrt(double(N)) * 6.0, 1e-5, what + " bias grad");
+
+      // Conversions at the bf16 boundaries: f32 -> bf16 rounds to nearest even, bf16 -> f32 exact.
+      const Tensor wide = rng.tensor({N, C}, 3.0f);
+      Tensor narrow_c = Tensor::empty({N, C}, bf), narrowd = Tensor::empty({N, C}, bf, Device::cuda);
+      ops::copy(cpu(), wide, narrow_c);
+      ops::copy(gpu(), wide.to(Device::cuda), narrowd);
+      expect_bits(bf16_values(narrowd), bf16_values(narrow_c), what + " f32 -> bf16");
+      Tensor widened = nan_device({N, C});
+      ops::copy(gpu(), narrowd, widened);
+      expect_bits(values(widened), bf16_values(narrow_c), what + " bf16 -> f32");
+    }
+}
+
 TEST(CudaTrainSoftmax, BackwardMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainSoftmax");
@@ -445,7 +523,7 @@ TEST(CudaTrainOptim, SumSquaresManyLambApplyAndOptimizerStepsMatch) {
     const double ratio = std::sqrt(sq_host.data<double>()[0]) / std::sqrt(sq_host.data<double>()[1]);
     Tensor applied = p.to(Device::cuda), axpyd = p.to(Device::cuda);
     ops::lamb_apply(gpu(), 0.013f, sq.slice(0, 0, 1), sq.slice(0, 1, 2), ud, applied);
-    ops::axpy(gpu(), float(-0.013 * ratio), ud, axpyd);
+    ops::axpy(gpu(), float(-double(0.013f) * ratio), ud, axpyd);
     expect_bits(values(applied), values(axpyd), what + " vs cuda axpy");
     Tensor pc = p.contiguous(), sqc = sq_host.contiguous();
     ops::lamb_apply(cpu(), 0.013f, sqc.slice(0, 0, 1), sqc.slice(0, 1, 2), u, pc);

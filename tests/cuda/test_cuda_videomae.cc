@@ -14,8 +14,10 @@
 //   * a speed smoke: ViT-B, 16 x 224^2, tube 0.9, decoder depth 4, batch 32, fp32 / tf32 / bf16 /
 //     bf16 with the tensor-core attention, printing clips/s and the allocator's peak for the record
 //     (bench videomae is the benchmark); the fp32 peak within [0.75, 1.35] x the count from the shapes.
-// The geometry of the comparisons (8 frames, 64^2, patch 16: 64 tokens per clip, 16 visible with
-// a 0.75 tube mask, decoder on 64) puts more than one 64-row attention tile in the decoder.
+// The geometry of the comparisons (16 frames, 64^2, patch 16: 128 tokens per clip, 32 visible with
+// a 0.75 tube mask; the decoder on 128 rows in v1, 32 + 64 = 96 with v2's 0.5 decoder mask) puts
+// two 64-row attention tiles in the decoder, so the online softmax runs across key tiles (one
+// full + one full in v1, one full + one partial in v2).
 // Without a CUDA device every test skips.
 #include <cuda_runtime.h>
 
@@ -56,17 +58,13 @@ std::string seed_note() { return "seed " + std::to_string(base_seed()) + " (UNMA
 
 std::vector<double> values(const Tensor& t) { return cuda_test::host_values(t); }
 double norm(const std::vector<double>& v) { return cuda_test::l2(v); }
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using cuda_test::max_abs_diff;  // NaN-aware
 double rel(double got, double want) { return std::fabs(got - want) / std::max(std::fabs(want), 1e-30); }
 
-// 8 frames of 64^2, tubelet 2, patch 16: 4 x 4 x 4 = 64 tokens; encoder 64/2/2, decoder 32/2/1.
+// 16 frames of 64^2, tubelet 2, patch 16: 8 x 4 x 4 = 128 tokens; encoder 64/2/2, decoder 32/2/1.
 VideoMAEConfig test_config() {
   VideoMAEConfig c = VideoMAEConfig::tiny();
-  c.num_frames = 8;
+  c.num_frames = 16;
   c.img_size = 64;
   c.decoder_depth = 2;
   return c;
@@ -127,50 +125,60 @@ Tensor random_ids(std::mt19937_64& gen, int64_t R, int64_t total) {
 TEST(CudaVideoOps, TubeletGatherAndTargetMatchTheCpu) {
   REQUIRE_CUDA_DEVICE();
   std::mt19937_64 gen(test_seed("gather-target"));
-  // 3 clips of 3 x 4 x 48 x 32, tubelet 2 x 16: 2 x 3 x 2 = 12 tokens per clip, K = 1536.
+  // 3 clips of 3 x 4 x 48 x 32. Tubelet 2 x 16: 2 x 3 x 2 = 12 tokens per clip, K = 1536 (a
+  // multiple of the kernels' 256-thread block); tubelet 2 x 8: 2 x 6 x 4 = 48 tokens, K = 384 and
+  // P = 128 per channel (the block-strided loops end on a partial pass).
   Tensor v = Tensor::empty({3, 3, 4, 48, 32}, DType::f32);
   std::normal_distribution<float> n(0.3f, 1.5f);
   for (int64_t i = 0; i < v.numel(); ++i) v.data<float>()[i] = n(gen);
-  const Tensor ids = random_ids(gen, 29, 36);
-  const ops::Tubelet tube{2, 16};
+  const Tensor vg = v.to(Device::cuda);
   const std::vector<float> mean = {0.485f, 0.456f, 0.406f}, stdev = {0.229f, 0.224f, 0.225f};
-  Tensor cols_cpu = Tensor::empty({29, 1536}, DType::f32), tgt_cpu = Tensor::empty({29, 1536}, DType::f32);
-  ops::tubelet_gather(cpu(), v, ids, tube, cols_cpu);
-  ops::tubelet_target(cpu(), v, ids, tube, mean, stdev, tgt_cpu);
-  const Tensor vg = v.to(Device::cuda), idg = ids.to(Device::cuda);
-  Tensor cols = Tensor::empty({29, 1536}, DType::f32, Device::cuda), tgt = Tensor::empty({29, 1536}, DType::f32, Device::cuda);
-  ops::tubelet_gather(gpu(), vg, idg, tube, cols);
-  ops::tubelet_target(gpu(), vg, idg, tube, mean, stdev, tgt);
-  EXPECT_EQ(max_abs_diff(values(cols), values(cols_cpu)), 0.0) << "the gather is a copy; " << seed_note();
-  const double d = max_abs_diff(values(tgt), values(tgt_cpu));
-  EXPECT_LE(d, 1e-6) << seed_note();
-  EXPECT_GT(norm(values(tgt_cpu)), 1.0);
-  std::printf("[ tubelet_target ] max |cuda - cpu| %.3g\n", d);
-  // An id outside [0, B Np) is an Error on the CPU (host ids are checked).
-  Tensor bad = ids.contiguous();
-  bad.data<int32_t>()[5] = 36;
-  EXPECT_THROW(ops::tubelet_gather(cpu(), v, bad, tube, cols_cpu), Error);
+  for (const ops::Tubelet tube : {ops::Tubelet{2, 16}, ops::Tubelet{2, 8}}) {
+    const int64_t tokens = 3 * (4 / tube.tubelet) * (48 / tube.patch) * (32 / tube.patch);
+    const int64_t K = 3 * tube.tubelet * tube.patch * tube.patch, R = 29;
+    SCOPED_TRACE("tubelet " + std::to_string(tube.tubelet) + " x " + std::to_string(tube.patch));
+    const Tensor ids = random_ids(gen, R, tokens);
+    Tensor cols_cpu = Tensor::empty({R, K}, DType::f32), tgt_cpu = Tensor::empty({R, K}, DType::f32);
+    ops::tubelet_gather(cpu(), v, ids, tube, cols_cpu);
+    ops::tubelet_target(cpu(), v, ids, tube, mean, stdev, tgt_cpu);
+    const Tensor idg = ids.to(Device::cuda);
+    Tensor cols = Tensor::empty({R, K}, DType::f32, Device::cuda), tgt = Tensor::empty({R, K}, DType::f32, Device::cuda);
+    ops::tubelet_gather(gpu(), vg, idg, tube, cols);
+    ops::tubelet_target(gpu(), vg, idg, tube, mean, stdev, tgt);
+    EXPECT_EQ(max_abs_diff(values(cols), values(cols_cpu)), 0.0) << "the gather is a copy; " << seed_note();
+    const double d = max_abs_diff(values(tgt), values(tgt_cpu));
+    EXPECT_LE(d, 1e-6) << seed_note();
+    EXPECT_GT(norm(values(tgt_cpu)), 1.0);
+    std::printf("[ tubelet_target %dx%d ] max |cuda - cpu| %.3g\n", int(tube.tubelet), int(tube.patch), d);
+    // An id outside [0, B Np) is an Error on the CPU (host ids are checked).
+    Tensor bad = ids.contiguous();
+    bad.data<int32_t>()[5] = int32_t(tokens);
+    EXPECT_THROW(ops::tubelet_gather(cpu(), v, bad, tube, cols_cpu), Error);
+  }
 }
 
 TEST(CudaVideoOps, MseRowsMatchesTheCpu) {
   REQUIRE_CUDA_DEVICE();
   std::mt19937_64 gen(test_seed("mse"));
-  const int64_t R = 37, K = 1536;
-  Tensor pred = Tensor::empty({R, K}, DType::f32), target = Tensor::empty({R, K}, DType::f32);
-  Tensor weight = Tensor::empty({R}, DType::u8);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  for (int64_t i = 0; i < R * K; ++i) pred.data<float>()[i] = n(gen), target.data<float>()[i] = n(gen);
-  for (int64_t r = 0; r < R; ++r) static_cast<uint8_t*>(weight.raw())[r] = uint8_t(r % 3 != 1);
-  for (const bool weighted : {false, true}) {
-    const double gscale = 2.0 / double(R * K);
-    Tensor dp_cpu = Tensor::empty({R, K}, DType::f32);
-    const double want = ops::mse_rows(cpu(), pred, target, weighted ? &weight : nullptr, gscale, dp_cpu);
-    const Tensor pg = pred.to(Device::cuda), tg = target.to(Device::cuda), wg = weight.to(Device::cuda);
-    Tensor dp = Tensor::empty({R, K}, DType::f32, Device::cuda);
-    const double got = ops::mse_rows(gpu(), pg, tg, weighted ? &wg : nullptr, gscale, dp);
-    EXPECT_LE(rel(got, want), 1e-12) << "weighted " << weighted << ": cuda " << got << " cpu " << want;
-    EXPECT_LE(max_abs_diff(values(dp), values(dp_cpu)), 1e-7 * gscale * 10) << "weighted " << weighted;
-    EXPECT_GT(want, 0.5 * double(R * K));  // two unit normals differ by ~2 per element squared
+  for (const int64_t K : {int64_t(1536), int64_t(1000)}) {  // 1000: a partial last pass of the 256-thread loop
+    SCOPED_TRACE("K " + std::to_string(K));
+    const int64_t R = 37;
+    Tensor pred = Tensor::empty({R, K}, DType::f32), target = Tensor::empty({R, K}, DType::f32);
+    Tensor weight = Tensor::empty({R}, DType::u8);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    for (int64_t i = 0; i < R * K; ++i) pred.data<float>()[i] = n(gen), target.data<float>()[i] = n(gen);
+    for (int64_t r = 0; r < R; ++r) static_cast<uint8_t*>(weight.raw())[r] = uint8_t(r % 3 != 1);
+    for (const bool weighted : {false, true}) {
+      const double gscale = 2.0 / double(R * K);
+      Tensor dp_cpu = Tensor::empty({R, K}, DType::f32);
+      const double want = ops::mse_rows(cpu(), pred, target, weighted ? &weight : nullptr, gscale, dp_cpu);
+      const Tensor pg = pred.to(Device::cuda), tg = target.to(Device::cuda), wg = weight.to(Device::cuda);
+      Tensor dp = Tensor::empty({R, K}, DType::f32, Device::cuda);
+      const double got = ops::mse_rows(gpu(), pg, tg, weighted ? &wg : nullptr, gscale, dp);
+      EXPECT_LE(rel(got, want), 1e-12) << "weighted " << weighted << ": cuda " << got << " cpu " << want;
+      EXPECT_LE(max_abs_diff(values(dp), values(dp_cpu)), 1e-7 * gscale * 10) << "weighted " << weighted;
+      EXPECT_GT(want, 0.5 * double(R * K));  // two unit normals differ by ~2 per element squared
+    }
   }
 }
 
