@@ -52,6 +52,7 @@ bash tests/cli/test_convert_videomae_cli.sh build/unmask
 bash tests/cli/test_prepare_video_cli.sh build/unmask
 bash tests/cli/test_video_train_cli.sh build/unmask
 bash tests/cli/test_run_test_suites.sh  # the GPU runbook's per-suite runner, on a fake test binary
+bash tests/cli/test_run_full_build.sh build  # the GPU runbook as a dry run on the CPU (stage order, deadline)
 
 if [ "${UNMASK_SKIP_JS:-0}" != 1 ]; then
   stage "[3/6] WordPiece parity with tokenizers.js"

@@ -27,9 +27,16 @@
 #      with HF BertForPreTraining under torch.autocast(bf16) (bench/gpu/torch_bert_train_gpu.py);
 #   also in 3: `pretrain precision = "bf16"` and `"fp16"` (with dynamic loss scaling) near the fp32
 #   CPU curve (5e-2).
+#   8. bench/gpu/compare_videomae_gpu.sh: VideoMAE ViT-B vs PyTorch SDPA bf16 and the batch-256
+#      memory rows (its LIMIT set from the time left).
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
-# STAGES (default "2 3 4 5 6"; stage 1 always runs) picks stages: one `run` call may last 10
-# minutes, so a GPU session runs STAGES="2 3", then "4 5", then "6 7" (each stage has a timeout).
+# STAGES (default "2 3 4 5 6 7"; stage 1 always runs) picks the stages AND their order: they run as
+# listed, so the most important go first. DEADLINE_S (default 0: none) is the call's budget in
+# seconds: every command's timeout is cut to what is left before it (less 15 s to write the
+# summary), and a stage with under 45 s left is skipped with a note. A GPU session's first call
+# (a `run` lasts at most 10 minutes) is therefore
+#   DEADLINE_S=570 STAGES='2 4 7 8 3' bash bench/gpu/run_full_build.sh carry
+# and gets as far as the time allows; what it wrote under $OUT comes back either way.
 set -u
 BIN=$(cd "${1:-carry}" && pwd)
 DEVICE=${DEVICE:-cuda}
@@ -45,7 +52,10 @@ summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 STAGES=${STAGES:-2 3 4 5 6 7}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
+DEADLINE_S=${DEADLINE_S:-0}
+left() { [ "$DEADLINE_S" -gt 0 ] && echo $(( DEADLINE_S - $(at) )) || echo 1000000; }
+# lim N: a command's timeout, N seconds or what is left before the deadline less 15 s (at least 1)
+lim() { local l=$(( $(left) - 15 )); [ "$l" -lt "$1" ] && echo $(( l > 1 ? l : 1 )) || echo "$1"; }
 
 # 1. what we run on (libraries the machine lacks come in libs.tar.xz; any still missing are named)
 source bench/gpu/unpack_carry.sh
@@ -55,24 +65,24 @@ missing=$(ldd "$BIN/unmask" "$BIN/unmask_cuda_tests" 2>/dev/null | grep "not fou
 note "version: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-200)"
 
 # 2. CUDA tests
-if ! want 2; then
-  :
-elif [ "$DEVICE" = cuda ] && [ -x "$BIN/unmask_cuda_tests" ]; then
+stage2() {
+if [ "$DEVICE" = cuda ] && [ -x "$BIN/unmask_cuda_tests" ]; then
   # One process per test suite (bench/gpu/run_test_suites.sh): a crash or a sticky CUDA error in
   # one suite does not take the others' results with it. No suite starts after 200 s and each
   # has 120 s, so the stage ends by ~330 s even if the last suite hangs (the whole binary had
   # 240 s before); the outer timeout bounds it whatever happens.
-  PER_SUITE_S=120 timeout -k 10 400 bash bench/gpu/run_test_suites.sh "$BIN/unmask_cuda_tests" \
-    "$OUT/cuda_tests.log" 200 > "$OUT/cuda_suites.txt" 2>&1
+  PER_SUITE_S=$(lim 120) timeout -k 10 "$(lim 400)" bash bench/gpu/run_test_suites.sh "$BIN/unmask_cuda_tests" \
+    "$OUT/cuda_tests.log" "$(lim 200)" > "$OUT/cuda_suites.txt" 2>&1
   note "cuda tests: rc $? at $(at)s; $(tail -1 "$OUT/cuda_suites.txt")"
   grep '^suite ' "$OUT/cuda_suites.txt" | grep -vE '\(ok\), [0-9]+ s$' | head -12 | tee -a "$summary"  # not passed
   grep -E '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$OUT/cuda_tests.log" | head -10 | tee -a "$summary"
 else
   note "cuda tests: skipped (DEVICE=$DEVICE or no $BIN/unmask_cuda_tests)"
 fi
+}
 
 # 3. pretrain: cpu vs cuda, and 2 ranks sharing the device
-if want 3; then
+stage3() {
 write_tiny_corpus "$W"
 "$BIN/unmask" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/shards" --max-seq 32 \
   --max-pred 5 --dupe-factor 2 > "$OUT/prepare.log" 2>&1
@@ -92,17 +102,17 @@ peak_gflops = 1
 hidden_dropout = 0
 attention_dropout = 0
 EOF
-timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/cpu\"" --quiet > "$OUT/pretrain.log" 2>&1
-timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/dev\"" --set "device=\"$DEVICE\"" \
+timeout "$(lim 120)" "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/cpu\"" --quiet > "$OUT/pretrain.log" 2>&1
+timeout "$(lim 120)" "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/dev\"" --set "device=\"$DEVICE\"" \
   --quiet >> "$OUT/pretrain.log" 2>&1
 note "pretrain cpu vs $DEVICE: rc $? at $(at)s"
 bf16_dir=""
 if [ "$DEVICE" = cuda ]; then  # bf16 autocast GEMMs: near, not equal to, the fp32 curve
-  timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/bf16\"" --set 'device="cuda"' \
+  timeout "$(lim 120)" "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/bf16\"" --set 'device="cuda"' \
     --set 'precision="bf16"' --quiet >> "$OUT/pretrain.log" 2>&1
   note "pretrain cuda bf16: rc $? at $(at)s"
   # fp16 GEMM operands need the dynamic loss scaler (2^10 start: no overflow expected on this model)
-  timeout 120 "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/fp16\"" --set 'device="cuda"' \
+  timeout "$(lim 120)" "$BIN/unmask" pretrain --config "$W/p.toml" --set "output=\"$W/fp16\"" --set 'device="cuda"' \
     --set 'precision="fp16"' --set 'loss_scaling="dynamic"' --set init_loss_scale=1024 --quiet >> "$OUT/pretrain.log" 2>&1
   note "pretrain cuda fp16: rc $? at $(at)s"
   bf16_dir="$W/bf16 $W/fp16"
@@ -111,7 +121,7 @@ ranks_dir=""
 if command -v mpirun > /dev/null; then
   MPIRUN=(mpirun --oversubscribe -np 2)
   [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-  UNMASK_DIST_TIMEOUT_S=60 timeout 180 "${MPIRUN[@]}" "$BIN/unmask" pretrain --config "$W/p.toml" \
+  UNMASK_DIST_TIMEOUT_S=60 timeout "$(lim 180)" "${MPIRUN[@]}" "$BIN/unmask" pretrain --config "$W/p.toml" \
     --set "output=\"$W/ranks\"" --set "device=\"$DEVICE\"" --set batch=3 --quiet >> "$OUT/pretrain.log" 2>&1
   note "pretrain 2 ranks x 3 on $DEVICE: rc $? at $(at)s"
   ranks_dir="$W/ranks"
@@ -133,69 +143,90 @@ for d in sys.argv[2:]:
     tol = 5e-2 if d.endswith(("bf16", "fp16")) else 1e-4  # half operands: ~2^-8 (bf16) / 2^-11 (fp16) per GEMM
     print(f"{os.path.basename(d)} vs cpu: loss and grad-norm curves rel diff {worst:.2e}: {'ok' if worst <= tol else 'FAIL'}")
 EOF
-fi  # stage 3
+}
 
 # 4. seed 003's BERT-base inference table through the CLI (bf16, CUDA graphs; each row's time is
 #    the wall clock of forward() with the ids' upload and the outputs' copy) beside HF BertModel
 #    (PyTorch eager with SDPA; torch.compile on two shapes) in seed 003's columns (`--peer`).
 #    DEVICE=cpu: the fp32 CLI rows only.
-if want 4; then
+stage4() {
 if [ "$DEVICE" = cuda ]; then
-  timeout 230 python3 bench/gpu/torch_bert_infer.py --batches 1,8,32,128,256 --seqs 64,128,384,1024,4096 \
-    --modes eager,compile --compile-shapes 1x128,256x128 --budget-s 200 --json "$OUT/torch_infer.jsonl" \
+  timeout "$(lim 230)" python3 bench/gpu/torch_bert_infer.py --batches 1,8,32,128,256 --seqs 64,128,384,1024,4096 \
+    --modes eager,compile --compile-shapes 1x128,256x128 --budget-s "$(( $(lim 230) - 30 ))" --json "$OUT/torch_infer.jsonl" \
     > "$OUT/torch_infer.log" 2>&1
   note "pytorch infer: rc $? at $(at)s, $(wc -l < "$OUT/torch_infer.jsonl" 2>/dev/null) rows"
   # Seed 003's table itself: PT columns from the rows above (the fastest PyTorch mode per shape).
   peer=()
   grep -q '"latency_ms"' "$OUT/torch_infer.jsonl" 2>/dev/null && peer=(--peer "$OUT/torch_infer.jsonl")
-  timeout 150 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 1,8,32,128,256 \
+  timeout "$(lim 150)" "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 1,8,32,128,256 \
     --seq 64,128,384,1024,4096 --min-time 0.3 --iters 10 "${peer[@]}" \
     > "$OUT/infer_seed003.md" 2> "$OUT/bench_infer.err"
   note "bench infer bf16 graphs --peer: rc $? at $(at)s"
   tee -a "$summary" < "$OUT/infer_seed003.md"
-  timeout 60 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off --batch 1,256 --seq 128 \
+  timeout "$(lim 60)" "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off --batch 1,256 --seq 128 \
     --min-time 0.3 --iters 10 --format json > "$OUT/bench_infer_eager.jsonl" 2>> "$OUT/bench_infer.err"
   note "bench infer bf16 eager (no graphs): $(cut -c1-120 "$OUT/bench_infer_eager.jsonl" | tr '\n' ' ')"
 else
-  timeout 200 "$BIN/unmask" bench infer --device "$DEVICE" --batch 1,8 --seq 128 --min-time 0.5 --iters 5 \
+  timeout "$(lim 200)" "$BIN/unmask" bench infer --device "$DEVICE" --batch 1,8 --seq 128 --min-time 0.5 --iters 5 \
     --format json > "$OUT/bench_infer.jsonl" 2> "$OUT/bench_infer.err"
   note "bench infer --device $DEVICE: rc $? at $(at)s, $(wc -l < "$OUT/bench_infer.jsonl") rows"
 fi
-fi  # stage 4
+}
 # 5. bench train on the device: BERT-base seq 128 batch 32 in each precision
-if want 5 && [ "$DEVICE" = cuda ]; then
+stage5() {
+  [ "$DEVICE" = cuda ] || return 0
   # bf16-tc: bf16 GEMMs + the tensor-core training attention (UNMASK_CUDA_ATTN_BF16=1);
   # bf16-act: bf16 activations end to end (TrainStepOptions::activations)
   for prec in fp32 tf32 bf16 bf16-tc bf16-act; do
-    UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 120 "$BIN/unmask" bench train \
+    UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout "$(lim 120)" "$BIN/unmask" bench train \
       --device cuda --precision ${prec%-*} --model bert-base --seq 128 --batch 32 \
       --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) \
       --steps 3 --format json >> "$OUT/bench_train.jsonl" 2>> "$OUT/bench_train.err"
     note "bench train $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_train.jsonl" | cut -c1-160)"
   done
-fi
+}
 # 6. VideoMAE ViT-B pretraining steps on the device (the CUDA tests compared them with the CPU)
-if want 6 && [ "$DEVICE" = cuda ]; then
+stage6() {
+  [ "$DEVICE" = cuda ] || return 0
   for prec in fp32 bf16 bf16-tc bf16-act; do
-    UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 150 "$BIN/unmask" bench videomae \
+    UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout "$(lim 150)" "$BIN/unmask" bench videomae \
       --device cuda --precision ${prec%-*} --model vit-b --batch 32 --synthetic \
       --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) \
       --steps 3 --format json >> "$OUT/bench_videomae.jsonl" 2>> "$OUT/bench_videomae.err"
     note "bench videomae $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_videomae.jsonl" | cut -c1-200)"
   done
-fi
+}
 # 7. BERT-large pretraining phase 1, unmask and PyTorch on the same GPU in one call
-if want 7 && [ "$DEVICE" = cuda ]; then
+stage7() {
+  [ "$DEVICE" = cuda ] || return 0
   for prec in bf16-act bf16 bf16-tc; do  # bf16 activations first: the configuration meant to meet the target
-    UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout 150 "$BIN/unmask" bench train \
+    UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) timeout "$(lim 150)" "$BIN/unmask" bench train \
       --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --optimizer lamb \
       --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) \
       --steps 5 --format json >> "$OUT/bench_train_large.jsonl" 2>> "$OUT/bench_train_large.err"
     note "bench train bert-large $prec: rc $? at $(at)s: $(tail -1 "$OUT/bench_train_large.jsonl" | cut -c1-200)"
   done
-  timeout 200 python3 bench/gpu/torch_bert_train_gpu.py --model large --seq 128 --batch 64 --precision bf16 \
+  timeout "$(lim 200)" python3 bench/gpu/torch_bert_train_gpu.py --model large --seq 128 --batch 64 --precision bf16 \
     >> "$OUT/bench_train_large.jsonl" 2>> "$OUT/bench_train_large.err"
   note "pytorch bert-large bf16: rc $? at $(at)s: $(tail -1 "$OUT/bench_train_large.jsonl" | cut -c1-200)"
-fi
+}
+# 8. VideoMAE ViT-B against PyTorch on the same GPU (its own script; LIMIT: no row starts after it)
+stage8() {
+  [ "$DEVICE" = cuda ] || return 0
+  OUT="$OUT" LIMIT=$(( $(lim 100000) - 60 )) timeout "$(lim 590)" bash bench/gpu/compare_videomae_gpu.sh "$BIN" \
+    > "$OUT/videomae_compare.log" 2>&1
+  note "videomae vs pytorch: rc $? at $(at)s"
+  tee -a "$summary" < "$OUT/videomae_gpu_summary.md" 2> /dev/null
+}
+
+for stage in $STAGES; do
+  if ! declare -F "stage$stage" > /dev/null; then
+    note "stage $stage: no such stage (1-8)"
+  elif [ "$(left)" -lt 45 ]; then
+    note "stage $stage: skipped, $(left) s left before DEADLINE_S=$DEADLINE_S"
+  else
+    "stage$stage"
+  fi
+done
 rm -rf "$W"
 exit 0

@@ -49,6 +49,24 @@ int current_device() {
   return d;
 }
 
+/// Records b's last use on its stream in b.event, for reuse on another stream once it completes.
+/// On any failure (event creation, or a record on a dead or foreign stream) the block keeps no
+/// event, so it is reused on its own stream only: an event that was never recorded would read
+/// as complete (cudaEventQuery gives cudaSuccess) while the block may still be in use. The
+/// error is cleared so that no later CUDA_CHECK_LAUNCH reports it as its own.
+void record_last_use(Block& b) noexcept {
+  if (!b.event && cudaEventCreateWithFlags(&b.event, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    b.event = nullptr;
+    return;
+  }
+  if (cudaEventRecord(b.event, b.stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaEventDestroy(b.event);
+    b.event = nullptr;
+  }
+}
+
 /// cudaFree's every free block of `cache` (the caller synchronised the device).
 void release_free_blocks(DeviceCache& cache) {
   for (auto& [cls, list] : cache.free_lists) {
@@ -195,12 +213,7 @@ void device_free(void* p) noexcept {
       int prev = 0;
       cudaGetDevice(&prev);
       if (prev != dev) cudaSetDevice(dev);
-      if (!b.event && cudaEventCreateWithFlags(&b.event, cudaEventDisableTiming) != cudaSuccess) b.event = nullptr;
-      if (b.event && cudaEventRecord(b.event, b.stream) != cudaSuccess) {
-        // Recording fails during stream capture; fall back to "same stream only" by leaving
-        // an event that never completes until the next record. Clear the error.
-        (void)cudaGetLastError();
-      }
+      record_last_use(b);
       if (prev != dev) cudaSetDevice(prev);
       cache.free_lists[b.size].push_back(b);
       return;
@@ -273,8 +286,7 @@ void release_private_pool(PoolId pool) noexcept {
       for (auto& [cls, list] : it->second.free_lists)
         for (Block b : list) {
           b.pool = 0;
-          if (!b.event && cudaEventCreateWithFlags(&b.event, cudaEventDisableTiming) != cudaSuccess) b.event = nullptr;
-          if (b.event && cudaEventRecord(b.event, b.stream) != cudaSuccess) (void)cudaGetLastError();
+          record_last_use(b);
           cache.free_lists[cls].push_back(b);
         }
       if (prev != dev) cudaSetDevice(prev);

@@ -159,7 +159,12 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   }
 
   // ---- epilogue choice ----
-  const bool bias_fusable = !p.bias || p.bias_dtype == p.c_dtype;
+  // cuBLASLt's alignment preferences name A, B, C and D only, and a kernel it picks may assume a
+  // 16-byte aligned bias (a misaligned-address fault, sticky for the context, has been reported):
+  // a bias slice off that alignment (the QA head's end logits: the bias row + 1 element) takes
+  // the unfused path, whose kernel reads the bias an element at a time.
+  const bool bias_fusable =
+      !p.bias || (p.bias_dtype == p.c_dtype && reinterpret_cast<uintptr_t>(p.bias) % 16 == 0);
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   bool fused = true;
   switch (p.act) {

@@ -82,6 +82,15 @@ Tensor as_i32_rows(const Tensor& t, const char* what, int64_t limit, const char*
 }
 
 BatchLayout make_layout(const BertConfig& cfg, const BertInput& in, bool need_ids) {
+  // The layout reads the ids, lengths and mask on the host (checks, position ids, the packed
+  // rows); a device tensor's pointer would be dereferenced here.
+  const std::pair<const Tensor*, const char*> inputs[] = {{&in.input_ids, "input_ids"},
+                                                          {&in.token_type_ids, "token_type_ids"},
+                                                          {&in.cu_seqlens, "cu_seqlens"},
+                                                          {&in.attention_mask, "attention_mask"}};
+  for (const auto& [t, name] : inputs)
+    UNMASK_CHECK(!t->defined() || t->device() == Device::cpu, "bert: ", name, " must be a host tensor, got ",
+                 t->describe(), Hint("pass the inputs on the CPU: the forward uploads them to the model's device"));
   BatchLayout L;
   L.packed = in.cu_seqlens.defined();
   const Tensor& ids = in.input_ids;

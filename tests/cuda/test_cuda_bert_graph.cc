@@ -197,14 +197,17 @@ TEST(CudaBertGraph, ReplaysDoNotTouchMemoryAllocatedAfterTheCapture) {
   gpu().synchronize();
   // Tensors of every activation size the forward uses, filled with a known pattern: with the
   // graph's blocks back in the shared cache, some of these would be given the same addresses.
-  // bf16 rows of every width, and f32 ones of the sizes of the GEMMs' f32 scratch (exact GELU,
-  // tanh pooler): each holds bit pattern `k` in every 16-bit half.
+  // [N, cols] for every width the forward uses, in bf16 (its activations, qkv, the MLM logits, the
+  // head outputs) and in f32 (the GEMMs' f32 scratch for exact GELU and the tanh pooler): with
+  // the allocator's size classes, every class the graph's pool holds (x/attn/h, qkv, the FFN
+  // rows, the logits, the f32 scratches, the small heads) is among them. Each tensor holds bit
+  // pattern `k` in every 16-bit half.
   std::vector<Tensor> held;
   std::vector<uint16_t> pattern;
   for (int rep = 0; rep < 3; ++rep)
     for (int64_t cols : {C, 3 * C, I, cfg.vocab_size, int64_t(1), int64_t(2)})
       for (DType dt : {DType::bf16, DType::f32}) {
-        Tensor h = Tensor::empty({dt == DType::f32 ? N : N * 2, cols}, dt);  // f32: the same bytes as bf16 [2N]
+        Tensor h = Tensor::empty({N, cols}, dt);
         const uint16_t bits = uint16_t(0x3f80 + held.size());
         uint16_t* p = static_cast<uint16_t*>(h.raw());
         for (size_t i = 0; i < h.nbytes() / 2; ++i) p[i] = bits;

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Checks bench/gpu/run_full_build.sh (the GPU session's one-call runbook) as a dry run on the CPU
+# (DEVICE=cpu, a plain build folder instead of the carried archive): the stages run in the order
+# STAGES lists them, the pretrain curves of stage 3 agree (1 process and, with mpirun, 2 ranks),
+# an unknown stage is named, and DEADLINE_S skips a stage that no longer has time.
+#   bash tests/cli/test_run_full_build.sh BUILD_DIR
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:-build}" && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+has() { grep -qE -- "$1" "$2" && ok || bad "expected /$1/ in $2: $(cat "$2")"; }
+
+# Stages 4 then 3 (the reverse of their numbers), and a stage that does not exist.
+DEVICE=cpu STAGES='4 3 9' OUT="$T/a" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/a.log" 2>&1
+[ $? = 0 ] && ok || bad "rc $? (want 0): $(tail -5 "$T/a.log")"
+S="$T/a/summary.txt"
+has '^bench infer --device cpu: rc 0 at [0-9]+s, 2 rows$' "$S"
+has '^pretrain cpu vs cpu: rc 0' "$S"
+has '^dev vs cpu: loss and grad-norm curves rel diff .*: ok$' "$S"
+if command -v mpirun > /dev/null; then has '^ranks vs cpu: loss and grad-norm curves rel diff .*: ok$' "$S"; fi
+has '^stage 9: no such stage \(1-8\)$' "$S"
+first_infer=$(grep -n '^bench infer' "$S" | head -1 | cut -d: -f1)
+first_pretrain=$(grep -n '^pretrain cpu vs' "$S" | head -1 | cut -d: -f1)
+[ -n "$first_infer" ] && [ -n "$first_pretrain" ] && [ "$first_infer" -lt "$first_pretrain" ] && ok ||
+  bad "stage 4 did not run before stage 3 (lines $first_infer, $first_pretrain)"
+[ -s "$T/a/bench_infer.jsonl" ] && ok || bad "no bench_infer.jsonl"
+
+# A deadline with under 45 s left skips the stage, with a note, and runs nothing of it.
+DEVICE=cpu DEADLINE_S=30 STAGES='3' OUT="$T/b" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/b.log" 2>&1
+[ $? = 0 ] && ok || bad "rc with every stage skipped"
+has '^stage 3: skipped, [0-9]+ s left before DEADLINE_S=30$' "$T/b/summary.txt"
+[ ! -e "$T/b/pretrain.log" ] && ok || bad "a skipped stage wrote pretrain.log"
+
+echo "run_full_build (DEVICE=cpu): $pass passed, $fail failed"
+[ "$fail" = 0 ]
