@@ -119,6 +119,24 @@ TEST(TrainPhilox, UniformStreamFollowsItsDefinition) {
   EXPECT_NE(philox_uniform(1, 0), philox_uniform(2, 0));                     // the seed matters
 }
 
+// The pair form used by the attention kernels: the same two numbers as two philox_uniform calls,
+// for every position in a block of four (the last one straddles into the next block), across
+// the block counter's 32-bit carry, and where the counter wraps at 2^64.
+TEST(TrainPhilox, PairEqualsTwoSingles) {
+  const uint64_t seed = 0x5eed0000c0ffeeull;
+  std::vector<uint64_t> counters;
+  for (uint64_t c = 0; c < 64; ++c) counters.push_back(c);
+  for (uint64_t c = (uint64_t(1) << 34) - 9; c < (uint64_t(1) << 34) + 9; ++c) counters.push_back(c);
+  for (uint64_t k = 1; k <= 9; ++k) counters.push_back(~uint64_t(0) - k + 1);  // 2^64 - k: k = 1 wraps
+  for (uint64_t i = 0; i < 1000; ++i) counters.push_back(i * 0x9E3779B97F4A7C15ull);
+  for (const uint64_t c : counters) {
+    float u0 = -1, u1 = -1;
+    philox_uniform_pair(seed, c, u0, u1);
+    ASSERT_EQ(u0, philox_uniform(seed, c)) << "counter " << c;
+    ASSERT_EQ(u1, philox_uniform(seed, c + 1)) << "counter " << c << " + 1";
+  }
+}
+
 // ---- layernorm (training) ----------------------------------------------------------------------
 
 TEST(TrainLayerNorm, StatisticsMatchReferenceEveryIsa) {

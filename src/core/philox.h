@@ -83,4 +83,24 @@ UNMASK_PHILOX_FN float philox_uniform(uint64_t seed, uint64_t counter) {
   return philox_uniform_from_bits(r.w[counter & 3]);
 }
 
+/// The uniform numbers of the consecutive counters `counter` and `counter + 1`, equal to
+/// philox_uniform(seed, counter) and philox_uniform(seed, counter + 1): one Philox evaluation
+/// when both lie in one block of four (counter & 3 != 3), two when the pair straddles blocks.
+/// For the attention kernels, whose threads hold pairs of adjacent keys (an mma accumulator
+/// fragment's two columns): half the evaluations of two philox_uniform calls, or all of them
+/// with an odd counter base. The word is chosen by selects, not by a dynamic index into r.w
+/// (which would put r in local memory on the GPU).
+UNMASK_PHILOX_FN void philox_uniform_pair(uint64_t seed, uint64_t counter, float& u0, float& u1) {
+  const Philox4x32 r = philox_block(seed, counter >> 2);
+  const uint32_t lane = uint32_t(counter & 3);
+  const uint32_t first = lane == 0 ? r.w[0] : lane == 1 ? r.w[1] : lane == 2 ? r.w[2] : r.w[3];
+  uint32_t second;
+  if (lane == 3)
+    second = philox_block(seed, (counter + 1) >> 2).w[0];  // counter + 1 wraps as philox_uniform's does
+  else
+    second = lane == 0 ? r.w[1] : lane == 1 ? r.w[2] : r.w[3];
+  u0 = philox_uniform_from_bits(first);
+  u1 = philox_uniform_from_bits(second);
+}
+
 }  // namespace unmask

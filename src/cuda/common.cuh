@@ -105,6 +105,16 @@ __device__ __forceinline__ float dropout_factor(float p, uint64_t seed, uint64_t
   return philox_uniform(seed, counter) >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
 
+/// The factors of the adjacent elements `counter` and `counter + 1` (philox_uniform_pair: one
+/// Philox evaluation for both unless they straddle a block of four).
+__device__ __forceinline__ void dropout_factor_pair(float p, uint64_t seed, uint64_t counter, float& f0, float& f1) {
+  float u0, u1;
+  philox_uniform_pair(seed, counter, u0, u1);
+  const float keep = 1.0f / (1.0f - p);
+  f0 = u0 >= p ? keep : 0.0f;
+  f1 = u1 >= p ? keep : 0.0f;
+}
+
 // ---- reductions ---------------------------------------------------------------------------
 
 /// Sum over the 32 lanes of a warp; every lane gets the result.

@@ -52,6 +52,8 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
                                                    : DType::f32;
   const char* attn = std::getenv("UNMASK_CUDA_ATTN_BF16");
   attention_bf16 = attn && std::strcmp(attn, "1") == 0;
+  const char* once = std::getenv("UNMASK_CUDA_EPILOGUE_ROUND_ONCE");
+  epilogue_round_once = once && std::strcmp(once, "1") == 0;
   set_current_stream(stream);
 }
 

@@ -57,6 +57,14 @@ class CudaState {
   /// accumulators, f32 in and out, dropout as the f32 kernels) where it applies (head sizes 64, 80, 88, 128); the f32 kernels
   /// otherwise. Default from UNMASK_CUDA_ATTN_BF16=1. Off by default until it has run on a GPU.
   bool attention_bf16 = false;
+  /// A GEMM whose activation cuBLASLt cannot fuse (exact-erf GELU, tanh) on a bf16/f16 output:
+  /// false (default): the bias in cuBLASLt's epilogue, the product + bias rounded to the output
+  /// type, then the activation in place (PyTorch eager's roundings, the tests' "naive
+  /// same-precision" model; c written once and read-modified-written once). true
+  /// (UNMASK_CUDA_EPILOGUE_ROUND_ONCE=1): the GEMM into an fp32 workspace, bias + activation
+  /// applied while converting, one rounding (4 + 4 + 2 bytes an element against 2 + 2 + 2: on an
+  /// H100, BERT-base batch 256 seq 128 took 17.7 ms against 13.85, BENCHMARKS.md).
+  bool epilogue_round_once = false;
   std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;
 };
 

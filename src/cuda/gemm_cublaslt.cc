@@ -176,6 +176,21 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   if (!bias_fusable) fused = false;
   if (!fused) epi = CUBLASLT_EPILOGUE_DEFAULT;
 
+  // An activation cuBLASLt cannot fuse (exact GELU, tanh) on a low-precision output, with a bias
+  // it can (or none): the GEMM with the bias epilogue into c, then the activation in place on the
+  // rounded pre-activation (CudaState::epilogue_round_once says why this is the default).
+  if (!fused && !st.epilogue_round_once && p.act != ops::Activation::none && bias_fusable &&
+      p.c_dtype != DType::f32 && p.beta == 0.0f) {
+    GemmLtParams q = p;
+    q.act = ops::Activation::none;
+    gemm_lt(st, q, stream);
+    for (int64_t i = 0; i < p.batch; ++i) {
+      void* ci = static_cast<char*>(p.c) + i * p.batch_stride_c * int64_t(dtype_size(p.c_dtype));
+      bias_act_forward(ci, p.ldc, ci, p.ldc, nullptr, p.c_dtype, p.M, p.N, p.act, p.c_dtype, stream);
+    }
+    st.gemm_plans->last_fused = false;
+    return;
+  }
   // An epilogue cuBLASLt cannot fuse on a low-precision output (exact GELU, tanh, an f32 bias):
   // run the GEMM into an fp32 workspace and apply bias + activation while converting, so the
   // pre-activation is rounded once, as a naive fp32-accumulating implementation would.

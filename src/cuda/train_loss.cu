@@ -5,8 +5,8 @@
 // sorts last, then is skipped), sorted stably with their row numbers (cub radix sort, only
 // the bits V needs), and block (sorted position i, column tile) adds, when i starts a run of
 // equal ids, the run's dout rows in row order onto dtable[id]: the CPU's order of additions,
-// so the bits equal the CPU's. Rows of a frequent id (token types) are still split across
-// column tiles.
+// so the bits equal the CPU's. Rows of a frequent id (token types) are split across column
+// tiles only; their loads are issued 8 at a time (the adds stay in order).
 //
 // cross_entropy: one block per row (three passes: max + first argmax, exp-sum (e written to
 // dl), scale), then one block reduces losses and correct flags in double over a fixed stride
@@ -52,7 +52,19 @@ __global__ void __launch_bounds__(kEmbColTile)
   if (c >= C) return;
   float* dst = dtable + int64_t(key) * ldt + c;
   float acc = *dst;
-  for (int64_t j = i; j < N && keys[j] == key; ++j) acc += dout[int64_t(rows[j]) * ldo + c];
+  // A run is contiguous in sorted order, so keys[j + 7] == key means rows j..j+7 all belong to
+  // it: their 8 loads are issued before the first add (a run of a token type is thousands of
+  // rows long, and one load in flight at a time made it latency-bound), and the adds stay in
+  // row order, one at a time: the CPU's bits.
+  int64_t j = i;
+  for (; j + 8 <= N && keys[j + 7] == key; j += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = dout[int64_t(rows[j + u]) * ldo + c];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc += v[u];
+  }
+  for (; j < N && keys[j] == key; ++j) acc += dout[int64_t(rows[j]) * ldo + c];
   *dst = acc;
 }
 

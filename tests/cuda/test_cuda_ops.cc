@@ -359,6 +359,60 @@ TEST(CudaGemm, FusedEpilogueMatchesSeparateKernel) {
   EXPECT_EQ(r.bad, 0) << r.first;
 }
 
+// Exact GELU on a bf16 output (cuBLASLt has only the tanh form). Default: the bias fused, the
+// product + bias rounded to bf16, GELU in place: bit for bit the GEMM with the bias epilogue
+// followed by the activation op (PyTorch eager's order). CudaState::epilogue_round_once: an fp32
+// workspace and one rounding: a different result, within one rounding of the float64 value.
+TEST(CudaGemm, UnfusableActivationRoundsTwiceByDefaultOnceOnRequest) {
+  REQUIRE_CUDA();
+  Context& ctx = cuda_ctx();
+  cuda::CudaState& st = *ctx.cuda_state();
+  Rng rng("CudaGemmRounding");
+  const DType dt = DType::bf16;
+  const int64_t M = 40, N = 3072, K = 768;  // BERT-base's FFN in
+  const std::vector<double> A = rng.vec(size_t(M * K), dt), B = rng.vec(size_t(N * K), dt), bias = rng.vec(size_t(N), dt);
+  const Tensor a = device_tensor(A, {M, K}, dt), b = device_tensor(B, {N, K}, dt), bias_t = device_tensor(bias, {N}, dt);
+  Tensor c_default = Tensor::empty({M, N}, dt, Device::cuda), c_manual = Tensor::empty({M, N}, dt, Device::cuda),
+         c_once = Tensor::empty({M, N}, dt, Device::cuda);
+  ops::GemmArgs args;
+  args.bias = &bias_t;
+  args.act = Activation::gelu;
+  const bool saved = st.epilogue_round_once;
+  st.epilogue_round_once = false;
+  cuda::gemm(ctx, a, Trans::no, b, Trans::yes, c_default, args);
+  ops::GemmArgs bias_only;
+  bias_only.bias = &bias_t;
+  cuda::gemm(ctx, a, Trans::no, b, Trans::yes, c_manual, bias_only);
+  cuda::activation(ctx, c_manual, c_manual, Activation::gelu);
+  st.epilogue_round_once = true;
+  cuda::gemm(ctx, a, Trans::no, b, Trans::yes, c_once, args);
+  st.epilogue_round_once = saved;
+  const std::vector<double> got = to_host(c_default), manual = to_host(c_manual), once = to_host(c_once);
+  size_t differ = 0, bad_once = 0;
+  double worst_once = 0;
+  const double u = unit_roundoff(dt);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const size_t o = size_t(i * N + j);
+      double pre = bias[size_t(j)], s2 = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        pre += A[size_t(i * K + k)] * B[size_t(j * K + k)];
+        s2 += std::pow(A[size_t(i * K + k)] * B[size_t(j * K + k)], 2);
+      }
+      const double ref = act_ref(pre, Activation::gelu);
+      const double err = std::fabs(once[o] - ref);
+      worst_once = std::max(worst_once, err);
+      bad_once += !(err <= 1.01 * u * std::fabs(ref) + 1.2e-5 * (std::fabs(pre) + std::sqrt(s2) + 1.0));  // one rounding + fp32 sums
+      differ += once[o] != got[o];
+    }
+  EXPECT_EQ(std::memcmp(got.data(), manual.data(), got.size() * sizeof(double)), 0)
+      << "the default is not the bias-epilogue GEMM followed by the activation op";
+  EXPECT_EQ(bad_once, 0u) << "round-once results beyond one rounding of the float64 value (worst " << worst_once << ")";
+  EXPECT_GT(differ, 0u) << "epilogue_round_once changed nothing";
+  std::printf("  exact GELU bf16: round-once differs from the default in %zu of %zu elements, worst error %.3g\n",
+              differ, got.size(), worst_once);
+}
+
 // ---- row kernels ---------------------------------------------------------------------------
 
 TEST(CudaLayerNorm, MatchesFloat64Reference) {

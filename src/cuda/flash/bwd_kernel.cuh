@@ -328,18 +328,24 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
     mma_rows_nt<Kt>(acc_dp, do_frag, sV, lane);  // dP = dO V^T
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
+      // Elements 2h and 2h + 1 are keys `key` and `key + 1` of row + 8h: adjacent dropout
+      // counters, one Philox evaluation for both (dropout_factor_pair).
+      float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+      if (p.dropout_p > 0.0f) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = start + q0 + warp * 16 + lane / 4 + 8 * h;
+          dropout_factor_pair(p.dropout_p, p.dropout_seed,
+                              p.dropout_offset + uint64_t((head * p.lse_head_stride + row) * p.max_seqlen) +
+                                  uint64_t(k0 + t * 8 + (lane % 4) * 2),
+                              f[2 * h], f[2 * h + 1]);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = t * 8 + (lane % 4) * 2 + (e & 1);
         const float pv = exp2f(acc_p[t][e] * p.scale_log2 + sBias[key] - lse2[e >> 1]);
-        float f = 1.0f;
-        if (p.dropout_p > 0.0f) {
-          const int64_t row = start + q0 + warp * 16 + lane / 4 + 8 * (e >> 1);
-          f = dropout_factor(p.dropout_p, p.dropout_seed,
-                             p.dropout_offset + uint64_t((head * p.lse_head_stride + row) * p.max_seqlen) +
-                                 uint64_t(k0 + key));
-        }
-        acc_dp[t][e] = pv * (acc_dp[t][e] * f - delta[e >> 1]);  // dS
+        acc_dp[t][e] = pv * (acc_dp[t][e] * f[e] - delta[e >> 1]);  // dS
       }
     }
     mma_acc_nn<Kt>(acc_dq, acc_dp, sK, lane);  // dQ += dS K

@@ -180,10 +180,13 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
 #pragma unroll
       for (int t = 0; t < Kt::kNTilesS; ++t)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint64_t counter = p.dropout_offset + uint64_t((row_base + 8 * (e >> 1)) * p.max_seqlen) +
-                                   uint64_t(key0 + t * 8 + (e & 1));
-          acc_s[t][e] *= dropout_factor(p.dropout_p, p.dropout_seed, counter);
+        for (int h = 0; h < 2; ++h) {  // elements 2h and 2h + 1: row + 8h, keys key0 + 8t and the next
+          const uint64_t counter = p.dropout_offset + uint64_t((row_base + 8 * h) * p.max_seqlen) +
+                                   uint64_t(key0 + t * 8);
+          float f0, f1;
+          dropout_factor_pair(p.dropout_p, p.dropout_seed, counter, f0, f1);
+          acc_s[t][2 * h] *= f0;
+          acc_s[t][2 * h + 1] *= f1;
         }
     }
 #pragma unroll
