@@ -1,10 +1,11 @@
-// tests/temp_dir.h: a fresh directory under the system temp dir, removed with everything in it
-// when the object goes away; the name carries the pid and the object's address, so tests running
-// in parallel (ctest -j) never share one.
+// tests/temp_dir.h: a fresh directory under the system temp dir (mkdtemp: unique across
+// processes and objects, so tests running in parallel never share one), removed with everything
+// in it when the object goes away.
 #pragma once
 #include <unistd.h>
 
-#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -13,10 +14,11 @@ namespace unmask::test {
 
 struct TempDir {
   std::filesystem::path path;
+  /// mkdtemp(3) under the system temp dir: a name no other process or object has.
   explicit TempDir(const std::string& prefix = "unmask_test") {
-    path = std::filesystem::temp_directory_path() /
-           (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
-    std::filesystem::create_directories(path);
+    std::string templ = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+    if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed for " + templ);
+    path = templ;
   }
   ~TempDir() {
     std::error_code ec;
@@ -25,6 +27,7 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::string file(const std::string& name) const { return (path / name).string(); }
+  std::string operator/(const std::string& name) const { return file(name); }
 };
 
 }  // namespace unmask::test

@@ -9,6 +9,7 @@
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "unmask/bert.h"
+#include "temp_dir.h"
 
 using namespace unmask;
 namespace fs = std::filesystem;
@@ -81,15 +82,7 @@ std::vector<std::pair<std::string, Tensor>> hf_tensors(const BertConfig& c, std:
   return t;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("unmask-bert-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-  static int& counter() { static int c = 0; return c; }
-};
+using unmask::test::TempDir;
 
 void write_model(const fs::path& dir, const BertConfig& c, const std::vector<std::pair<std::string, Tensor>>& t) {
   io::write_file_atomic((dir / "config.json").string(), c.to_json());

@@ -24,6 +24,7 @@
 #include "ops/ops.h"
 #include "unmask/bert.h"
 #include "unmask/train.h"
+#include "temp_dir.h"
 
 using namespace unmask;
 using unmask::test::TestRng;
@@ -48,21 +49,7 @@ BertConfig tiny(HiddenAct act = HiddenAct::gelu) {
   return c;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("unmask-train-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
+using unmask::test::TempDir;
 
 TrainStepOptions no_dropout() {
   TrainStepOptions o;

@@ -29,6 +29,7 @@
 #include "op_test_util.h"
 #include "unmask/error.h"
 #include "error_test_util.h"
+#include "temp_dir.h"
 
 namespace unmask::data {
 namespace {
@@ -38,19 +39,7 @@ namespace fs = std::filesystem;
 const std::string kVocab = std::string(UNMASK_SOURCE_DIR) + "/../shared/data/bert-base-uncased-vocab.txt";
 constexpr int32_t kCls = 101, kSep = 102, kMask = 103, kVocabSize = 30522;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "unmask-data-XXXXXX").string();
-    if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using unmask::test::TempDir;
 
 using unmask::test::error_of;
 

@@ -21,6 +21,7 @@
 #include "io/safetensors.h"
 #include "unmask/error.h"
 #include "error_test_util.h"
+#include "temp_dir.h"
 
 using namespace unmask;
 using namespace unmask::io;
@@ -28,20 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "unmask-test-XXXXXX").string();
-    if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using unmask::test::TempDir;
 
 using unmask::test::error_of;
 

@@ -24,6 +24,7 @@
 #include "ops/ops.h"
 #include "unmask/train.h"
 #include "error_test_util.h"
+#include "temp_dir.h"
 
 using namespace unmask;
 using namespace unmask::test;
@@ -197,19 +198,7 @@ TEST(OptimOps, RejectBadOperands) {
 
 // ---- AdamW against torch.optim.AdamW ---------------------------------------------------------------
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "unmask-optim-XXXXXX").string();
-    if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using unmask::test::TempDir;
 
 
 struct AdamwCase {

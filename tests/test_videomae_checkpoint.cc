@@ -21,6 +21,7 @@
 #include "unmask/videomae.h"
 #include "video/videomae_checkpoint.h"
 #include "error_test_util.h"
+#include "temp_dir.h"
 
 namespace unmask {
 
@@ -31,20 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using video::VideoMAENaming;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("unmask_vmae_ckpt_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& s) const { return (path / s).string(); }
-};
+using unmask::test::TempDir;
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
