@@ -175,8 +175,37 @@ int gpu_for_local_rank(Device device, int local_rank) {
   return 0;
 }
 
-double h100_peak_gflops(const std::string& precision) {
-  return precision == "bf16" || precision == "fp16" ? 989400.0 : precision == "tf32" ? 494700.0 : 67000.0;
+GpuPeak gpu_peak(Context& ctx, const std::string& precision) {
+  std::string name = "no CUDA device";
+#ifdef UNMASK_WITH_CUDA
+  if (ctx.device() == Device::cuda) name = cuda::cuda_state(ctx).props.name;
+#endif
+  (void)ctx;
+  struct Peaks {
+    const char* match;  // a substring of the device name; the first match wins
+    const char* family;
+    double fp32, tf32, half;
+  };
+  static const Peaks kTable[] = {
+      {"H100 NVL", "H100 NVL", 60000.0, 417500.0, 835500.0},
+      {"H100 PCIe", "H100 PCIe", 51200.0, 378000.0, 756000.0},
+      {"H100", "H100/H200 SXM", 67000.0, 494700.0, 989400.0},
+      {"H200", "H100/H200 SXM", 67000.0, 494700.0, 989400.0},
+      {"H800", "H800 SXM", 67000.0, 494700.0, 989400.0},
+      {"A100", "A100", 19500.0, 156000.0, 312000.0},
+  };
+  const Peaks* hit = nullptr;
+  for (const Peaks& p : kTable)
+    if (name.find(p.match) != std::string::npos) {
+      hit = &p;
+      break;
+    }
+  const Peaks& p = hit ? *hit : kTable[2];
+  GpuPeak out;
+  out.gflops = precision == "bf16" || precision == "fp16" ? p.half : precision == "tf32" ? p.tf32 : p.fp32;
+  out.label = hit ? " (" + name + ": " + p.family + " dense datasheet)"
+                  : " (" + name + ": unknown to unmask, the H100 SXM dense datasheet assumed; give --peak-gflops)";
+  return out;
 }
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

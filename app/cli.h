@@ -64,9 +64,17 @@ std::string setup_device(Context& ctx, const std::string& precision);
 std::string attention_mode(Context& ctx);
 /// The GPU a process of a host uses: local_rank % visible GPUs (0 on the CPU or without a GPU).
 int gpu_for_local_rank(Device device, int local_rank);
-/// Dense H100 SXM datasheet peaks in GFLOP/s for MFU on CUDA: fp32 CUDA cores 67,000, TF32
-/// tensor cores 494,700, bf16 and fp16 989,400.
-double h100_peak_gflops(const std::string& precision);
+/// A GPU's dense datasheet peak (GFLOP/s) of a precision's units, for MFU on CUDA, and what the
+/// table's header says of it.
+struct GpuPeak {
+  double gflops = 0;
+  std::string label;  // e.g. " (NVIDIA H200: H100/H200 SXM dense datasheet)"
+};
+/// By the context's device name: H100 SXM, H200 and H800 (fp32 CUDA cores 67,000, TF32 494,700,
+/// bf16 / fp16 989,400), H100 NVL (60,000 / 417,500 / 835,500), H100 PCIe (51,200 / 378,000 /
+/// 756,000), A100 (19,500 / 156,000 / 312,000); another GPU gets the H100 SXM figures and a label
+/// saying they were assumed (give --peak-gflops).
+GpuPeak gpu_peak(Context& ctx, const std::string& precision);
 /// Seconds on the steady clock (benchmark timing).
 double now_s();
 /// The process's peak resident set size in MiB (getrusage).

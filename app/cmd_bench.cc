@@ -35,9 +35,15 @@ namespace {
 // them). Rows with an "error" are skipped; of several rows for one shape the fastest is kept
 // (e.g. the best of PyTorch eager and torch.compile), and its name shows in the JSON output.
 struct PeerRow {
-  double latency_ms = 0;
+  double latency_ms = 0;  // 0: the peer has no timing for the shape, only `error`
   std::string name;
+  std::string error;  // the peer's error for the shape (e.g. "OOM"), when it has no timing
 };
+
+/// What the seed's tables print for a shape that failed: "OOM" for an out-of-memory, else "error".
+const char* failure_word(const std::string& error) {
+  return error.find("OOM") != std::string::npos || error.find("out of memory") != std::string::npos ? "OOM" : "error";
+}
 using PeerRows = std::map<std::pair<int64_t, int64_t>, PeerRow>;  // (batch, seq)
 
 PeerRows read_peer_rows(const std::string& file) {
@@ -54,7 +60,13 @@ PeerRows read_peer_rows(const std::string& file) {
     } catch (const std::exception& e) {
       throw Error("--peer ", file, ":", no, ": not JSON (", e.what(), ")");
     }
-    if (j.contains("error")) continue;
+    if (j.contains("error")) {  // kept for the table's "OOM" cell unless the shape also has a timing
+      if (j.contains("batch") && j["batch"].is_number() && j.contains("seq") && j["seq"].is_number()) {
+        PeerRow& r = rows[{j["batch"].get<int64_t>(), j["seq"].get<int64_t>()}];
+        if (r.latency_ms == 0 && r.error.empty()) r.error = j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump();
+      }
+      continue;
+    }
     for (const char* key : {"batch", "seq", "latency_ms"})
       if (!j.contains(key) || !j[key].is_number())
         throw Error("--peer ", file, ":", no, ": a row needs numeric batch, seq and latency_ms, got ", line.substr(0, 120));
@@ -62,9 +74,9 @@ PeerRows read_peer_rows(const std::string& file) {
     if (!(ms > 0) || !std::isfinite(ms)) throw Error("--peer ", file, ":", no, ": latency_ms must be > 0, got ", ms);
     const std::string name = j.value("impl", j.value("engine", std::string("peer")));
     PeerRow& r = rows[{j["batch"].get<int64_t>(), j["seq"].get<int64_t>()}];
-    if (r.latency_ms == 0 || ms < r.latency_ms) r = {ms, name};
+    if (r.latency_ms == 0 || ms < r.latency_ms) r = {ms, name, ""};
   }
-  if (rows.empty()) throw Error("--peer ", file, ": no benchmark rows", Hint("run the peer benchmark with JSON output first"));
+  if (std::none_of(rows.begin(), rows.end(), [](const auto& kv) { return kv.second.latency_ms > 0; })) throw Error("--peer ", file, ": no benchmark rows", Hint("run the peer benchmark with JSON output first"));
   return rows;
 }
 
@@ -99,7 +111,7 @@ int bench_infer(int argc, char** argv) {
       {"warmup", "N", "untimed iterations per row (at least 1)", "2"},
       {"seed", "N", "seed for weights and token ids", "1234"},
       {"lengths-seed", "N", "seed of the --lengths draw (the peers' LCG: same lengths as ORT/PyTorch runs with --seed N)", "0"},
-      {"peak-gflops", "X", "fp32 peak for %-of-peak (default: measured with an FMA loop)", ""},
+      {"peak-gflops", "X", "peak for %-of-peak (default: CPU the fp32 FMA peak measured with an FMA loop; CUDA the GPU's dense datasheet peak of --precision)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
       {"peer", "FILE", "a peer's JSON rows (batch, seq, latency_ms): the table becomes seed 003's side by side, per seq", ""},
       {"peer-label", "NAME", "the peer's column label", "PT"},
@@ -149,9 +161,9 @@ int bench_infer(int argc, char** argv) {
   model.set_hidden_act(act == "gelu" ? HiddenAct::gelu : HiddenAct::gelu_tanh);
   model.to(ctx, inference_dtype(precision));  // no-op on the CPU
   const BertConfig& cfg = model.config();
-  // CUDA: the H100 SXM's dense rate of the precision's units unless --peak-gflops says otherwise.
+  // CUDA: the GPU's dense datasheet rate of the precision's units (gpu_peak) unless --peak-gflops says otherwise.
   const double peak = args->has("peak-gflops")   ? args->get_double("peak-gflops")
-                      : device == Device::cuda ? h100_peak_gflops(precision)
+                      : device == Device::cuda ? gpu_peak(ctx, precision).gflops
                                                : train::measure_peak_gflops(ctx.num_threads());
 
   const PeerRows peer = args->has("peer") ? read_peer_rows(args->get("peer")) : PeerRows{};
@@ -169,7 +181,7 @@ int bench_infer(int argc, char** argv) {
     } else {
       std::string names;  // the peer rows' engines, each once
       for (const auto& [shape, row] : peer)
-        if (names.find(row.name) == std::string::npos) names += (names.empty() ? "" : ", ") + row.name;
+        if (row.latency_ms > 0 && names.find(row.name) == std::string::npos) names += (names.empty() ? "" : ", ") + row.name;
       std::printf("# peer: %s (%s; the fastest of them per shape); speedup = %s latency / unmask latency\n",
                   args->get("peer").c_str(), names.c_str(), peer_label.c_str());
     }
@@ -225,31 +237,63 @@ int bench_infer(int argc, char** argv) {
         fo.embeddings = false;
         fo.hidden_in = &hidden;
       }
-      for (int64_t i = 0; i < warmup; ++i) model.forward(ctx, in, fo);
+      const auto pit = peer.find({batch, seq});
+      const PeerRow* pr = pit == peer.end() ? nullptr : &pit->second;
       std::vector<double> times;
-      const double start = now_s();
-      while (int64_t(times.size()) < min_iters || now_s() - start < min_time) {
-        ctx.synchronize();  // CUDA: each forward is timed whole (a no-op on the CPU)
-        double t0 = now_s();
-        BertOutputs out = model.forward(ctx, in, fo);
-        ctx.synchronize();
-        times.push_back(now_s() - t0);
-        if (times.size() > 100000) break;
+      try {
+        for (int64_t i = 0; i < warmup; ++i) model.forward(ctx, in, fo);
+        const double start = now_s();
+        while (int64_t(times.size()) < min_iters || now_s() - start < min_time) {
+          ctx.synchronize();  // CUDA: each forward is timed whole (a no-op on the CPU)
+          double t0 = now_s();
+          BertOutputs out = model.forward(ctx, in, fo);
+          ctx.synchronize();
+          times.push_back(now_s() - t0);
+          if (times.size() > 100000) break;
+        }
+      } catch (const Error& e) {
+        // A shape that cannot run (out of device memory at batch 256 x seq 4096): its row says so,
+        // as the seed's table does, and the next shape runs.
+        model.clear_cuda_graphs();
+        std::fprintf(stderr, "unmask bench: batch %lld seq %lld: %s\n", (long long)batch, (long long)seq, e.what());
+        const char* word = failure_word(e.what());
+        if (format == "table" && !peer.empty()) {
+          char lat[32] = "-", qps[32] = "-";
+          if (pr && pr->latency_ms > 0) {
+            std::snprintf(lat, sizeof lat, "%.2f", pr->latency_ms);
+            std::snprintf(qps, sizeof qps, "%.2f", double(batch) / (pr->latency_ms * 1e-3));
+          } else if (pr) {
+            std::snprintf(lat, sizeof lat, "%s", failure_word(pr->error));
+            std::snprintf(qps, sizeof qps, "%s", failure_word(pr->error));
+          }
+          std::printf("| %-10lld | %-15s | %-14s | %-19s | %-18s | %7s |\n", (long long)batch, lat, qps, word, word, "-");
+        }
+        else if (format == "table")
+          std::printf("| %10lld | %7lld | %12s | %11s | %7s | %9s |\n", (long long)batch, (long long)seq, word, word, "-", "-");
+        else if (format == "csv")
+          std::printf("%lld,%lld,%s,,,,%lld,%d%s\n", (long long)batch, (long long)seq, word, (long long)N, ctx.num_threads(),
+                      peer.empty() ? "" : ",,");
+        else
+          std::printf("{\"engine\": \"unmask\", \"batch\": %lld, \"seq\": %lld, \"error\": %s}\n", (long long)batch,
+                      (long long)seq, nlohmann::json(std::string(e.what())).dump().c_str());
+        std::fflush(stdout);
+        continue;
       }
       model.clear_cuda_graphs();  // each shape's graph holds its activations: let go before the next
       std::sort(times.begin(), times.end());
       const double med = times[times.size() / 2];
       Row r{batch, seq, N, med * 1e3, double(batch) / med, forward_flops(cfg, lengths, encoders_only) / med / 1e9, 0, peak_rss_mb()};
       r.pct_peak = peak > 0 ? 100.0 * r.gflops / peak : 0;
-      const auto pit = peer.find({batch, seq});
-      const PeerRow* pr = pit == peer.end() ? nullptr : &pit->second;
+      const bool peer_failure = pr && pr->latency_ms == 0;  // the peer has only an error for this shape
+      const char* peer_word = peer_failure ? failure_word(pr->error) : "-";
+      if (peer_failure) pr = nullptr;
       if (format == "table" && !peer.empty()) {
         if (pr)
           std::printf("| %-10lld | %-15.2f | %-14.2f | %-19.2f | %-18.2f | %6.2fx |\n", (long long)r.batch, pr->latency_ms,
                       double(batch) / (pr->latency_ms * 1e-3), r.latency_ms, r.qps, pr->latency_ms / r.latency_ms);
         else
-          std::printf("| %-10lld | %-15s | %-14s | %-19.2f | %-18.2f | %7s |\n", (long long)r.batch, "-", "-", r.latency_ms,
-                      r.qps, "-");
+          std::printf("| %-10lld | %-15s | %-14s | %-19.2f | %-18.2f | %7s |\n", (long long)r.batch, peer_word, peer_word,
+                      r.latency_ms, r.qps, "-");
       } else if (format == "table")
         std::printf("| %10lld | %7lld | %12.2f | %11.2f | %7.1f | %8.1f%% |\n", (long long)r.batch, (long long)r.seq, r.latency_ms,
                     r.qps, r.gflops, r.pct_peak);

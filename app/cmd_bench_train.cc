@@ -12,8 +12,8 @@
 // batch stays on the host as in training, and each timed step is bracketed by
 // ctx.synchronize(). Devices column "1x <GPU name>"; precision fp32 (exact fp32 GEMMs) or tf32
 // (--precision tf32: CudaState::allow_tf32, cuBLASLt's TF32 tensor cores). MFU is against the
-// H100 SXM dense peaks unless --peak-gflops is given: fp32 (CUDA cores) 67 TFLOP/s, tf32 tensor
-// cores 494.7 TFLOP/s (half of the 989 TFLOP/s dense bf16 that bench/gpu uses).
+// GPU's dense datasheet peak of the precision (gpu_peak in cli.h; H100 SXM / H200: fp32 CUDA cores
+// 67 TFLOP/s, tf32 494.7, bf16 989.4) unless --peak-gflops is given.
 
 #include <algorithm>
 #include <cstdio>
@@ -81,7 +81,7 @@ int bench_train(int argc, char** argv) {
       {"optimizer", "adamw|lamb", "the optimizer of the timed update", "lamb"},
       {"dropout", "P", "hidden and attention dropout (as in training)", "0.1"},
       {"seed", "N", "seed of the weights and the batch", "1234"},
-      {"peak-gflops", "X", "peak for MFU (default: CPU measured with an FMA loop; CUDA the H100 SXM dense peak)", ""},
+      {"peak-gflops", "X", "peak for MFU (default: CPU measured with an FMA loop; CUDA the GPU's dense datasheet peak)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
   };
   auto args = Args::parse("bench train",
@@ -124,7 +124,7 @@ int bench_train(int argc, char** argv) {
   // far is used: a measurement taken while another process shares the cores reads low.
   const bool fixed_peak = args->has("peak-gflops");
   double peak = fixed_peak ? args->get_double("peak-gflops")
-                : on_cuda  ? h100_peak_gflops(activations == DType::bf16 ? "bf16" : precision)  // bf16 layers: bf16 GEMMs
+                : on_cuda  ? gpu_peak(ctx, activations == DType::bf16 ? "bf16" : precision).gflops  // bf16 layers: bf16 GEMMs
                            : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;
   BertTrainModel model = BertTrainModel::random(cfg, {.pooler = true, .mlm = true, .nsp = true}, seed);
@@ -141,7 +141,7 @@ int bench_train(int argc, char** argv) {
                 model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, num_params,
                 opt_name.c_str(), dropout, on_cuda ? "cuda" : ctx.cpu_isa(), prec, peak,
                 fixed_peak ? " (given)"
-                : on_cuda  ? " (H100 SXM dense)"
+                : on_cuda  ? gpu_peak(ctx, "bf16").label.c_str()
                            : " (FMA loop; measured again after each row, the best is used)");
     std::printf("| devices | seq | batch | masked | precision | sequences/s | step (ms) | GFLOP/s | MFU |\n");
     std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|\n");

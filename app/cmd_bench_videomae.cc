@@ -35,7 +35,7 @@
 // timing (a --store batch is uploaded inside the timed step), the step is bracketed by
 // ctx.synchronize(), --precision tf32 or bf16 runs the GEMMs on tensor cores (bf16: an autocast
 // of the f32 GEMMs with fp32 master weights, CudaState::autocast), and MFU is against the
-// H100 SXM dense peak of that precision unless --peak-gflops is given.
+// GPU's dense datasheet peak of that precision (gpu_peak in cli.h) unless --peak-gflops is given.
 
 #include <algorithm>
 #include <cmath>
@@ -202,7 +202,7 @@ int bench_videomae(int argc, char** argv) {
       {"activations", "f32|bf16", "the ViT blocks' activations (bf16: CUDA, head size 64/80/88/128; emulated on the CPU)", "f32"},
       {"seed", "N", "seed of the weights, the clips and the masks", "1234"},
       {"peak-gflops", "X", "peak for MFU (default: CPU the fp32 FMA peak measured with an FMA loop; CUDA the "
-                          "H100 SXM dense peak of --precision)", ""},
+                          "GPU's dense datasheet peak of --precision)", ""},
       {"format", "table|json", "output format (json: one object per row)", "table"},
   };
   auto args =
@@ -256,7 +256,7 @@ int bench_videomae(int argc, char** argv) {
   const char* devices = devices_name.c_str();
   const bool fixed_peak = args->has("peak-gflops");
   double peak = fixed_peak ? args->get_double("peak-gflops")
-                : on_cuda  ? h100_peak_gflops(act_name == "bf16" ? "bf16" : gemm_precision)  // bf16 blocks: bf16 GEMMs
+                : on_cuda  ? gpu_peak(ctx, act_name == "bf16" ? "bf16" : gemm_precision).gflops  // bf16 blocks: bf16 GEMMs
                 : dry_run  ? 0.0
                            : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;
@@ -294,7 +294,7 @@ int bench_videomae(int argc, char** argv) {
         (long long)cfg.num_frames, (long long)cfg.img_size, mask_ratio, (long long)Nv, (long long)Nm, (long long)Np,
         on_cuda ? "cuda" : ctx.cpu_isa(), precision.c_str(), attention_mode(ctx).c_str(), peak,
         fixed_peak ? " (given)"
-        : on_cuda  ? " (H100 SXM dense)"
+        : on_cuda  ? gpu_peak(ctx, "bf16").label.c_str()
         : dry_run  ? " (not measured)"
                    : " (FMA loop; measured again after each row)");
     std::printf(

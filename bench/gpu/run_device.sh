@@ -48,7 +48,7 @@ BENCH_T=$(stage_time)
 # 3b. PyTorch peer: remaining time minus a margin
 LEFT=$(( 520 - $(stage_time) ))
 [ $LEFT -lt 60 ] && LEFT=60
-PYTHONUNBUFFERED=1 timeout $LEFT python3 bench/gpu/torch_bert_infer.py --budget-s $(( LEFT - 25 )) \
+PYTHONUNBUFFERED=1 timeout $LEFT python3 bench/gpu/torch_bert_infer.py --ids device --budget-s $(( LEFT - 25 )) \
   --json "$OUT/bench_torch.jsonl" > "$OUT/bench_torch.txt" 2>&1
 TORCH_RC=$?
 TORCH_T=$(stage_time)

@@ -8,7 +8,9 @@ Modes:
            (each new shape recompiles; compiling all 45 shapes would not fit the time budget)
 
 Timing as in the C++ bench: warm-up calls, then --iters calls each timed with a pair of CUDA
-events; the median is reported. Full-length sequences, attention_mask=None. FLOPs are counted
+events; the median is reported. Full-length sequences, attention_mask=None, the pooler on. With
+--ids host (default) each call uploads its ids from the host, as `unmask bench infer` does;
+--ids device keeps them on the GPU (unmask_gpu_bench, run_device.sh). FLOPs are counted
 with the same formula (GEMMs + QK^T + PV), so TFLOP/s columns compare directly.
 
   python3 bench/gpu/torch_bert_infer.py --json out.jsonl [--modes eager,compile]
@@ -49,6 +51,9 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--budget-s", type=float, default=200.0)
     ap.add_argument("--json", default="")
+    ap.add_argument("--ids", default="host", choices=["host", "device"],
+                    help="host: the ids are uploaded inside each timed call, as `unmask bench infer` does; "
+                         "device: already on the GPU (unmask_gpu_bench's timing)")
     ap.add_argument("--act", default="gelu", choices=["gelu", "gelu_new"],
                     help="hidden_act: gelu (exact erf, HF default) or gelu_new (tanh approximation, AIT's fast_gelu)")
     a = ap.parse_args()
@@ -66,11 +71,12 @@ def main():
     max_t = max(t for t in seqs for b in batches if b * t <= a.max_tokens)
     cfg = BertConfig(max_position_embeddings=max(512, max_t), hidden_act=a.act)  # BERT-base
     torch.manual_seed(0)
+    # With the pooler, as `unmask bench infer` runs it (BertModel's outputs: hidden states + pooled).
     try:
-        model = BertModel(cfg, add_pooling_layer=False, attn_implementation="sdpa")
+        model = BertModel(cfg, add_pooling_layer=True, attn_implementation="sdpa")
     except TypeError:  # older/newer signatures: set it on the config
         cfg._attn_implementation = "sdpa"
-        model = BertModel(cfg, add_pooling_layer=False)
+        model = BertModel(cfg, add_pooling_layer=True)
     model = model.to(dev, torch.bfloat16).eval()
     print(f"attention implementation: {getattr(model.config, '_attn_implementation', '?')}", flush=True)
     out = open(a.json, "w") if a.json else None
@@ -105,31 +111,42 @@ def main():
 
     print(f"\n{'impl':>16} {'batch':>6} {'seq':>6} {'latency_ms':>12} {'QPS':>12} {'TFLOP/s':>10} {'%peak':>8}")
     modes = [m for m in a.modes.split(",") if m]
+    # --ids host: the ids start on the host and are uploaded inside the timed call, as unmask's
+    # forward uploads them (its timing is the wall clock of forward() from host ids).
+    ids_dev = dev if a.ids == "device" else "cpu"
+    eager_fn = lambda ids: model(input_ids=ids.to(dev))
+    cmodel = None
+
+    def eager_row(b, t):
+        ids = torch.randint(0, cfg.vocab_size, (b, t), device=ids_dev)
+        try:
+            med, mn = bench(eager_fn, ids)
+            emit("torch-eager-sdpa", b, t, med, mn)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            emit("torch-eager-sdpa", b, t, err="OOM")
+        except Exception as e:  # noqa: BLE001 - report and go on
+            torch.cuda.empty_cache()
+            emit("torch-eager-sdpa", b, t, err=f"{type(e).__name__}: {str(e)[:200]}")
+
+    # Order: eager then compile on the --compile-shapes (the target rows: batch 1 and 256
+    # at seq 128), then eager on the rest of the grid, so a cut budget loses the least useful rows.
+    targets = [(b, t) for b, t in parse_shapes(a.compile_shapes) if b * t <= a.max_tokens]
+    grid = [(b, t) for t in seqs for b in batches if b * t <= a.max_tokens and (b, t) not in targets]
+    skipped = [(b, t) for t in seqs for b in batches if b * t > a.max_tokens]
+    if skipped:
+        print(f"over --max-tokens {a.max_tokens}, not run: {', '.join(f'{b}x{t}' for b, t in skipped)}", flush=True)
     with torch.inference_mode():
-        if "eager" in modes:
-            fn = lambda ids: model(input_ids=ids)
-            for t in seqs:
-                for b in batches:
-                    if b * t > a.max_tokens:
-                        continue
-                    if time.time() - t_start > a.budget_s * 0.6:
-                        print("eager: time budget spent", flush=True)
-                        break
-                    ids = torch.randint(0, cfg.vocab_size, (b, t), device=dev)
-                    try:
-                        med, mn = bench(fn, ids)
-                        emit("torch-eager-sdpa", b, t, med, mn)
-                    except torch.OutOfMemoryError as e:
-                        torch.cuda.empty_cache()
-                        emit("torch-eager-sdpa", b, t, err="OOM")
-        if "compile" in modes:
+        for b, t in targets if "eager" in modes else []:
+            eager_row(b, t)
+        if "compile" in modes and targets:
             cmodel = torch.compile(model, mode=a.compile_mode, dynamic=False)
-            fn = lambda ids: cmodel(input_ids=ids)
-            for b, t in parse_shapes(a.compile_shapes):
-                if time.time() - t_start > a.budget_s:
+            fn = lambda ids: cmodel(input_ids=ids.to(dev))
+            for b, t in targets:
+                if time.time() - t_start > a.budget_s * 0.8:
                     print("compile: time budget spent", flush=True)
                     break
-                ids = torch.randint(0, cfg.vocab_size, (b, t), device=dev)
+                ids = torch.randint(0, cfg.vocab_size, (b, t), device=ids_dev)
                 try:
                     t0 = time.time()
                     fn(ids)  # compile
@@ -138,6 +155,11 @@ def main():
                     emit("torch-compile", b, t, med, mn)
                 except Exception as e:  # noqa: BLE001 - report and go on
                     emit("torch-compile", b, t, err=f"{type(e).__name__}: {str(e)[:200]}")
+        for b, t in grid if "eager" in modes else []:
+            if time.time() - t_start > a.budget_s:
+                print("eager: time budget spent", flush=True)
+                break
+            eager_row(b, t)
     if out:
         out.close()
     return 0

@@ -25,7 +25,8 @@ struct ContextOptions {
   int num_threads = 0;
   Device device = Device::cpu;
   int device_index = 0;
-  /// CUDA only: run on this cudaStream_t (not owned) instead of creating a stream.
+  /// CUDA only: run on this cudaStream_t (not owned) instead of creating a stream. It must be a
+  /// blocking stream (cudaStreamCreate): host copies are ordered through the legacy default stream.
   void* cuda_stream = nullptr;
   /// CUDA only: bytes of cuBLASLt workspace (32 MiB suits Hopper).
   size_t cuda_workspace_bytes = size_t(32) << 20;

@@ -109,8 +109,9 @@ bool attention_train_bf16_applies(const AttnTrainParams& p) {
 }
 
 void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream) {
-  UNMASK_CHECK(attention_train_bf16_applies(p), "attention (cuda, bf16 activations): needs head size 64, 80, 88 or "
-               "128, got ", p.head_size, Hint("train with f32 activations for this model"));
+  if (!attention_train_bf16_applies(p))  // Unsupported: the op front-end's contract for a shape it cannot run
+    throw Unsupported("attention (cuda, bf16 activations): needs head size 64, 80, 88 or 128 and under 2^31 rows, got "
+                      "head size ", p.head_size, " and ", p.rows, " rows", Hint("train with f32 activations for this model"));
   if (p.rows == 0) return;
   FlashFwdParams f = flash_fwd_params(p);
   f.q = rows.q, f.k = rows.k, f.v = rows.v, f.o = rows.out;
@@ -120,8 +121,10 @@ void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16R
 }
 
 void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream) {
-  UNMASK_CHECK(attention_train_bf16_applies(p), "attention backward (cuda, bf16 activations): needs head size 64, 80, "
-               "88 or 128, got ", p.head_size, Hint("train with f32 activations for this model"));
+  if (!attention_train_bf16_applies(p))
+    throw Unsupported("attention backward (cuda, bf16 activations): needs head size 64, 80, 88 or 128 and under 2^31 "
+                      "rows, got head size ", p.head_size, " and ", p.rows, " rows",
+                      Hint("train with f32 activations for this model"));
   const int64_t N = p.rows;
   if (N == 0) return;
   attention_train_delta_bf16(p, rows.dout, rows.out, stream);

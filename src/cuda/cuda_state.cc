@@ -30,6 +30,15 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
   CUDA_CHECK(cudaGetDeviceProperties(&props, dev));
   if (external_stream) {
     stream = static_cast<cudaStream_t>(external_stream);
+    // Host <-> device copies (copy.cc, Tensor::to) use the legacy default stream and rely on it
+    // to order them with this stream's kernels; a non-blocking stream opts out of that ordering
+    // (a gradient copied to the host before the backward that writes it has finished).
+    unsigned int flags = 0;
+    CUDA_CHECK(cudaStreamGetFlags(stream, &flags));
+    UNMASK_CHECK((flags & cudaStreamNonBlocking) == 0,
+                 "ContextOptions::cuda_stream is a non-blocking stream (cudaStreamNonBlocking)",
+                 Hint("create it with cudaStreamCreate (or cudaStreamDefault flags): unmask orders its host "
+                      "copies on the legacy default stream"));
   } else {
     CUDA_CHECK(cudaStreamCreate(&stream));
     owns_stream = true;

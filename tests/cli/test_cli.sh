@@ -86,13 +86,17 @@ expect 1 "--format must be" -- "$U" bench infer --format xml
 expect 1 "--precision bf16 needs --device cuda" -- "$U" bench infer --precision bf16 --batch 1 --seq 8
 expect 1 "--precision must be fp32, tf32, bf16 or fp16" -- "$U" bench infer --precision fp8 --batch 1 --seq 8
 expect 1 "--cuda-graph must be on or off" -- "$U" bench infer --cuda-graph maybe --batch 1 --seq 8
-# Seed 003's side-by-side columns from a peer's JSON rows: the fastest row per shape, "-" where none.
+# Seed 003's side-by-side columns from a peer's JSON rows: the fastest row per shape, "OOM" where
+# the peer ran out of memory (as the seed prints it), "-" where it has no row.
 printf '%s\n' 'progress text' '{"impl": "torch-eager", "batch": 1, "seq": 8, "latency_ms": 7.96}' \
   '{"impl": "torch-compile", "batch": 1, "seq": 8, "latency_ms": 4.00}' '{"impl": "torch-eager", "batch": 2, "seq": 8, "error": "OOM"}' > "$W/peer.jsonl"
 expect 0 "| Batch size | PT Latency (ms) | PT QPS (seq/s) | unmask Latency (ms) | unmask QPS (seq/s) | Speedup |" -- \
   "$U" bench infer --model "$W/m" --batch 1,2 --seq 8 --iters 1 --min-time 0 --peer "$W/peer.jsonl"
 expect 0 "| 1          | 4.00            | 250.00         |" -- "$U" bench infer --model "$W/m" --batch 1 --seq 8 --iters 1 --min-time 0 --peer "$W/peer.jsonl"
-expect 0 "| 2          | -               | -              |" -- "$U" bench infer --model "$W/m" --batch 2 --seq 8 --iters 1 --min-time 0 --peer "$W/peer.jsonl"
+expect 0 "| 2          | OOM             | OOM            |" -- "$U" bench infer --model "$W/m" --batch 2 --seq 8 --iters 1 --min-time 0 --peer "$W/peer.jsonl"
+expect 0 "| 3          | -               | -              |" -- "$U" bench infer --model "$W/m" --batch 3 --seq 8 --iters 1 --min-time 0 --peer "$W/peer.jsonl"
+echo '{"impl": "torch-eager", "batch": 2, "seq": 8, "error": "OOM"}' > "$W/peer_oom.jsonl"
+expect 1 "peer_oom.jsonl: no benchmark rows" -- "$U" bench infer --model "$W/m" --batch 2 --seq 8 --peer "$W/peer_oom.jsonl"
 expect 0 '"peer": "torch-compile", "peer_latency_ms": 4.000000' -- "$U" bench infer --model "$W/m" --batch 1 --seq 8 --iters 1 --min-time 0 --peer "$W/peer.jsonl" --format json
 echo '{"batch": 1, "seq": 8}' > "$W/peer_bad.jsonl"
 expect 1 "peer_bad.jsonl:1: a row needs numeric batch, seq and latency_ms" -- "$U" bench infer --model "$W/m" --batch 1 --seq 8 --peer "$W/peer_bad.jsonl"

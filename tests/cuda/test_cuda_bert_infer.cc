@@ -7,6 +7,8 @@
 // abs value (fp32 on both sides, different summation orders; TF32 off). Also: a forward on a
 // context of the other device is an Error, and to() after a packing CPU forward is an Error.
 // Without a CUDA device every test skips.
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -124,4 +126,41 @@ TEST(CudaBertInfer, DeviceMismatchAndPackedWeightsAreErrors) {
   }
   // Only an Error when packing really happened (UNMASK_PACKED_GEMM=0 keeps the weights).
   if (!threw) EXPECT_EQ(m.device(), Device::cuda);
+}
+
+// The inputs are read on the host (the layout's checks, position ids): device tensors are an
+// Error naming the input, not a host dereference of a device pointer.
+TEST(CudaBertInfer, DeviceResidentInputsAreErrors) {
+  REQUIRE_CUDA_DEVICE();
+  BertModel m = BertModel::random(tiny_config(), BertHeads{}, base_seed());
+  m.to(gpu());
+  BertInput in;
+  in.input_ids = Tensor::zeros({1, 4}, DType::i32).to(Device::cuda);
+  try {
+    m.forward(gpu(), in, ForwardOptions{});
+    ADD_FAILURE() << "device input_ids were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input_ids must be a host tensor"), std::string::npos) << e.what();
+  }
+}
+
+// ContextOptions::cuda_stream must be a blocking stream: host copies are ordered with the
+// context's kernels through the legacy default stream.
+TEST(CudaContext, RefusesANonBlockingExternalStream) {
+  REQUIRE_CUDA_DEVICE();
+  cudaStream_t non_blocking = nullptr, blocking = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&non_blocking, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+  try {
+    Context ctx(ContextOptions{.num_threads = 1, .device = Device::cuda, .cuda_stream = non_blocking});
+    ADD_FAILURE() << "a non-blocking external stream was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-blocking"), std::string::npos) << e.what();
+  }
+  {
+    Context ctx(ContextOptions{.num_threads = 1, .device = Device::cuda, .cuda_stream = blocking});
+    EXPECT_EQ(ctx.cuda_stream(), static_cast<void*>(blocking));
+  }
+  cudaStreamDestroy(non_blocking);
+  cudaStreamDestroy(blocking);
 }
