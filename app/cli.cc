@@ -224,6 +224,19 @@ double peak_gpu_mb(const Context& ctx) {
   return 0.0;
 }
 
+GpuMemoryPeaks gpu_memory_peaks(const Context& ctx) {
+  GpuMemoryPeaks m;
+#ifdef UNMASK_WITH_CUDA
+  if (ctx.device() == Device::cuda) {
+    const cuda::AllocatorStats s = cuda::allocator_stats();
+    m.requested_mb = double(s.peak_requested_bytes) / (1024.0 * 1024.0);
+    m.reserved_mb = double(s.peak_reserved_bytes) / (1024.0 * 1024.0);
+  }
+#endif
+  (void)ctx;
+  return m;
+}
+
 void reset_peak_gpu(const Context& ctx) {
 #ifdef UNMASK_WITH_CUDA
   if (ctx.device() == Device::cuda) cuda::allocator_reset_peak();

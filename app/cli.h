@@ -81,6 +81,13 @@ double now_s();
 double peak_rss_mb();
 /// The CUDA caching allocator's high-water mark in MiB (0 for a CPU context or build).
 double peak_gpu_mb(const Context& ctx);
+/// The allocator's other high-water marks in MiB: bytes as requested (comparable with PyTorch's
+/// max_memory_allocated; peak_gpu_mb counts size-class-rounded blocks, up to 25% more) and bytes
+/// obtained from cudaMalloc (comparable with max_memory_reserved: what the process held).
+struct GpuMemoryPeaks {
+  double requested_mb = 0, reserved_mb = 0;
+};
+GpuMemoryPeaks gpu_memory_peaks(const Context& ctx);
 /// Resets that high-water mark to the memory allocated now (a benchmark row's own peak).
 void reset_peak_gpu(const Context& ctx);
 

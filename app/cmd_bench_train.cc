@@ -193,11 +193,13 @@ int bench_train(int argc, char** argv) {
         std::printf("{\"engine\": \"unmask\", \"model\": \"%s\", \"seq\": %lld, \"batch\": %lld, \"masked\": %lld, "
                     "\"precision\": \"%s\", \"seq_per_s\": %.4f, \"step_ms\": %.3f, \"gflop_per_s\": %.2f, "
                     "\"mfu_pct\": %.2f, \"peak_gflops\": %.1f, \"threads\": %d, \"optimizer\": \"%s\", \"steps\": %lld, "
-                    "\"loss\": %.4f, \"peak_rss_mb\": %.1f, \"peak_gpu_mb\": %.1f, \"devices\": \"%s\", "
+                    "\"loss\": %.4f, \"peak_rss_mb\": %.1f, \"peak_gpu_mb\": %.1f, \"peak_gpu_requested_mb\": %.1f, "
+                    "\"peak_gpu_reserved_mb\": %.1f, \"devices\": \"%s\", "
                     "\"attention\": \"%s\", \"activations\": \"%s\", \"mlm_head\": \"masked\"}\n",
                     model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
                     peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
-                    peak_gpu_mb(ctx), devices, attention_mode(ctx).c_str(), act_name.c_str());
+                    peak_gpu_mb(ctx), gpu_memory_peaks(ctx).requested_mb, gpu_memory_peaks(ctx).reserved_mb, devices,
+                    attention_mode(ctx).c_str(), act_name.c_str());
       std::fflush(stdout);
     }
   }

@@ -173,6 +173,10 @@ static void copy_strided_cuda(const Tensor& src, Tensor& dst) {
     return;
   }
   const int nd = src.ndim();
+  if (nd < 1) {  // one element (a 0-d tensor is contiguous: unreachable, and it keeps stride(-1) out)
+    cuda::copy_2d(dst.raw(), 0, src.raw(), 0, es, 1);
+    return;
+  }
   if (src.stride(nd - 1) != 1 || dst.stride(nd - 1) != 1)
     throw Unsupported("copy_from to/from cuda needs innermost stride 1, got ", src.describe(), " -> ", dst.describe());
   const int64_t rows = nd >= 2 ? src.size(nd - 2) : 1;

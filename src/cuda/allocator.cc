@@ -186,6 +186,8 @@ void* device_malloc(size_t bytes, void* stream_ptr) {
   cache.stats.requested_bytes += bytes;
   if (cache.stats.allocated_bytes > cache.stats.peak_allocated_bytes)
     cache.stats.peak_allocated_bytes = cache.stats.allocated_bytes;
+  if (cache.stats.requested_bytes > cache.stats.peak_requested_bytes)
+    cache.stats.peak_requested_bytes = cache.stats.requested_bytes;
   cache.live.emplace(block.ptr, block);
   return block.ptr;
 }
@@ -310,6 +312,7 @@ void allocator_reset_peak() {
   std::lock_guard<std::mutex> lock(g_mutex);
   AllocatorStats& s = g_caches[dev].stats;
   s.peak_allocated_bytes = s.allocated_bytes;
+  s.peak_requested_bytes = s.requested_bytes;
   s.peak_reserved_bytes = s.reserved_bytes;
 }
 

@@ -32,6 +32,8 @@ struct AllocatorStats {
   size_t allocated_bytes = 0;       // in live blocks handed out (class-rounded sizes)
   size_t peak_allocated_bytes = 0;  // high-water mark of allocated_bytes
   size_t requested_bytes = 0;       // in live blocks, as requested
+  size_t peak_requested_bytes = 0;  // high-water mark of requested_bytes (PyTorch's
+                                    // max_memory_allocated counts about this: 512-byte rounding)
   size_t reserved_bytes = 0;        // obtained from cudaMalloc (live + cached)
   size_t peak_reserved_bytes = 0;
   uint64_t num_allocs = 0;          // device_malloc calls

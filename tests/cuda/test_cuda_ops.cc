@@ -215,6 +215,16 @@ TEST(CudaAllocator, ReusesFreedBlocksOnTheSameStream) {
   EXPECT_EQ(after.num_cache_hits, before.num_cache_hits + 1);
   EXPECT_GE(after.peak_allocated_bytes, size_t(1024));
   cuda::device_free(b);
+  // The peaks after a reset: 3000 bytes requested (rounded to a 3072-byte class) and nothing else
+  // live on this thread's test: requested counts what was asked for, allocated the class.
+  cuda::allocator_reset_peak();
+  const cuda::AllocatorStats base = cuda::allocator_stats();
+  void* c = cuda::device_malloc(3000, s);
+  const cuda::AllocatorStats with_c = cuda::allocator_stats();
+  EXPECT_EQ(with_c.peak_requested_bytes, base.requested_bytes + 3000);
+  EXPECT_EQ(with_c.peak_allocated_bytes, base.allocated_bytes + cuda::allocator_size_class(3000));
+  cuda::device_free(c);
+  EXPECT_EQ(cuda::allocator_stats().requested_bytes, base.requested_bytes);
 }
 
 TEST(CudaTensor, HostDeviceRoundTripAndStridedCopy) {
