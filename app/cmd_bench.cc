@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_profile.h"
 #include "cli.h"
 #include "train/metrics.h"
 #include "unmask/bert.h"
@@ -113,6 +114,8 @@ int bench_infer(int argc, char** argv) {
       {"lengths-seed", "N", "seed of the --lengths draw (the peers' LCG: same lengths as ORT/PyTorch runs with --seed N)", "0"},
       {"peak-gflops", "X", "peak for %-of-peak (default: CPU the fp32 FMA peak measured with an FMA loop; CUDA the GPU's dense datasheet peak of --precision)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
+      {"profile", "N", "after each row, N more forward calls with every op timed (eager: a graph replay runs no op "
+                       "front-end): the time per op and call (table: after the row; json: the row's \"profile\")", "0"},
       {"peer", "FILE", "a peer's JSON rows (batch, seq, latency_ms): the table becomes seed 003's side by side, per seq", ""},
       {"peer-label", "NAME", "the peer's column label", "PT"},
   };
@@ -126,6 +129,8 @@ int bench_infer(int argc, char** argv) {
   const auto batches = args->get_int_list("batch");
   const auto seqs = args->get_int_list("seq");
   const int64_t min_iters = std::max<int64_t>(1, args->get_int("iters"));
+  const int64_t profile = args->get_int("profile");
+  if (profile < 0) throw Error("--profile must be >= 0, got ", profile);
   // At least one untimed forward: the first one packs the weights for the GEMM and builds the
   // GEMM primitives for the shape, which would otherwise be timed.
   const int64_t warmup = std::max<int64_t>(1, args->get_int("warmup"));
@@ -280,6 +285,9 @@ int bench_infer(int argc, char** argv) {
         continue;
       }
       model.clear_cuda_graphs();  // each shape's graph holds its activations: let go before the next
+      ForwardOptions eager = fo;
+      eager.cuda_graph = false;  // a replay runs no op front-end, and events must not be captured
+      const StepProfile prof = profile_steps(ctx, profile, [&] { model.forward(ctx, in, eager); });
       std::sort(times.begin(), times.end());
       const double med = times[times.size() / 2];
       Row r{batch, seq, N, med * 1e3, double(batch) / med, forward_flops(cfg, lengths, encoders_only) / med / 1e9, 0, peak_rss_mb()};
@@ -310,13 +318,15 @@ int bench_infer(int argc, char** argv) {
         std::printf("{\"engine\": \"unmask\", \"batch\": %lld, \"seq\": %lld, \"latency_ms\": %.4f, \"qps\": %.3f, "
                     "\"gflop_per_s\": %.2f, \"pct_of_peak\": %.2f, \"tokens\": %lld, \"threads\": %d, \"iters\": %zu, "
                     "\"peak_rss_mb\": %.1f, \"lengths\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", "
-                    "\"cuda_graph\": %s, \"activation\": \"%s\"%s}\n",
+                    "\"cuda_graph\": %s, \"activation\": \"%s\"%s%s}\n",
                     (long long)r.batch, (long long)r.seq, r.latency_ms, r.qps, r.gflops, r.pct_peak, (long long)r.tokens,
                     ctx.num_threads(), times.size(), r.rss_mb, len_max ? args->get("lengths").c_str() : "fixed",
                     devices.c_str(), precision.c_str(), cuda_graph ? "true" : "false", act.c_str(),
                     pr ? (", \"peer\": " + nlohmann::json(pr->name).dump() + ", \"peer_latency_ms\": " + std::to_string(pr->latency_ms) +
                           ", \"speedup\": " + std::to_string(pr->latency_ms / r.latency_ms)).c_str()
-                       : "");
+                       : "",
+                    prof.steps > 0 ? (", \"profile\": " + step_profile_json(prof)).c_str() : "");
+      if (format == "table") print_step_profile(prof);
       std::fflush(stdout);
     }
   }

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <random>
 
+#include "bench_profile.h"
 #include "cli.h"
 #include "train/config.h"
 #include "train/metrics.h"
@@ -83,6 +84,8 @@ int bench_train(int argc, char** argv) {
       {"seed", "N", "seed of the weights and the batch", "1234"},
       {"peak-gflops", "X", "peak for MFU (default: CPU measured with an FMA loop; CUDA the GPU's dense datasheet peak)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
+      {"profile", "N", "after each row, N more steps with every op timed: the time per op and step (table: after the "
+                       "row; json: the row's \"profile\")", "0"},
   };
   auto args = Args::parse("bench train",
                           "BERT pretraining throughput: full steps (forward, backward, optimizer) on random weights and a "
@@ -95,7 +98,8 @@ int bench_train(int argc, char** argv) {
   if (opt_name != "adamw" && opt_name != "lamb") throw Error("--optimizer must be adamw or lamb, got '", opt_name, "'");
   const auto seqs = args->get_int_list("seq");
   const auto batches = args->get_int_list("batch");
-  const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup");
+  const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup"), profile = args->get_int("profile");
+  if (profile < 0) throw Error("--profile must be >= 0, got ", profile);
   if (steps < 1) throw Error("--steps must be at least 1, got ", steps);
   if (warmup < 0) throw Error("--warmup must be >= 0, got ", warmup);
   const double dropout = args->get_double("dropout");
@@ -162,21 +166,26 @@ int bench_train(int argc, char** argv) {
       PretrainBatch b = synthetic_batch(batch, seq, P, cfg.vocab_size, rng);
       std::vector<double> times;
       double last_loss = 0;
-      for (int64_t i = 0; i < warmup + steps; ++i) {
+      int64_t step_no = 0;
+      auto one_step = [&] {
         TrainStepOptions so;
         so.hidden_dropout = so.attention_dropout = float(dropout);
-        so.seed = seed, so.step = i;
+        so.seed = seed, so.step = step_no++;
         so.activations = activations;
-        ctx.synchronize();  // no-op on the CPU; CUDA: the step's work is timed whole
-        const double t0 = now_s();
         model.zero_grad();
         PretrainStats s = model.pretrain_step(ctx, b, so);
         opt.step(ctx, oc.lr);
+        last_loss = s.loss;
+      };
+      for (int64_t i = 0; i < warmup + steps; ++i) {
+        ctx.synchronize();  // no-op on the CPU; CUDA: the step's work is timed whole
+        const double t0 = now_s();
+        one_step();
         ctx.synchronize();
         const double dt = now_s() - t0;
-        last_loss = s.loss;
         if (i >= warmup) times.push_back(dt);
       }
+      const StepProfile prof = profile_steps(ctx, profile, one_step);
       std::sort(times.begin(), times.end());
       if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];
@@ -186,6 +195,7 @@ int bench_train(int argc, char** argv) {
       if (format == "table")
         std::printf("| %s | %lld | %lld | %lld | %s | %.2f | %.1f | %.1f | %.1f%% |\n", devices, (long long)seq,
                     (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu);
+      if (format == "table") print_step_profile(prof);
       else if (format == "csv")
         std::printf("%s,%lld,%lld,%lld,%s,%.4f,%.3f,%.2f,%.2f,%d,%s\n", devices, (long long)seq, (long long)batch,
                     (long long)P, prec, sps, med * 1e3, gflops, mfu, ctx.num_threads(), opt_name.c_str());
@@ -195,11 +205,12 @@ int bench_train(int argc, char** argv) {
                     "\"mfu_pct\": %.2f, \"peak_gflops\": %.1f, \"threads\": %d, \"optimizer\": \"%s\", \"steps\": %lld, "
                     "\"loss\": %.4f, \"peak_rss_mb\": %.1f, \"peak_gpu_mb\": %.1f, \"peak_gpu_requested_mb\": %.1f, "
                     "\"peak_gpu_reserved_mb\": %.1f, \"devices\": \"%s\", "
-                    "\"attention\": \"%s\", \"activations\": \"%s\", \"mlm_head\": \"masked\"}\n",
+                    "\"attention\": \"%s\", \"activations\": \"%s\", \"mlm_head\": \"masked\"%s}\n",
                     model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
                     peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
                     peak_gpu_mb(ctx), gpu_memory_peaks(ctx).requested_mb, gpu_memory_peaks(ctx).reserved_mb, devices,
-                    attention_mode(ctx).c_str(), act_name.c_str());
+                    attention_mode(ctx).c_str(), act_name.c_str(),
+                    profile > 0 ? (", \"profile\": " + step_profile_json(prof)).c_str() : "");
       std::fflush(stdout);
     }
   }

@@ -46,6 +46,7 @@
 #include <vector>
 #include <optional>
 
+#include "bench_profile.h"
 #include "cli.h"
 #include "data/rng.h"
 #include "train/metrics.h"
@@ -204,6 +205,8 @@ int bench_videomae(int argc, char** argv) {
       {"peak-gflops", "X", "peak for MFU (default: CPU the fp32 FMA peak measured with an FMA loop; CUDA the "
                           "GPU's dense datasheet peak of --precision)", ""},
       {"format", "table|json", "output format (json: one object per row)", "table"},
+      {"profile", "N", "after each row, N more steps (on the first timed steps' masks) with every op timed: the time "
+                       "per op and step (table: after the row; json: the row's \"profile\")", "0"},
   };
   auto args =
       Args::parse("bench videomae",
@@ -230,7 +233,8 @@ int bench_videomae(int argc, char** argv) {
   cfg.validate();
   const double mask_ratio = args->get_double("mask-ratio");
   if (!(mask_ratio > 0 && mask_ratio < 1)) throw Error("--mask-ratio must be in (0, 1), got ", args->get("mask-ratio"));
-  const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup");
+  const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup"), profile = args->get_int("profile");
+  if (profile < 0) throw Error("--profile must be >= 0, got ", profile);
   if (steps < 1) throw Error("--steps must be at least 1, got ", steps);
   if (warmup < 0) throw Error("--warmup must be >= 0, got ", warmup);
   const auto batches = args->get_int_list("batch");
@@ -318,6 +322,7 @@ int bench_videomae(int argc, char** argv) {
 
     std::vector<double> times, waits;
     double last_loss = 0;
+    StepProfile prof;
     std::optional<video::ClipLoader> loader;
     if (from_store && !dry_run) {
       video::ClipLoaderOptions lo;
@@ -370,6 +375,16 @@ int bench_videomae(int argc, char** argv) {
           waits.push_back(t_data);
         }
       }
+      prof = profile_steps(ctx, profile, [&, k = int64_t(0)]() mutable {
+        if (loader) {
+          while (!loader->next(cb)) {
+          }
+          videos = on_cuda ? cb.videos.to(Device::cuda) : cb.videos;
+        }
+        model->zero_grad();
+        model->pretrain_step(ctx, videos, masks[size_t(warmup + k++ % steps)], so);
+        opt->step(ctx, oc.lr);
+      });
       std::sort(times.begin(), times.end());
       if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
     }
@@ -386,6 +401,7 @@ int bench_videomae(int argc, char** argv) {
                   devices, dataset.c_str(), precision.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3,
                   wait_ms, bytes.peak / 1048576.0, on_cuda ? peak_gpu_mb(ctx) : peak_rss_mb(), mfu, mfu_exec,
                   device_hours);
+      print_step_profile(prof);
     } else {
       nlohmann::ordered_json j;
       j["engine"] = "unmask";
@@ -431,6 +447,7 @@ int bench_videomae(int argc, char** argv) {
       j["loss"] = last_loss;
       j["optimizer"] = "adamw";
       j["dry_run"] = dry_run;
+      if (prof.steps > 0) j["profile"] = nlohmann::json::parse(step_profile_json(prof));
       std::printf("%s\n", j.dump().c_str());
     }
     std::fflush(stdout);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../app/bench_profile.cc"
 #include "../app/cli.cc"
 #include "../app/cmd_bench_videomae.cc"
 #include "unmask/videomae.h"

@@ -72,6 +72,11 @@ in_time "memory row" && unmask_row bf16 "$MEM_BATCH" act
 in_time "memory row (f32 activations)" && unmask_row bf16 "$MEM_BATCH" bf16
 in_time "torch memory row" && torch_row bf16 "$MEM_BATCH"
 echo "memory rows (batch $MEM_BATCH) done at $(at)s"
+# Where a bf16-activation step goes, every op timed over 2 steps (bench_profile.h), at the largest batch
+in_time "profile row" && timeout "$(row_t 200)" "$BIN/unmask" bench videomae --device cuda --precision bf16 --model vit-b \
+  --batch "$largest" --synthetic --activations bf16 --steps 1 --warmup 1 --profile 2 --format json \
+  > "$OUT/videomae_profile.jsonl" 2>> "$OUT/videomae_unmask.err" &&
+  python3 bench/gpu/profile_table.py "$OUT/videomae_profile.jsonl" > "$OUT/videomae_profile.md"
 
 python3 - "$ROWS" <<'EOF' | tee "$OUT/videomae_gpu_summary.md"
 import json, sys

@@ -228,6 +228,11 @@ stage7() {
     row "$f" "$(lim 150)" "bench train bert-large $prec lamb" env UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) \
       "$BIN/unmask" bench train "${common[@]}" --optimizer lamb --activations f32
   done
+  # Where the main configuration's step goes: every op timed over 2 steps (bench_profile.h)
+  row "$OUT/bench_train_large_profile.jsonl" "$(lim 120)" "bench train bert-large bf16-act lamb --profile 2" "$BIN/unmask" \
+    bench train --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --steps 1 --warmup 1 \
+    --optimizer lamb --activations bf16 --profile 2
+  python3 bench/gpu/profile_table.py "$OUT/bench_train_large_profile.jsonl" 2>&1 | tee -a "$summary"
 }
 # 8. VideoMAE ViT-B against PyTorch on the same GPU (its own script; LIMIT: no row starts after it)
 stage8() {
@@ -236,6 +241,7 @@ stage8() {
     > "$OUT/videomae_compare.log" 2>&1
   note "videomae vs pytorch: rc $? at $(at)s"
   tee -a "$summary" < "$OUT/videomae_gpu_summary.md" 2> /dev/null
+  tee -a "$summary" < "$OUT/videomae_profile.md" 2> /dev/null
 }
 
 for stage in $STAGES; do

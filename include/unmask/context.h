@@ -7,18 +7,29 @@
 //   Context ctx({.num_threads = 2});
 //   ctx.parallel_for(rows, [&](int64_t begin, int64_t end) { ... });
 #pragma once
-#include <string>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "unmask/device.h"
 
 namespace unmask {
 
 class ThreadPool;
+class OpProfiler;                      // src/core/op_profile.h
 namespace cuda { class CudaState; }  // src/cuda/cuda_state.h (only in UNMASK_CUDA builds)
+
+/// The time a context's ops took while profiling was on (Context::set_op_profiling): per op
+/// front-end name, its calls and milliseconds (CPU: wall clock; CUDA: device time between events
+/// on the context's stream).
+struct OpTime {
+  std::string op;
+  int64_t calls = 0;
+  double ms = 0;
+};
 
 struct ContextOptions {
   /// CPU threads for ops and BLAS; 0 = all cores (std::thread::hardware_concurrency()).
@@ -60,11 +71,20 @@ class Context {
   /// The CUDA backend state (stream, cuBLASLt handle, workspace); null for a CPU context.
   cuda::CudaState* cuda_state() const { return cuda_.get(); }
 
+  /// Times every op front-end call from now on (on) or stops (off, dropping what was not taken).
+  /// Profiling adds a few microseconds an op (CUDA event records): time throughput without it.
+  void set_op_profiling(bool on);
+  /// The op times since profiling started or the last call, most time first (synchronises).
+  std::vector<OpTime> take_op_profile();
+  /// The profiler the op front-ends report to; null when profiling is off.
+  OpProfiler* op_profiler() const { return profiler_.get(); }
+
  private:
   ContextOptions options_;
   int num_threads_ = 1;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<cuda::CudaState> cuda_;
+  std::unique_ptr<OpProfiler> profiler_;
 };
 
 /// What this build holds and what the machine offers (`unmask version`).

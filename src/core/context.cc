@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "core/op_profile.h"
 #include "core/thread_pool.h"
 #include "cpu/blas.h"
 #include "cpu/kernels.h"
@@ -37,6 +38,13 @@ Context::Context(const ContextOptions& options) : options_(options) {
 }
 
 Context::~Context() = default;
+
+void Context::set_op_profiling(bool on) {
+  if (on && !profiler_) profiler_ = std::make_unique<OpProfiler>(cuda_stream());
+  if (!on) profiler_.reset();
+}
+
+std::vector<OpTime> Context::take_op_profile() { return profiler_ ? profiler_->take() : std::vector<OpTime>{}; }
 
 void Context::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (n <= 0) return;

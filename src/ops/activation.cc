@@ -23,6 +23,7 @@ const char* activation_name(Activation a) {
 }
 
 void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act) {
+  detail::OpScope op_scope(ctx, "activation");
   constexpr const char* op = "activation";
   const bool half = detail::check_float_train(op, "x", x);
   UNMASK_CHECK(y.dtype() == x.dtype(), op, ": y must have x's dtype ", dtype_name(x.dtype()), ", got ", y.describe());
@@ -72,6 +73,7 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act) {
 
 void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,
                          Activation act) {
+  detail::OpScope op_scope(ctx, "activation_backward");
   constexpr const char* op = "activation_backward";
   const Device dev = x.device();
   const bool half = detail::check_float_train(op, "x", x);  // bf16 / f16: CUDA, emulated on the CPU
@@ -123,6 +125,7 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
 // Threads own column blocks and sum every column over all rows in row order, so the result is
 // the same for any thread count.
 void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias) {
+  detail::OpScope op_scope(ctx, "bias_grad");
   constexpr const char* op = "bias_grad";
   const bool half = detail::check_float_train(op, "dy", dy);  // bf16 / f16: CUDA, emulated on the CPU
   const Device dev = dy.device();

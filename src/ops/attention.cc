@@ -216,6 +216,7 @@ void train_on_cuda(const char* op, Context& ctx, const Tensor& q, Run&& run) {
 
 void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                const AttentionArgs& args) {
+  detail::OpScope op_scope(ctx, "attention");
   const Layout lay = check_attention("attention", q, k, v, out, args);
 #ifdef UNMASK_WITH_CUDA
   if (q.device() == Device::cuda && !cuda::supports("attention", q.dtype()))
@@ -244,6 +245,7 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
 void attention_forward_train(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                              Tensor& out, Tensor& lse, const AttentionArgs& args,
                              const AttentionTrainArgs& train) {
+  detail::OpScope op_scope(ctx, "attention_forward_train");
   constexpr const char* op = "attention_forward_train";
   const Layout lay = check_attention(op, q, k, v, out, args);
   check_lse(op, lse, q, lay);
@@ -278,6 +280,7 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
                         const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dq,
                         Tensor& dk, Tensor& dv, const AttentionArgs& args,
                         const AttentionTrainArgs& train) {
+  detail::OpScope op_scope(ctx, "attention_backward");
   constexpr const char* op = "attention_backward";
   const Layout lay = check_attention(op, q, k, v, out, args);
   check_lse(op, lse, q, lay);

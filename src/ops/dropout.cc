@@ -64,11 +64,13 @@ void dropout_impl(const char* op, const char* in_name, const char* out_name, Con
 }  // namespace
 
 void dropout(Context& ctx, const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t offset) {
+  detail::OpScope op_scope(ctx, "dropout");
   dropout_impl("dropout", "x", "y", ctx, x, y, p, seed, offset);
 }
 
 void dropout_backward(Context& ctx, const Tensor& dy, Tensor& dx, float p, uint64_t seed,
                       uint64_t offset) {
+  detail::OpScope op_scope(ctx, "dropout_backward");
   dropout_impl("dropout_backward", "dy", "dx", ctx, dy, dx, p, seed, offset);
 }
 

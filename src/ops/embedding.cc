@@ -25,6 +25,7 @@ template <typename Id> void check_ids(const Id* ids, int64_t N, int64_t V, const
 }  // namespace
 
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out, bool accumulate) {
+  detail::OpScope op_scope(ctx, "embedding");
   constexpr const char* op = "embedding";
   // f32 anywhere; bf16 / f16 table and out on CUDA (a row copy: no arithmetic unless accumulate).
   const bool half = detail::check_float(op, "table", table);
@@ -80,6 +81,7 @@ void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out
 void embedding_layernorm(Context& ctx, const Tensor& ids, const Tensor& pos_ids, const Tensor* type_ids,
                          const Tensor& word, const Tensor& pos, const Tensor& type, const Tensor& gamma,
                          const Tensor& beta, float eps, Tensor& out) {
+  detail::OpScope op_scope(ctx, "embedding_layernorm");
   constexpr const char* op = "embedding_layernorm";
   const Device dev = out.device();
   const int64_t N = ids.numel();
@@ -124,6 +126,7 @@ void embedding_layernorm(Context& ctx, const Tensor& ids, const Tensor& pos_ids,
 // each walks all N rows in order, so every element of dtable receives its additions in row
 // order whatever the thread count (bitwise deterministic).
 void embedding_backward(Context& ctx, const Tensor& ids, const Tensor& dout, Tensor& dtable) {
+  detail::OpScope op_scope(ctx, "embedding_backward");
   constexpr const char* op = "embedding_backward";
   detail::check_f32(op, "dout", dout);
   detail::check_f32(op, "dtable", dtable);

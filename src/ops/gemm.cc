@@ -38,6 +38,7 @@ Mat as_mat(const char* name, const Tensor& t) {
 
 void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
           const GemmArgs& args) {
+  detail::OpScope op_scope(ctx, "gemm");
   constexpr const char* op = "gemm";
   // f32 anywhere; bf16 / f16 a and b (c: the same, or f32) on CUDA, emulated on the CPU.
   const bool half = detail::check_float_train(op, "a", a) | detail::check_float_train(op, "b", b) |
@@ -124,6 +125,7 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
 
 
 PackedWeight pack_weight(Context& ctx, const Tensor& w) {
+  detail::OpScope op_scope(ctx, "pack_weight");
   constexpr const char* op = "pack_weight";
   detail::check_f32(op, "w", w);
   UNMASK_CHECK(w.ndim() == 2 && w.is_contiguous(), "pack_weight: w must be a contiguous [N_out, K] matrix, got ",
@@ -137,6 +139,7 @@ PackedWeight pack_weight(Context& ctx, const Tensor& w) {
 }
 
 void gemm_packed(Context& ctx, const Tensor& a, const PackedWeight& w, Tensor& c, const GemmArgs& args) {
+  detail::OpScope op_scope(ctx, "gemm_packed");
   constexpr const char* op = "gemm_packed";
   UNMASK_CHECK(w.defined(), "gemm_packed: the packed weight is empty (pack it with ops::pack_weight)");
   detail::check_f32(op, "a", a);

@@ -16,6 +16,7 @@ namespace unmask::ops {
 
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                const Tensor& beta, float eps, Tensor& y, Tensor* mean, Tensor* rstd) {
+  detail::OpScope op_scope(ctx, "layernorm");
   constexpr const char* op = "layernorm";
   UNMASK_CHECK(!mean == !rstd, op, ": give both statistics outputs mean and rstd (training) or "
                "neither, got ", mean ? "mean only" : "rstd only");
@@ -116,6 +117,7 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
 void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                         const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,
                         Tensor& dgamma, Tensor& dbeta) {
+  detail::OpScope op_scope(ctx, "layernorm_backward");
   constexpr const char* op = "layernorm_backward";
   const Device dev = x.device();
   // Activations x, residual, dy, dx: f32, or one of bf16 / f16 (CUDA; emulated on the CPU).

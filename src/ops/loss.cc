@@ -18,6 +18,7 @@ namespace unmask::ops {
 
 CrossEntropyStats cross_entropy(Context& ctx, const Tensor& logits, const Tensor& targets,
                                 Tensor* losses, Tensor* dlogits, float grad_scale) {
+  detail::OpScope op_scope(ctx, "cross_entropy");
   constexpr const char* op = "cross_entropy";
   detail::check_f32(op, "logits", logits);
   const Device dev = logits.device();

@@ -8,10 +8,29 @@
 #include <string_view>
 #include <utility>
 
+#include "core/op_profile.h"
+#include "unmask/context.h"
 #include "unmask/error.h"
 #include "unmask/tensor.h"
 
 namespace unmask::ops::detail {
+
+/// Times the op front-end call it opens (when the context's profiling is on: op_profile.h); a
+/// nested op's time stays with the outer one. One line at the top of every front-end.
+class OpScope {
+ public:
+  OpScope(Context& ctx, const char* op) : profiler_(ctx.op_profiler()) {
+    if (profiler_) profiler_->begin(op);
+  }
+  ~OpScope() {
+    if (profiler_) profiler_->end();
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  OpProfiler* profiler_;
+};
 
 /// A tensor seen as N rows of C contiguous elements, rows `ld` elements apart.
 struct Rows {

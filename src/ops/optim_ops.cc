@@ -205,6 +205,7 @@ void check_adam_args(const char* op, const AdamArgs& a) {
 
 void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
                   const AdamArgs& args) {
+  detail::OpScope op_scope(ctx, "adamw_update");
   constexpr const char* op = "adamw_update";
   check_operand(op, "p", p, "p", p);
   check_operand(op, "g", g, "p", p);
@@ -237,6 +238,7 @@ void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v
 
 void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
                   Tensor& update, const AdamArgs& args) {
+  detail::OpScope op_scope(ctx, "lamb_moments");
   constexpr const char* op = "lamb_moments";
   check_operand(op, "p", p, "p", p);
   check_operand(op, "g", g, "p", p);
@@ -272,6 +274,7 @@ void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Ten
 }
 
 void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
+  detail::OpScope op_scope(ctx, "axpy");
   constexpr const char* op = "axpy";
   if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {
     // Activation residuals (bf16 training): x and y contiguous of one half dtype; CUDA kernel,
@@ -309,6 +312,7 @@ void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
 }
 
 double sum_squares(Context& ctx, const Tensor& x) {
+  detail::OpScope op_scope(ctx, "sum_squares");
   constexpr const char* op = "sum_squares";
   check_operand(op, "x", x, "x", x);
   if (x.device() == Device::cuda) require_cuda_backend(op);
@@ -357,6 +361,7 @@ ManyOperands check_many(const char* op, const std::vector<const Tensor*>& xs, De
 }  // namespace
 
 void sum_squares_many(Context& ctx, const std::vector<const Tensor*>& xs, Tensor& out) {
+  detail::OpScope op_scope(ctx, "sum_squares_many");
   constexpr const char* op = "sum_squares_many";
   const int64_t count = int64_t(xs.size());
   UNMASK_CHECK(out.dtype() == DType::f64 && out.ndim() == 1 && out.numel() == count && out.is_contiguous(), op,
@@ -372,6 +377,7 @@ void sum_squares_many(Context& ctx, const std::vector<const Tensor*>& xs, Tensor
 }
 
 std::vector<double> sum_squares_many(Context& ctx, const std::vector<const Tensor*>& xs) {
+  detail::OpScope op_scope(ctx, "sum_squares_many");
   constexpr const char* op = "sum_squares_many";
   if (xs.empty()) return {};
   UNMASK_CHECK(xs[0] != nullptr, op, ": xs[0] is null");
@@ -387,6 +393,7 @@ std::vector<double> sum_squares_many(Context& ctx, const std::vector<const Tenso
 
 void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& update_sq, const Tensor& update,
                 Tensor& p) {
+  detail::OpScope op_scope(ctx, "lamb_apply");
   constexpr const char* op = "lamb_apply";
   check_operand(op, "update", update, "update", update);
   check_operand(op, "p", p, "update", update);
@@ -419,6 +426,7 @@ void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& up
 }
 
 void scale_inplace(Context& ctx, Tensor& x, float s) {
+  detail::OpScope op_scope(ctx, "scale_inplace");
   constexpr const char* op = "scale_inplace";
   check_operand(op, "x", x, "x", x);
   UNMASK_CHECK(std::isfinite(s), op, ": s must be finite, got ", s);

@@ -11,6 +11,7 @@
 namespace unmask::ops {
 
 void softmax(Context& ctx, const Tensor& x, Tensor& y) {
+  detail::OpScope op_scope(ctx, "softmax");
   constexpr const char* op = "softmax";
   const bool half = detail::check_float(op, "x", x);
   UNMASK_CHECK(y.dtype() == x.dtype(), op, ": y must have x's dtype ", dtype_name(x.dtype()), ", got ", y.describe());
@@ -46,6 +47,7 @@ void softmax(Context& ctx, const Tensor& x, Tensor& y) {
 }
 
 void copy(Context& ctx, const Tensor& src, Tensor& dst) {
+  detail::OpScope op_scope(ctx, "copy");
   constexpr const char* op = "copy";
   detail::check_same_shape(op, "src", src, "dst", dst);
   if (src.dtype() != dst.dtype()) {
@@ -69,6 +71,7 @@ void copy(Context& ctx, const Tensor& src, Tensor& dst) {
 }
 
 void softmax_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  detail::OpScope op_scope(ctx, "softmax_backward");
   constexpr const char* op = "softmax_backward";
   const Device dev = y.device();
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"y", &y}, {"dy", &dy}, {"dx", &dx}}) {

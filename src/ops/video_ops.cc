@@ -55,6 +55,7 @@ Geometry check_geometry(const char* op, const Tensor& videos, const Tensor& ids,
 }  // namespace
 
 void tubelet_gather(Context& ctx, const Tensor& videos, const Tensor& ids, Tubelet t, Tensor& cols) {
+  detail::OpScope op_scope(ctx, "tubelet_gather");
   constexpr const char* op = "tubelet_gather";
   const Geometry g = check_geometry(op, videos, ids, t, cols, "cols");
   if (g.R == 0) return;
@@ -85,6 +86,7 @@ void tubelet_gather(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
 
 void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubelet t, const std::vector<float>& mean,
                     const std::vector<float>& stdev, Tensor& target) {
+  detail::OpScope op_scope(ctx, "tubelet_target");
   constexpr const char* op = "tubelet_target";
   const Geometry g = check_geometry(op, videos, ids, t, target, "target");
   UNMASK_CHECK(int64_t(mean.size()) == g.C && int64_t(stdev.size()) == g.C, op, ": mean and stdev need ", g.C,
@@ -133,6 +135,7 @@ void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
 
 double mse_rows(Context& ctx, const Tensor& pred, const Tensor& target, const Tensor* row_weight, double grad_scale,
                 Tensor& dpred) {
+  detail::OpScope op_scope(ctx, "mse_rows");
   constexpr const char* op = "mse_rows";
   detail::check_f32(op, "pred", pred);
   detail::check_f32(op, "target", target);

@@ -145,6 +145,24 @@ expect 0 "config keys" -- "$U" pretrain --help
 expect 0 "| devices | seq | batch |" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1
 expect 0 "\"seq_per_s\"" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --format json
 expect 0 "fp32 (act bf16)" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --activations bf16
+# --profile: the time per op after the row (table) or in the row (json): the GEMMs, the optimizer's
+# ops and the rest add up to the profiled step.
+expect 0 "| gemm | " -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --profile 2
+"$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --profile 2 --format json \
+  > "$W/profile.json" 2>&1
+check "bench train --profile json: gemm 2 x 3 x layers + heads calls a step, ops + other = the step" /usr/bin/python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+p = r["profile"]
+ops = {o["op"]: o for o in p["ops"]}
+assert p["steps"] == 2, p["steps"]
+assert ops["gemm"]["calls_per_step"] >= 12, ops["gemm"]  # 2 layers x (4 forward + 8 backward) at least
+assert "lamb_moments" in ops and "attention_forward_train" in ops and "cross_entropy" in ops, sorted(ops)
+total = sum(o["ms_per_step"] for o in p["ops"]) + p["other_ms_per_step"]
+assert abs(total - p["step_ms"]) < 1e-6 * max(1.0, p["step_ms"]), (total, p["step_ms"])
+' "$W/profile.json"
+expect 1 "--profile must be >= 0" -- "$U" bench train --model random:tiny --profile -1
+expect 0 "| gemm_packed | " -- "$U" bench infer --batch 1 --seq 16 --iters 1 --min-time 0 --profile 1 --threads 2
 expect 1 "--activations must be f32 or bf16" -- "$U" bench train --activations f16
 expect 1 "--optimizer must be adamw or lamb" -- "$U" bench train --optimizer sgd
 expect 1 "exceeds the model's max_position_embeddings" -- "$U" bench train --model random:tiny --seq 1024 --peak-gflops 1

@@ -1,0 +1,65 @@
+// app/bench_profile.cc: see bench_profile.h.
+#include "bench_profile.h"
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace unmask::cli {
+
+StepProfile profile_steps(Context& ctx, int64_t steps, const std::function<void()>& step) {
+  StepProfile p;
+  p.steps = steps;
+  if (steps <= 0) return p;
+  ctx.synchronize();
+  ctx.set_op_profiling(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (int64_t i = 0; i < steps; ++i) step();
+    ctx.synchronize();
+  } catch (...) {
+    ctx.set_op_profiling(false);
+    throw;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  p.ops = ctx.take_op_profile();
+  ctx.set_op_profiling(false);
+  p.step_ms = ms / double(steps);
+  return p;
+}
+
+namespace {
+double in_ops_ms(const StepProfile& p) {
+  double sum = 0;
+  for (const OpTime& t : p.ops) sum += t.ms;
+  return sum / double(p.steps);
+}
+}  // namespace
+
+void print_step_profile(const StepProfile& p) {
+  if (p.steps <= 0) return;
+  std::printf("\n  profile: %lld step(s) with every op timed, %.2f ms a step (timing adds a little to it)\n\n",
+              (long long)p.steps, p.step_ms);
+  std::printf("  | op | calls/step | ms/step | %% of step |\n  |---|---:|---:|---:|\n");
+  for (const OpTime& t : p.ops)
+    std::printf("  | %s | %.1f | %.3f | %.1f%% |\n", t.op.c_str(), double(t.calls) / double(p.steps),
+                t.ms / double(p.steps), p.step_ms > 0 ? 100.0 * t.ms / double(p.steps) / p.step_ms : 0.0);
+  const double other = p.step_ms - in_ops_ms(p);
+  std::printf("  | (not in an op: host work, copies, launch gaps) | | %.3f | %.1f%% |\n\n", other,
+              p.step_ms > 0 ? 100.0 * other / p.step_ms : 0.0);
+}
+
+std::string step_profile_json(const StepProfile& p) {
+  nlohmann::json j;
+  j["steps"] = p.steps;
+  j["step_ms"] = p.step_ms;
+  j["ops"] = nlohmann::json::array();
+  for (const OpTime& t : p.ops)
+    j["ops"].push_back({{"op", t.op},
+                        {"calls_per_step", double(t.calls) / double(std::max<int64_t>(p.steps, 1))},
+                        {"ms_per_step", t.ms / double(std::max<int64_t>(p.steps, 1))}});
+  j["other_ms_per_step"] = p.steps > 0 ? p.step_ms - in_ops_ms(p) : 0.0;
+  return j.dump();
+}
+
+}  // namespace unmask::cli

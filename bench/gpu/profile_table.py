@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Prints the op profile of `unmask bench ... --profile N --format json` rows as a markdown table:
+op | calls/step | ms/step | % of step, and what no op accounts for (host work, copies, launch
+gaps). Lines that are not JSON, or rows without a profile, are skipped.
+
+  python3 bench/gpu/profile_table.py ROWS.jsonl
+"""
+import json
+import sys
+
+
+def main(path):
+    printed = 0
+    for line in open(path):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        p = row.get("profile")
+        if not p or not p.get("steps"):
+            continue
+        what = ", ".join(f"{k} {row[k]}" for k in ("model", "batch", "seq", "precision", "dtype", "activations",
+                                                     "optimizer") if k in row)
+        step = p["step_ms"]
+        print(f"\nprofile ({what}): {p['steps']} step(s), {step:.2f} ms a step with every op timed\n")
+        print("| op | calls/step | ms/step | % of step |\n|---|---:|---:|---:|")
+        for o in p["ops"]:
+            print(f"| {o['op']} | {o['calls_per_step']:.1f} | {o['ms_per_step']:.3f} | "
+                  f"{100 * o['ms_per_step'] / step if step else 0:.1f}% |")
+        other = p.get("other_ms_per_step", 0.0)
+        print(f"| (not in an op) | | {other:.3f} | {100 * other / step if step else 0:.1f}% |")
+        printed += 1
+    return 0 if printed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

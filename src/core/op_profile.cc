@@ -1,0 +1,111 @@
+// core/op_profile.cc: see op_profile.h.
+#include "core/op_profile.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "unmask/error.h"
+#ifdef UNMASK_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/check.h"
+#endif
+
+namespace unmask {
+
+namespace {
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+OpProfiler::OpProfiler(void* cuda_stream) : stream_(cuda_stream) {}
+
+OpProfiler::~OpProfiler() {
+#ifdef UNMASK_WITH_CUDA
+  if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  for (const Pending& p : pending_) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(p.start));
+    cudaEventDestroy(static_cast<cudaEvent_t>(p.stop));
+  }
+  for (void* e : spare_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+#endif
+}
+
+void* OpProfiler::event() {
+#ifdef UNMASK_WITH_CUDA
+  if (!spare_events_.empty()) {
+    void* e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+#else
+  return nullptr;
+#endif
+}
+
+void OpProfiler::begin(const char* op) {
+  if (depth_++ > 0) return;  // nested in a timed op: part of its time
+  op_ = op;
+#ifdef UNMASK_WITH_CUDA
+  if (stream_) {
+    Pending p{op, event(), event()};
+    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p.start), static_cast<cudaStream_t>(stream_)));
+    pending_.push_back(p);
+    return;
+  }
+#endif
+  t0_ = now_ms();
+}
+
+void OpProfiler::end() {
+  if (--depth_ > 0) return;
+#ifdef UNMASK_WITH_CUDA
+  if (stream_) {
+    // Never throws (called from OpScope's destructor): a failed record leaves the pair unread.
+    if (cudaEventRecord(static_cast<cudaEvent_t>(pending_.back().stop), static_cast<cudaStream_t>(stream_)) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      pending_.back().op = nullptr;
+    }
+    return;
+  }
+#endif
+  OpTime& t = totals_[op_];
+  t.op = op_;
+  ++t.calls;
+  t.ms += now_ms() - t0_;
+}
+
+std::vector<OpTime> OpProfiler::take() {
+#ifdef UNMASK_WITH_CUDA
+  if (stream_) {
+    CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+    for (const Pending& p : pending_) {
+      float ms = 0;
+      if (p.op && cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(p.start), static_cast<cudaEvent_t>(p.stop)) ==
+                      cudaSuccess) {
+        OpTime& t = totals_[p.op];
+        t.op = p.op;
+        ++t.calls;
+        t.ms += ms;
+      } else {
+        (void)cudaGetLastError();
+      }
+      spare_events_.push_back(p.start);
+      spare_events_.push_back(p.stop);
+    }
+    pending_.clear();
+  }
+#endif
+  std::vector<OpTime> out;
+  for (auto& [name, t] : totals_) out.push_back(t);
+  totals_.clear();
+  std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
+}  // namespace unmask

@@ -1,0 +1,49 @@
+// core/op_profile.h: time per op front-end (`bench train|videomae|infer --profile`).
+//
+// A Context with profiling on (Context::set_op_profiling) times every call of an op front-end
+// (src/ops: ops::OpScope at the top of each): on the CPU with the steady clock around the call,
+// on CUDA with a pair of events recorded on the context's stream around the work it queues (read
+// back, after a synchronisation, by take()). Only the outermost op of a nested call is timed, so
+// the op times add up to at most the step; what is left (host work, allocation, copies through
+// Tensor::copy_from) is the rest of the step. Event records cost a few microseconds an op: a
+// profiled step is slower than a plain one, so benchmarks time their rows without it.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "unmask/context.h"
+
+namespace unmask {
+
+class OpProfiler {
+ public:
+  /// `cuda_stream`: the context's stream (events), or null for a CPU context (steady clock).
+  explicit OpProfiler(void* cuda_stream);
+  ~OpProfiler();
+  OpProfiler(const OpProfiler&) = delete;
+  OpProfiler& operator=(const OpProfiler&) = delete;
+
+  void begin(const char* op);
+  void end();
+  /// The per-op totals since construction or the last take() (synchronises the stream), most
+  /// time first; resets them.
+  std::vector<OpTime> take();
+
+ private:
+  struct Pending {  // a CUDA call's events, read at take()
+    const char* op;
+    void* start;
+    void* stop;
+  };
+  void* stream_;
+  int depth_ = 0;
+  const char* op_ = nullptr;
+  double t0_ = 0;
+  std::map<std::string, OpTime> totals_;
+  std::vector<Pending> pending_;
+  std::vector<void*> spare_events_;
+  void* event();
+};
+
+}  // namespace unmask
