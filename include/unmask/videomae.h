@@ -1,4 +1,5 @@
-// unmask/videomae.h: VideoMAE pretraining (masked video autoencoding) on the op front-ends, CPU.
+// unmask/videomae.h: VideoMAE pretraining (masked video autoencoding) on the op front-ends, on the
+// CPU or a CUDA context (fine-tuning and evaluation: the CPU).
 //
 // The model is the VideoMAE v1/v2 ViT (/work/shared/reference/video.md section 1): Conv3d tubelet
 // embedding (tubelet x patch x patch, as a GEMM on unfolded tubelets), a fixed 1-D sinusoid

@@ -13,7 +13,8 @@
 //   * bf16 autocast (CudaState::autocast = bf16): the loss within 2e-2 of the fp32 CPU loss;
 //   * a speed smoke: ViT-B, 16 x 224^2, tube 0.9, decoder depth 4, batch 32, fp32 / tf32 / bf16 /
 //     bf16 with the tensor-core attention, printing clips/s and the allocator's peak for the record
-//     (bench videomae is the benchmark); the fp32 peak within [0.75, 1.35] x the count from the shapes.
+//     (bench videomae is the benchmark); the fp32 and bf16-activation peaks within [0.75, 1.35] x the
+//     count from the shapes.
 // The geometry of the comparisons (16 frames, 64^2, patch 16: 128 tokens per clip, 32 visible with
 // a 0.75 tube mask; the decoder on 128 rows in v1, 32 + 64 = 96 with v2's 0.5 decoder mask) puts
 // two 64-row attention tiles in the decoder, so the online softmax runs across key tiles (one
