@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iomanip>
 #include <numbers>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -829,3 +830,64 @@ TEST(Lamb, StepIsBitwiseThePerParamSequence) {
 }
 
 }  // namespace
+
+// The multi-tensor optimizer ops on the CPU (what the optimizer's step calls; CUDA runs them as
+// one launch per 32 tensors, tests/cuda): item by item the one-tensor ops' bits, LAMB's stage 2
+// with a null param_sq as the ratio-1 axpy, and a bad item named with its index.
+TEST(Optimizer, MultiTensorOpsAreTheOneTensorOps) {
+  Context ctx({.num_threads = 2});
+  std::mt19937_64 gen(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rnd = [&](int64_t n, float scale, bool positive = false) {
+    Tensor t = Tensor::empty({n}, DType::f32);
+    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = positive ? std::fabs(scale * nd(gen)) : scale * nd(gen);
+    return t;
+  };
+  const std::vector<int64_t> sizes = {3, 0, 5000, 17};
+  std::vector<Tensor> p, g, m, v;
+  for (int64_t n : sizes) p.push_back(rnd(n, 1)), g.push_back(rnd(n, 0.1f)), m.push_back(rnd(n, 0.01f)), v.push_back(rnd(n, 0.001f, true));
+  auto copies = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(t.contiguous());
+    return out;
+  };
+  auto same = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].numel() && std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0) return false;
+    return true;
+  };
+  ops::AdamArgs args{.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = 0.01f, .step = 2, .grad_scale = 0.7f};
+  std::vector<Tensor> p1 = copies(p), m1 = copies(m), v1 = copies(v), p2 = copies(p), m2 = copies(m), v2 = copies(v);
+  std::vector<ops::AdamItem> items;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ops::adamw_update(ctx, p1[i], g[i], m1[i], v1[i], 1e-3f * float(i + 1), args);
+    items.push_back({&p2[i], &g[i], &m2[i], &v2[i], nullptr, 1e-3f * float(i + 1), args});
+  }
+  ops::adamw_update_many(ctx, items);
+  EXPECT_TRUE(same(p1, p2) && same(m1, m2) && same(v1, v2));
+
+  std::vector<Tensor> u = copies(p), p3 = copies(p), p4 = copies(p);
+  std::vector<ops::LambApplyItem> apply;
+  Tensor sq = Tensor::empty({2}, DType::f64);
+  sq.data<double>()[0] = 4.0, sq.data<double>()[1] = 1.0;  // ratio 2
+  const Tensor param_sq = sq.slice(0, 0, 1), update_sq = sq.slice(0, 1, 2);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ops::LambApplyItem a;
+    a.lr = 0.01f, a.update = &u[i], a.p = &p4[i];
+    if (i % 2 == 0) {
+      a.param_sq = &param_sq, a.update_sq = &update_sq;
+      ops::lamb_apply(ctx, 0.01f, param_sq, update_sq, u[i], p3[i]);
+    } else {
+      ops::axpy(ctx, float(-double(0.01f)), u[i], p3[i]);
+    }
+    apply.push_back(a);
+  }
+  ops::lamb_apply_many(ctx, apply);
+  EXPECT_TRUE(same(p3, p4));
+  EXPECT_FALSE(same(p3, p)) << "the updates changed nothing";
+
+  std::vector<ops::AdamItem> bad = items;
+  bad[2].m = &m2[0];  // m of another shape
+  const std::string e = unmask::test::error_of([&] { ops::adamw_update_many(ctx, bad); });
+  EXPECT_NE(e.find("adamw_update_many"), std::string::npos) << e;
+}

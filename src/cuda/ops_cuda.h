@@ -146,6 +146,12 @@ double sum_squares(Context& ctx, const float* x, int64_t n);
 void sum_squares_many(Context& ctx, const float* const* xs, const int64_t* ns, int64_t count, double* out);
 /// The same, copied back to the host: one stream sync.
 std::vector<double> sum_squares_many(Context& ctx, const float* const* xs, const int64_t* ns, int64_t count);
+/// The multi-tensor optimizer ops (ops::adamw_update_many, lamb_moments_many, lamb_apply_many)
+/// on items the front-end validated (f32, contiguous, on ctx's device): a launch per 32
+/// tensors (optim.cu), no sync.
+void adamw_update_many(Context& ctx, const std::vector<ops::AdamItem>& items);
+void lamb_moments_many(Context& ctx, const std::vector<ops::AdamItem>& items);
+void lamb_apply_many(Context& ctx, const std::vector<ops::LambApplyItem>& items);
 /// LAMB stage 2 with the squared norms in device memory (ops::lamb_apply); no sync.
 void lamb_apply(Context& ctx, float lr, const double* param_sq, const double* update_sq, const float* update,
                 float* p, int64_t n);

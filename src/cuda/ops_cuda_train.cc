@@ -108,6 +108,33 @@ void adamw_update(Context& ctx, float* p, const float* g, float* m, float* v, in
   adamw_update_n(p, g, m, v, n, s, st.stream);
 }
 
+void adamw_update_many(Context& ctx, const std::vector<ops::AdamItem>& items) {
+  std::vector<AdamWTensor> ts;
+  ts.reserve(items.size());
+  for (const ops::AdamItem& it : items)
+    ts.push_back({it.p->data<float>(), it.g->data<float>(), it.m->data<float>(), it.v->data<float>(), it.p->numel(),
+                  ops::adamw_scalars(it.lr, it.args)});
+  adamw_update_many_n(ts.data(), int64_t(ts.size()), cuda_state(ctx).stream);
+}
+
+void lamb_moments_many(Context& ctx, const std::vector<ops::AdamItem>& items) {
+  std::vector<LambMomentsTensor> ts;
+  ts.reserve(items.size());
+  for (const ops::AdamItem& it : items)
+    ts.push_back({it.p->data<float>(), it.g->data<float>(), it.m->data<float>(), it.v->data<float>(),
+                  it.update->data<float>(), it.p->numel(), ops::lamb_scalars(it.args)});
+  lamb_moments_many_n(ts.data(), int64_t(ts.size()), cuda_state(ctx).stream);
+}
+
+void lamb_apply_many(Context& ctx, const std::vector<ops::LambApplyItem>& items) {
+  std::vector<LambApplyTensor> ts;
+  ts.reserve(items.size());
+  for (const ops::LambApplyItem& it : items)
+    ts.push_back({it.param_sq ? it.param_sq->data<double>() : nullptr, it.update_sq ? it.update_sq->data<double>() : nullptr,
+                  it.update->data<float>(), it.p->data<float>(), it.p->numel(), it.lr, it.param_sq ? 0 : 1});
+  lamb_apply_many_n(ts.data(), int64_t(ts.size()), cuda_state(ctx).stream);
+}
+
 void lamb_moments(Context& ctx, const float* p, const float* g, float* m, float* v, float* update, int64_t n,
                   const ops::AdamArgs& a) {
   CudaState& st = cuda_state(ctx);

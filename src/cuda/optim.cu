@@ -14,6 +14,8 @@
 // sum_squares_many runs the same per-chunk and per-tensor reductions (the same __device__
 // functions, block sizes and orders) over many tensors in two launches per 96 tensors, into
 // device memory: bitwise the one-tensor results, with no host sync (the optimizer's norms).
+// The multi-tensor updates (adamw_update_many_n, lamb_moments_many_n, lamb_apply_many_n) run
+// the one-tensor kernels' element functions over chunk tables of up to 32 tensors a launch.
 #include <algorithm>
 
 #include "cuda/common.cuh"
@@ -31,32 +33,117 @@ int grid_for(int64_t n) { return int(std::max<int64_t>(1, std::min<int64_t>(ceil
 #define UNMASK_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-/// torch.optim.AdamW element update (optim_ops.cc adamw_kernel).
-__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, ops::AdamWScalars s) {
-  UNMASK_GRID_STRIDE(i, n) {
-    const float gi = __fmul_rn(s.grad_scale, g[i]);
-    const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.one_minus_beta1, gi));
-    const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    const float d = __fadd_rn(sqrtf(vi) / s.bias2_sqrt, s.eps);
-    p[i] = __fsub_rn(__fmul_rn(p[i], s.decay), __fmul_rn(s.step_size, mi / d));
-  }
+/// torch.optim.AdamW element update (optim_ops.cc adamw_kernel) of element i.
+__device__ __forceinline__ void adamw_element(float* __restrict__ p, const float* __restrict__ g,
+                                              float* __restrict__ m, float* __restrict__ v, int64_t i,
+                                              const ops::AdamWScalars& s) {
+  const float gi = __fmul_rn(s.grad_scale, g[i]);
+  const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.one_minus_beta1, gi));
+  const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+  m[i] = mi;
+  v[i] = vi;
+  const float d = __fadd_rn(sqrtf(vi) / s.bias2_sqrt, s.eps);
+  p[i] = __fsub_rn(__fmul_rn(p[i], s.decay), __fmul_rn(s.step_size, mi / d));
 }
 
-/// apex LAMB stage 1 element update (optim_ops.cc lamb_moments_kernel).
+/// apex LAMB stage 1 element update (optim_ops.cc lamb_moments_kernel) of element i.
+__device__ __forceinline__ void lamb_moments_element(const float* __restrict__ p, const float* __restrict__ g,
+                                                     float* __restrict__ m, float* __restrict__ v,
+                                                     float* __restrict__ u, int64_t i, const ops::LambScalars& s) {
+  const float gi = __fmul_rn(s.grad_scale, g[i]);
+  const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.beta3, gi));
+  const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+  m[i] = mi;
+  v[i] = vi;
+  const float denom = sqrtf(vi / s.bias2);
+  u[i] = __fadd_rn((mi / s.bias1) / __fadd_rn(denom, s.eps), __fmul_rn(s.weight_decay, p[i]));
+}
+
+/// LAMB stage 2's step size: float(-double(lr) * ratio), ratio = ||p|| / ||u|| when both norms
+/// are > 0, else 1 (double, IEEE; the CPU's bits).
+__device__ __forceinline__ float lamb_alpha(float lr, const double* param_sq, const double* update_sq) {
+  const double param_norm = __dsqrt_rn(*param_sq), update_norm = __dsqrt_rn(*update_sq);
+  const double ratio = param_norm > 0.0 && update_norm > 0.0 ? __ddiv_rn(param_norm, update_norm) : 1.0;
+  return __double2float_rn(__dmul_rn(-double(lr), ratio));
+}
+
+__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                             float* __restrict__ v, int64_t n, ops::AdamWScalars s) {
+  UNMASK_GRID_STRIDE(i, n) adamw_element(p, g, m, v, i, s);
+}
+
 __global__ void lamb_moments_kernel(const float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                                     float* __restrict__ v, float* __restrict__ u, int64_t n, ops::LambScalars s) {
-  UNMASK_GRID_STRIDE(i, n) {
-    const float gi = __fmul_rn(s.grad_scale, g[i]);
-    const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.beta3, gi));
-    const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = sqrtf(vi / s.bias2);
-    u[i] = __fadd_rn((mi / s.bias1) / __fadd_rn(denom, s.eps), __fmul_rn(s.weight_decay, p[i]));
+  UNMASK_GRID_STRIDE(i, n) lamb_moments_element(p, g, m, v, u, i, s);
+}
+
+// ---- multi-tensor apply ----------------------------------------------------------------------
+
+/// Up to kApplyBatch tensors of one launch, by value (the largest, LambMomentsTensor, makes
+/// 32 * 88 + 33 * 8 + 4 bytes, under the 4 KiB kernel-parameter limit of older toolkits).
+template <typename T>
+struct ApplyBatch {
+  T t[kApplyBatch];
+  int64_t chunk_begin[kApplyBatch + 1];  // tensor i's chunks: [chunk_begin[i], chunk_begin[i+1])
+  int count;
+};
+static_assert(sizeof(ApplyBatch<LambMomentsTensor>) <= 4096, "kernel parameter over 4 KiB");
+
+/// Block b's tensor and element range [begin, end) (chunk_begin[i] <= b < chunk_begin[i+1]).
+template <typename T>
+__device__ __forceinline__ int apply_chunk(const ApplyBatch<T>& b, int64_t& begin, int64_t& end) {
+  const int64_t k = blockIdx.x;
+  int lo = 0, hi = b.count;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (b.chunk_begin[mid] <= k) lo = mid;
+    else hi = mid;
   }
+  begin = (k - b.chunk_begin[lo]) * kApplyChunk;
+  end = min(b.t[lo].n, begin + kApplyChunk);
+  return lo;
+}
+
+__global__ void __launch_bounds__(kThreads) adamw_many_kernel(const ApplyBatch<AdamWTensor> b) {
+  int64_t begin, end;
+  const AdamWTensor& x = b.t[apply_chunk(b, begin, end)];
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) adamw_element(x.p, x.g, x.m, x.v, i, x.s);
+}
+
+__global__ void __launch_bounds__(kThreads) lamb_moments_many_kernel(const ApplyBatch<LambMomentsTensor> b) {
+  int64_t begin, end;
+  const LambMomentsTensor& x = b.t[apply_chunk(b, begin, end)];
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) lamb_moments_element(x.p, x.g, x.m, x.v, x.u, i, x.s);
+}
+
+__global__ void __launch_bounds__(kThreads) lamb_apply_many_kernel(const ApplyBatch<LambApplyTensor> b) {
+  int64_t begin, end;
+  const LambApplyTensor& x = b.t[apply_chunk(b, begin, end)];
+  const float alpha = x.ratio_one ? __double2float_rn(-double(x.lr)) : lamb_alpha(x.lr, x.param_sq, x.update_sq);
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) x.p[i] = __fadd_rn(x.p[i], __fmul_rn(alpha, x.u[i]));
+}
+
+/// Launches `kernel` over ts[0..count) in batches of kApplyBatch non-empty tensors.
+template <typename T, typename Kernel>
+void apply_many(const char* op, const T* ts, int64_t count, Kernel kernel, cudaStream_t stream) {
+  UNMASK_CHECK(count >= 0, op, " (cuda): bad count ", count);
+  ApplyBatch<T> batch{};
+  auto flush = [&] {
+    if (batch.count == 0) return;
+    const int64_t chunks = batch.chunk_begin[batch.count];
+    UNMASK_CHECK(chunks < (int64_t(1) << 31), op, " (cuda): too many elements in one launch (", chunks, " chunks)");
+    kernel<<<unsigned(chunks), kThreads, 0, stream>>>(batch);
+    CUDA_CHECK_LAUNCH();
+    batch = ApplyBatch<T>{};
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    UNMASK_CHECK(ts[i].n >= 0, op, " (cuda): tensor ", i, " has a bad size n=", ts[i].n);
+    if (ts[i].n == 0) continue;
+    batch.t[batch.count] = ts[i];
+    batch.chunk_begin[batch.count + 1] = batch.chunk_begin[batch.count] + ceil_div(ts[i].n, kApplyChunk);
+    if (++batch.count == kApplyBatch) flush();
+  }
+  flush();
 }
 
 __global__ void axpy_kernel(float alpha, const float* __restrict__ x, float* __restrict__ y, int64_t n) {
@@ -159,9 +246,7 @@ __global__ void __launch_bounds__(kFinalThreads) sum_squares_many_final_kernel(c
 /// double scalar; IEEE sqrt and divide in double, as the CPU), then axpy's element update.
 __global__ void lamb_apply_kernel(float lr, const double* __restrict__ param_sq, const double* __restrict__ update_sq,
                                   const float* __restrict__ u, float* __restrict__ p, int64_t n) {
-  const double param_norm = __dsqrt_rn(*param_sq), update_norm = __dsqrt_rn(*update_sq);
-  const double ratio = param_norm > 0.0 && update_norm > 0.0 ? __ddiv_rn(param_norm, update_norm) : 1.0;
-  const float alpha = __double2float_rn(__dmul_rn(-double(lr), ratio));
+  const float alpha = lamb_alpha(lr, param_sq, update_sq);
   UNMASK_GRID_STRIDE(i, n) p[i] = __fadd_rn(p[i], __fmul_rn(alpha, u[i]));
 }
 
@@ -276,6 +361,18 @@ void lamb_apply_n(float lr, const double* param_sq, const double* update_sq, con
   if (n == 0) return;
   lamb_apply_kernel<<<grid_for(n), kThreads, 0, stream>>>(lr, param_sq, update_sq, u, p, n);
   CUDA_CHECK_LAUNCH();
+}
+
+void adamw_update_many_n(const AdamWTensor* ts, int64_t count, cudaStream_t stream) {
+  apply_many("adamw_update_many", ts, count, adamw_many_kernel, stream);
+}
+
+void lamb_moments_many_n(const LambMomentsTensor* ts, int64_t count, cudaStream_t stream) {
+  apply_many("lamb_moments_many", ts, count, lamb_moments_many_kernel, stream);
+}
+
+void lamb_apply_many_n(const LambApplyTensor* ts, int64_t count, cudaStream_t stream) {
+  apply_many("lamb_apply_many", ts, count, lamb_apply_many_kernel, stream);
 }
 
 }  // namespace unmask::cuda

@@ -119,4 +119,43 @@ void sum_squares_many_n(const float* const* xs, const int64_t* ns, int64_t count
 void lamb_apply_n(float lr, const double* param_sq, const double* update_sq, const float* u, float* p, int64_t n,
                   cudaStream_t stream);
 
+// Multi-tensor forms (the optimizer's step in a few launches, as apex's multi_tensor_apply):
+// tensor i of `ts` gets exactly the one-tensor kernel's element update (the same __device__
+// function), so the bits equal count calls of the one-tensor form. Launches of up to
+// kApplyBatch tensors, the tensors passed by value as a kernel parameter (no table to upload),
+// each block one chunk of kApplyChunk elements of one tensor. ts: a host array.
+constexpr int kApplyBatch = 32;
+constexpr int64_t kApplyChunk = 8192;
+struct AdamWTensor {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  int64_t n;
+  ops::AdamWScalars s;
+};
+struct LambMomentsTensor {
+  const float* p;
+  const float* g;
+  float* m;
+  float* v;
+  float* u;
+  int64_t n;
+  ops::LambScalars s;
+};
+/// ratio_one: p += float(-double(lr)) u (axpy's bits; a param without weight decay), else
+/// lamb_apply_n's trust ratio from the device norms.
+struct LambApplyTensor {
+  const double* param_sq;
+  const double* update_sq;
+  const float* u;
+  float* p;
+  int64_t n;
+  float lr;
+  int ratio_one;
+};
+void adamw_update_many_n(const AdamWTensor* ts, int64_t count, cudaStream_t stream);
+void lamb_moments_many_n(const LambMomentsTensor* ts, int64_t count, cudaStream_t stream);
+void lamb_apply_many_n(const LambApplyTensor* ts, int64_t count, cudaStream_t stream);
+
 }  // namespace unmask::cuda

@@ -260,6 +260,34 @@ void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& up
 /// x *= s (in place).
 void scale_inplace(Context& ctx, Tensor& x, float s);
 
+/// One parameter's operands for the multi-tensor optimizer ops below.
+struct AdamItem {
+  Tensor* p = nullptr;       // adamw_update_many: updated; lamb_moments_many: read
+  const Tensor* g = nullptr;
+  Tensor* m = nullptr;
+  Tensor* v = nullptr;
+  Tensor* update = nullptr;  // lamb_moments_many: u is written here
+  float lr = 0.0f;           // adamw_update_many
+  AdamArgs args;
+};
+/// adamw_update / lamb_moments for many parameters (the optimizer's step): bit for bit the
+/// one-tensor op on each item, each item validated as that op validates it. CUDA: a
+/// multi-tensor apply, one launch per 32 tensors (the one-tensor form costs a launch per
+/// parameter: hundreds a step for BERT-large); the CPU runs the one-tensor op per item.
+void adamw_update_many(Context& ctx, const std::vector<AdamItem>& items);
+void lamb_moments_many(Context& ctx, const std::vector<AdamItem>& items);
+/// LAMB stage 2 for many parameters: item i is lamb_apply(lr, *param_sq, *update_sq, *update,
+/// *p), or with param_sq null axpy(float(-double(lr)), *update, *p) (a parameter without weight
+/// decay: trust ratio 1). Bit for bit those ops; CUDA: one launch per 32 tensors.
+struct LambApplyItem {
+  float lr = 0.0f;
+  const Tensor* param_sq = nullptr;   // f64 [1] on p's device, or null (ratio 1)
+  const Tensor* update_sq = nullptr;  // f64 [1] (with param_sq)
+  const Tensor* update = nullptr;
+  Tensor* p = nullptr;
+};
+void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items);
+
 // ---- video tokens (VideoMAE pretraining; ops/video_ops.cc) -----------------------------------
 //
 // Tubelet geometry: videos f32 [B, C, T, H, W] contiguous; token j of clip b has the flat id

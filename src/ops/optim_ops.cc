@@ -203,10 +203,11 @@ void check_adam_args(const char* op, const AdamArgs& a) {
 
 }  // namespace
 
-void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
-                  const AdamArgs& args) {
-  detail::OpScope op_scope(ctx, "adamw_update");
-  constexpr const char* op = "adamw_update";
+namespace {
+
+// adamw_update's operands (also each item of adamw_update_many).
+void check_adamw(const char* op, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, float lr,
+                 const AdamArgs& args) {
   check_operand(op, "p", p, "p", p);
   check_operand(op, "g", g, "p", p);
   check_operand(op, "m", m, "p", p);
@@ -221,6 +222,37 @@ void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v
   check_no_overlap(op, "m", m, "g", g);
   check_no_overlap(op, "m", m, "v", v);
   check_no_overlap(op, "v", v, "g", g);
+}
+
+// lamb_moments' operands (also each item of lamb_moments_many).
+void check_lamb_moments(const char* op, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                        const Tensor& update, const AdamArgs& args) {
+  check_operand(op, "p", p, "p", p);
+  check_operand(op, "g", g, "p", p);
+  check_operand(op, "m", m, "p", p);
+  check_operand(op, "v", v, "p", p);
+  check_operand(op, "update", update, "p", p);
+  check_adam_args(op, args);
+  if (p.device() == Device::cuda) require_cuda_backend(op);
+  if (p.numel() == 0) return;
+  check_no_overlap(op, "m", m, "p", p);
+  check_no_overlap(op, "m", m, "g", g);
+  check_no_overlap(op, "m", m, "v", v);
+  check_no_overlap(op, "v", v, "p", p);
+  check_no_overlap(op, "v", v, "g", g);
+  check_no_overlap(op, "update", update, "p", p);
+  check_no_overlap(op, "update", update, "g", g);
+  check_no_overlap(op, "update", update, "m", m);
+  check_no_overlap(op, "update", update, "v", v);
+}
+
+}  // namespace
+
+void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
+                  const AdamArgs& args) {
+  detail::OpScope op_scope(ctx, "adamw_update");
+  check_adamw("adamw_update", p, g, m, v, lr, args);
+  if (p.numel() == 0) return;
 #ifdef UNMASK_WITH_CUDA
   if (p.device() == Device::cuda)
     return cuda::adamw_update(ctx, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
@@ -239,24 +271,8 @@ void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v
 void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
                   Tensor& update, const AdamArgs& args) {
   detail::OpScope op_scope(ctx, "lamb_moments");
-  constexpr const char* op = "lamb_moments";
-  check_operand(op, "p", p, "p", p);
-  check_operand(op, "g", g, "p", p);
-  check_operand(op, "m", m, "p", p);
-  check_operand(op, "v", v, "p", p);
-  check_operand(op, "update", update, "p", p);
-  check_adam_args(op, args);
-  if (p.device() == Device::cuda) require_cuda_backend(op);
+  check_lamb_moments("lamb_moments", p, g, m, v, update, args);
   if (p.numel() == 0) return;
-  check_no_overlap(op, "m", m, "p", p);
-  check_no_overlap(op, "m", m, "g", g);
-  check_no_overlap(op, "m", m, "v", v);
-  check_no_overlap(op, "v", v, "p", p);
-  check_no_overlap(op, "v", v, "g", g);
-  check_no_overlap(op, "update", update, "p", p);
-  check_no_overlap(op, "update", update, "g", g);
-  check_no_overlap(op, "update", update, "m", m);
-  check_no_overlap(op, "update", update, "v", v);
 #ifdef UNMASK_WITH_CUDA
   if (p.device() == Device::cuda)
     return cuda::lamb_moments(ctx, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
@@ -391,22 +407,36 @@ std::vector<double> sum_squares_many(Context& ctx, const std::vector<const Tenso
   return sums;
 }
 
-void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& update_sq, const Tensor& update,
-                Tensor& p) {
-  detail::OpScope op_scope(ctx, "lamb_apply");
-  constexpr const char* op = "lamb_apply";
+namespace {
+
+// lamb_apply's operands (also each item of lamb_apply_many; param_sq null there: ratio 1).
+void check_lamb_apply(const char* op, float lr, const Tensor* param_sq, const Tensor* update_sq, const Tensor& update,
+                      const Tensor& p) {
   check_operand(op, "update", update, "update", update);
   check_operand(op, "p", p, "update", update);
   UNMASK_CHECK(std::isfinite(lr), op, ": lr must be finite, got ", lr);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"param_sq", &param_sq},
-                                std::pair<const char*, const Tensor*>{"update_sq", &update_sq}}) {
-    UNMASK_CHECK(t->dtype() == DType::f64 && t->numel() == 1, op, ": ", name,
-                 " must be an f64 [1] (a sum of squares), got ", t->describe());
-    detail::check_device(op, name, *t, p.device());
+  if (param_sq || update_sq) {
+    UNMASK_CHECK(param_sq && update_sq, op, ": param_sq and update_sq go together (both, or neither for ratio 1)");
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"param_sq", param_sq},
+                                  std::pair<const char*, const Tensor*>{"update_sq", update_sq}}) {
+      UNMASK_CHECK(t->dtype() == DType::f64 && t->numel() == 1, op, ": ", name,
+                   " must be an f64 [1] (a sum of squares), got ", t->describe());
+      detail::check_device(op, name, *t, p.device());
+    }
   }
   if (p.device() == Device::cuda) require_cuda_backend(op);
   if (p.numel() == 0) return;
   check_no_overlap(op, "p", p, "update", update);
+}
+
+}  // namespace
+
+void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& update_sq, const Tensor& update,
+                Tensor& p) {
+  detail::OpScope op_scope(ctx, "lamb_apply");
+  constexpr const char* op = "lamb_apply";
+  check_lamb_apply(op, lr, &param_sq, &update_sq, update, p);
+  if (p.numel() == 0) return;
 #ifdef UNMASK_WITH_CUDA
   if (p.device() == Device::cuda)
     return cuda::lamb_apply(ctx, lr, param_sq.data<double>(), update_sq.data<double>(), update.data<float>(),
@@ -437,6 +467,73 @@ void scale_inplace(Context& ctx, Tensor& x, float s) {
 #endif
   float* xp = x.data<float>();
   ctx.parallel_for(x.numel(), [&](int64_t b, int64_t e) { scale_kernel(xp + b, e - b, s); }, kGrain);
+}
+
+// ---- multi-tensor forms ------------------------------------------------------------------------
+
+namespace {
+
+// Every item's tensors present and on one device (the first item's); returns that device.
+template <typename Item, typename Tensors>
+Device items_device(const char* op, const std::vector<Item>& items, Tensors tensors_of) {
+  Device device = Device::cpu;
+  for (size_t i = 0; i < items.size(); ++i) {
+    for (const Tensor* t : tensors_of(items[i]))
+      UNMASK_CHECK(t != nullptr, op, ": item ", i, " has a null tensor");
+    const Tensor& first = *tensors_of(items[i]).front();
+    if (i == 0) device = first.device();
+    detail::check_device(op, "item " + std::to_string(i), first, device);
+  }
+  return device;
+}
+
+}  // namespace
+
+void adamw_update_many(Context& ctx, const std::vector<AdamItem>& items) {
+  detail::OpScope op_scope(ctx, "adamw_update_many");
+  constexpr const char* op = "adamw_update_many";
+  const Device device = items_device(op, items, [](const AdamItem& it) {
+    return std::vector<const Tensor*>{it.p, it.g, it.m, it.v};
+  });
+  for (const AdamItem& it : items) check_adamw(op, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
+#ifdef UNMASK_WITH_CUDA
+  if (device == Device::cuda) return cuda::adamw_update_many(ctx, items);
+#endif
+  (void)device;
+  for (const AdamItem& it : items) adamw_update(ctx, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
+}
+
+void lamb_moments_many(Context& ctx, const std::vector<AdamItem>& items) {
+  detail::OpScope op_scope(ctx, "lamb_moments_many");
+  constexpr const char* op = "lamb_moments_many";
+  const Device device = items_device(op, items, [](const AdamItem& it) {
+    return std::vector<const Tensor*>{it.p, it.g, it.m, it.v, it.update};
+  });
+  for (const AdamItem& it : items) check_lamb_moments(op, *it.p, *it.g, *it.m, *it.v, *it.update, it.args);
+#ifdef UNMASK_WITH_CUDA
+  if (device == Device::cuda) return cuda::lamb_moments_many(ctx, items);
+#endif
+  (void)device;
+  for (const AdamItem& it : items) lamb_moments(ctx, *it.p, *it.g, *it.m, *it.v, *it.update, it.args);
+}
+
+void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items) {
+  detail::OpScope op_scope(ctx, "lamb_apply_many");
+  constexpr const char* op = "lamb_apply_many";
+  const Device device = items_device(op, items, [](const LambApplyItem& it) {
+    return std::vector<const Tensor*>{it.p, it.update};
+  });
+  for (const LambApplyItem& it : items) check_lamb_apply(op, it.lr, it.param_sq, it.update_sq, *it.update, *it.p);
+#ifdef UNMASK_WITH_CUDA
+  if (device == Device::cuda) return cuda::lamb_apply_many(ctx, items);
+#endif
+  (void)device;
+  for (const LambApplyItem& it : items) {
+    if (it.param_sq)
+      lamb_apply(ctx, it.lr, *it.param_sq, *it.update_sq, *it.update, *it.p);
+    else
+      axpy(ctx, float(-double(it.lr)), *it.update, *it.p);
+  }
 }
 
 }  // namespace unmask::ops

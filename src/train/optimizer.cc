@@ -17,9 +17,12 @@
 // Host round trips: one per step (the global norm, which decides the clipping and is reported).
 // The LAMB norms stay on the params' device: ||p||^2 of every decayed param in one batched
 // ops::sum_squares_many before any update (each update touches only its own param), ||u||^2
-// into a device slot after each lamb_moments, and lamb_apply reads both there. On a CUDA
-// context a step is then a stream of launches with a single sync; on the CPU the arithmetic
-// is the per-param sum_squares / sqrt / divide / axpy sequence it always was, bit for bit.
+// into a device slot after the moments, and lamb_apply reads both there. The updates go through
+// the multi-tensor ops (adamw_update_many, lamb_moments_many, lamb_apply_many): on a CUDA
+// context a step is a few dozen launches with a single sync (a launch per 32 params, LAMB a
+// group of params at a time: their u side by side in a 2^25-element scratch); on the CPU the
+// arithmetic is the per-param sum_squares / sqrt / divide / axpy sequence it always was, bit for
+// bit.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -78,7 +81,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<Param>& params)
     largest = std::max(largest, p.value.numel());
   }
   if (config_.kind == OptimizerKind::lamb && !params.empty()) {
-    update_ = Tensor::empty({largest}, DType::f32, params[0].value.device());
+    // u of a group of params at a time: on CUDA up to 2^25 elements (128 MiB; the multi-tensor
+    // launches want many params a group), on the CPU the largest param (one at a time is as fast).
+    int64_t total = 0;
+    for (const Param& p : params) total += p.value.numel();
+    const Device device = params[0].value.device();
+    const int64_t capacity = device == Device::cuda ? std::max(largest, std::min(total, int64_t(1) << 25)) : largest;
+    update_ = Tensor::empty({capacity}, DType::f32, device);
     norms_sq_ = Tensor::zeros({2 * int64_t(params.size())}, DType::f64, params[0].value.device());
   }
 }
@@ -140,36 +149,85 @@ OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale
     ops::sum_squares_many(ctx, decayed, param_sq);
   }
 
-  // 3. the per-param updates.
+  // 3. the per-param updates, through the multi-tensor ops (CUDA: a launch per 32 params; the
+  //    CPU: the one-tensor op per param, bit for bit either way).
   ++step_;
+  std::vector<ops::AdamItem> items;
+  std::vector<size_t> item_param;  // items[j] updates params[item_param[j]]
   for (size_t i = 0; i < params.size(); ++i) {
     Param& p = params[i];
     if (p.value.numel() == 0) continue;
-    const float lr = float(double(step_lr) * double(p.lr_scale));  // timm-style param-group lr
-    ops::AdamArgs args;
-    args.beta1 = config_.beta1;
-    args.beta2 = config_.beta2;
-    args.eps = config_.eps;
-    args.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
-    args.step = step_;
-    args.grad_scale = scale;
-    if (config_.kind == OptimizerKind::adamw) {
-      ops::adamw_update(ctx, p.value, p.grad, exp_avg_[i], exp_avg_sq_[i], lr, args);
-      continue;
-    }
-    // LAMB: u into the shared scratch (a prefix viewed with the param's shape), then the trust
-    // ratio from the norms of p (before the update) and u, on the device.
-    Tensor update = update_.slice(0, 0, p.value.numel()).view(p.value.shape());
-    ops::lamb_moments(ctx, p.value, p.grad, exp_avg_[i], exp_avg_sq_[i], update, args);
-    if (args.weight_decay == 0.0f) {  // ratio 1
-      ops::axpy(ctx, float(-double(lr)), update, p.value);
-      continue;
-    }
-    const int64_t k = norm_slot[i];
-    Tensor update_sq = norms_sq_.slice(0, num_params + k, num_params + k + 1);
-    ops::sum_squares_many(ctx, {&update}, update_sq);
-    ops::lamb_apply(ctx, lr, norms_sq_.slice(0, k, k + 1), update_sq, update, p.value);
+    ops::AdamItem it;
+    it.p = &p.value, it.g = &p.grad, it.m = &exp_avg_[i], it.v = &exp_avg_sq_[i];
+    it.lr = float(double(step_lr) * double(p.lr_scale));  // timm-style param-group lr
+    it.args.beta1 = config_.beta1;
+    it.args.beta2 = config_.beta2;
+    it.args.eps = config_.eps;
+    it.args.weight_decay = p.weight_decay ? config_.weight_decay : 0.0f;
+    it.args.step = step_;
+    it.args.grad_scale = scale;
+    items.push_back(it);
+    item_param.push_back(i);
   }
+  if (config_.kind == OptimizerKind::adamw) {
+    ops::adamw_update_many(ctx, items);
+    return stats;
+  }
+  // LAMB, a group of params at a time (their u side by side in update_): the moments and u,
+  // ||u||^2 of the decayed params into norms_sq_[P + k] (consecutive k: the decayed params in
+  // order), then p += -lr ratio u (ratio 1 for params without weight decay).
+  std::vector<Tensor> views;  // the group's u views and norm slots (the items point at them)
+  auto run_group = [&](size_t begin, size_t end) {
+    if (begin == end) return;
+    views.clear();
+    views.reserve(3 * (end - begin));
+    std::vector<ops::AdamItem> group(items.begin() + ptrdiff_t(begin), items.begin() + ptrdiff_t(end));
+    int64_t offset = 0;
+    for (ops::AdamItem& it : group) {
+      views.push_back(update_.slice(0, offset, offset + it.p->numel()).view(it.p->shape()));
+      it.update = &views.back();
+      offset += it.p->numel();
+    }
+    ops::lamb_moments_many(ctx, group);
+    std::vector<const Tensor*> decayed_updates;
+    int64_t first_slot = -1;
+    for (size_t j = begin; j < end; ++j) {
+      const int64_t k = norm_slot[item_param[j]];
+      if (group[j - begin].args.weight_decay == 0.0f) continue;
+      if (first_slot < 0) first_slot = k;
+      decayed_updates.push_back(group[j - begin].update);
+    }
+    if (!decayed_updates.empty()) {
+      Tensor update_sq = norms_sq_.slice(0, num_params + first_slot, num_params + first_slot + int64_t(decayed_updates.size()));
+      ops::sum_squares_many(ctx, decayed_updates, update_sq);
+    }
+    std::vector<ops::LambApplyItem> apply;
+    for (size_t j = begin; j < end; ++j) {
+      const ops::AdamItem& it = group[j - begin];
+      ops::LambApplyItem a;
+      a.lr = it.lr, a.update = it.update, a.p = it.p;
+      if (it.args.weight_decay != 0.0f) {
+        const int64_t k = norm_slot[item_param[j]];
+        views.push_back(norms_sq_.slice(0, k, k + 1));
+        a.param_sq = &views.back();
+        views.push_back(norms_sq_.slice(0, num_params + k, num_params + k + 1));
+        a.update_sq = &views.back();
+      }
+      apply.push_back(a);
+    }
+    ops::lamb_apply_many(ctx, apply);
+  };
+  size_t group_begin = 0;
+  int64_t group_elems = 0;
+  for (size_t j = 0; j < items.size(); ++j) {
+    const int64_t n = items[j].p->numel();
+    if (group_elems + n > update_.numel()) {
+      run_group(group_begin, j);
+      group_begin = j, group_elems = 0;
+    }
+    group_elems += n;
+  }
+  run_group(group_begin, items.size());
   return stats;
 }
 

@@ -564,3 +564,95 @@ TEST(CudaTrainOptim, SumSquaresManyLambApplyAndOptimizerStepsMatch) {
       expect_close(values(pg[i].value), values(pc[i].value), 1e-6, 1e-5, what + " " + pc[i].name);
   }
 }
+
+// The multi-tensor optimizer ops (ops::adamw_update_many, lamb_moments_many, lamb_apply_many):
+// on CUDA one launch per 32 tensors, each block a chunk of one tensor; they must give the bits
+// of the one-tensor ops, tensor by tensor. 70 tensors (three launches' worth) of sizes around
+// the 8192-element chunk and the 256-thread block, one empty, each with its own lr, weight
+// decay (some 0: LAMB's ratio-1 axpy) and norm slots.
+TEST(CudaTrainOptim, MultiTensorOpsEqualTheOneTensorOps) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainOptimMany");
+  const int count = 70;
+  std::vector<Tensor> p, g, m, v;
+  std::vector<ops::AdamArgs> args;
+  std::vector<float> lr;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i == 5 ? 0 : i % 7 == 0 ? 8192 * (1 + i % 3) + i : rng.integer(1, 3000);
+    p.push_back(rng.tensor({n}));
+    g.push_back(rng.tensor({n}, 0.1f));
+    m.push_back(rng.tensor({n}, 0.01f));
+    Tensor vv = rng.tensor({n}, 0.001f);
+    for (int64_t k = 0; k < n; ++k) vv.data<float>()[k] = std::fabs(vv.data<float>()[k]);
+    v.push_back(vv);
+    args.push_back({.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = i % 4 == 1 ? 0.0f : 0.01f,
+                    .step = 3 + i % 2, .grad_scale = 0.5f + 0.01f * float(i)});
+    lr.push_back(1e-3f * float(1 + i % 5));
+  }
+  auto dev = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(t.to(Device::cuda));
+    return out;
+  };
+  auto all_values = [](const std::vector<Tensor>& ts) {
+    std::vector<float> out;
+    for (const Tensor& t : ts) {
+      const std::vector<float> x = values(t);
+      out.insert(out.end(), x.begin(), x.end());
+    }
+    return out;
+  };
+
+  {  // AdamW
+    std::vector<Tensor> p1 = dev(p), m1 = dev(m), v1 = dev(v), p2 = dev(p), m2 = dev(m), v2 = dev(v), gd = dev(g);
+    std::vector<ops::AdamItem> items;
+    for (int i = 0; i < count; ++i) {
+      ops::adamw_update(gpu(), p1[size_t(i)], gd[size_t(i)], m1[size_t(i)], v1[size_t(i)], lr[size_t(i)], args[size_t(i)]);
+      items.push_back({&p2[size_t(i)], &gd[size_t(i)], &m2[size_t(i)], &v2[size_t(i)], nullptr, lr[size_t(i)], args[size_t(i)]});
+    }
+    ops::adamw_update_many(gpu(), items);
+    expect_bits(all_values(p2), all_values(p1), "adamw_update_many p");
+    expect_bits(all_values(m2), all_values(m1), "adamw_update_many m");
+    expect_bits(all_values(v2), all_values(v1), "adamw_update_many v");
+  }
+  {  // LAMB: moments and u, then stage 2 with the norms in device slots
+    std::vector<Tensor> m1 = dev(m), v1 = dev(v), m2 = dev(m), v2 = dev(v), gd = dev(g), pd = dev(p);
+    std::vector<Tensor> u1, u2;
+    for (const Tensor& t : p) u1.push_back(nan_device(t.shape())), u2.push_back(nan_device(t.shape()));
+    std::vector<ops::AdamItem> items;
+    for (int i = 0; i < count; ++i) {
+      const size_t k = size_t(i);
+      ops::lamb_moments(gpu(), pd[k], gd[k], m1[k], v1[k], u1[k], args[k]);
+      items.push_back({&pd[k], &gd[k], &m2[k], &v2[k], &u2[k], 0.0f, args[k]});
+    }
+    ops::lamb_moments_many(gpu(), items);
+    expect_bits(all_values(u2), all_values(u1), "lamb_moments_many u");
+    expect_bits(all_values(m2), all_values(m1), "lamb_moments_many m");
+    expect_bits(all_values(v2), all_values(v1), "lamb_moments_many v");
+
+    std::vector<const Tensor*> ps, us;
+    for (int i = 0; i < count; ++i) ps.push_back(&pd[size_t(i)]), us.push_back(&u1[size_t(i)]);
+    Tensor param_sq = Tensor::empty({count}, DType::f64, Device::cuda), update_sq = Tensor::empty({count}, DType::f64, Device::cuda);
+    ops::sum_squares_many(gpu(), ps, param_sq);
+    ops::sum_squares_many(gpu(), us, update_sq);
+    std::vector<Tensor> p1 = dev(p), p2 = dev(p), slots;
+    slots.reserve(2 * count);
+    std::vector<ops::LambApplyItem> apply;
+    for (int i = 0; i < count; ++i) {
+      const size_t k = size_t(i);
+      ops::LambApplyItem a;
+      a.lr = lr[k], a.update = &u1[k], a.p = &p2[k];
+      if (args[k].weight_decay != 0.0f) {
+        slots.push_back(param_sq.slice(0, i, i + 1));
+        slots.push_back(update_sq.slice(0, i, i + 1));
+        ops::lamb_apply(gpu(), lr[k], slots[slots.size() - 2], slots.back(), u1[k], p1[k]);
+        a.param_sq = &slots[slots.size() - 2], a.update_sq = &slots.back();
+      } else {
+        ops::axpy(gpu(), float(-double(lr[k])), u1[k], p1[k]);
+      }
+      apply.push_back(a);
+    }
+    ops::lamb_apply_many(gpu(), apply);
+    expect_bits(all_values(p2), all_values(p1), "lamb_apply_many p");
+  }
+}
