@@ -48,17 +48,25 @@ void* OpProfiler::event() {
 }
 
 void OpProfiler::begin(const char* op) {
-  if (depth_++ > 0) return;  // nested in a timed op: part of its time
-  op_ = op;
+  if (depth_ > 0) {  // nested in a timed op: part of its time
+    ++depth_;
+    return;
+  }
+  // The depth counts this op only once its timing has started: an event that cannot be made
+  // throws from here (OpScope's constructor) and leaves the profiler as it was.
 #ifdef UNMASK_WITH_CUDA
   if (stream_) {
     Pending p{op, event(), event()};
     CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p.start), static_cast<cudaStream_t>(stream_)));
     pending_.push_back(p);
+    op_ = op;
+    ++depth_;
     return;
   }
 #endif
+  op_ = op;
   t0_ = now_ms();
+  ++depth_;
 }
 
 void OpProfiler::end() {
