@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "unmask/error.h"
+
 namespace unmask::cli {
 
 StepProfile profile_steps(Context& ctx, int64_t steps, const std::function<void()>& step) {
@@ -17,6 +19,10 @@ StepProfile profile_steps(Context& ctx, int64_t steps, const std::function<void(
   try {
     for (int64_t i = 0; i < steps; ++i) step();
     ctx.synchronize();
+  } catch (const Error& e) {
+    ctx.set_op_profiling(false);
+    std::fprintf(stderr, "unmask bench: --profile: a profiled step failed, no profile for this row: %s\n", e.what());
+    return StepProfile{};
   } catch (...) {
     ctx.set_op_profiling(false);
     throw;

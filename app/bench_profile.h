@@ -19,6 +19,8 @@ struct StepProfile {
 };
 
 /// Runs `step` `steps` times with op profiling on (synchronising around each), then turns it off.
+/// A step that throws an unmask::Error (out of device memory) ends the profile, not the
+/// benchmark: the error goes to stderr and an empty profile (steps = 0) comes back.
 StepProfile profile_steps(Context& ctx, int64_t steps, const std::function<void()>& step);
 
 /// Markdown lines after a table row: op | calls/step | ms/step | % of step, and "(not in an op)".

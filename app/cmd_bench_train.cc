@@ -185,7 +185,9 @@ int bench_train(int argc, char** argv) {
         const double dt = now_s() - t0;
         if (i >= warmup) times.push_back(dt);
       }
+      const double timed_loss = last_loss;  // the JSON row reports the timed steps' loss
       const StepProfile prof = profile_steps(ctx, profile, one_step);
+      last_loss = timed_loss;
       std::sort(times.begin(), times.end());
       if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];

@@ -54,23 +54,44 @@ void OpProfiler::begin(const char* op) {
   }
   // The depth counts this op only once its timing has started: an event that cannot be made
   // throws from here (OpScope's constructor) and leaves the profiler as it was.
+  timing_ = false;
 #ifdef UNMASK_WITH_CUDA
   if (stream_) {
-    Pending p{op, event(), event()};
-    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p.start), static_cast<cudaStream_t>(stream_)));
+    // Work captured into a CUDA graph is not timed: events recorded during a capture become
+    // graph nodes, not timestamps of this call.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream_), &capturing) != cudaSuccess ||
+        capturing != cudaStreamCaptureStatusNone) {
+      (void)cudaGetLastError();
+      ++depth_;
+      return;
+    }
+    Pending p{op, nullptr, nullptr};
+    try {
+      p.start = event();
+      p.stop = event();
+      CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p.start), static_cast<cudaStream_t>(stream_)));
+    } catch (...) {
+      for (void* e : {p.start, p.stop})
+        if (e) spare_events_.push_back(e);
+      throw;
+    }
     pending_.push_back(p);
     op_ = op;
+    timing_ = true;
     ++depth_;
     return;
   }
 #endif
   op_ = op;
   t0_ = now_ms();
+  timing_ = true;
   ++depth_;
 }
 
 void OpProfiler::end() {
-  if (--depth_ > 0) return;
+  if (--depth_ > 0 || !timing_) return;
+  timing_ = false;
 #ifdef UNMASK_WITH_CUDA
   if (stream_) {
     // Never throws (called from OpScope's destructor): a failed record leaves the pair unread.

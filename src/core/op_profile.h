@@ -6,7 +6,9 @@
 // back, after a synchronisation, by take()). Only the outermost op of a nested call is timed, so
 // the op times add up to at most the step; what is left (host work, allocation, copies through
 // Tensor::copy_from) is the rest of the step. Event records cost a few microseconds an op: a
-// profiled step is slower than a plain one, so benchmarks time their rows without it.
+// profiled step is slower than a plain one, so benchmarks time their rows without it. Ops
+// queued while the stream is being captured into a CUDA graph are not timed (a replay runs no
+// op front-end either: profile eager runs).
 #pragma once
 #include <map>
 #include <string>
@@ -38,6 +40,7 @@ class OpProfiler {
   };
   void* stream_;
   int depth_ = 0;
+  bool timing_ = false;  // the outermost open op is being timed (not during a graph capture)
   const char* op_ = nullptr;
   double t0_ = 0;
   std::map<std::string, OpTime> totals_;

@@ -274,6 +274,8 @@ struct AdamItem {
 /// one-tensor op on each item, each item validated as that op validates it. CUDA: a
 /// multi-tensor apply, one launch per 32 tensors (the one-tensor form costs a launch per
 /// parameter: hundreds a step for BERT-large); the CPU runs the one-tensor op per item.
+/// Items must not share memory with each other (each item's own operands are checked; on CUDA
+/// the items run in one launch, so an overlap between items would race).
 void adamw_update_many(Context& ctx, const std::vector<AdamItem>& items);
 void lamb_moments_many(Context& ctx, const std::vector<AdamItem>& items);
 /// LAMB stage 2 for many parameters: item i is lamb_apply(lr, *param_sq, *update_sq, *update,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_test_common.h"
+#include "ops/ops.h"
 #include "test_harness.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
@@ -163,4 +164,25 @@ TEST(CudaContext, RefusesANonBlockingExternalStream) {
   }
   cudaStreamDestroy(non_blocking);
   cudaStreamDestroy(blocking);
+  gpu().make_current();  // the destroyed context was this thread's current stream
+}
+
+// The op profiler on a CUDA context: event pairs on the stream, read back by take(), reused on
+// the next round (bench ... --profile).
+TEST(CudaContext, OpProfileTimesDeviceWork) {
+  REQUIRE_CUDA_DEVICE();
+  Context& ctx = gpu();
+  const Tensor a = Tensor::zeros({256, 512}, DType::f32).to(Device::cuda), b = Tensor::zeros({512, 384}, DType::f32).to(Device::cuda);
+  Tensor c = Tensor::empty({256, 384}, DType::f32, Device::cuda);
+  ctx.set_op_profiling(true);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 3 - round; ++i) ops::gemm(ctx, a, ops::Trans::no, b, ops::Trans::no, c);
+    const std::vector<OpTime> got = ctx.take_op_profile();
+    ASSERT_EQ(got.size(), 1u) << "round " << round;
+    EXPECT_EQ(got[0].op, "gemm");
+    EXPECT_EQ(got[0].calls, 3 - round) << "round " << round;
+    EXPECT_GT(got[0].ms, 0.0) << "round " << round << ": device time between the events";
+  }
+  ctx.set_op_profiling(false);
+  EXPECT_TRUE(ctx.take_op_profile().empty());
 }
