@@ -48,7 +48,10 @@ class GradientSync {
  public:
   /// `params` must outlive this object; its gradients must be f32 and contiguous. Gradients on a
   /// CUDA device are staged through the host buckets (copied out as they are marked, back after
-  /// the reduction): MPI on host memory, for ranks that share a GPU or lack NCCL.
+  /// the reduction): MPI on host memory, for ranks that share a GPU or lack NCCL. Each copy out is
+  /// a blocking cudaMemcpy that waits for the backward queued before it, so on CUDA the
+  /// reduction does not overlap the backward yet (an async copy into pinned buckets with an
+  /// event per bucket would; not done: it needs a GPU to measure).
   GradientSync(Communicator& comm, std::vector<Param>& params, const GradientSyncOptions& options = {});
 
   int64_t num_buckets() const { return int64_t(buckets_.size()); }
