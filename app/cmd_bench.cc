@@ -45,6 +45,17 @@ struct PeerRow {
 const char* failure_word(const std::string& error) {
   return error.find("OOM") != std::string::npos || error.find("out of memory") != std::string::npos ? "OOM" : "error";
 }
+
+/// A shape's peer latency and QPS cells in seed 003's table: its numbers, "OOM" / "error" when
+/// the peer has only an error for the shape, "-" when it has no row.
+std::pair<std::string, std::string> peer_cells(const PeerRow* pr, int64_t batch) {
+  if (!pr) return {"-", "-"};
+  if (pr->latency_ms == 0) return {failure_word(pr->error), failure_word(pr->error)};
+  char lat[32], qps[32];
+  std::snprintf(lat, sizeof lat, "%.2f", pr->latency_ms);
+  std::snprintf(qps, sizeof qps, "%.2f", double(batch) / (pr->latency_ms * 1e-3));
+  return {lat, qps};
+}
 using PeerRows = std::map<std::pair<int64_t, int64_t>, PeerRow>;  // (batch, seq)
 
 PeerRows read_peer_rows(const std::string& file) {
@@ -263,17 +274,10 @@ int bench_infer(int argc, char** argv) {
         std::fprintf(stderr, "unmask bench: batch %lld seq %lld: %s\n", (long long)batch, (long long)seq, e.what());
         const char* word = failure_word(e.what());
         if (format == "table" && !peer.empty()) {
-          char lat[32] = "-", qps[32] = "-";
-          if (pr && pr->latency_ms > 0) {
-            std::snprintf(lat, sizeof lat, "%.2f", pr->latency_ms);
-            std::snprintf(qps, sizeof qps, "%.2f", double(batch) / (pr->latency_ms * 1e-3));
-          } else if (pr) {
-            std::snprintf(lat, sizeof lat, "%s", failure_word(pr->error));
-            std::snprintf(qps, sizeof qps, "%s", failure_word(pr->error));
-          }
-          std::printf("| %-10lld | %-15s | %-14s | %-19s | %-18s | %7s |\n", (long long)batch, lat, qps, word, word, "-");
-        }
-        else if (format == "table")
+          const auto [lat, qps] = peer_cells(pr, batch);
+          std::printf("| %-10lld | %-15s | %-14s | %-19s | %-18s | %7s |\n", (long long)batch, lat.c_str(), qps.c_str(),
+                      word, word, "-");
+        } else if (format == "table")
           std::printf("| %10lld | %7lld | %12s | %11s | %7s | %9s |\n", (long long)batch, (long long)seq, word, word, "-", "-");
         else if (format == "csv")
           std::printf("%lld,%lld,%s,,,,%lld,%d%s\n", (long long)batch, (long long)seq, word, (long long)N, ctx.num_threads(),
@@ -292,16 +296,15 @@ int bench_infer(int argc, char** argv) {
       const double med = times[times.size() / 2];
       Row r{batch, seq, N, med * 1e3, double(batch) / med, forward_flops(cfg, lengths, encoders_only) / med / 1e9, 0, peak_rss_mb()};
       r.pct_peak = peak > 0 ? 100.0 * r.gflops / peak : 0;
-      const bool peer_failure = pr && pr->latency_ms == 0;  // the peer has only an error for this shape
-      const char* peer_word = peer_failure ? failure_word(pr->error) : "-";
-      if (peer_failure) pr = nullptr;
+      const auto [peer_lat, peer_qps] = peer_cells(pr, batch);
+      if (pr && pr->latency_ms == 0) pr = nullptr;  // only an error: no speedup, no peer columns in csv / json
       if (format == "table" && !peer.empty()) {
         if (pr)
-          std::printf("| %-10lld | %-15.2f | %-14.2f | %-19.2f | %-18.2f | %6.2fx |\n", (long long)r.batch, pr->latency_ms,
-                      double(batch) / (pr->latency_ms * 1e-3), r.latency_ms, r.qps, pr->latency_ms / r.latency_ms);
+          std::printf("| %-10lld | %-15s | %-14s | %-19.2f | %-18.2f | %6.2fx |\n", (long long)r.batch, peer_lat.c_str(),
+                      peer_qps.c_str(), r.latency_ms, r.qps, pr->latency_ms / r.latency_ms);
         else
-          std::printf("| %-10lld | %-15s | %-14s | %-19.2f | %-18.2f | %7s |\n", (long long)r.batch, peer_word, peer_word,
-                      r.latency_ms, r.qps, "-");
+          std::printf("| %-10lld | %-15s | %-14s | %-19.2f | %-18.2f | %7s |\n", (long long)r.batch, peer_lat.c_str(),
+                      peer_qps.c_str(), r.latency_ms, r.qps, "-");
       } else if (format == "table")
         std::printf("| %10lld | %7lld | %12.2f | %11.2f | %7.1f | %8.1f%% |\n", (long long)r.batch, (long long)r.seq, r.latency_ms,
                     r.qps, r.gflops, r.pct_peak);

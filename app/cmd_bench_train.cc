@@ -167,7 +167,7 @@ int bench_train(int argc, char** argv) {
       std::vector<double> times;
       double last_loss = 0;
       int64_t step_no = 0;
-      auto one_step = [&] {
+      auto one_step = [&]() -> double {  // the step's loss
         TrainStepOptions so;
         so.hidden_dropout = so.attention_dropout = float(dropout);
         so.seed = seed, so.step = step_no++;
@@ -175,33 +175,32 @@ int bench_train(int argc, char** argv) {
         model.zero_grad();
         PretrainStats s = model.pretrain_step(ctx, b, so);
         opt.step(ctx, oc.lr);
-        last_loss = s.loss;
+        return s.loss;
       };
       for (int64_t i = 0; i < warmup + steps; ++i) {
         ctx.synchronize();  // no-op on the CPU; CUDA: the step's work is timed whole
         const double t0 = now_s();
-        one_step();
+        last_loss = one_step();
         ctx.synchronize();
         const double dt = now_s() - t0;
         if (i >= warmup) times.push_back(dt);
       }
-      const double timed_loss = last_loss;  // the JSON row reports the timed steps' loss
-      const StepProfile prof = profile_steps(ctx, profile, one_step);
-      last_loss = timed_loss;
+      const StepProfile prof = profile_steps(ctx, profile, [&] { one_step(); });
       std::sort(times.begin(), times.end());
       if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];
       const double flops = bert_train_flops(cfg, std::vector<int64_t>(size_t(batch), seq), batch * P);
       const double gflops = flops / med / 1e9, sps = double(batch) / med;
       const double mfu = peak > 0 ? 100.0 * gflops / peak : 0;
-      if (format == "table")
+      if (format == "table") {
         std::printf("| %s | %lld | %lld | %lld | %s | %.2f | %.1f | %.1f | %.1f%% |\n", devices, (long long)seq,
                     (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu);
-      if (format == "table") print_step_profile(prof);
-      else if (format == "csv")
+        print_step_profile(prof);
+      } else if (format == "csv")
         std::printf("%s,%lld,%lld,%lld,%s,%.4f,%.3f,%.2f,%.2f,%d,%s\n", devices, (long long)seq, (long long)batch,
                     (long long)P, prec, sps, med * 1e3, gflops, mfu, ctx.num_threads(), opt_name.c_str());
-      else
+      else {
+        const GpuMemoryPeaks gpu_mem = gpu_memory_peaks(ctx);
         std::printf("{\"engine\": \"unmask\", \"model\": \"%s\", \"seq\": %lld, \"batch\": %lld, \"masked\": %lld, "
                     "\"precision\": \"%s\", \"seq_per_s\": %.4f, \"step_ms\": %.3f, \"gflop_per_s\": %.2f, "
                     "\"mfu_pct\": %.2f, \"peak_gflops\": %.1f, \"threads\": %d, \"optimizer\": \"%s\", \"steps\": %lld, "
@@ -210,9 +209,9 @@ int bench_train(int argc, char** argv) {
                     "\"attention\": \"%s\", \"activations\": \"%s\", \"mlm_head\": \"masked\"%s}\n",
                     model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
                     peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
-                    peak_gpu_mb(ctx), gpu_memory_peaks(ctx).requested_mb, gpu_memory_peaks(ctx).reserved_mb, devices,
-                    attention_mode(ctx).c_str(), act_name.c_str(),
-                    profile > 0 ? (", \"profile\": " + step_profile_json(prof)).c_str() : "");
+                    peak_gpu_mb(ctx), gpu_mem.requested_mb, gpu_mem.reserved_mb, devices, attention_mode(ctx).c_str(),
+                    act_name.c_str(), prof.steps > 0 ? (", \"profile\": " + step_profile_json(prof)).c_str() : "");
+      }
       std::fflush(stdout);
     }
   }

@@ -435,8 +435,9 @@ int bench_videomae(int argc, char** argv) {
       j["peak_gflops"] = peak;
       j["peak_rss_mb"] = peak_rss_mb();
       j["peak_gpu_mb"] = peak_gpu_mb(ctx);
-      j["peak_gpu_requested_mb"] = gpu_memory_peaks(ctx).requested_mb;
-      j["peak_gpu_reserved_mb"] = gpu_memory_peaks(ctx).reserved_mb;
+      const GpuMemoryPeaks gpu_mem = gpu_memory_peaks(ctx);
+      j["peak_gpu_requested_mb"] = gpu_mem.requested_mb;
+      j["peak_gpu_reserved_mb"] = gpu_mem.reserved_mb;
       j["estimated_peak_mb"] = bytes.peak / 1048576.0;
       j["estimated_saved_mb"] = bytes.saved / 1048576.0;
       j["estimated_state_mb"] = bytes.state / 1048576.0;

@@ -248,11 +248,11 @@ void check_lamb_moments(const char* op, const Tensor& p, const Tensor& g, const 
 
 }  // namespace
 
-void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
-                  const AdamArgs& args) {
-  detail::OpScope op_scope(ctx, "adamw_update");
-  check_adamw("adamw_update", p, g, m, v, lr, args);
-  if (p.numel() == 0) return;
+namespace {
+
+// The updates on checked, non-empty operands: one tensor on either device (the one-tensor ops),
+// or each item of a many-op on the CPU.
+void run_adamw(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr, const AdamArgs& args) {
 #ifdef UNMASK_WITH_CUDA
   if (p.device() == Device::cuda)
     return cuda::adamw_update(ctx, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
@@ -268,11 +268,8 @@ void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v
   }, kGrain);
 }
 
-void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
-                  Tensor& update, const AdamArgs& args) {
-  detail::OpScope op_scope(ctx, "lamb_moments");
-  check_lamb_moments("lamb_moments", p, g, m, v, update, args);
-  if (p.numel() == 0) return;
+void run_lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Tensor& v, Tensor& update,
+                      const AdamArgs& args) {
 #ifdef UNMASK_WITH_CUDA
   if (p.device() == Device::cuda)
     return cuda::lamb_moments(ctx, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(),
@@ -287,6 +284,22 @@ void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Ten
   ctx.parallel_for(p.numel(), [&](int64_t b, int64_t e) {
     lamb_moments_kernel(pp + b, gp + b, mp + b, vp + b, up + b, e - b, s);
   }, kGrain);
+}
+
+}  // namespace
+
+void adamw_update(Context& ctx, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, float lr,
+                  const AdamArgs& args) {
+  detail::OpScope op_scope(ctx, "adamw_update");
+  check_adamw("adamw_update", p, g, m, v, lr, args);
+  if (p.numel() > 0) run_adamw(ctx, p, g, m, v, lr, args);
+}
+
+void lamb_moments(Context& ctx, const Tensor& p, const Tensor& g, Tensor& m, Tensor& v,
+                  Tensor& update, const AdamArgs& args) {
+  detail::OpScope op_scope(ctx, "lamb_moments");
+  check_lamb_moments("lamb_moments", p, g, m, v, update, args);
+  if (p.numel() > 0) run_lamb_moments(ctx, p, g, m, v, update, args);
 }
 
 void axpy(Context& ctx, float alpha, const Tensor& x, Tensor& y) {
@@ -429,6 +442,25 @@ void check_lamb_apply(const char* op, float lr, const Tensor* param_sq, const Te
   check_no_overlap(op, "p", p, "update", update);
 }
 
+// lamb_apply on checked, non-empty operands on the CPU (param_sq null: ratio 1, axpy's step).
+void run_lamb_apply_cpu(const char* op, Context& ctx, float lr, const Tensor* param_sq, const Tensor* update_sq,
+                        const Tensor& update, Tensor& p) {
+  // The trust ratio exactly as the optimizer computed it before (double norms, one rounding to
+  // f32 of the step), then axpy's kernel.
+  float alpha = float(-double(lr));
+  if (param_sq) {
+    const double param_norm = std::sqrt(*param_sq->data<double>());
+    const double update_norm = std::sqrt(*update_sq->data<double>());
+    const double ratio = param_norm > 0.0 && update_norm > 0.0 ? param_norm / update_norm : 1.0;
+    alpha = float(-double(lr) * ratio);
+    UNMASK_CHECK(std::isfinite(alpha), op, ": the step -lr * ||p|| / ||u|| = ", alpha, " is not finite (lr ", lr,
+                 ", ||p||^2 ", *param_sq->data<double>(), ", ||u||^2 ", *update_sq->data<double>(), ")");
+  }
+  const float* up = update.data<float>();
+  float* pp = p.data<float>();
+  ctx.parallel_for(p.numel(), [&](int64_t b, int64_t e) { axpy_kernel(alpha, up + b, pp + b, e - b); }, kGrain);
+}
+
 }  // namespace
 
 void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& update_sq, const Tensor& update,
@@ -442,17 +474,7 @@ void lamb_apply(Context& ctx, float lr, const Tensor& param_sq, const Tensor& up
     return cuda::lamb_apply(ctx, lr, param_sq.data<double>(), update_sq.data<double>(), update.data<float>(),
                             p.data<float>(), p.numel());
 #endif
-  // The trust ratio exactly as the optimizer computed it before (double norms, one rounding to
-  // f32 of the step), then axpy's kernel.
-  const double param_norm = std::sqrt(*param_sq.data<double>());
-  const double update_norm = std::sqrt(*update_sq.data<double>());
-  const double ratio = param_norm > 0.0 && update_norm > 0.0 ? param_norm / update_norm : 1.0;
-  const float alpha = float(-double(lr) * ratio);
-  UNMASK_CHECK(std::isfinite(alpha), op, ": the step -lr * ||p|| / ||u|| = ", alpha, " is not finite (lr ", lr,
-               ", ||p||^2 ", *param_sq.data<double>(), ", ||u||^2 ", *update_sq.data<double>(), ")");
-  const float* up = update.data<float>();
-  float* pp = p.data<float>();
-  ctx.parallel_for(p.numel(), [&](int64_t b, int64_t e) { axpy_kernel(alpha, up + b, pp + b, e - b); }, kGrain);
+  run_lamb_apply_cpu(op, ctx, lr, &param_sq, &update_sq, update, p);
 }
 
 void scale_inplace(Context& ctx, Tensor& x, float s) {
@@ -478,11 +500,10 @@ template <typename Item, typename Tensors>
 Device items_device(const char* op, const std::vector<Item>& items, Tensors tensors_of) {
   Device device = Device::cpu;
   for (size_t i = 0; i < items.size(); ++i) {
-    for (const Tensor* t : tensors_of(items[i]))
-      UNMASK_CHECK(t != nullptr, op, ": item ", i, " has a null tensor");
-    const Tensor& first = *tensors_of(items[i]).front();
-    if (i == 0) device = first.device();
-    detail::check_device(op, "item " + std::to_string(i), first, device);
+    const std::vector<const Tensor*> ts = tensors_of(items[i]);
+    for (const Tensor* t : ts) UNMASK_CHECK(t != nullptr, op, ": item ", i, " has a null tensor");
+    if (i == 0) device = ts.front()->device();
+    detail::check_device(op, "item " + std::to_string(i), *ts.front(), device);
   }
   return device;
 }
@@ -500,7 +521,8 @@ void adamw_update_many(Context& ctx, const std::vector<AdamItem>& items) {
   if (device == Device::cuda) return cuda::adamw_update_many(ctx, items);
 #endif
   (void)device;
-  for (const AdamItem& it : items) adamw_update(ctx, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
+  for (const AdamItem& it : items)
+    if (it.p->numel() > 0) run_adamw(ctx, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
 }
 
 void lamb_moments_many(Context& ctx, const std::vector<AdamItem>& items) {
@@ -514,7 +536,8 @@ void lamb_moments_many(Context& ctx, const std::vector<AdamItem>& items) {
   if (device == Device::cuda) return cuda::lamb_moments_many(ctx, items);
 #endif
   (void)device;
-  for (const AdamItem& it : items) lamb_moments(ctx, *it.p, *it.g, *it.m, *it.v, *it.update, it.args);
+  for (const AdamItem& it : items)
+    if (it.p->numel() > 0) run_lamb_moments(ctx, *it.p, *it.g, *it.m, *it.v, *it.update, it.args);
 }
 
 void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items) {
@@ -528,12 +551,8 @@ void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items) {
   if (device == Device::cuda) return cuda::lamb_apply_many(ctx, items);
 #endif
   (void)device;
-  for (const LambApplyItem& it : items) {
-    if (it.param_sq)
-      lamb_apply(ctx, it.lr, *it.param_sq, *it.update_sq, *it.update, *it.p);
-    else
-      axpy(ctx, float(-double(it.lr)), *it.update, *it.p);
-  }
+  for (const LambApplyItem& it : items)
+    if (it.p->numel() > 0) run_lamb_apply_cpu(op, ctx, it.lr, it.param_sq, it.update_sq, *it.update, *it.p);
 }
 
 }  // namespace unmask::ops

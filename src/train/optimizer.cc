@@ -153,7 +153,7 @@ OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale
   //    CPU: the one-tensor op per param, bit for bit either way).
   ++step_;
   std::vector<ops::AdamItem> items;
-  std::vector<size_t> item_param;  // items[j] updates params[item_param[j]]
+  std::vector<int64_t> item_slot;  // LAMB: items[j]'s norm slot k (-1: not decayed)
   for (size_t i = 0; i < params.size(); ++i) {
     Param& p = params[i];
     if (p.value.numel() == 0) continue;
@@ -167,7 +167,7 @@ OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale
     it.args.step = step_;
     it.args.grad_scale = scale;
     items.push_back(it);
-    item_param.push_back(i);
+    item_slot.push_back(norm_slot[i]);
   }
   if (config_.kind == OptimizerKind::adamw) {
     ops::adamw_update_many(ctx, items);
@@ -192,9 +192,8 @@ OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale
     std::vector<const Tensor*> decayed_updates;
     int64_t first_slot = -1;
     for (size_t j = begin; j < end; ++j) {
-      const int64_t k = norm_slot[item_param[j]];
       if (group[j - begin].args.weight_decay == 0.0f) continue;
-      if (first_slot < 0) first_slot = k;
+      if (first_slot < 0) first_slot = item_slot[j];
       decayed_updates.push_back(group[j - begin].update);
     }
     if (!decayed_updates.empty()) {
@@ -207,7 +206,7 @@ OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale
       ops::LambApplyItem a;
       a.lr = it.lr, a.update = it.update, a.p = it.p;
       if (it.args.weight_decay != 0.0f) {
-        const int64_t k = norm_slot[item_param[j]];
+        const int64_t k = item_slot[j];
         views.push_back(norms_sq_.slice(0, k, k + 1));
         a.param_sq = &views.back();
         views.push_back(norms_sq_.slice(0, num_params + k, num_params + k + 1));
