@@ -19,4 +19,9 @@ for name in libdnnl.so libopenblas.so libgfortran.so libquadmath.so libgomp.so l
   [ -n "$path" ] && libs+=("$path")
 done
 tar -cJf "$DIR/libs.tar.xz" --transform 's|.*/||' -h "${libs[@]}"
+# stand-ins for the video-input libraries, used there only where the machine lacks them (2026-11-26)
+stubs=$(mktemp -d)
+bash bench/gpu/make_video_lib_stubs.sh build-cuda/unmask "$stubs" >/dev/null
+tar -cJf "$DIR/stubs.tar.xz" -C "$stubs" .
+rm -rf "$stubs"
 du -ch "$DIR"/* | tail -1

@@ -41,7 +41,11 @@ void ThreadPool::run(int num_tasks, const std::function<void(int)>& task) {
     if (!error_) error_ = std::current_exception();
   }
   while (remaining_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  task_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    task_ = nullptr;
+    num_tasks_ = 0;
+  }
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -53,15 +57,23 @@ void ThreadPool::worker_loop(int index) {
     while (generation_.load(std::memory_order_acquire) == seen && !stop_ &&
            std::chrono::steady_clock::now() < spin_until) {
     }
+    // The region's task and size are read under the lock, with its generation. Read after the
+    // lock, a worker left out of a small region could see the next, larger region's size and
+    // task: it then ran that region's index twice (its counter went below zero: a hang) or a
+    // task that had gone (tests/test_thread_pool.cc).
+    const std::function<void(int)>* task = nullptr;
+    int num_tasks = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load() != seen || stop_; });
       if (stop_) return;
       seen = generation_.load();
+      task = task_;
+      num_tasks = num_tasks_;
     }
-    if (index < num_tasks_) {
+    if (task != nullptr && index < num_tasks) {
       try {
-        (*task_)(index);
+        (*task)(index);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex_);
         if (!error_) error_ = std::current_exception();
