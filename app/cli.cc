@@ -149,8 +149,7 @@ std::string setup_device(Context& ctx, const std::string& precision) {
 #ifdef UNMASK_WITH_CUDA
   if (ctx.device() == Device::cuda) {
     cuda::CudaState& cs = cuda::cuda_state(ctx);
-    cs.allow_tf32 = precision == "tf32";  // before the first GEMM (plans are cached per precision)
-    cs.autocast = precision == "bf16" ? DType::bf16 : DType::f32;
+    cs.set_training_precision(precision == "tf32", precision == "bf16" ? DType::bf16 : DType::f32);
     return std::string("1x ") + cs.props.name;
   }
 #endif

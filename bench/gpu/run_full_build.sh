@@ -254,4 +254,10 @@ for stage in $STAGES; do
   fi
 done
 rm -rf "$W"
+# The device tool returns at most 8 files from $OUT: everything goes into one archive, and the
+# summary beside it (a full run writes ~20 files; the first GPU call of 2026-11-26 lost 13).
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt "${MAX_OUT_FILES:-7}" ]; then
+  tar -czf "$W.results.tgz" -C "$OUT" . && find "$OUT" -maxdepth 1 -type f ! -name summary.txt -delete &&
+    mv "$W.results.tgz" "$OUT/results.tgz"
+fi
 exit 0

@@ -60,10 +60,17 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
              : fp16 && std::strcmp(fp16, "1") == 0 ? DType::f16
                                                    : DType::f32;
   const char* attn = std::getenv("UNMASK_CUDA_ATTN_BF16");
-  attention_bf16 = attn && std::strcmp(attn, "1") == 0;
+  attention_bf16_env = attn && std::strcmp(attn, "1") == 0 ? 1 : attn && std::strcmp(attn, "0") == 0 ? 0 : -1;
+  attention_bf16 = attention_bf16_env == 1;
   const char* once = std::getenv("UNMASK_CUDA_EPILOGUE_ROUND_ONCE");
   epilogue_round_once = once && std::strcmp(once, "1") == 0;
   set_current_stream(stream);
+}
+
+void CudaState::set_training_precision(bool tf32, DType gemm_autocast) {
+  allow_tf32 = tf32;
+  autocast = gemm_autocast;
+  attention_bf16 = attention_bf16_env >= 0 ? attention_bf16_env == 1 : gemm_autocast == DType::bf16;
 }
 
 CudaState::~CudaState() {

@@ -214,10 +214,10 @@ TrainResult pretrain(const TrainerOptions& options) {
   Context ctx({.num_threads = threads, .device = cfg.device, .device_index = device_index});
 #ifdef UNMASK_WITH_CUDA
   if (cfg.device == Device::cuda) {  // before the first GEMM (plans are cached per precision)
-    cuda::cuda_state(ctx).allow_tf32 = cfg.precision == GemmPrecision::tf32;
-    cuda::cuda_state(ctx).autocast = cfg.precision == GemmPrecision::bf16   ? DType::bf16
-                                     : cfg.precision == GemmPrecision::fp16 ? DType::f16
-                                                                            : DType::f32;
+    cuda::cuda_state(ctx).set_training_precision(cfg.precision == GemmPrecision::tf32,
+                                                 cfg.precision == GemmPrecision::bf16   ? DType::bf16
+                                                 : cfg.precision == GemmPrecision::fp16 ? DType::f16
+                                                                                        : DType::f32);
   }
 #endif
   BertTrainModel model = weights_dir.empty()

@@ -15,7 +15,8 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 has() { grep -qE -- "$1" "$2" && ok || bad "expected /$1/ in $2: $(cat "$2")"; }
 
 # Stages 4 then 3 (the reverse of their numbers), and a stage that does not exist.
-DEVICE=cpu STAGES='4 3 9' OUT="$T/a" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/a.log" 2>&1
+# MAX_OUT_FILES=3: the dry run writes ~6 files, so the results are archived as on the GPU.
+DEVICE=cpu STAGES='4 3 9' MAX_OUT_FILES=3 OUT="$T/a" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/a.log" 2>&1
 [ $? = 0 ] && ok || bad "rc $? (want 0): $(tail -5 "$T/a.log")"
 S="$T/a/summary.txt"
 has '^bench infer --device cpu: rc 0 at [0-9]+s, 2 rows$' "$S"
@@ -27,7 +28,12 @@ first_infer=$(grep -n '^bench infer' "$S" | head -1 | cut -d: -f1)
 first_pretrain=$(grep -n '^pretrain cpu vs' "$S" | head -1 | cut -d: -f1)
 [ -n "$first_infer" ] && [ -n "$first_pretrain" ] && [ "$first_infer" -lt "$first_pretrain" ] && ok ||
   bad "stage 4 did not run before stage 3 (lines $first_infer, $first_pretrain)"
-[ -s "$T/a/bench_infer.jsonl" ] && ok || bad "no bench_infer.jsonl"
+# At most 8 files come back from the device: over MAX_OUT_FILES, all of them are in results.tgz,
+# and only the summary stays beside it.
+n_out=$(find "$T/a" -maxdepth 1 -type f | wc -l)
+[ "$n_out" = 2 ] && [ -f "$T/a/results.tgz" ] && ok || bad "want summary.txt + results.tgz, got: $(ls "$T/a")"
+mkdir -p "$T/x" && tar -xzf "$T/a/results.tgz" -C "$T/x" && [ -s "$T/x/bench_infer.jsonl" ] &&
+  cmp -s "$T/x/summary.txt" "$S" && ok || bad "results.tgz lacks bench_infer.jsonl or the summary"
 
 # A deadline with under 45 s left skips the stage, with a note, and runs nothing of it.
 DEVICE=cpu DEADLINE_S=30 STAGES='3' OUT="$T/b" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/b.log" 2>&1
