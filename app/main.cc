@@ -36,6 +36,16 @@ const char* kUsage =
     "\n"
     "Run `unmask <command> --help` for the options of a command.\n";
 
+/// A command's error: under mpirun the other ranks would wait in their next collective until its
+/// timeout, so the whole job ends now, with the message (whatever the exception's type: a host
+/// out-of-memory is the likeliest failure at scale). Then one line on stderr, exit 1.
+int fail(const std::string& cmd, const std::string& message) {
+  if (unmask::Communicator::world_initialized() && unmask::Communicator::world().size() > 1)
+    unmask::Communicator::world().abort(1, "unmask " + cmd + ": error: " + message);
+  std::fprintf(stderr, "unmask %s: error: %s\n", cmd.c_str(), message.c_str());
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,17 +82,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const unmask::Error& e) {
-    // Under mpirun the other ranks would wait in their next collective until its timeout: end
-    // the whole job now, with the message.
-    if (unmask::Communicator::world_initialized() && unmask::Communicator::world().size() > 1)
-      unmask::Communicator::world().abort(1, "unmask " + cmd + ": error: " + e.what());
-    std::fprintf(stderr, "unmask %s: error: %s\n", cmd.c_str(), e.what());
-    return 1;
+    return fail(cmd, e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "unmask %s: error: out of memory (try a smaller --batch or --seq)\n", cmd.c_str());
-    return 1;
+    return fail(cmd, "out of memory (try a smaller --batch or --seq)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "unmask %s: error: %s\n", cmd.c_str(), e.what());
-    return 1;
+    return fail(cmd, e.what());
   }
 }

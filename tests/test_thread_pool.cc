@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -58,4 +59,29 @@ TEST(ThreadPool, AWorkersExceptionReachesTheCallerAndThePoolGoesOn) {
   std::atomic<int> count{0};
   pool.run(4, [&](int) { count.fetch_add(1); });
   EXPECT_EQ(count.load(), 4);
+}
+
+// A region started from inside a task (or from a second thread while one runs) runs on the
+// calling thread: sharing the pool's one region slot would make the outer region never end.
+TEST(ThreadPool, ARegionStartedFromATaskRunsOnItsThread) {
+  ThreadPool pool(4);
+  std::atomic<int> inner{0}, outer{0};
+  pool.run(4, [&](int) {
+    outer.fetch_add(1);
+    pool.run(3, [&](int) { inner.fetch_add(1); });
+  });
+  EXPECT_EQ(outer.load(), 4);
+  EXPECT_EQ(inner.load(), 12);
+}
+
+TEST(ThreadPool, TwoCallingThreadsShareThePool) {
+  ThreadPool pool(4);
+  std::atomic<int> count{0};
+  auto many = [&] {
+    for (int i = 0; i < 500; ++i) pool.run(4, [&](int) { count.fetch_add(1); });
+  };
+  std::thread other(many);
+  many();
+  other.join();
+  EXPECT_EQ(count.load(), 2 * 500 * 4);
 }

@@ -6,10 +6,17 @@
 namespace unmask {
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  try {
+    for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (...) {  // a thread that cannot start (a container's process limit): stop those that did
+    stop_workers();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -20,10 +27,18 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run(int num_tasks, const std::function<void(int)>& task) {
-  if (num_tasks <= 1 || num_threads_ == 1) {
+  // One region at a time: a region started from inside a task, or from a second thread while
+  // one runs, would overwrite the running region's task and counter (its workers would skip it
+  // and it would never end). Such a region runs its tasks on the calling thread instead.
+  const bool serial = num_tasks <= 1 || num_threads_ == 1 || busy_.exchange(true, std::memory_order_acquire);
+  if (serial) {
     for (int i = 0; i < num_tasks; ++i) task(i);
     return;
   }
+  struct ClearBusy {
+    std::atomic<bool>& busy;
+    ~ClearBusy() { busy.store(false, std::memory_order_release); }
+  } clear_busy{busy_};
   if (num_tasks > num_threads_) num_tasks = num_threads_;
   error_ = nullptr;
   {

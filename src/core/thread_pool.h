@@ -20,11 +20,14 @@ class ThreadPool {
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   int size() const { return num_threads_; }
-  /// Runs task(i) for i in [0, num_tasks) with num_tasks <= size(); blocks until done.
+  /// Runs task(i) for i in [0, num_tasks) with num_tasks <= size(); blocks until done. A call
+  /// made while another region runs (from a task, or from a second thread) runs its tasks on the
+  /// calling thread, one after another.
   void run(int num_tasks, const std::function<void(int)>& task);
 
  private:
   void worker_loop(int index);
+  void stop_workers();  // wakes and joins the workers
 
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -33,6 +36,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> remaining_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};  // a region is running
   const std::function<void(int)>* task_ = nullptr;
   int num_tasks_ = 0;
   std::exception_ptr error_;

@@ -41,7 +41,13 @@ inline void parallel_chunks(int64_t n, int64_t chunk, int num_threads, const std
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  try {
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  } catch (...) {  // a thread that cannot start: stop handing out work, join those that did
+    next = num_chunks;
+    for (auto& t : pool) t.join();
+    throw;
+  }
   work();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);

@@ -83,6 +83,16 @@ void GradientSync::copy_in(int64_t i) {
   ++b.ready;
 }
 
+GradientSync::~GradientSync() {
+  for (Bucket& b : buckets_) {
+    if (!b.started) continue;
+    try {
+      b.request.wait();  // a lost peer aborts the job from the communication thread
+    } catch (...) {      // the reduction failed: the buffer is no longer in use either way
+    }
+  }
+}
+
 void GradientSync::start_ready_buckets() {
   while (next_to_start_ < num_buckets()) {
     Bucket& b = buckets_[size_t(next_to_start_)];

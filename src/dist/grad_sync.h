@@ -53,6 +53,11 @@ class GradientSync {
   /// reduction does not overlap the backward yet (an async copy into pinned buckets with an
   /// event per bucket would; not done: it needs a GPU to measure).
   GradientSync(Communicator& comm, std::vector<Param>& params, const GradientSyncOptions& options = {});
+  /// Waits for the reductions still in flight: the communication thread reads and writes the
+  /// buckets until they complete (an exception during the backward unwinds through here).
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
 
   int64_t num_buckets() const { return int64_t(buckets_.size()); }
   /// Parameter indices of bucket b, in the order they sit in its flat buffer (descending).
