@@ -71,12 +71,15 @@ struct FlashBwdTraits {
   static constexpr int kKSteps = kHeadDimPad / 16;
   static constexpr int kNTilesO = kHeadDimPad / 8;
   static constexpr size_t kSmemTile = size_t(64) * kSmemStride * sizeof(Element);
-  static constexpr size_t kSmemBytes = 4 * kSmemTile + 2 * 64 * sizeof(float);  // K, V, Q, dO + two row vectors
+  // Two slots of two tiles (the CTA's own K, V or Q, dO, then the double-buffered streamed
+  // tiles) and two row vectors, double-buffered: lse2 and delta [2][64] (dK/dV), the key bias
+  // [2][64] (dQ).
+  static constexpr size_t kSmemBytes = 4 * kSmemTile + 2 * 2 * 64 * sizeof(float);
   static_assert(kBlockM == 64 && kBlockN == 64 && kWarps * 16 == 64, "one 16-row MMA tile per warp, 64-row tiles");
   static_assert(kHeadDim % 8 == 0 && kHeadDim <= 128, "head rows move in 16-byte chunks; accumulators in registers");
   static_assert((kSmemStride * sizeof(Element)) % 16 == 0 && (kSmemStride * sizeof(Element)) % 128 != 0,
                 "16-byte aligned, bank-conflict-free smem rows");
-  // HS 64: 37.4 KB; 80: 45.6 KB; 88 (padded to 96): 53.8 KB; 128: 70.1 KB. Above 48 KB the
+  // HS 64: 37.9 KB; 80: 46.1 KB; 88 (padded to 96): 54.3 KB; 128: 70.6 KB. Above 48 KB the
   // launcher opts in (cudaFuncAttributeMaxDynamicSharedMemorySize; sm_80 allows 163 KB).
   static_assert(kSmemBytes <= 160 * 1024, "fits sm_80's dynamic shared memory");
 };
@@ -180,12 +183,14 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
   using T = typename Kt::Element;
   constexpr int D = Kt::kHeadDim, LDS = Kt::kSmemStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);  // [64][LDS] this CTA's keys
-  T* sV = sK + 64 * LDS;
-  T* sQ = sV + 64 * LDS;                   // [64][LDS] the current query tile
-  T* sdO = sQ + 64 * LDS;
-  float* sLse2 = reinterpret_cast<float*>(sdO + 64 * LDS);  // [64]
-  float* sDelta = sLse2 + 64;                               // [64]
+  // Two slots of two [64][LDS] tiles. Slot 0 first holds this CTA's K and V, which go to
+  // registers before the loop; from then on the slots double-buffer the query tiles (Q, dO):
+  // tile j sits in slot (j + 1) % 2, and tile j + 1 is loaded while tile j is multiplied.
+  T* const smem = reinterpret_cast<T*>(smem_raw);
+  // tile `which` (0 or 1) of slot `s`: plain arithmetic, no local array indexed at run time
+  auto slot = [smem](int s, int which) { return smem + (2 * s + which) * 64 * LDS; };
+  float* sLse2 = reinterpret_cast<float*>(smem + 4 * 64 * LDS);  // [2][64]
+  float* sDelta = sLse2 + 2 * 64;                                                          // [2][64]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int head = blockIdx.y, b = blockIdx.z;
@@ -197,19 +202,36 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
 
   const T* gQ = static_cast<const T*>(p.q) + start * p.q_row_stride + head * D;
   const T* gdO = static_cast<const T*>(p.dout) + start * p.dout_row_stride + head * D;
-  load_tile<Kt, 64>(sK, static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D, p.k_row_stride,
-                    min(64, seqlen - k0), tid);
-  load_tile<Kt, 64>(sV, static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D, p.v_row_stride,
-                    min(64, seqlen - k0), tid);
+  const float* lse = p.lse + head * p.lse_head_stride + start;
+  const float* delta = p.delta + head * p.lse_head_stride + start;
+  // Query tile j (rows q0 = 64 j ..) into slot (j + 1) % 2 and its lse2 / delta into [j % 2]:
+  // cp.async, one commit group; the zero rows and the row vectors are plain stores.
+  auto load_query_tile = [&](int j) {
+    const int q0 = j * 64, valid = min(64, seqlen - q0);
+    load_tile<Kt, 64>(slot((j + 1) % 2, 0), gQ + int64_t(q0) * p.q_row_stride, p.q_row_stride, valid, tid);
+    load_tile<Kt, 64>(slot((j + 1) % 2, 1), gdO + int64_t(q0) * p.dout_row_stride, p.dout_row_stride, valid, tid);
+    cp_async_commit();
+    for (int i = tid; i < 64; i += Kt::kThreads) {
+      sLse2[(j % 2) * 64 + i] = i < valid ? bwd_lse2(lse[q0 + i]) : INFINITY;
+      sDelta[(j % 2) * 64 + i] = i < valid ? delta[q0 + i] : 0.0f;
+    }
+  };
+
+  load_tile<Kt, 64>(slot(0, 0), static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D,
+                    p.k_row_stride, min(64, seqlen - k0), tid);
+  load_tile<Kt, 64>(slot(0, 1), static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D,
+                    p.v_row_stride, min(64, seqlen - k0), tid);
   cp_async_commit();
+  load_query_tile(0);  // into slot 1
   // This thread's accumulator rows are keys k0 + warp*16 + lane/4 (+ 8).
   const bool key_ok[2] = {bwd_key_real(p, b, k0 + warp * 16 + lane / 4, seqlen),
                           bwd_key_real(p, b, k0 + warp * 16 + lane / 4 + 8, seqlen)};
-  cp_async_wait<0>();
+  cp_async_wait<1>();  // K and V have landed (the query tile may still be in flight)
   __syncthreads();
   uint32_t k_frag[Kt::kKSteps][4], v_frag[Kt::kKSteps][4];
-  load_a_frags<Kt>(k_frag, sK, warp, lane);
-  load_a_frags<Kt>(v_frag, sV, warp, lane);
+  load_a_frags<Kt>(k_frag, slot(0, 0), warp, lane);
+  load_a_frags<Kt>(v_frag, slot(0, 1), warp, lane);
+  __syncthreads();  // every warp has its K and V fragments: slot 0 is free for query tile 1
 
   float acc_dk[Kt::kNTilesO][4], acc_dv[Kt::kNTilesO][4];
 #pragma unroll
@@ -217,20 +239,20 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.0f;
 
-  const float* lse = p.lse + head * p.lse_head_stride + start;
-  const float* delta = p.delta + head * p.lse_head_stride + start;
-  for (int q0 = 0; q0 < seqlen; q0 += 64) {
-    __syncthreads();  // every warp is done with the previous Q / dO tile
-    const int valid = min(64, seqlen - q0);
-    load_tile<Kt, 64>(sQ, gQ + int64_t(q0) * p.q_row_stride, p.q_row_stride, valid, tid);
-    load_tile<Kt, 64>(sdO, gdO + int64_t(q0) * p.dout_row_stride, p.dout_row_stride, valid, tid);
-    cp_async_commit();
-    for (int i = tid; i < 64; i += Kt::kThreads) {
-      sLse2[i] = i < valid ? bwd_lse2(lse[q0 + i]) : INFINITY;
-      sDelta[i] = i < valid ? delta[q0 + i] : 0.0f;
+  const int n_tiles = (seqlen + 63) / 64;
+  for (int j = 0; j < n_tiles; ++j) {
+    const int q0 = j * 64;
+    if (j + 1 < n_tiles) {  // the other slot was last read in iteration j - 1 (barrier below)
+      load_query_tile(j + 1);
+      cp_async_wait<1>();  // tile j has landed; tile j + 1 may be in flight
+    } else {
+      cp_async_wait<0>();
     }
-    cp_async_wait<0>();
-    __syncthreads();
+    __syncthreads();  // tile j (cp.async and plain stores) is visible to every warp
+    const T* sQ = slot((j + 1) % 2, 0);
+    const T* sdO = slot((j + 1) % 2, 1);
+    const float* lse2_j = sLse2 + (j % 2) * 64;
+    const float* delta_j = sDelta + (j % 2) * 64;
 
     float acc_p[8][4], acc_dp[8][4];  // P^T and dP^T: 16 keys x 64 queries
 #pragma unroll
@@ -244,7 +266,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int q = t * 8 + (lane % 4) * 2 + (e & 1);
-        const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - sLse2[q]) : 0.0f;
+        const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - lse2_j[q]) : 0.0f;
         float f = 1.0f;
         if (p.dropout_p > 0.0f) {
           const int key = k0 + warp * 16 + lane / 4 + 8 * (e >> 1);
@@ -252,12 +274,13 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
                              p.dropout_offset + uint64_t((head * p.lse_head_stride + start + q0 + q) * p.max_seqlen) +
                                  uint64_t(key));
         }
-        acc_p[t][e] = pv * f;                                // (P f)^T, for dV
-        acc_dp[t][e] = pv * (acc_dp[t][e] * f - sDelta[q]);  // dS^T
+        acc_p[t][e] = pv * f;                                 // (P f)^T, for dV
+        acc_dp[t][e] = pv * (acc_dp[t][e] * f - delta_j[q]);  // dS^T
       }
     }
     mma_acc_nn<Kt>(acc_dv, acc_p, sdO, lane);  // dV += P^T dO
     mma_acc_nn<Kt>(acc_dk, acc_dp, sQ, lane);  // dK += dS^T Q
+    __syncthreads();  // every warp is done with tile j's slot before tile j + 2 is loaded into it
   }
   const int valid_keys = seqlen - k0;
   store_rows<Kt>(p.dk, p.grads_bf16, (start + k0) * p.dk_row_stride + head * D, p.dk_row_stride, acc_dk,
@@ -271,11 +294,12 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
   using T = typename Kt::Element;
   constexpr int D = Kt::kHeadDim, LDS = Kt::kSmemStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // [64][LDS] this CTA's queries
-  T* sdO = sQ + 64 * LDS;
-  T* sK = sdO + 64 * LDS;                  // [64][LDS] the current key tile
-  T* sV = sK + 64 * LDS;
-  float* sBias = reinterpret_cast<float*>(sV + 64 * LDS);  // [64]: 0 or -inf per key
+  // As in the dK/dV kernel: slot 0 first holds this CTA's Q and dO (to registers before the
+  // loop), then the slots double-buffer the key tiles (K, V): tile j in slot (j + 1) % 2.
+  T* const smem = reinterpret_cast<T*>(smem_raw);
+  // tile `which` (0 or 1) of slot `s`: plain arithmetic, no local array indexed at run time
+  auto slot = [smem](int s, int which) { return smem + (2 * s + which) * 64 * LDS; };
+  float* sBias = reinterpret_cast<float*>(smem + 4 * 64 * LDS);  // [2][64]: 0 or -inf
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int head = blockIdx.y, b = blockIdx.z;
@@ -285,11 +309,24 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
   const int q0 = blockIdx.x * 64;
   if (q0 >= seqlen) return;
 
-  load_tile<Kt, 64>(sQ, static_cast<const T*>(p.q) + (start + q0) * p.q_row_stride + head * D, p.q_row_stride,
-                    min(64, seqlen - q0), tid);
-  load_tile<Kt, 64>(sdO, static_cast<const T*>(p.dout) + (start + q0) * p.dout_row_stride + head * D,
+  const T* gK = static_cast<const T*>(p.k) + start * p.k_row_stride + head * D;
+  const T* gV = static_cast<const T*>(p.v) + start * p.v_row_stride + head * D;
+  // Key tile j (keys k0 = 64 j ..) into slot (j + 1) % 2 and its key bias into [j % 2].
+  auto load_key_tile = [&](int j) {
+    const int k0 = j * 64, valid = min(64, seqlen - k0);
+    load_tile<Kt, 64>(slot((j + 1) % 2, 0), gK + int64_t(k0) * p.k_row_stride, p.k_row_stride, valid, tid);
+    load_tile<Kt, 64>(slot((j + 1) % 2, 1), gV + int64_t(k0) * p.v_row_stride, p.v_row_stride, valid, tid);
+    cp_async_commit();
+    for (int i = tid; i < 64; i += Kt::kThreads)
+      sBias[(j % 2) * 64 + i] = bwd_key_real(p, b, k0 + i, seqlen) ? 0.0f : -INFINITY;
+  };
+
+  load_tile<Kt, 64>(slot(0, 0), static_cast<const T*>(p.q) + (start + q0) * p.q_row_stride + head * D,
+                    p.q_row_stride, min(64, seqlen - q0), tid);
+  load_tile<Kt, 64>(slot(0, 1), static_cast<const T*>(p.dout) + (start + q0) * p.dout_row_stride + head * D,
                     p.dout_row_stride, min(64, seqlen - q0), tid);
   cp_async_commit();
+  load_key_tile(0);  // into slot 1
   float lse2[2], delta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -298,26 +335,29 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
     lse2[r] = ok ? bwd_lse2(p.lse[head * p.lse_head_stride + start + row]) : INFINITY;
     delta[r] = ok ? p.delta[head * p.lse_head_stride + start + row] : 0.0f;
   }
-  cp_async_wait<0>();
+  cp_async_wait<1>();  // Q and dO have landed (the key tile may still be in flight)
   __syncthreads();
   uint32_t q_frag[Kt::kKSteps][4], do_frag[Kt::kKSteps][4];
-  load_a_frags<Kt>(q_frag, sQ, warp, lane);
-  load_a_frags<Kt>(do_frag, sdO, warp, lane);
+  load_a_frags<Kt>(q_frag, slot(0, 0), warp, lane);
+  load_a_frags<Kt>(do_frag, slot(0, 1), warp, lane);
+  __syncthreads();  // every warp has its Q and dO fragments: slot 0 is free for key tile 1
 
   float acc_dq[Kt::kNTilesO][4];
 #pragma unroll
   for (int i = 0; i < Kt::kNTilesO; ++i) acc_dq[i][0] = acc_dq[i][1] = acc_dq[i][2] = acc_dq[i][3] = 0.0f;
-  const T* gK = static_cast<const T*>(p.k) + start * p.k_row_stride + head * D;
-  const T* gV = static_cast<const T*>(p.v) + start * p.v_row_stride + head * D;
-  for (int k0 = 0; k0 < seqlen; k0 += 64) {
-    __syncthreads();  // every warp is done with the previous K / V tile
-    const int valid = min(64, seqlen - k0);
-    load_tile<Kt, 64>(sK, gK + int64_t(k0) * p.k_row_stride, p.k_row_stride, valid, tid);
-    load_tile<Kt, 64>(sV, gV + int64_t(k0) * p.v_row_stride, p.v_row_stride, valid, tid);
-    cp_async_commit();
-    for (int i = tid; i < 64; i += Kt::kThreads) sBias[i] = bwd_key_real(p, b, k0 + i, seqlen) ? 0.0f : -INFINITY;
-    cp_async_wait<0>();
-    __syncthreads();
+  const int n_tiles = (seqlen + 63) / 64;
+  for (int j = 0; j < n_tiles; ++j) {
+    const int k0 = j * 64;
+    if (j + 1 < n_tiles) {  // the other slot was last read in iteration j - 1 (barrier below)
+      load_key_tile(j + 1);
+      cp_async_wait<1>();  // tile j has landed; tile j + 1 may be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile j (cp.async and plain stores) is visible to every warp
+    const T* sK = slot((j + 1) % 2, 0);
+    const T* sV = slot((j + 1) % 2, 1);
+    const float* bias_j = sBias + (j % 2) * 64;
 
     float acc_p[8][4], acc_dp[8][4];  // P and dP: 16 queries x 64 keys
 #pragma unroll
@@ -344,11 +384,12 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = t * 8 + (lane % 4) * 2 + (e & 1);
-        const float pv = exp2f(acc_p[t][e] * p.scale_log2 + sBias[key] - lse2[e >> 1]);
+        const float pv = exp2f(acc_p[t][e] * p.scale_log2 + bias_j[key] - lse2[e >> 1]);
         acc_dp[t][e] = pv * (acc_dp[t][e] * f[e] - delta[e >> 1]);  // dS
       }
     }
     mma_acc_nn<Kt>(acc_dq, acc_dp, sK, lane);  // dQ += dS K
+    __syncthreads();  // every warp is done with tile j's slot before tile j + 2 is loaded into it
   }
   store_rows<Kt>(p.dq, p.grads_bf16, (start + q0) * p.dq_row_stride + head * D, p.dq_row_stride, acc_dq,
                  warp * 16 + lane / 4, seqlen - q0, p.scale, lane);
