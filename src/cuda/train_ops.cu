@@ -5,8 +5,8 @@
 // parameter gradients (dgamma, dbeta, dbias) are column sums over all rows, formed without
 // atomics in two stages so that the bits never depend on scheduling:
 //   1. column_partials_kernel: block (column tile, row chunk) sums its chunk's rows for 32
-//      columns (8 row lanes in a fixed interleave, combined in a fixed order) into
-//      partial[chunk, c];
+//      groups of 1 or 16 / sizeof(T) columns (8 row lanes in a fixed interleave, combined in a
+//      fixed order) into partial[chunk, c];
 //   2. finish_columns_kernel: one thread per column adds partial[0..chunks) in order to out[c].
 // The chunking depends on N only (kChunkRows, at most kMaxChunks chunks).
 //
@@ -177,44 +177,70 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 
 // ---- deterministic column sums ----------------------------------------------------------------
 
-/// Stage 1 of the column sums. Block (column tile bx, chunk by), threads (32 columns, 8 row
-/// lanes): row lane ty sums rows r0+ty, r0+ty+8, ... of the chunk; the 8 lane sums are added in
-/// lane order. kLayerNorm: partial[chunk][0..C) = sum dy xhat (dgamma), [C..2C) = sum dy (dbeta),
-/// partial rows of 2C; otherwise partial[chunk][0..C) = sum dy (dbias), rows of C.
-template <typename T, bool kLayerNorm>
+/// Stage 1 of the column sums. Block (column tile bx, chunk by), threads (32 column groups of
+/// kVec columns, 8 row lanes): row lane ty sums rows r0+ty, r0+ty+8, ... of the chunk; the 8 lane
+/// sums are added in lane order. kLayerNorm: partial[chunk][0..C) = sum dy xhat (dgamma),
+/// [C..2C) = sum dy (dbeta), partial rows of 2C; otherwise partial[chunk][0..C) = sum dy (dbias),
+/// rows of C. kVec = 16 / sizeof(T) moves 16 bytes per thread and row (a warp reads 512
+/// contiguous bytes of a row, not 64); each column's sum is the same sequence of adds for any kVec.
+template <typename T, bool kLayerNorm, int kVec>
 __global__ void __launch_bounds__(kColTile * kRowLanes)
     column_partials_kernel(float* partial, const T* dy, int64_t lddy, const T* x, int64_t ldx, const T* residual,
                            int64_t ldr, const float* mean, const float* rstd, int64_t N, int64_t C,
                            int64_t chunk_rows) {
-  __shared__ float s_a[kRowLanes][kColTile + 1], s_b[kRowLanes][kColTile + 1];
+  constexpr int kCols = kColTile * kVec;  // columns per block
+  __shared__ float s_a[kLayerNorm ? kRowLanes : 1][kCols + 1], s_b[kRowLanes][kCols + 1];
   const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
-  const int64_t c = int64_t(blockIdx.x) * kColTile + tx;
+  const int64_t c0 = int64_t(blockIdx.x) * kCols + tx * kVec;  // this thread's first column
   const int64_t chunk = blockIdx.y;
   const int64_t r0 = chunk * chunk_rows, r1 = min(N, r0 + chunk_rows);
-  float a = 0.0f, b = 0.0f;  // a: sum dy xhat (layernorm only), b: sum dy
-  if (c < C) {
+  float a[kVec], b[kVec];  // a: sum dy xhat (layernorm only), b: sum dy
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) a[j] = b[j] = 0.0f;
+  if (c0 < C) {  // kVec > 1: C % kVec == 0, so the whole group is inside the row
     for (int64_t n = r0 + ty; n < r1; n += kRowLanes) {
-      const float d = to_float(dy[n * lddy + c]);
-      b += d;
+      float d[kVec];
+      load_row<T, kVec>(d, dy + n * lddy, int(c0));
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) b[j] += d[j];
       if constexpr (kLayerNorm) {
-        const float s = to_float(x[n * ldx + c]) + (residual ? to_float(residual[n * ldr + c]) : 0.0f);
-        a += d * ((s - mean[n]) * rstd[n]);
+        float s[kVec];
+        load_row<T, kVec>(s, x + n * ldx, int(c0));
+        if (residual) {
+          float r[kVec];
+          load_row<T, kVec>(r, residual + n * ldr, int(c0));
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) s[j] += r[j];
+        }
+        const float mu = mean[n], rs = rstd[n];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) a[j] += d[j] * ((s[j] - mu) * rs);
       }
     }
   }
-  s_a[ty][tx] = a;
-  s_b[ty][tx] = b;
-  __syncthreads();
-  if (ty != 0 || c >= C) return;
-  for (int k = 1; k < kRowLanes; ++k) {
-    a += s_a[k][tx];
-    b += s_b[k][tx];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if constexpr (kLayerNorm) s_a[ty][tx * kVec + j] = a[j];
+    s_b[ty][tx * kVec + j] = b[j];
   }
-  if constexpr (kLayerNorm) {
-    partial[chunk * 2 * C + c] = a;
-    partial[chunk * 2 * C + C + c] = b;
-  } else {
-    partial[chunk * C + c] = b;
+  __syncthreads();
+  if (ty != 0 || c0 >= C) return;
+  for (int k = 1; k < kRowLanes; ++k) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if constexpr (kLayerNorm) a[j] += s_a[k][tx * kVec + j];
+      b[j] += s_b[k][tx * kVec + j];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if (kVec == 1 && c0 + j >= C) break;
+    if constexpr (kLayerNorm) {
+      partial[chunk * 2 * C + c0 + j] = a[j];
+      partial[chunk * 2 * C + C + c0 + j] = b[j];
+    } else {
+      partial[chunk * C + c0 + j] = b[j];
+    }
   }
 }
 
@@ -398,12 +424,17 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     const T* rp = static_cast<const T*>(residual);
     const T* dyp = static_cast<const T*>(dy);
     // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
-    const dim3 grid(unsigned(ceil_div(C, kColTile)), unsigned(chunks));
-    column_partials_kernel<T, true><<<grid, kColTile * kRowLanes, 0, stream>>>(partial.as<float>(), dyp, lddy, xp, ldx,
-                                                                               rp, ldr, mean, rstd, N, C, chunk_rows);
-    CUDA_CHECK_LAUNCH();
     constexpr int V = Packed128<T>::size;
     const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}});
+    if (vec)
+      column_partials_kernel<T, true, V>
+          <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
+              partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows);
+    else
+      column_partials_kernel<T, true, 1>
+          <<<dim3(unsigned(ceil_div(C, kColTile)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
+              partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows);
+    CUDA_CHECK_LAUNCH();
     const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
     if (vec)
       layernorm_backward_dx_kernel<T, V><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
@@ -443,10 +474,16 @@ void bias_grad_cols(float* dbias, const void* dy, int64_t lddy, int64_t N, int64
   ScratchBuffer partial(size_t(chunks * C) * sizeof(float), stream);  // [chunks][C]
   dispatch_storage("bias_grad", dtype, [&](auto tag) {
     using T = decltype(tag);
-    const dim3 grid(unsigned(ceil_div(C, kColTile)), unsigned(chunks));
-    column_partials_kernel<T, false><<<grid, kColTile * kRowLanes, 0, stream>>>(
-        partial.as<float>(), static_cast<const T*>(dy), lddy, nullptr, 0, nullptr, 0, nullptr, nullptr, N, C,
-        chunk_rows);
+    constexpr int V = Packed128<T>::size;
+    const T* dyp = static_cast<const T*>(dy);
+    if (rows_vectorizable<T>(C, {{dy, lddy}}))
+      column_partials_kernel<T, false, V>
+          <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
+              partial.as<float>(), dyp, lddy, nullptr, 0, nullptr, 0, nullptr, nullptr, N, C, chunk_rows);
+    else
+      column_partials_kernel<T, false, 1>
+          <<<dim3(unsigned(ceil_div(C, kColTile)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
+              partial.as<float>(), dyp, lddy, nullptr, 0, nullptr, 0, nullptr, nullptr, N, C, chunk_rows);
     CUDA_CHECK_LAUNCH();
   });
   finish_columns(dbias, partial.as<float>(), C, chunks, C, stream);
