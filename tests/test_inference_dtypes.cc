@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "error_test_util.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 #include "ref/ref_ops.h"
@@ -148,6 +149,47 @@ TEST(Ops, CopyHandlesStridesAndRejectsMismatches) {
   EXPECT_THROW(ops::copy(ctx, src, wrong_dtype), Error);
   Tensor overlapping = wide.slice(1, 3, 6);
   EXPECT_THROW(ops::copy(ctx, src, overlapping), Error);
+}
+
+// copy_many: the bits of copy item by item (f32 -> bf16 / f16 roundings, a strided source, a
+// same-dtype copy), and its own check that no item writes into another item's tensors.
+TEST(Ops, CopyManyIsCopyItemByItemAndRefusesOverlappingItems) {
+  Context ctx({.num_threads = 2});
+  Tensor wide = Tensor::empty({5, 9}, DType::f32);
+  for (int i = 0; i < 45; ++i) wide.data<float>()[i] = f32_of_bits(0x3f800000u + uint32_t(i) * 0x1357u) * (i % 3 - 1.0f);
+  const Tensor a = wide.slice(0, 0, 2).contiguous(), b = wide.slice(1, 1, 8);  // contiguous [2, 9], strided [5, 7]
+  Tensor a16 = Tensor::empty({2, 9}, DType::bf16), b16 = Tensor::empty({5, 7}, DType::f16),
+         a32 = Tensor::empty({2, 9}, DType::f32);
+  ops::copy_many(ctx, {{&a, &a16}, {&b, &b16}, {&a, &a32}});
+  Tensor want_a16 = Tensor::empty({2, 9}, DType::bf16), want_b16 = Tensor::empty({5, 7}, DType::f16);
+  ops::copy(ctx, a, want_a16);
+  ops::copy(ctx, b, want_b16);
+  for (int64_t i = 0; i < 18; ++i) EXPECT_EQ(bits16(a16, i), bits16(want_a16, i)) << i;
+  for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(bits16(b16, i), bits16(want_b16, i)) << i;
+  for (int64_t i = 0; i < 18; ++i) EXPECT_EQ(a32.data<float>()[i], a.data<float>()[i]) << i;
+  ops::copy_many(ctx, {});  // nothing to do
+
+  // Item 0 writes into item 1's source: in order the result would depend on the items' order.
+  Tensor buf = Tensor::empty({2, 9}, DType::f32);
+  Tensor into_src = buf;  // item 0's dst ...
+  const Tensor src_of_1 = buf.slice(0, 1, 2);  // ... holds item 1's src
+  Tensor out1 = Tensor::empty({1, 9}, DType::f32);
+  std::string msg = error_of([&] { ops::copy_many(ctx, {{&a, &into_src}, {&src_of_1, &out1}}); });
+  EXPECT_NE(msg.find("item 0's dst"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("item 1's src"), std::string::npos) << msg;
+  // Two items writing one tensor; a null tensor.
+  Tensor shared = Tensor::empty({2, 9}, DType::bf16);
+  msg = error_of([&] { ops::copy_many(ctx, {{&a, &shared}, {&a, &shared}}); });
+  EXPECT_NE(msg.find("overlaps"), std::string::npos) << msg;
+  msg = error_of([&] { ops::copy_many(ctx, {{&a, nullptr}}); });
+  EXPECT_NE(msg.find("null"), std::string::npos) << msg;
+  // Column slices of one buffer that share no element are not an overlap.
+  Tensor cols = Tensor::empty({4, 6}, DType::f32);
+  Tensor left = cols.slice(1, 0, 3), right = cols.slice(1, 3, 6);
+  const Tensor src4 = wide.slice(0, 0, 4).slice(1, 0, 3);
+  ops::copy_many(ctx, {{&src4, &left}, {&src4, &right}});
+  EXPECT_EQ(cols.data<float>()[3], wide.data<float>()[0]);
+  EXPECT_EQ(cols.data<float>()[6 + 5], wide.data<float>()[9 + 2]);
 }
 
 // bf16 / f16 tensors on the CPU: the ops of the bf16 training path emulate them (tests in

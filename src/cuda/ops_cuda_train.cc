@@ -117,6 +117,15 @@ void adamw_update_many(Context& ctx, const std::vector<ops::AdamItem>& items) {
   adamw_update_many_n(ts.data(), int64_t(ts.size()), cuda_state(ctx).stream);
 }
 
+void copy_many(Context& ctx, const std::vector<ops::CopyItem>& items) {
+  for (const DType to : {DType::bf16, DType::f16}) {
+    std::vector<CastTensor> ts;
+    for (const ops::CopyItem& it : items)
+      if (it.dst->dtype() == to) ts.push_back({it.src->data<float>(), it.dst->raw(), it.src->numel()});
+    if (!ts.empty()) cast_many_n(ts.data(), int64_t(ts.size()), to, cuda_state(ctx).stream);
+  }
+}
+
 void lamb_moments_many(Context& ctx, const std::vector<ops::AdamItem>& items) {
   std::vector<LambMomentsTensor> ts;
   ts.reserve(items.size());

@@ -123,6 +123,15 @@ __global__ void __launch_bounds__(kThreads) lamb_apply_many_kernel(const ApplyBa
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) x.p[i] = __fadd_rn(x.p[i], __fmul_rn(alpha, x.u[i]));
 }
 
+/// The bf16 / f16 copies of many f32 tensors (ops::copy_many): from_float, cast.cu's rounding.
+template <typename Tout>
+__global__ void __launch_bounds__(kThreads) cast_many_kernel(const ApplyBatch<CastTensor> b) {
+  int64_t begin, end;
+  const CastTensor& x = b.t[apply_chunk(b, begin, end)];
+  Tout* dst = static_cast<Tout*>(x.dst);
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) dst[i] = from_float<Tout>(x.src[i]);
+}
+
 /// Launches `kernel` over ts[0..count) in batches of kApplyBatch non-empty tensors.
 template <typename T, typename Kernel>
 void apply_many(const char* op, const T* ts, int64_t count, Kernel kernel, cudaStream_t stream) {
@@ -365,6 +374,14 @@ void lamb_apply_n(float lr, const double* param_sq, const double* update_sq, con
 
 void adamw_update_many_n(const AdamWTensor* ts, int64_t count, cudaStream_t stream) {
   apply_many("adamw_update_many", ts, count, adamw_many_kernel, stream);
+}
+
+void cast_many_n(const CastTensor* ts, int64_t count, DType dst_dtype, cudaStream_t stream) {
+  switch (dst_dtype) {
+    case DType::bf16: return apply_many("copy_many", ts, count, cast_many_kernel<__nv_bfloat16>, stream);
+    case DType::f16: return apply_many("copy_many", ts, count, cast_many_kernel<__half>, stream);
+    default: throw Unsupported("copy_many (cuda): f32 to ", dtype_name(dst_dtype), " (bf16 or f16 only)");
+  }
 }
 
 void lamb_moments_many_n(const LambMomentsTensor* ts, int64_t count, cudaStream_t stream) {

@@ -154,7 +154,14 @@ struct LambApplyTensor {
   float lr;
   int ratio_one;
 };
+/// dst = dst_dtype(src) of n contiguous elements (bf16 or f16, round to nearest even: cast.cu's bits).
+struct CastTensor {
+  const float* src;
+  void* dst;
+  int64_t n;
+};
 void adamw_update_many_n(const AdamWTensor* ts, int64_t count, cudaStream_t stream);
+void cast_many_n(const CastTensor* ts, int64_t count, DType dst_dtype, cudaStream_t stream);
 void lamb_moments_many_n(const LambMomentsTensor* ts, int64_t count, cudaStream_t stream);
 void lamb_apply_many_n(const LambApplyTensor* ts, int64_t count, cudaStream_t stream);
 

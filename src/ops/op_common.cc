@@ -111,8 +111,6 @@ void check_vector(std::string_view op, std::string_view name, const Tensor& t, i
   check_param(op, name, t, C, DType::f32, device);
 }
 
-namespace {
-// [first byte, one past the last byte] of t's elements.
 std::pair<const char*, const char*> byte_span(const Tensor& t) {
   const char* b = static_cast<const char*>(t.raw());
   if (t.numel() == 0) return {b, b};
@@ -120,7 +118,6 @@ std::pair<const char*, const char*> byte_span(const Tensor& t) {
   for (int i = 0; i < t.ndim(); ++i) last += (t.size(i) - 1) * t.stride(i);
   return {b, b + (last + 1) * int64_t(dtype_size(t.dtype()))};
 }
-}  // namespace
 
 bool overlaps(const Tensor& a, const Tensor& b) {
   auto [a0, a1] = byte_span(a);

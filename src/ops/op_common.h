@@ -89,6 +89,8 @@ void check_vector(std::string_view op, std::string_view name, const Tensor& t, i
 /// do not meet (column slices of one wide buffer). Used to reject outputs that would overwrite
 /// inputs still needed.
 bool overlaps(const Tensor& a, const Tensor& b);
+/// [first byte, one past the last byte] of t's elements (non-negative strides).
+std::pair<const char*, const char*> byte_span(const Tensor& t);
 
 /// a and b are the same view (same first element, shape and strides): the "may alias" case.
 bool same_view(const Tensor& a, const Tensor& b);

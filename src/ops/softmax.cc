@@ -1,5 +1,8 @@
 // ops/softmax.cc: row-wise softmax over the last dim, and its backward (training); ops::copy.
+#include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
@@ -67,6 +70,65 @@ void copy(Context& ctx, const Tensor& src, Tensor& dst) {
   cuda::copy(ctx, src, dst);
 #else
   detail::throw_unsupported(op, Device::cuda, src.dtype());
+#endif
+}
+
+void copy_many(Context& ctx, const std::vector<CopyItem>& items) {
+  detail::OpScope op_scope(ctx, "copy_many");
+  constexpr const char* op = "copy_many";
+  for (size_t i = 0; i < items.size(); ++i)
+    UNMASK_CHECK(items[i].src && items[i].dst, op, ": item ", i, " has a null tensor");
+  // A dst may not meet any other item's src or dst (then the items' order would matter). The
+  // byte spans sorted by start: only spans that intersect get the exact test (a training step
+  // passes ~200 disjoint items; the pairwise test would cost milliseconds).
+  struct Span {
+    const char* begin;
+    const char* end;
+    size_t item;
+    bool dst;
+  };
+  std::vector<Span> spans;
+  spans.reserve(2 * items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    for (const bool dst : {false, true}) {
+      const Tensor& t = dst ? *items[i].dst : *items[i].src;
+      const auto [b, e] = detail::byte_span(t);
+      if (b != e) spans.push_back({b, e, i, dst});
+    }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t a = 0; a < spans.size(); ++a)
+    for (size_t b = a + 1; b < spans.size() && spans[b].begin < spans[a].end; ++b) {
+      const Span& x = spans[a];
+      const Span& y = spans[b];
+      if (x.item == y.item || !(x.dst || y.dst)) continue;  // an item's own pair: copy's check
+      const Span& w = x.dst ? x : y;  // a written one
+      const Span& o = x.dst ? y : x;
+      const Tensor& written = *items[w.item].dst;
+      const Tensor& other = o.dst ? *items[o.item].dst : *items[o.item].src;
+      detail::check_no_overlap(op, "item " + std::to_string(w.item) + "'s dst", written,
+                               "item " + std::to_string(o.item) + (o.dst ? "'s dst" : "'s src"), other, false);
+    }
+  std::vector<CopyItem> batched;  // CUDA, contiguous f32 -> bf16 / f16: the multi-tensor kernel
+  for (const CopyItem& it : items) {
+    const Tensor& src = *it.src;
+    const Tensor& dst = *it.dst;
+    const bool batchable = src.device() == Device::cuda && dst.device() == Device::cuda && src.dtype() == DType::f32 &&
+                           (dst.dtype() == DType::bf16 || dst.dtype() == DType::f16) && src.shape() == dst.shape() &&
+                           src.is_contiguous() && dst.is_contiguous();
+    if (batchable && src.numel() > 0) {
+      detail::check_no_overlap(op, "dst", dst, "src", src, false);
+      batched.push_back(it);
+    } else {
+      copy(ctx, src, *it.dst);  // every check and path of copy, and its bits
+    }
+  }
+  if (batched.empty()) return;
+#ifdef UNMASK_WITH_CUDA
+  UNMASK_CHECK(ctx.device() == Device::cuda, op, ": the tensors are on cuda but the context runs on ",
+               device_name(ctx.device()));
+  cuda::copy_many(ctx, batched);
+#else
+  detail::throw_unsupported(op, Device::cuda, DType::f32);
 #endif
 }
 

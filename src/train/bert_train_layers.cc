@@ -42,11 +42,28 @@ void zero_tensor(Tensor& t) {
 #endif
 }
 
-void refresh_half(Context& ctx, PV& p, DType dtype) {
+namespace {
+// p.half allocated to p.value's shape in dtype on its device, unless it already is.
+void ensure_half(PV& p, DType dtype) {
   if (!p.half.defined() || p.half.dtype() != dtype || p.half.device() != p.value.device() ||
       p.half.shape() != p.value.shape())
     p.half = Tensor::empty(p.value.shape(), dtype, p.value.device());
+}
+}  // namespace
+
+void refresh_half(Context& ctx, PV& p, DType dtype) {
+  ensure_half(p, dtype);
   ops::copy(ctx, p.value, p.half);
+}
+
+void refresh_halves(Context& ctx, const std::vector<PV*>& pvs, DType dtype) {
+  std::vector<ops::CopyItem> items;
+  items.reserve(pvs.size());
+  for (PV* p : pvs) {
+    ensure_half(*p, dtype);
+    items.push_back({&p->value, &p->half});
+  }
+  ops::copy_many(ctx, items);
 }
 
 const Tensor& value_for(const PV& p, DType dtype) {

@@ -35,6 +35,8 @@ struct PV {
 };
 /// p.half = dtype(p.value), rounded to nearest even on p's device (allocated on first use).
 void refresh_half(Context& ctx, PV& p, DType dtype);
+/// refresh_half for every PV, in one ops::copy_many (a few launches on CUDA, not one a tensor).
+void refresh_halves(Context& ctx, const std::vector<PV*>& pvs, DType dtype);
 /// The value a linear layer multiplies activations of `dtype` by: value (f32) or half.
 const Tensor& value_for(const PV& p, DType dtype);
 /// An owned contiguous copy of `src` (any float layout already widened to f32) with a zero grad,

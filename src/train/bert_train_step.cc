@@ -213,11 +213,14 @@ struct Encoder {
   Tensor forward(Context& ctx) {
     const int64_t N = tok.N, C = s.C;
     const DType adt = s.activations;
-    if (low_precision())  // the layers' bf16 weights, from this step's fp32 master weights
+    if (low_precision()) {  // the layers' bf16 weights, from this step's fp32 master weights
+      std::vector<train::PV*> pvs;
       for (train::EncoderLayerParams& p : I.layers)
         for (train::PV* pv : {&p.qkv_w, &p.qkv_b, &p.attn_out_w, &p.attn_out_b, &p.ffn_in_w, &p.ffn_in_b,
                               &p.ffn_out_w, &p.ffn_out_b})
-          train::refresh_half(ctx, *pv, adt);
+          pvs.push_back(pv);
+      train::refresh_halves(ctx, pvs, adt);
+    }
     train::EmbeddingSaved& es = I.emb_saved;
     es.e = I.take({N, C});
     es.mean = I.take({N});

@@ -60,8 +60,9 @@ struct BlockShape {
   DType activations = DType::f32;
 };
 
-/// Rounds the GEMM weights and biases of a block to `dtype` copies (PV::half) for bf16 blocks.
-void refresh_block_halves(Context& ctx, BlockParams& b, DType dtype);
+/// Rounds the GEMM weights and biases of the blocks to `dtype` copies (PV::half) for bf16 blocks,
+/// in one ops::copy_many.
+void refresh_block_halves(Context& ctx, std::vector<BlockParams>& blocks, DType dtype);
 
 /// The 13 tensors of a block under their original names (prefix + "norm1.weight", ...), in
 /// state-dict order; biases and norms get weight_decay = false.

@@ -218,8 +218,8 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
     return out;
   };
   if (adt != DType::f32) {  // this step's bf16 block weights, from the fp32 masters
-    for (video::BlockParams& b : m.enc_blocks) video::refresh_block_halves(ctx, b, adt);
-    for (video::BlockParams& b : m.dec_blocks) video::refresh_block_halves(ctx, b, adt);
+    video::refresh_block_halves(ctx, m.enc_blocks, adt);
+    video::refresh_block_halves(ctx, m.dec_blocks, adt);
   }
 
   // ---- forward ----

@@ -90,9 +90,11 @@ Tensor branch_grad(const Tensor& g, const float* drop, int64_t tokens) {
 
 }  // namespace
 
-void refresh_block_halves(Context& ctx, BlockParams& b, DType dtype) {
-  for (PV* pv : {&b.qkv_w, &b.proj_w, &b.proj_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b})
-    train::refresh_half(ctx, *pv, dtype);
+void refresh_block_halves(Context& ctx, std::vector<BlockParams>& blocks, DType dtype) {
+  std::vector<PV*> pvs;
+  for (BlockParams& b : blocks)
+    for (PV* pv : {&b.qkv_w, &b.proj_w, &b.proj_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b}) pvs.push_back(pv);
+  train::refresh_halves(ctx, pvs, dtype);
 }
 
 void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const BlockShape& s, BlockSaved& sv) {

@@ -570,6 +570,41 @@ TEST(CudaTrainOptim, SumSquaresManyLambApplyAndOptimizerStepsMatch) {
 // of the one-tensor ops, tensor by tensor. 70 tensors (three launches' worth) of sizes around
 // the 8192-element chunk and the 256-thread block, one empty, each with its own lr, weight
 // decay (some 0: LAMB's ratio-1 axpy) and norm slots.
+// ops::copy_many's CUDA batches (the bf16 weight copies of training with bf16 activations):
+// 70 f32 tensors to bf16 and f16 across several 32-tensor launches, sizes that end mid-chunk
+// and an empty one: the bits of ops::copy item by item. Plus a strided item, which takes copy.
+TEST(CudaTrainOps, CopyManyEqualsCopyItemByItem) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaCopyMany");
+  const int count = 70;
+  std::vector<Tensor> src, many, one;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i == 5 ? 0 : i % 7 == 0 ? 8192 * (1 + i % 3) + i : rng.integer(1, 3000);
+    const DType to = i % 3 == 0 ? DType::f16 : DType::bf16;
+    src.push_back(rng.tensor({n}, 3.0f).to(Device::cuda));
+    many.push_back(Tensor::empty({n}, to, Device::cuda));
+    one.push_back(Tensor::empty({n}, to, Device::cuda));
+  }
+  const Tensor wide = rng.tensor({6, 10}).to(Device::cuda);
+  const Tensor strided = wide.slice(1, 2, 9);
+  Tensor strided_many = Tensor::empty({6, 7}, DType::bf16, Device::cuda),
+         strided_one = Tensor::empty({6, 7}, DType::bf16, Device::cuda);
+  std::vector<ops::CopyItem> items;
+  for (int i = 0; i < count; ++i) {
+    items.push_back({&src[size_t(i)], &many[size_t(i)]});
+    ops::copy(gpu(), src[size_t(i)], one[size_t(i)]);
+  }
+  items.push_back({&strided, &strided_many});
+  ops::copy(gpu(), strided, strided_one);
+  ops::copy_many(gpu(), items);
+  for (int i = 0; i < count; ++i) {
+    const Tensor a = many[size_t(i)].to(Device::cpu), b = one[size_t(i)].to(Device::cpu);
+    ASSERT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "item " << i << " (" << a.numel() << " elements)";
+  }
+  const Tensor a = strided_many.to(Device::cpu), b = strided_one.to(Device::cpu);
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "the strided item";
+}
+
 TEST(CudaTrainOptim, MultiTensorOpsEqualTheOneTensorOps) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainOptimMany");
