@@ -151,6 +151,38 @@ TEST(Ops, CopyHandlesStridesAndRejectsMismatches) {
   EXPECT_THROW(ops::copy(ctx, src, overlapping), Error);
 }
 
+// A bf16 GEMM with exact GELU (or tanh) and a bf16 bias rounds the pre-activation, then the
+// activation: CUDA's default roundings (gemm_cublaslt.cc) and PyTorch eager's. A single rounding
+// of act(A B + bias) differs in some elements, so the test tells the two apart.
+TEST(Ops, HalfGemmWithAnUnfusableActivationRoundsTwiceOnTheCpu) {
+  Context ctx({.num_threads = 2});
+  Tensor a = Tensor::empty({16, 48}, DType::f32), w = Tensor::empty({40, 48}, DType::f32),
+         bias = Tensor::empty({40}, DType::f32);
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = float((i * 37) % 23) / 11.0f - 1.0f;
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = float((i * 53) % 29) / 70.0f - 0.2f;
+  for (int64_t i = 0; i < bias.numel(); ++i) bias.data<float>()[i] = float(i % 7) / 9.0f - 0.3f;
+  for (const ops::Activation act : {ops::Activation::gelu, ops::Activation::tanh}) {
+    SCOPED_TRACE(act == ops::Activation::gelu ? "gelu" : "tanh");
+    const Tensor ab = a.cast(DType::bf16), wb = w.cast(DType::bf16), bb = bias.cast(DType::bf16);
+    Tensor fused = Tensor::empty({16, 40}, DType::bf16), twice = Tensor::empty({16, 40}, DType::bf16);
+    ops::gemm(ctx, ab, ops::Trans::no, wb, ops::Trans::yes, fused, {.bias = &bb, .act = act});
+    ops::gemm(ctx, ab, ops::Trans::no, wb, ops::Trans::yes, twice, {.bias = &bb});
+    ops::activation(ctx, twice, twice, act);
+    // one rounding: act(A B + bias) in f32 from the same bf16 operands, then bf16
+    int64_t differ_from_once = 0;
+    const Tensor bf = bb.cast(DType::f32);
+    Tensor once = Tensor::zeros({16, 40}, DType::f32);
+    ops::gemm(ctx, ab.cast(DType::f32), ops::Trans::no, wb.cast(DType::f32), ops::Trans::yes, once,
+              {.bias = &bf, .act = act});
+    const Tensor once16 = once.cast(DType::bf16);
+    for (int64_t i = 0; i < fused.numel(); ++i) {
+      ASSERT_EQ(bits16(fused, i), bits16(twice, i)) << "element " << i;
+      differ_from_once += bits16(fused, i) != bits16(once16, i);
+    }
+    EXPECT_GT(differ_from_once, 0) << "no element tells one rounding from two: the test would not catch a regression";
+  }
+}
+
 // copy_many: the bits of copy item by item (f32 -> bf16 / f16 roundings, a strided source, a
 // same-dtype copy), and its own check that no item writes into another item's tensors.
 TEST(Ops, CopyManyIsCopyItemByItemAndRefusesOverlappingItems) {

@@ -71,7 +71,13 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
     if (args.bias) detail::check_param(op, "bias", *args.bias, N, c.dtype(), dev);
     if (dev == Device::cpu) {
       // Emulation: f32 copies (exact), the f32 GEMM (fp32 accumulation, as the tensor cores),
-      // one rounding of c. An f32 c is written in place.
+      // one rounding of c. An f32 c is written in place. An activation the CUDA epilogue cannot
+      // fuse (exact GELU, tanh) on a half c with a half bias (or none) and beta 0 is applied
+      // after that rounding and rounded again, as CUDA does by default (gemm_cublaslt.cc, and
+      // PyTorch eager): both backends give the same roundings.
+      const bool act_after_rounding = c.dtype() != DType::f32 && args.beta == 0.0f &&
+                                      (args.act == Activation::gelu || args.act == Activation::tanh) &&
+                                      (!args.bias || args.bias->dtype() == c.dtype());
       const Tensor af = detail::widen_for_cpu(a), bf = detail::widen_for_cpu(b);
       const Tensor biasf = args.bias ? detail::widen_for_cpu(*args.bias) : Tensor();
       Tensor cf = c.dtype() == DType::f32 ? c
@@ -79,8 +85,11 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
                                           : detail::widen_for_cpu(c);
       GemmArgs f32_args = args;
       f32_args.bias = args.bias ? &biasf : nullptr;
+      if (act_after_rounding) f32_args.act = Activation::none;
       gemm(ctx, af, ta, bf, tb, cf, f32_args);
-      return detail::narrow_into(cf, c);
+      detail::narrow_into(cf, c);
+      if (act_after_rounding) activation(ctx, c, c, args.act);  // f32 arithmetic, a second rounding
+      return;
     }
 #ifdef UNMASK_WITH_CUDA
     return cuda::gemm(ctx, a, ta, b, tb, c, args);  // cuBLASLt, fp32 accumulation
