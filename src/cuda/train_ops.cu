@@ -218,18 +218,19 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
       }
     }
   }
+  // column j of thread tx at [j kColTile + tx]: a warp's stores and loads hit 32 banks
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
-    if constexpr (kLayerNorm) s_a[ty][tx * kVec + j] = a[j];
-    s_b[ty][tx * kVec + j] = b[j];
+    if constexpr (kLayerNorm) s_a[ty][j * kColTile + tx] = a[j];
+    s_b[ty][j * kColTile + tx] = b[j];
   }
   __syncthreads();
   if (ty != 0 || c0 >= C) return;
   for (int k = 1; k < kRowLanes; ++k) {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      if constexpr (kLayerNorm) a[j] += s_a[k][tx * kVec + j];
-      b[j] += s_b[k][tx * kVec + j];
+      if constexpr (kLayerNorm) a[j] += s_a[k][j * kColTile + tx];
+      b[j] += s_b[k][j * kColTile + tx];
     }
   }
 #pragma unroll

@@ -177,11 +177,19 @@ void tubelet_target(Context& ctx, const float* videos, const TubeletGeometry& g,
                "tubelet_target (cuda): 1 to ", kMaxChannels, " channels with one mean and stdev each, got C = ", g.C,
                " with ", mean.size(), " and ", stdev.size());
   UNMASK_CHECK(R < (int64_t(1) << 31), "tubelet_target (cuda): ", R, " rows exceed the grid");
-  // one token's pixels in shared memory (48 KB: K <= 12,288, a 2 x 16 x 16 RGB tubelet is 1,536)
-  UNMASK_CHECK(g.K * int64_t(sizeof(float)) <= 48 * 1024, "tubelet_target (cuda): a token of ", g.K,
-               " values (C tt p p) exceeds the 48 KB of shared memory the kernel stages it in",
-               Hint("use a smaller tubelet or patch, or the CPU op"));
   if (R == 0) return;
+  // One token's pixels in shared memory (a 2 x 16 x 16 RGB tubelet: 6 KB) beside the kernel's
+  // static arrays; past the default 48 KB a block opts in, up to the device's limit (227 KB on
+  // sm_90, 163 KB on sm_80: 3 x 4 x 32 x 32 values fit both).
+  const size_t dynamic = size_t(g.K) * sizeof(float);
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, tubelet_target_kernel));
+  const size_t limit = size_t(st.props.sharedMemPerBlockOptin);
+  UNMASK_CHECK(attr.sharedSizeBytes + dynamic <= limit, "tubelet_target (cuda): a token of ", g.K,
+               " values (C tt p p) needs ", attr.sharedSizeBytes + dynamic, " bytes of shared memory, over this device's ",
+               limit, Hint("use a smaller tubelet or patch, or the CPU op"));
+  if (attr.sharedSizeBytes + dynamic > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(tubelet_target_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic)));
   ChannelNorm norm{};
   for (int64_t c = 0; c < g.C; ++c) {
     norm.mean[c] = mean[size_t(c)];

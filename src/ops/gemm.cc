@@ -1,4 +1,6 @@
 // ops/gemm.cc: c = act(alpha * op(a) @ op(b) + bias + beta * c), 2-D or batched 3-D.
+#include <cstdint>
+
 #include "cpu/blas.h"
 #include "ops/op_common.h"
 #include "ops/op_params.h"
@@ -72,12 +74,13 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
     if (dev == Device::cpu) {
       // Emulation: f32 copies (exact), the f32 GEMM (fp32 accumulation, as the tensor cores),
       // one rounding of c. An f32 c is written in place. An activation the CUDA epilogue cannot
-      // fuse (exact GELU, tanh) on a half c with a half bias (or none) and beta 0 is applied
-      // after that rounding and rounded again, as CUDA does by default (gemm_cublaslt.cc, and
-      // PyTorch eager): both backends give the same roundings.
-      const bool act_after_rounding = c.dtype() != DType::f32 && args.beta == 0.0f &&
-                                      (args.act == Activation::gelu || args.act == Activation::tanh) &&
-                                      (!args.bias || args.bias->dtype() == c.dtype());
+      // fuse (exact GELU, tanh) on a half c with beta 0 and a bias the epilogue takes (none, or
+      // of c's dtype and 16-byte aligned) is applied after that rounding and rounded again, as
+      // CUDA does by default (gemm_cublaslt.cc, and PyTorch eager): both backends give the same
+      // roundings. (UNMASK_CUDA_EPILOGUE_ROUND_ONCE=1 makes CUDA round once: then they differ.)
+      const bool act_after_rounding =
+          c.dtype() != DType::f32 && args.beta == 0.0f && (args.act == Activation::gelu || args.act == Activation::tanh) &&
+          (!args.bias || (args.bias->dtype() == c.dtype() && reinterpret_cast<uintptr_t>(args.bias->raw()) % 16 == 0));
       const Tensor af = detail::widen_for_cpu(a), bf = detail::widen_for_cpu(b);
       const Tensor biasf = args.bias ? detail::widen_for_cpu(*args.bias) : Tensor();
       Tensor cf = c.dtype() == DType::f32 ? c

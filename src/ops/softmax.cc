@@ -1,5 +1,6 @@
 // ops/softmax.cc: row-wise softmax over the last dim, and its backward (training); ops::copy.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,8 +83,7 @@ void copy_many(Context& ctx, const std::vector<CopyItem>& items) {
   // byte spans sorted by start: only spans that intersect get the exact test (a training step
   // passes ~200 disjoint items; the pairwise test would cost milliseconds).
   struct Span {
-    const char* begin;
-    const char* end;
+    uintptr_t begin, end;  // addresses of unrelated allocations: compared as integers
     size_t item;
     bool dst;
   };
@@ -93,7 +93,7 @@ void copy_many(Context& ctx, const std::vector<CopyItem>& items) {
     for (const bool dst : {false, true}) {
       const Tensor& t = dst ? *items[i].dst : *items[i].src;
       const auto [b, e] = detail::byte_span(t);
-      if (b != e) spans.push_back({b, e, i, dst});
+      if (b != e) spans.push_back({reinterpret_cast<uintptr_t>(b), reinterpret_cast<uintptr_t>(e), i, dst});
     }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t a = 0; a < spans.size(); ++a)
@@ -108,6 +108,9 @@ void copy_many(Context& ctx, const std::vector<CopyItem>& items) {
       detail::check_no_overlap(op, "item " + std::to_string(w.item) + "'s dst", written,
                                "item " + std::to_string(o.item) + (o.dst ? "'s dst" : "'s src"), other, false);
     }
+  for (const CopyItem& it : items)  // before any copy: a refused call copies nothing
+    UNMASK_CHECK((it.src->device() == Device::cpu && it.dst->device() == Device::cpu) || ctx.device() == Device::cuda,
+                 op, ": a side is on cuda but the context runs on ", device_name(ctx.device()));
   std::vector<CopyItem> batched;  // CUDA, contiguous f32 -> bf16 / f16: the multi-tensor kernel
   for (const CopyItem& it : items) {
     const Tensor& src = *it.src;
@@ -124,8 +127,6 @@ void copy_many(Context& ctx, const std::vector<CopyItem>& items) {
   }
   if (batched.empty()) return;
 #ifdef UNMASK_WITH_CUDA
-  UNMASK_CHECK(ctx.device() == Device::cuda, op, ": the tensors are on cuda but the context runs on ",
-               device_name(ctx.device()));
   cuda::copy_many(ctx, batched);
 #else
   detail::throw_unsupported(op, Device::cuda, DType::f32);

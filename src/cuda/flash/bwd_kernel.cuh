@@ -178,6 +178,20 @@ __device__ __forceinline__ void store_rows(void* g, bool bf16, int64_t offset, i
   }
 }
 
+/// Iteration j of n over double-buffered tiles: starts tile j + 1 (load_next(j + 1): one
+/// cp.async commit group, into the slot iteration j - 1 read, which the barrier ending every
+/// iteration has freed), then waits until tile j has landed and every thread's stores are visible.
+template <typename F>
+__device__ __forceinline__ void stream_next_tile(int j, int n, F&& load_next) {
+  if (j + 1 < n) {
+    load_next(j + 1);
+    cp_async_wait<1>();  // tile j has landed; tile j + 1 may be in flight
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 template <typename Kt>
 __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
   using T = typename Kt::Element;
@@ -242,13 +256,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
   const int n_tiles = (seqlen + 63) / 64;
   for (int j = 0; j < n_tiles; ++j) {
     const int q0 = j * 64;
-    if (j + 1 < n_tiles) {  // the other slot was last read in iteration j - 1 (barrier below)
-      load_query_tile(j + 1);
-      cp_async_wait<1>();  // tile j has landed; tile j + 1 may be in flight
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile j (cp.async and plain stores) is visible to every warp
+    stream_next_tile(j, n_tiles, load_query_tile);
     const T* sQ = slot((j + 1) % 2, 0);
     const T* sdO = slot((j + 1) % 2, 1);
     const float* lse2_j = sLse2 + (j % 2) * 64;
@@ -348,13 +356,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
   const int n_tiles = (seqlen + 63) / 64;
   for (int j = 0; j < n_tiles; ++j) {
     const int k0 = j * 64;
-    if (j + 1 < n_tiles) {  // the other slot was last read in iteration j - 1 (barrier below)
-      load_key_tile(j + 1);
-      cp_async_wait<1>();  // tile j has landed; tile j + 1 may be in flight
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile j (cp.async and plain stores) is visible to every warp
+    stream_next_tile(j, n_tiles, load_key_tile);
     const T* sK = slot((j + 1) % 2, 0);
     const T* sV = slot((j + 1) % 2, 1);
     const float* bias_j = sBias + (j % 2) * 64;
