@@ -58,7 +58,7 @@ template <typename T, typename TB>
 void bias_act_launch(void* y, int64_t ldy, const void* x, int64_t ldx, const void* bias, int64_t N, int64_t C,
                      ops::Activation act, cudaStream_t stream) {
   constexpr int V = Packed128<T>::size;
-  const bool vec = C % V == 0 && ldx % V == 0 && ldy % V == 0 && is_aligned(x, 16) && is_aligned(y, 16);
+  const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}});
   const int threads = 256;
   const int64_t work = N * (vec ? C / V : C);
   const int blocks = int(std::min<int64_t>(ceil_div(work, threads), int64_t(1) << 20));

@@ -5,7 +5,7 @@
 //   - ceil_div, is_aligned: grid and precondition helpers for launchers.
 //   - Storage types (float, __nv_bfloat16, __half) with to_float / from_float conversions.
 //   - Packed128<T>: 16 bytes of T, loaded and stored with one 128-bit instruction
-//     (llm.c `x128`): 4 floats or 8 bf16/fp16.
+//     (llm.c `x128`): 4 floats or 8 bf16/fp16; rows_vectorizable: whether rows allow it.
 //   - warp_sum / warp_max (butterfly shuffles, every lane gets the result) and block_sum /
 //     block_max (through 32 floats of shared memory).
 //
@@ -17,6 +17,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "core/philox.h"
 #include "cuda/check.h"
@@ -75,6 +77,17 @@ struct alignas(16) Packed128 {
   __device__ __forceinline__ float f(int i) const { return to_float(v[i]); }
   __device__ __forceinline__ void set(int i, float x) { v[i] = from_float<T>(x); }
 };
+
+/// True when rows of C elements of T can move as Packed128: C and every (pointer, row stride)
+/// pair a multiple of 16 bytes. A null pointer (an absent residual) does not count.
+template <typename T>
+bool rows_vectorizable(int64_t C, std::initializer_list<std::pair<const void*, int64_t>> rows) {
+  constexpr int V = Packed128<T>::size;
+  if (C % V != 0) return false;
+  for (const auto& [ptr, ld] : rows)
+    if (ptr && (ld % V != 0 || !is_aligned(ptr, 16))) return false;
+  return true;
+}
 
 // ---- attention sequences and key masks (the flash, naive and training attention kernels) -------
 

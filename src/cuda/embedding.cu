@@ -44,7 +44,7 @@ template <typename T, typename I>
 void embedding_launch(void* out, int64_t ldo, const void* table, int64_t ldt, const void* ids, int64_t N, int64_t C,
                       bool accumulate, cudaStream_t stream) {
   constexpr int V = Packed128<T>::size;
-  const bool vec = C % V == 0 && ldo % V == 0 && ldt % V == 0 && is_aligned(out, 16) && is_aligned(table, 16);
+  const bool vec = rows_vectorizable<T>(C, {{out, ldo}, {table, ldt}});
   const int threads = 256;
   const int blocks = int(std::min<int64_t>(ceil_div(N * (vec ? C / V : C), threads), int64_t(1) << 20));
   if (vec)
@@ -97,8 +97,7 @@ void embedding_layernorm_launch(void* out, int64_t ldo, const int32_t* ids, cons
                                 const void* gamma, const void* beta, float eps, int64_t N, int64_t C,
                                 cudaStream_t stream) {
   constexpr int V = Packed128<T>::size;
-  const bool vec = C % V == 0 && ldo % V == 0 && is_aligned(out, 16) && is_aligned(word, 16) && is_aligned(pos, 16) &&
-                   is_aligned(type, 16);
+  const bool vec = rows_vectorizable<T>(C, {{out, ldo}, {word, C}, {pos, C}, {type, C}});  // table rows of C
   const dim3 block(kEmbWarpsPerBlock * kWarpSize), grid(unsigned(ceil_div(N, kEmbWarpsPerBlock)));
   auto run = [&](auto kernel) {
     kernel<<<grid, block, 0, stream>>>(static_cast<T*>(out), ldo, ids, pos_ids, type_ids, static_cast<const T*>(word),

@@ -45,8 +45,7 @@ template <typename T, typename TP>
 void layernorm_launch(void* y, int64_t ldy, const void* x, int64_t ldx, const void* residual, int64_t ldr,
                       const void* gamma, const void* beta, float eps, int64_t N, int64_t C, cudaStream_t stream) {
   constexpr int V = Packed128<T>::size;
-  const bool vec = C % V == 0 && ldx % V == 0 && ldy % V == 0 && is_aligned(x, 16) && is_aligned(y, 16) &&
-                   (!residual || (ldr % V == 0 && is_aligned(residual, 16)));
+  const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}});
   const dim3 block(kLnWarpsPerBlock * kWarpSize);
   const dim3 grid(unsigned(ceil_div(N, kLnWarpsPerBlock)));
   auto args = [&](auto kernel) {

@@ -1,4 +1,5 @@
-// cuda/layernorm.cuh: the warp-per-row LayerNorm core shared by layernorm.cu and embedding.cu.
+// cuda/layernorm.cuh: the warp-per-row LayerNorm core shared by layernorm.cu, embedding.cu and
+// the training forward (train_ops.cu, which also keeps the returned mean and rstd).
 //
 // One warp normalises one row of C values. The row's input is produced by a functor
 // `load(c, v)` that writes kVec fp32 values for columns c .. c+kVec-1 (c a multiple of kVec),
@@ -14,11 +15,18 @@
 
 namespace unmask::cuda {
 
-/// Writes one normalised row y[0..C) (T storage). gamma, beta: [C] of TP. kVec: 1 or
-/// Packed128<T>::size (then C % kVec == 0 and y is 16-byte aligned).
-template <int kVec, typename T, typename TP, typename Load>
-__device__ __forceinline__ void warp_layernorm_row(const Load& load, T* y, const TP* gamma, const TP* beta, float eps,
-                                                   int C, int lane) {
+/// A row's statistics, as the training backward needs them.
+struct RowStats {
+  float mean, rstd;
+};
+
+/// Writes one normalised row y[0..C) (T storage) and returns its statistics (every lane).
+/// gamma, beta: [C] of TP. kVec: 1 or Packed128<T>::size (then C % kVec == 0 and y is 16-byte
+/// aligned). kIeeeRstd: rstd = 1 / sqrtf(var + eps), IEEE-rounded as the CPU's training kernel
+/// (train_ops.cu); otherwise the faster rsqrtf (inference).
+template <int kVec, typename T, typename TP, bool kIeeeRstd = false, typename Load>
+__device__ __forceinline__ RowStats warp_layernorm_row(const Load& load, T* y, const TP* gamma, const TP* beta,
+                                                       float eps, int C, int lane) {
   float v[kVec];
   float sum = 0.0f;
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
@@ -33,7 +41,8 @@ __device__ __forceinline__ void warp_layernorm_row(const Load& load, T* y, const
 #pragma unroll
     for (int j = 0; j < kVec; ++j) sq += (v[j] - mean) * (v[j] - mean);
   }
-  const float rstd = rsqrtf(warp_sum(sq) / float(C) + eps);
+  const float var_eps = warp_sum(sq) / float(C) + eps;
+  const float rstd = kIeeeRstd ? 1.0f / sqrtf(var_eps) : rsqrtf(var_eps);
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
     load(c, v);
     if constexpr (kVec == 1) {
@@ -45,6 +54,7 @@ __device__ __forceinline__ void warp_layernorm_row(const Load& load, T* y, const
       out.store(y + c);
     }
   }
+  return {mean, rstd};
 }
 
 }  // namespace unmask::cuda

@@ -150,11 +150,11 @@ std::vector<double> sum_squares_many(Context& ctx, const float* const* xs, const
 /// on items the front-end validated (f32, contiguous, on ctx's device): a launch per 32
 /// tensors (optim.cu), no sync.
 void adamw_update_many(Context& ctx, const std::vector<ops::AdamItem>& items);
-/// ops::copy_many's batched items (contiguous f32 -> bf16 / f16 on ctx's device, validated):
-/// a launch per 32 tensors of each target dtype, no sync.
-void copy_many(Context& ctx, const std::vector<ops::CopyItem>& items);
 void lamb_moments_many(Context& ctx, const std::vector<ops::AdamItem>& items);
 void lamb_apply_many(Context& ctx, const std::vector<ops::LambApplyItem>& items);
+/// ops::copy_many's batched items (contiguous f32 -> bf16 / f16 on ctx's device, validated):
+/// a launch per 32 tensors of each target dtype (optim.cu's multi-tensor apply), no sync.
+void copy_many(Context& ctx, const std::vector<ops::CopyItem>& items);
 /// LAMB stage 2 with the squared norms in device memory (ops::lamb_apply); no sync.
 void lamb_apply(Context& ctx, float lr, const double* param_sq, const double* update_sq, const float* update,
                 float* p, int64_t n);

@@ -14,11 +14,11 @@
 // (train_ref.h); the CPU kernels (cpu/kernels_train_impl.inc) use the same formulas.
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
-#include <utility>
+#include <type_traits>
 
 #include "core/philox.h"
 #include "cuda/common.cuh"
+#include "cuda/layernorm.cuh"
 #include "cuda/train_kernels.h"
 
 namespace unmask::cuda {
@@ -41,17 +41,9 @@ void check_rows(const char* op, int64_t N, int64_t C) {
 
 // ---- layernorm ------------------------------------------------------------------------------
 
-/// Calls f(c) for the columns a lane owns, in kVec-wide chunks: chunk k of the row is lanes'
-/// k % 32, columns [k kVec, (k + 1) kVec). With kVec = 16 / sizeof(T) the row kernels below load
-/// 16 bytes per lane (a warp reads 512 contiguous bytes of a bf16 row per step, not 64).
-template <int kVec, typename F>
-__device__ __forceinline__ void for_lane_chunks(int lane, int C, F&& f) {
-  for (int c = lane * kVec; c < C; c += kWarpSize * kVec) f(c);
-}
-
-/// kVec elements of a row at column c as floats (kVec = 1: one scalar load).
+/// v[0..kVec) = row[c .. c + kVec) as floats: one scalar load (kVec = 1) or one Packed128.
 template <typename T, int kVec>
-__device__ __forceinline__ void load_row(float (&v)[kVec], const T* row, int c) {
+__device__ __forceinline__ void load_row(float* v, const T* row, int c) {
   if constexpr (kVec == 1) {
     v[0] = to_float(row[c]);
   } else {
@@ -61,19 +53,20 @@ __device__ __forceinline__ void load_row(float (&v)[kVec], const T* row, int c) 
   }
 }
 
+/// v = x[c ..] + residual[c ..] (the LayerNorm input s; residual may be null).
 template <typename T, int kVec>
-__device__ __forceinline__ void store_row(T* row, int c, const float (&v)[kVec]) {
-  if constexpr (kVec == 1) {
-    row[c] = from_float<T>(v[0]);
-  } else {
-    Packed128<T> p;
+__device__ __forceinline__ void load_sum(float* v, const T* x, const T* residual, int c) {
+  load_row<T, kVec>(v, x, c);
+  if (residual) {
+    float r[kVec];
+    load_row<T, kVec>(r, residual, c);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) p.set(j, v[j]);
-    p.store(row + c);
+    for (int j = 0; j < kVec; ++j) v[j] += r[j];
   }
 }
 
-/// y, mean, rstd from x (+ residual): one warp per row, two-pass statistics.
+/// y, mean, rstd from x (+ residual): one warp per row, the two-pass statistics of
+/// warp_layernorm_row (layernorm.cuh) with an IEEE rstd, as the CPU.
 ///   x, residual, y: [N, C] (ld*); gamma, beta: [C]; mean, rstd: [N].
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
@@ -84,48 +77,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   if (row >= N) return;
   const T* xr = x + row * ldx;
   const T* rr = residual ? residual + row * ldr : nullptr;
-  auto load = [&](float (&v)[kVec], int c) {  // s = x + residual
-    load_row<T, kVec>(v, xr, c);
-    if (rr) {
-      float r[kVec];
-      load_row<T, kVec>(r, rr, c);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] += r[j];
-    }
-  };
-  float sum = 0.0f;
-  for_lane_chunks<kVec>(lane, C, [&](int c) {
-    float v[kVec];
-    load(v, c);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) sum += v[j];
-  });
-  const float mu = warp_sum(sum) / float(C);
-  float sq = 0.0f;
-  for_lane_chunks<kVec>(lane, C, [&](int c) {
-    float v[kVec];
-    load(v, c);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) sq += (v[j] - mu) * (v[j] - mu);
-  });
-  const float rs = 1.0f / sqrtf(warp_sum(sq) / float(C) + eps);
-  T* yr = y + row * ldy;
-  for_lane_chunks<kVec>(lane, C, [&](int c) {
-    float v[kVec];
-    load(v, c);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = (v[j] - mu) * rs * gamma[c + j] + beta[c + j];
-    store_row<T, kVec>(yr, c, v);
-  });
+  const RowStats st = warp_layernorm_row<kVec, T, float, true>(
+      [&](int c, float* v) { load_sum<T, kVec>(v, xr, rr, c); }, y + row * ldy, gamma, beta, eps, C, lane);
   if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = rs;
+    mean[row] = st.mean;
+    rstd[row] = st.rstd;
   }
 }
 
 /// dx of LayerNorm, one warp per row (the parameter sums are column_partials_kernel's):
 ///   xhat = (s - mean) rstd, g = dy gamma, dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)).
-/// dx may alias dy: each lane reads its chunk of dy before writing that chunk of dx.
+/// Lane chunks of kVec columns as in warp_layernorm_row. dx may alias dy: each lane reads its
+/// chunk of dy before writing that chunk of dx.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_backward_dx_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* residual, int64_t ldr,
@@ -138,15 +101,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   const T* rr = residual ? residual + row * ldr : nullptr;
   const T* dyr = dy + row * lddy;
   const float mu = mean[row], rs = rstd[row];
-  // xhat and g = dy gamma of one chunk
-  auto load = [&](float (&xh)[kVec], float (&g)[kVec], int c) {
-    load_row<T, kVec>(xh, xr, c);
-    if (rr) {
-      float r[kVec];
-      load_row<T, kVec>(r, rr, c);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) xh[j] += r[j];
-    }
+  auto load = [&](float* xh, float* g, int c) {  // xhat and g = dy gamma of one chunk
+    load_sum<T, kVec>(xh, xr, rr, c);
     load_row<T, kVec>(g, dyr, c);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
@@ -154,25 +110,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
       g[j] *= gamma[c + j];
     }
   };
+  float xh[kVec], g[kVec];
   float sum_g = 0.0f, sum_gx = 0.0f;
-  for_lane_chunks<kVec>(lane, C, [&](int c) {
-    float xh[kVec], g[kVec];
+  for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
     load(xh, g, c);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       sum_g += g[j];
       sum_gx += g[j] * xh[j];
     }
-  });
+  }
   const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
   T* dxr = dx + row * lddx;
-  for_lane_chunks<kVec>(lane, C, [&](int c) {
-    float xh[kVec], g[kVec];
+  for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
     load(xh, g, c);
+    if constexpr (kVec == 1) {
+      dxr[c] = from_float<T>(rs * (g[0] - mg - xh[0] * mgx));
+    } else {
+      Packed128<T> out;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) g[j] = rs * (g[j] - mg - xh[j] * mgx);
-    store_row<T, kVec>(dxr, c, g);
-  });
+      for (int j = 0; j < kVec; ++j) out.set(j, rs * (g[j] - mg - xh[j] * mgx));
+      out.store(dxr + c);
+    }
+  }
 }
 
 // ---- deterministic column sums ----------------------------------------------------------------
@@ -205,13 +165,7 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
       for (int j = 0; j < kVec; ++j) b[j] += d[j];
       if constexpr (kLayerNorm) {
         float s[kVec];
-        load_row<T, kVec>(s, x + n * ldx, int(c0));
-        if (residual) {
-          float r[kVec];
-          load_row<T, kVec>(r, residual + n * ldr, int(c0));
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) s[j] += r[j];
-        }
+        load_sum<T, kVec>(s, x + n * ldx, residual ? residual + n * ldr : nullptr, int(c0));
         const float mu = mean[n], rs = rstd[n];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) a[j] += d[j] * ((s[j] - mu) * rs);
@@ -366,15 +320,29 @@ void dispatch_storage(const char* op, DType dtype, F&& f) {
   }
 }
 
-/// True when rows of C elements of T can be moved 16 bytes at a time: C and every (pointer,
-/// row stride) pair a multiple of 16 bytes. A null pointer (an absent residual) does not count.
-template <typename T>
-bool rows_vectorizable(int64_t C, std::initializer_list<std::pair<const void*, int64_t>> rows) {
-  constexpr int V = Packed128<T>::size;
-  if (C % V != 0) return false;
-  for (const auto& [ptr, ld] : rows)
-    if (ptr && (ld % V != 0 || !is_aligned(ptr, 16))) return false;
-  return true;
+/// f(std::integral_constant<int, kVec>{}) with kVec = Packed128<T>::size when `vec`
+/// (rows_vectorizable), else 1: one launch statement serves both instances of a kVec kernel.
+template <typename T, typename F>
+void with_vec(bool vec, F&& f) {
+  if (vec)
+    f(std::integral_constant<int, Packed128<T>::size>{});
+  else
+    f(std::integral_constant<int, 1>{});
+}
+
+/// Stage 1 of the column sums (column_partials_kernel) into partial, 16 bytes a thread and row
+/// where dy (and for LayerNorm x and the residual) allow.
+template <typename T, bool kLayerNorm>
+void column_partials(float* partial, const T* dy, int64_t lddy, const T* x, int64_t ldx, const T* residual, int64_t ldr,
+                     const float* mean, const float* rstd, int64_t N, int64_t C, int64_t chunk_rows, int64_t chunks,
+                     cudaStream_t stream) {
+  with_vec<T>(rows_vectorizable<T>(C, {{dy, lddy}, {x, ldx}, {residual, ldr}}), [&](auto kvec) {
+    constexpr int V = decltype(kvec)::value;
+    column_partials_kernel<T, kLayerNorm, V>
+        <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
+            partial, dy, lddy, x, ldx, residual, ldr, mean, rstd, N, C, chunk_rows);
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 int grid_stride_blocks(int64_t work, int threads) {
@@ -393,17 +361,12 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
   if (N == 0 || C == 0) return;
   dispatch_storage("layernorm", dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int V = Packed128<T>::size;
-    const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}});
-    const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
-    if (vec)
-      layernorm_stats_kernel<T, V><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-          static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual), ldr,
-          gamma, beta, eps, N, int(C));
-    else
-      layernorm_stats_kernel<T, 1><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-          static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual), ldr,
-          gamma, beta, eps, N, int(C));
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}}), [&](auto kvec) {
+      layernorm_stats_kernel<T, decltype(kvec)::value>
+          <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+              static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual), ldr,
+              gamma, beta, eps, N, int(C));
+    });
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -425,24 +388,13 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     const T* rp = static_cast<const T*>(residual);
     const T* dyp = static_cast<const T*>(dy);
     // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
-    constexpr int V = Packed128<T>::size;
-    const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}});
-    if (vec)
-      column_partials_kernel<T, true, V>
-          <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
-              partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows);
-    else
-      column_partials_kernel<T, true, 1>
-          <<<dim3(unsigned(ceil_div(C, kColTile)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
-              partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows);
-    CUDA_CHECK_LAUNCH();
-    const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
-    if (vec)
-      layernorm_backward_dx_kernel<T, V><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-          static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C));
-    else
-      layernorm_backward_dx_kernel<T, 1><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-          static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C));
+    column_partials<T, true>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows, chunks,
+                             stream);
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}}), [&](auto kvec) {
+      layernorm_backward_dx_kernel<T, decltype(kvec)::value>
+          <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+              static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C));
+    });
     CUDA_CHECK_LAUNCH();
   });
   finish_columns(dgamma, partial.as<float>(), 2 * C, chunks, C, stream);
@@ -455,14 +407,11 @@ void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx
   if (N == 0 || C == 0) return;
   dispatch_storage("activation_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int V = Packed128<T>::size;
-    const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {dy, lddy}, {dx, lddx}});
-    if (vec)
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dy, lddy}, {dx, lddx}}), [&](auto kvec) {
+      constexpr int V = decltype(kvec)::value;
       activation_backward_kernel<T, V><<<grid_stride_blocks(N * (C / V), 256), 256, 0, stream>>>(
           static_cast<T*>(dx), lddx, static_cast<const T*>(x), ldx, static_cast<const T*>(dy), lddy, N, C, act);
-    else
-      activation_backward_kernel<T, 1><<<grid_stride_blocks(N * C, 256), 256, 0, stream>>>(
-          static_cast<T*>(dx), lddx, static_cast<const T*>(x), ldx, static_cast<const T*>(dy), lddy, N, C, act);
+    });
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -475,17 +424,8 @@ void bias_grad_cols(float* dbias, const void* dy, int64_t lddy, int64_t N, int64
   ScratchBuffer partial(size_t(chunks * C) * sizeof(float), stream);  // [chunks][C]
   dispatch_storage("bias_grad", dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int V = Packed128<T>::size;
-    const T* dyp = static_cast<const T*>(dy);
-    if (rows_vectorizable<T>(C, {{dy, lddy}}))
-      column_partials_kernel<T, false, V>
-          <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
-              partial.as<float>(), dyp, lddy, nullptr, 0, nullptr, 0, nullptr, nullptr, N, C, chunk_rows);
-    else
-      column_partials_kernel<T, false, 1>
-          <<<dim3(unsigned(ceil_div(C, kColTile)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
-              partial.as<float>(), dyp, lddy, nullptr, 0, nullptr, 0, nullptr, nullptr, N, C, chunk_rows);
-    CUDA_CHECK_LAUNCH();
+    column_partials<T, false>(partial.as<float>(), static_cast<const T*>(dy), lddy, nullptr, 0, nullptr, 0, nullptr,
+                              nullptr, N, C, chunk_rows, chunks, stream);
   });
   finish_columns(dbias, partial.as<float>(), C, chunks, C, stream);
 }

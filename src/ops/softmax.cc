@@ -108,7 +108,7 @@ void copy_many(Context& ctx, const std::vector<CopyItem>& items) {
       detail::check_no_overlap(op, "item " + std::to_string(w.item) + "'s dst", written,
                                "item " + std::to_string(o.item) + (o.dst ? "'s dst" : "'s src"), other, false);
     }
-  for (const CopyItem& it : items)  // before any copy: a refused call copies nothing
+  for (const CopyItem& it : items)  // before any copy: a context on the wrong device copies nothing
     UNMASK_CHECK((it.src->device() == Device::cpu && it.dst->device() == Device::cpu) || ctx.device() == Device::cuda,
                  op, ": a side is on cuda but the context runs on ", device_name(ctx.device()));
   std::vector<CopyItem> batched;  // CUDA, contiguous f32 -> bf16 / f16: the multi-tensor kernel

@@ -42,25 +42,13 @@ void zero_tensor(Tensor& t) {
 #endif
 }
 
-namespace {
-// p.half allocated to p.value's shape in dtype on its device, unless it already is.
-void ensure_half(PV& p, DType dtype) {
-  if (!p.half.defined() || p.half.dtype() != dtype || p.half.device() != p.value.device() ||
-      p.half.shape() != p.value.shape())
-    p.half = Tensor::empty(p.value.shape(), dtype, p.value.device());
-}
-}  // namespace
-
-void refresh_half(Context& ctx, PV& p, DType dtype) {
-  ensure_half(p, dtype);
-  ops::copy(ctx, p.value, p.half);
-}
-
 void refresh_halves(Context& ctx, const std::vector<PV*>& pvs, DType dtype) {
   std::vector<ops::CopyItem> items;
   items.reserve(pvs.size());
   for (PV* p : pvs) {
-    ensure_half(*p, dtype);
+    if (!p->half.defined() || p->half.dtype() != dtype || p->half.device() != p->value.device() ||
+        p->half.shape() != p->value.shape())
+      p->half = Tensor::empty(p->value.shape(), dtype, p->value.device());
     items.push_back({&p->value, &p->half});
   }
   ops::copy_many(ctx, items);
@@ -70,7 +58,7 @@ const Tensor& value_for(const PV& p, DType dtype) {
   if (dtype == DType::f32) return p.value;
   UNMASK_CHECK(p.half.defined() && p.half.dtype() == dtype && p.half.device() == p.value.device(),
                "train: the ", dtype_name(dtype), " copy of a parameter ", p.value.describe(),
-               " is missing or stale (refresh_half runs before the forward)");
+               " is missing or stale (refresh_halves runs before the forward)");
   return p.half;
 }
 

@@ -28,14 +28,13 @@ namespace unmask::train {
 
 /// One parameter's storage: an owned contiguous f32 value and its gradient (same shape), and for
 /// the layers that run with bf16 activations a bf16 copy of the value (`half`, rounded from
-/// `value` by refresh_half before each step's forward; the optimizer updates `value` only).
+/// `value` by refresh_halves before each step's forward; the optimizer updates `value` only).
 struct PV {
   Tensor value, grad, half;
   bool defined() const { return value.defined(); }
 };
-/// p.half = dtype(p.value), rounded to nearest even on p's device (allocated on first use).
-void refresh_half(Context& ctx, PV& p, DType dtype);
-/// refresh_half for every PV, in one ops::copy_many (a few launches on CUDA, not one a tensor).
+/// p->half = dtype(p->value) for every PV, rounded to nearest even on its device (allocated on
+/// first use), in one ops::copy_many (a few launches on CUDA, not one a tensor).
 void refresh_halves(Context& ctx, const std::vector<PV*>& pvs, DType dtype);
 /// The value a linear layer multiplies activations of `dtype` by: value (f32) or half.
 const Tensor& value_for(const PV& p, DType dtype);

@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
   // tile `which` (0 or 1) of slot `s`: plain arithmetic, no local array indexed at run time
   auto slot = [smem](int s, int which) { return smem + (2 * s + which) * 64 * LDS; };
   float* sLse2 = reinterpret_cast<float*>(smem + 4 * 64 * LDS);  // [2][64]
-  float* sDelta = sLse2 + 2 * 64;                                                          // [2][64]
+  float* sDelta = sLse2 + 2 * 64;                                 // [2][64]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int head = blockIdx.y, b = blockIdx.z;
