@@ -101,6 +101,7 @@ void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) 
   b.lse = p.lse, b.delta = p.delta, b.lse_head_stride = N;
   b.dq = p.dq, b.dk = p.dk, b.dv = p.dv;
   b.dq_row_stride = p.lddq, b.dk_row_stride = p.lddk, b.dv_row_stride = p.lddv;
+  b.rows = N;  // sizes the accumulator of the atomic dQ (UNMASK_CUDA_ATTN_BWD=atomic)
   flash_attention_backward(b, stream);
 }
 
@@ -135,6 +136,7 @@ void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16
   b.dq = rows.dq, b.dk = rows.dk, b.dv = rows.dv;  // bf16, stored straight from the accumulators
   b.dq_row_stride = p.lddq, b.dk_row_stride = p.lddk, b.dv_row_stride = p.lddv;
   b.grads_bf16 = true;
+  b.rows = N;
   flash_attention_backward(b, stream);
 }
 

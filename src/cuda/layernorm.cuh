@@ -4,12 +4,14 @@
 // One warp normalises one row of C values. The row's input is produced by a functor
 // `load(c, v)` that writes kVec fp32 values for columns c .. c+kVec-1 (c a multiple of kVec),
 // so the same code serves x + residual (layernorm.cu) and word + pos + type (embedding.cu).
-// Three passes, all reading through `load` again (the row is L1-resident after the first):
+// Three passes over the row:
 //   1. mean = sum(v) / C
 //   2. var  = sum((v - mean)^2) / C          (centred: no cancellation, as in the CPU kernel)
 //   3. y    = (v - mean) * rsqrt(var + eps) * gamma + beta
-// Pass 3 reads each column's input just before writing the same column, so y may alias the
-// input rows.
+// Rows up to 1024 columns (kRowCacheFloats per lane) are loaded once into registers (every
+// model here: C = 384 .. 1024); longer rows read through `load` again in each pass (L1-resident after the
+// first). Either way each column's input is read before the same column is written, so y may
+// alias the input rows.
 #pragma once
 #include "cuda/common.cuh"
 
@@ -20,13 +22,65 @@ struct RowStats {
   float mean, rstd;
 };
 
+/// Values a lane keeps in registers in warp_layernorm_row: rows of up to 32 * kRowCacheFloats =
+/// 1024 columns (every model here: 384 .. 1024) are read once, in kRowCacheFloats / kVec chunks;
+/// longer rows take the three reading passes.
+constexpr int kRowCacheFloats = 32;
+
+/// y[c..c+kVec) = (v - mean) rstd gamma + beta for one chunk.
+template <int kVec, typename T, typename TP>
+__device__ __forceinline__ void layernorm_store_chunk(T* y, const float* v, const TP* gamma, const TP* beta, int c,
+                                                      float mean, float rstd) {
+  if constexpr (kVec == 1) {
+    y[c] = from_float<T>((v[0] - mean) * rstd * to_float(gamma[c]) + to_float(beta[c]));
+  } else {
+    Packed128<T> out;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out.set(j, (v[j] - mean) * rstd * to_float(gamma[c + j]) + to_float(beta[c + j]));
+    out.store(y + c);
+  }
+}
+
 /// Writes one normalised row y[0..C) (T storage) and returns its statistics (every lane).
 /// gamma, beta: [C] of TP. kVec: 1 or Packed128<T>::size (then C % kVec == 0 and y is 16-byte
 /// aligned). kIeeeRstd: rstd = 1 / sqrtf(var + eps), IEEE-rounded as the CPU's training kernel
 /// (train_ops.cu); otherwise the faster rsqrtf (inference).
+/// Lane l owns chunks c = (l + 32 i) kVec, i = 0, 1, ...; its sums run over i then j in both
+/// paths (cached in registers, or re-read), so both give the same bits.
 template <int kVec, typename T, typename TP, bool kIeeeRstd = false, typename Load>
 __device__ __forceinline__ RowStats warp_layernorm_row(const Load& load, T* y, const TP* gamma, const TP* beta,
                                                        float eps, int C, int lane) {
+  constexpr int kChunks = kRowCacheFloats / kVec;
+  if (C <= kChunks * kWarpSize * kVec) {
+    // The whole row in registers: one read of the input (all chunk loads issued back to back).
+    float v[kChunks][kVec];
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = (lane + i * kWarpSize) * kVec;
+      if (c < C) load(c, v[i]);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i)
+      if ((lane + i * kWarpSize) * kVec < C)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum += v[i][j];
+    const float mean = warp_sum(sum) / float(C);
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i)
+      if ((lane + i * kWarpSize) * kVec < C)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sq += (v[i][j] - mean) * (v[i][j] - mean);
+    const float var_eps = warp_sum(sq) / float(C) + eps;
+    const float rstd = kIeeeRstd ? 1.0f / sqrtf(var_eps) : rsqrtf(var_eps);
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = (lane + i * kWarpSize) * kVec;
+      if (c < C) layernorm_store_chunk<kVec>(y, v[i], gamma, beta, c, mean, rstd);
+    }
+    return {mean, rstd};
+  }
   float v[kVec];
   float sum = 0.0f;
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
@@ -45,14 +99,7 @@ __device__ __forceinline__ RowStats warp_layernorm_row(const Load& load, T* y, c
   const float rstd = kIeeeRstd ? 1.0f / sqrtf(var_eps) : rsqrtf(var_eps);
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
     load(c, v);
-    if constexpr (kVec == 1) {
-      y[c] = from_float<T>((v[0] - mean) * rstd * to_float(gamma[c]) + to_float(beta[c]));
-    } else {
-      Packed128<T> out;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) out.set(j, (v[j] - mean) * rstd * to_float(gamma[c + j]) + to_float(beta[c + j]));
-      out.store(y + c);
-    }
+    layernorm_store_chunk<kVec>(y, v, gamma, beta, c, mean, rstd);
   }
   return {mean, rstd};
 }

@@ -85,10 +85,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   }
 }
 
+
 /// dx of LayerNorm, one warp per row (the parameter sums are column_partials_kernel's):
 ///   xhat = (s - mean) rstd, g = dy gamma, dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)).
 /// Lane chunks of kVec columns as in warp_layernorm_row. dx may alias dy: each lane reads its
-/// chunk of dy before writing that chunk of dx.
+/// chunk of dy before writing that chunk of dx (in the cached path, all its chunks first).
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_backward_dx_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* residual, int64_t ldr,
@@ -110,8 +111,44 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
       g[j] *= gamma[c + j];
     }
   };
-  float xh[kVec], g[kVec];
+  T* dxr = dx + row * lddx;
+  auto store = [&](const float* xh, const float* g, int c, float mg, float mgx) {
+    if constexpr (kVec == 1) {
+      dxr[c] = from_float<T>(rs * (g[0] - mg - xh[0] * mgx));
+    } else {
+      Packed128<T> out;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) out.set(j, rs * (g[j] - mg - xh[j] * mgx));
+      out.store(dxr + c);
+    }
+  };
   float sum_g = 0.0f, sum_gx = 0.0f;
+  constexpr int kChunks = kRowCacheFloats / kVec;  // layernorm.cuh: rows up to 1024 columns
+  if (C <= kChunks * kWarpSize * kVec) {
+    // xhat and g in registers: one read of x, residual and dy; the same sums in the same order.
+    float xh[kChunks][kVec], g[kChunks][kVec];
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = (lane + i * kWarpSize) * kVec;
+      if (c < C) load(xh[i], g[i], c);
+    }
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i)
+      if ((lane + i * kWarpSize) * kVec < C)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          sum_g += g[i][j];
+          sum_gx += g[i][j] * xh[i][j];
+        }
+    const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const int c = (lane + i * kWarpSize) * kVec;
+      if (c < C) store(xh[i], g[i], c, mg, mgx);
+    }
+    return;
+  }
+  float xh[kVec], g[kVec];
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
     load(xh, g, c);
 #pragma unroll
@@ -121,17 +158,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     }
   }
   const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
-  T* dxr = dx + row * lddx;
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
     load(xh, g, c);
-    if constexpr (kVec == 1) {
-      dxr[c] = from_float<T>(rs * (g[0] - mg - xh[0] * mgx));
-    } else {
-      Packed128<T> out;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) out.set(j, rs * (g[j] - mg - xh[j] * mgx));
-      out.store(dxr + c);
-    }
+    store(xh, g, c, mg, mgx);
   }
 }
 

@@ -139,49 +139,93 @@ def store_rows(G, acc, row_base, valid, mul, D, ntiles_o):  # store_rows (row_ba
                 G[row_base[0] + row_base[1] + row, c + 1] = acc[i][l, 2 * r + 1] * mul
 
 
-def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offset=0, head=0, N=None, start=0):
-    """N: rows of the whole batch (the counters' h N term); start: this sequence's first row."""
+def mma_ds_k(out, sdsT, sK, warp, ntiles_o):  # mma_ds_k: out [ntiles_o][32, 4] += dS K, A = dS^T via .trans
+    for kt in range(4):
+        af = ldmatrix_x4(sdsT, lambda l: (kt * 16 + (l % 8) + (l // 16) * 8, warp * 16 + ((l // 8) % 2) * 8), trans=True)
+        for dp in range(ntiles_o // 2):
+            bf = ldmatrix_x4(sK, lambda l: (kt * 16 + (l % 8) + ((l // 8) % 2) * 8, dp * 16 + (l // 16) * 8),
+                             trans=True)
+            mma(out[2 * dp], af, bf[:, 0], bf[:, 1])
+            mma(out[2 * dp + 1], af, bf[:, 2], bf[:, 3])
+
+
+def atomic_add_rows(accum, acc, row_base, valid, D, ntiles_o):  # atomic_add_rows (row_base = tile start + warp*16)
+    for i in range(ntiles_o):
+        if i * 8 >= D:
+            break
+        for r in range(2):
+            for l in range(32):
+                row = l // 4 + 8 * r
+                if row_base[1] + row >= valid:
+                    continue
+                c = i * 8 + (l % 4) * 2
+                accum[row_base[0] + row_base[1] + row, c] += acc[i][l, 2 * r]
+                accum[row_base[0] + row_base[1] + row, c + 1] += acc[i][l, 2 * r + 1]
+
+
+def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offset=0, head=0, N=None, start=0,
+             atomic_dq=False):
+    """N: rows of the whole batch (the counters' h N term); start: this sequence's first row.
+    atomic_dq: dQ from the dK/dV kernel's dS^T tiles (kAtomicDq) instead of the dQ kernel."""
     T = Q.shape[0]
     N = T if N is None else N
     DP = (D + 15) // 16 * 16
     LDS, KS, NT = DP + 8, DP // 16, DP // 8
     s2 = scale * LOG2E
-    lse2 = np.where(lse == -np.inf, np.inf, lse * LOG2E)
     dQ, dK, dV = np.full((T, D), np.nan), np.full((T, D), np.nan), np.full((T, D), np.nan)
+    dq_accum = np.zeros((T, D))  # the atomic variant's f32 accumulator (sums in any order)
+    lanes = np.arange(32)
     for k0 in range(0, T, 64):  # dK/dV kernel: one CTA per key block
         sK, sV = tile(K, k0, min(64, T - k0), D, LDS), tile(V, k0, min(64, T - k0), D, LDS)
-        for warp in range(4):
-            lanes = np.arange(32)
-            key_ok = [np.array([k0 + warp * 16 + l // 4 + 8 * r < T and key_real[k0 + warp * 16 + l // 4 + 8 * r]
-                                for l in lanes]) for r in range(2)]
-            kf, vf = load_a_frags(sK, warp, KS), load_a_frags(sV, warp, KS)
-            acc_dk = [np.zeros((32, 4)) for _ in range(NT)]
-            acc_dv = [np.zeros((32, 4)) for _ in range(NT)]
-            for q0 in range(0, T, 64):
-                valid = min(64, T - q0)
-                sQ, sdO = tile(Q, q0, valid, D, LDS), tile(dO, q0, valid, D, LDS)
-                sL = np.array([lse2[q0 + i] if i < valid else np.inf for i in range(64)])
-                sD = np.array([delta[q0 + i] if i < valid else 0.0 for i in range(64)])
+        key_ok = [[np.array([k0 + warp * 16 + l // 4 + 8 * r < T and key_real[k0 + warp * 16 + l // 4 + 8 * r]
+                             for l in lanes]) for r in range(2)] for warp in range(4)]
+        kf = [load_a_frags(sK, warp, KS) for warp in range(4)]
+        vf = [load_a_frags(sV, warp, KS) for warp in range(4)]
+        acc_dk = [[np.zeros((32, 4)) for _ in range(NT)] for _ in range(4)]
+        acc_dv = [[np.zeros((32, 4)) for _ in range(NT)] for _ in range(4)]
+        for q0 in range(0, T, 64):
+            valid = min(64, T - q0)
+            sQ, sdO = tile(Q, q0, valid, D, LDS), tile(dO, q0, valid, D, LDS)
+            # cp.async'd raw lse (-inf past the end) and delta; lse2 = bwd_lse2(lse) at use
+            sLse = np.array([lse[q0 + i] if i < valid else -np.inf for i in range(64)])
+            sD = np.array([delta[q0 + i] if i < valid else 0.0 for i in range(64)])
+            sdsT = np.full((64, 64 + 8), np.nan)  # dS^T [key][query]; the pad columns are never read
+            for warp in range(4):
                 acc_p = [np.zeros((32, 4)) for _ in range(8)]
                 acc_dp = [np.zeros((32, 4)) for _ in range(8)]
-                mma_rows_nt(acc_p, kf, sQ, KS)
-                mma_rows_nt(acc_dp, vf, sdO, KS)
+                mma_rows_nt(acc_p, kf[warp], sQ, KS)
+                mma_rows_nt(acc_dp, vf[warp], sdO, KS)
                 for t in range(8):
-                    for e in range(4):
-                        q = t * 8 + (lanes % 4) * 2 + (e & 1)
-                        pv = np.where(key_ok[e >> 1], np.exp2(acc_p[t][:, e] * s2 - sL[q]), 0.0)
-                        key = k0 + warp * 16 + lanes // 4 + 8 * (e >> 1)
-                        f = dropout_factor(drop, seed, offset + (head * N + start + q0 + q) * T + key)
-                        acc_p[t][:, e] = pv * f
-                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - sD[q])
-                mma_acc_nn(acc_dv, acc_p, sdO, NT)
-                mma_acc_nn(acc_dk, acc_dp, sQ, NT)
-            store_rows(dK, acc_dk, (k0, warp * 16), T - k0, scale, D, NT)
-            store_rows(dV, acc_dv, (k0, warp * 16), T - k0, 1.0, D, NT)
+                    for c in range(2):
+                        q = t * 8 + (lanes % 4) * 2 + c
+                        lse2 = np.where(sLse[q] == -np.inf, np.inf, sLse[q] * LOG2E)
+                        for e in (c, c + 2):
+                            pv = np.where(key_ok[warp][e >> 1], np.exp2(acc_p[t][:, e] * s2 - lse2), 0.0)
+                            key = k0 + warp * 16 + lanes // 4 + 8 * (e >> 1)
+                            f = dropout_factor(drop, seed, offset + (head * N + start + q0 + q) * T + key)
+                            acc_p[t][:, e] = pv * f
+                            acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - sD[q])
+                mma_acc_nn(acc_dv[warp], acc_p, sdO, NT)
+                mma_acc_nn(acc_dk[warp], acc_dp, sQ, NT)
+                for t in range(8):  # dS^T to smem: rows warp*16 + g (+8), columns t*8 + 2(lane%4) (+1)
+                    row, col = warp * 16 + lanes // 4, t * 8 + (lanes % 4) * 2
+                    for r in range(2):
+                        sdsT[row + 8 * r, col] = acc_dp[t][:, 2 * r]
+                        sdsT[row + 8 * r, col + 1] = acc_dp[t][:, 2 * r + 1]
+            if atomic_dq:  # after the barrier: every warp's dS^T is in smem
+                for warp in range(4):
+                    acc_dq = [np.zeros((32, 4)) for _ in range(NT)]
+                    mma_ds_k(acc_dq, sdsT, sK, warp, NT)
+                    atomic_add_rows(dq_accum, acc_dq, (q0, warp * 16), T - q0, D, NT)
+        for warp in range(4):
+            store_rows(dK, acc_dk[warp], (k0, warp * 16), T - k0, scale, D, NT)
+            store_rows(dV, acc_dv[warp], (k0, warp * 16), T - k0, 1.0, D, NT)
+    if atomic_dq:
+        return dq_accum * scale, dK, dV  # dq_from_accum_kernel
+    lse2 = np.where(lse == -np.inf, np.inf, lse * LOG2E)
     for q0 in range(0, T, 64):  # dQ kernel: one CTA per query block
         sQ, sdO = tile(Q, q0, min(64, T - q0), D, LDS), tile(dO, q0, min(64, T - q0), D, LDS)
         for warp in range(4):
-            lanes = np.arange(32)
             rows = [q0 + warp * 16 + lanes // 4 + 8 * r for r in range(2)]
             l2 = [np.array([lse2[x] if x < T else np.inf for x in rows[r]]) for r in range(2)]
             dl = [np.array([delta[x] if x < T else 0.0 for x in rows[r]]) for r in range(2)]
@@ -247,14 +291,17 @@ def check(drop, D=64):
     lse = forward_lse((Q @ K.T) * scale * LOG2E, key_real)
     assert np.max(np.abs(lse - lse_ref)) < 1e-12, ("lse", np.max(np.abs(lse - lse_ref)))
     delta = (dO * out.detach().numpy()).sum(axis=1)
-    dQ, dK, dV = backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop, seed, offset, head, N, start)
-    for name, got, want in (("dQ", dQ, tq.grad), ("dK", dK, tk.grad), ("dV", dV, tv.grad)):
-        want = want.numpy()
-        err = np.max(np.abs(got - want))
-        assert not np.isnan(got).any(), (name, "rows left unwritten")
-        assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, drop, err)
-        print(f"head size {D}, dropout {drop}: {name}: max |emulated - autograd| {err:.2e} over {T} rows")
-    assert np.abs(dK[key_real == False]).max() == 0 and np.abs(dV[key_real == False]).max() == 0  # noqa: E712
+    for atomic_dq in (False, True):
+        dQ, dK, dV = backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop, seed, offset, head, N, start,
+                              atomic_dq)
+        how = "atomic dQ" if atomic_dq else "recompute dQ"
+        for name, got, want in (("dQ", dQ, tq.grad), ("dK", dK, tk.grad), ("dV", dV, tv.grad)):
+            want = want.numpy()
+            err = np.max(np.abs(got - want))
+            assert not np.isnan(got).any(), (name, how, "rows left unwritten")
+            assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, how, drop, err)
+            print(f"head size {D}, dropout {drop}, {how}: {name}: max |emulated - autograd| {err:.2e} over {T} rows")
+        assert np.abs(dK[key_real == False]).max() == 0 and np.abs(dV[key_real == False]).max() == 0  # noqa: E712
     if drop > 0:
         kept = (F > 0).mean()
         assert abs(kept - (1 - drop)) < 0.01, kept  # about 1 - p of the elements kept

@@ -12,6 +12,7 @@
 // Pass: max |kernel - exact| <= 2 max |naive - exact| + 1e-6 for out, lse, dq, dk, dv, and the
 // f32 kernels (attention_bf16 off) stay within 1e-4 of exact (so `exact` is right).
 // The index math of the kernels is also checked without a GPU: tests/cuda/check_flash_bwd.py.
+// Both dQ schemes of the backward (FlashBwdDq: recompute, the default, and atomic) are run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,11 +26,13 @@
 #include <vector>
 
 #include "core/philox.h"
+#include "cuda/allocator.h"
 #include "cuda/cuda_state.h"
 #include "cuda_test_common.h"
 #include "ops/ops.h"
 #include "test_harness.h"
 #include "unmask/context.h"
+#include "unmask/error.h"
 #include "unmask/tensor.h"
 
 using namespace unmask;
@@ -315,4 +318,93 @@ TEST(CudaAttentionTc, HeadSizes80_88_128MatchNaiveBf16) {
     packed.dropout = hs == 88 ? 0.1f : 0.0f;
     check_case(packed, base_seed() ^ uint64_t(0x700 + hs));
   }
+}
+
+// UNMASK_CUDA_ATTN_BWD=atomic (FlashBwdDq::atomic): the dK/dV kernel also adds dQ = dS K from its
+// dS^T tiles into an f32 accumulator with atomics. The same bound as the recompute kernels, on
+// masks, a sequence with no real key, packed lengths, dropout and every head size; dK and dV equal
+// the recompute variant's (the same code: only f32 noise allowed), dQ within f32 summation-order
+// noise of it; and the variant really ran: it allocates its accumulator, one device_malloc more.
+TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
+  REQUIRE_CUDA_DEVICE();
+  std::vector<Case> cases;
+  Case padded;
+  padded.name = "atomic dq padded";
+  padded.lens = {150, 150, 150};
+  padded.key_real.assign(3, std::vector<uint8_t>(150, 1));
+  for (int j : {3, 64, 65, 100, 149}) padded.key_real[0][size_t(j)] = 0;
+  for (int j = 120; j < 150; ++j) padded.key_real[1][size_t(j)] = 0;
+  std::fill(padded.key_real[2].begin(), padded.key_real[2].end(), 0);
+  cases.push_back(padded);
+  Case dropout;
+  dropout.name = "atomic dq packed dropout 0.1";
+  dropout.packed = true;
+  dropout.lens = {128, 77, 20, 1};
+  dropout.dropout = 0.1f;
+  cases.push_back(dropout);
+  for (int64_t hs : {80, 88, 128}) {
+    Case c;
+    c.name = "atomic dq packed hs " + std::to_string(hs);
+    c.HS = hs;
+    c.packed = true;
+    c.lens = {97, 1, 64};
+    cases.push_back(c);
+  }
+  uint64_t salt = 0x900;
+  for (const Case& c : cases) {
+    setenv("UNMASK_CUDA_ATTN_BWD", "atomic", 1);
+    check_case(c, base_seed() ^ ++salt);
+    // Atomic against recompute on the same inputs
+    std::mt19937_64 gen(base_seed() ^ salt);
+    std::uniform_real_distribution<double> u(-1.5, 1.5);
+    int64_t N = 0;
+    for (int64_t L : c.lens) N += L;
+    std::vector<double> q(size_t(N * c.NH * c.HS)), k(q.size()), v(q.size()), dout(q.size());
+    for (auto* x : {&q, &k, &v, &dout})
+      for (double& e : *x) e = double(float(u(gen)));
+    const uint64_t allocs0 = cuda::allocator_stats().num_allocs;
+    const Grads atomic = run_cuda(c, q, k, v, dout, true);
+    const uint64_t allocs_atomic = cuda::allocator_stats().num_allocs - allocs0;
+    setenv("UNMASK_CUDA_ATTN_BWD", "recompute", 1);
+    const uint64_t allocs1 = cuda::allocator_stats().num_allocs;
+    const Grads recompute = run_cuda(c, q, k, v, dout, true);
+    const uint64_t allocs_recompute = cuda::allocator_stats().num_allocs - allocs1;
+    unsetenv("UNMASK_CUDA_ATTN_BWD");
+    EXPECT_EQ(allocs_atomic, allocs_recompute + 1) << c.name << ": the atomic variant did not run";
+    auto scale_of = [](const std::vector<double>& x) {
+      double m = 0;
+      for (double e : x) m = std::max(m, std::fabs(e));
+      return m;
+    };
+    EXPECT_LE(max_err(atomic.dk, recompute.dk), 1e-6 * (1 + scale_of(recompute.dk))) << c.name;
+    EXPECT_LE(max_err(atomic.dv, recompute.dv), 1e-6 * (1 + scale_of(recompute.dv))) << c.name;
+    EXPECT_LE(max_err(atomic.dq, recompute.dq), 1e-5 * (1 + scale_of(recompute.dq))) << c.name;
+    EXPECT_EQ(max_err(atomic.out, recompute.out), 0.0) << c.name << ": the forward does not depend on the variant";
+    std::printf("[ %s ] atomic vs recompute: dq %.3g, dk %.3g, dv %.3g\n", c.name.c_str(),
+                max_err(atomic.dq, recompute.dq), max_err(atomic.dk, recompute.dk), max_err(atomic.dv, recompute.dv));
+  }
+}
+
+// A bad UNMASK_CUDA_ATTN_BWD is an error that names the variable, not a silent default.
+TEST(CudaAttentionTc, UnknownAttnBwdVariantIsAnError) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "bad env";
+  c.packed = true;
+  c.lens = {64};
+  std::vector<double> x(size_t(64 * c.NH * c.HS), 0.25);
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  const bool saved = st.attention_bf16;  // run_cuda restores it only when it returns
+  setenv("UNMASK_CUDA_ATTN_BWD", "fast", 1);
+  bool threw = false;
+  try {
+    run_cuda(c, x, x, x, x, true);
+  } catch (const Error& e) {
+    threw = true;
+    EXPECT_NE(std::string(e.what()).find("UNMASK_CUDA_ATTN_BWD"), std::string::npos) << e.what();
+  }
+  unsetenv("UNMASK_CUDA_ATTN_BWD");
+  st.attention_bf16 = saved;
+  gpu().synchronize();
+  EXPECT_TRUE(threw) << "UNMASK_CUDA_ATTN_BWD=fast was accepted";
 }

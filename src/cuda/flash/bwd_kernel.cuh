@@ -18,6 +18,13 @@
 //     S = Q K^T, P = exp2(S scale log2e + mask - lse2[row]), dP = dO V^T,
 //     dS = P (dP - delta[row]), dQ += dS K (B = K via ldmatrix.trans);  dQ *= scale at the end
 //
+// Atomic-dQ variant (kAtomicDq, FlashBwdDq::atomic; flash-attention 2's scheme): the dK/dV
+// kernel also writes dS^T (bf16) to shared memory and adds dQ_partial = dS K (16 queries x HS per
+// warp, A = dS via ldmatrix.trans of dS^T, B = the CTA's own K tile) into an f32 accumulator with
+// float2 atomics; flash_bwd.cu then scales and stores it. 5 MMAs of 64 x 64 x HS per tile pair
+// instead of 7 (the dQ kernel recomputes S and dP), but the sum order of dQ varies from run to
+// run (the recompute kernels are bitwise deterministic).
+//
 // A query row with no real key has lse = -inf; its lse2 is taken as +inf so that P = 0 and it
 // adds nothing (the forward gave it a zero output). Rows past the sequence end are zero-filled
 // in shared memory and get lse2 = +inf; keys past it or masked get P = 0.
@@ -34,6 +41,12 @@
 #include "cuda/flash/mma.cuh"
 
 namespace unmask::cuda {
+
+/// dQ of the tensor-core backward: `recompute` (a second kernel recomputes S and dP per query
+/// block: deterministic), `atomic` (the dK/dV kernel adds dS K into an f32 accumulator: fewer
+/// MMAs, run-to-run rounding differences), or `automatic` (UNMASK_CUDA_ATTN_BWD=atomic|recompute
+/// if set, else the default of flash_bwd.cu).
+enum class FlashBwdDq : uint8_t { automatic, recompute, atomic };
 
 struct FlashBwdParams {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;  // bf16 rows, head h at column h * HS
@@ -55,6 +68,12 @@ struct FlashBwdParams {
   // The forward's dropout (params.h counters: offset + (h lse_head_stride + row) max_seqlen + key).
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0, dropout_offset = 0;
+  // How dQ is computed (FlashBwdDq). `rows`: the batch's total rows (B T padded, cu[B] packed),
+  // which sizes the atomic variant's accumulator; 0 (unknown) means the recompute kernel.
+  FlashBwdDq dq_mode = FlashBwdDq::automatic;
+  int64_t rows = 0;
+  // Set by flash_attention_backward for the atomic variant: f32 [rows, NH HS], zeroed.
+  float* dq_accum = nullptr;
 };
 
 template <int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 64>
@@ -75,16 +94,27 @@ struct FlashBwdTraits {
   // tiles) and two row vectors, double-buffered: lse2 and delta [2][64] (dK/dV), the key bias
   // [2][64] (dQ).
   static constexpr size_t kSmemBytes = 4 * kSmemTile + 2 * 2 * 64 * sizeof(float);
+  // The atomic-dQ dK/dV kernel adds two tiles: its own K kept for dQ = dS K, and dS^T [64 keys]
+  // [64 queries + 8] (kSmemStrideDs: the same 16-byte pad, conflict-free ldmatrix.trans).
+  static constexpr int kSmemStrideDs = 64 + 8;
+  static constexpr size_t kSmemBytesAtomicDq = kSmemBytes + kSmemTile + size_t(64) * kSmemStrideDs * sizeof(Element);
   static_assert(kBlockM == 64 && kBlockN == 64 && kWarps * 16 == 64, "one 16-row MMA tile per warp, 64-row tiles");
   static_assert(kHeadDim % 8 == 0 && kHeadDim <= 128, "head rows move in 16-byte chunks; accumulators in registers");
   static_assert((kSmemStride * sizeof(Element)) % 16 == 0 && (kSmemStride * sizeof(Element)) % 128 != 0,
                 "16-byte aligned, bank-conflict-free smem rows");
   // HS 64: 37.9 KB; 80: 46.1 KB; 88 (padded to 96): 54.3 KB; 128: 70.6 KB. Above 48 KB the
   // launcher opts in (cudaFuncAttributeMaxDynamicSharedMemorySize; sm_80 allows 163 KB).
-  static_assert(kSmemBytes <= 160 * 1024, "fits sm_80's dynamic shared memory");
+  static_assert(kSmemBytesAtomicDq <= 160 * 1024, "fits sm_80's dynamic shared memory");
 };
 
 namespace flash {
+
+/// 4-byte asynchronous global -> shared copy (.ca: the only cache mode below 16 bytes; mma.cuh
+/// has the 16-byte one). Both addresses 4-byte aligned.
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+}
 
 /// Whether key `key` of sequence b takes part (inside the sequence and not masked).
 __device__ __forceinline__ bool bwd_key_real(const FlashBwdParams& p, int b, int key, int seqlen) {
@@ -192,7 +222,58 @@ __device__ __forceinline__ void stream_next_tile(int j, int n, F&& load_next) {
   __syncthreads();
 }
 
+/// dQ_partial [16 queries x HS] = dS (A: this warp's 16 queries x the CTA's 64 keys, read with
+/// ldmatrix.trans from dS^T [key][query] in smem) * K (B: the CTA's [64 keys][LDS] tile, k = key
+/// = smem row, through .trans as in mma_acc_nn).
 template <typename Kt>
+__device__ __forceinline__ void mma_ds_k(float (&out)[Kt::kNTilesO][4], const typename Kt::Element* sdsT,
+                                         const typename Kt::Element* sK, int warp, int lane) {
+  using T = typename Kt::Element;
+#pragma unroll
+  for (int kt = 0; kt < 4; ++kt) {
+    // Matrix i = lane / 8 of the A fragment: keys kt*16 + (i / 2) * 8 .., queries warp*16 + (i % 2) * 8 ..
+    // (a0: queries 0-7 x keys 0-7, a1: queries 8-15, a2: keys 8-15, a3: both), transposed on load.
+    uint32_t af[4];
+    ldmatrix_x4_trans(af, sdsT + (kt * 16 + (lane % 8) + (lane / 16) * 8) * Kt::kSmemStrideDs + warp * 16 +
+                              ((lane / 8) % 2) * 8);
+#pragma unroll
+    for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
+      uint32_t bf[4];
+      const int row = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
+      ldmatrix_x4_trans(bf, sK + row * Kt::kSmemStride + c);
+      mma_16816<T>(out[2 * dp], af, bf[0], bf[1]);
+      mma_16816<T>(out[2 * dp + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+/// accum[row, c] += acc (rows row0 and row0 + 8 when < valid, columns < HS) for one warp's
+/// 16 x HS dQ partial; accum rows of `ld` floats. float2 reductions on sm_90, pairs of scalar
+/// ones before (c and ld are even: 8-byte aligned pairs).
+template <typename Kt>
+__device__ __forceinline__ void atomic_add_rows(float* accum, int64_t ld, const float (&acc)[Kt::kNTilesO][4],
+                                                int row0, int valid, int lane) {
+#pragma unroll
+  for (int i = 0; i < Kt::kNTilesO; ++i) {
+    if (i * 8 >= Kt::kHeadDim) break;
+    const int c = i * 8 + (lane % 4) * 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      if (row >= valid) continue;
+      float* dst = accum + int64_t(row) * ld + c;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[i][2 * r], acc[i][2 * r + 1]));
+#else
+      atomicAdd(dst, acc[i][2 * r]);
+      atomicAdd(dst + 1, acc[i][2 * r + 1]);
+#endif
+    }
+  }
+}
+
+/// dK and dV of one 64-key block (and, kAtomicDq, its dQ contributions; see the header).
+template <typename Kt, bool kAtomicDq>
 __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
   using T = typename Kt::Element;
   constexpr int D = Kt::kHeadDim, LDS = Kt::kSmemStride;
@@ -200,11 +281,16 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
   // Two slots of two [64][LDS] tiles. Slot 0 first holds this CTA's K and V, which go to
   // registers before the loop; from then on the slots double-buffer the query tiles (Q, dO):
   // tile j sits in slot (j + 1) % 2, and tile j + 1 is loaded while tile j is multiplied.
+  // kAtomicDq: K goes to a fifth tile instead (kept for dQ = dS K), and dS^T to a sixth.
   T* const smem = reinterpret_cast<T*>(smem_raw);
   // tile `which` (0 or 1) of slot `s`: plain arithmetic, no local array indexed at run time
   auto slot = [smem](int s, int which) { return smem + (2 * s + which) * 64 * LDS; };
-  float* sLse2 = reinterpret_cast<float*>(smem + 4 * 64 * LDS);  // [2][64]
-  float* sDelta = sLse2 + 2 * 64;                                 // [2][64]
+  T* const sK = kAtomicDq ? smem + 4 * 64 * LDS : slot(0, 0);
+  T* const sdsT = smem + 5 * 64 * LDS;  // kAtomicDq only: [64][kSmemStrideDs]
+  // Raw lse and delta of the query tiles, [2][64] each, double-buffered like the tiles (cp.async,
+  // so that no thread waits for a global load inside the loop); lse2 is taken at use.
+  float* sLse = reinterpret_cast<float*>(kAtomicDq ? sdsT + 64 * Kt::kSmemStrideDs : smem + 4 * 64 * LDS);
+  float* sDelta = sLse + 2 * 64;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int head = blockIdx.y, b = blockIdx.z;
@@ -218,21 +304,28 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
   const T* gdO = static_cast<const T*>(p.dout) + start * p.dout_row_stride + head * D;
   const float* lse = p.lse + head * p.lse_head_stride + start;
   const float* delta = p.delta + head * p.lse_head_stride + start;
-  // Query tile j (rows q0 = 64 j ..) into slot (j + 1) % 2 and its lse2 / delta into [j % 2]:
-  // cp.async, one commit group; the zero rows and the row vectors are plain stores.
+  // Query tile j (rows q0 = 64 j ..) into slot (j + 1) % 2 and its lse / delta into [j % 2]:
+  // one cp.async commit group; the zero rows (lse -inf: P = 0) are plain stores.
   auto load_query_tile = [&](int j) {
     const int q0 = j * 64, valid = min(64, seqlen - q0);
     load_tile<Kt, 64>(slot((j + 1) % 2, 0), gQ + int64_t(q0) * p.q_row_stride, p.q_row_stride, valid, tid);
     load_tile<Kt, 64>(slot((j + 1) % 2, 1), gdO + int64_t(q0) * p.dout_row_stride, p.dout_row_stride, valid, tid);
-    cp_async_commit();
     for (int i = tid; i < 64; i += Kt::kThreads) {
-      sLse2[(j % 2) * 64 + i] = i < valid ? bwd_lse2(lse[q0 + i]) : INFINITY;
-      sDelta[(j % 2) * 64 + i] = i < valid ? delta[q0 + i] : 0.0f;
+      float* l = sLse + (j % 2) * 64 + i;
+      float* d = sDelta + (j % 2) * 64 + i;
+      if (i < valid) {
+        cp_async_4(l, lse + q0 + i);
+        cp_async_4(d, delta + q0 + i);
+      } else {
+        *l = -INFINITY;
+        *d = 0.0f;
+      }
     }
+    cp_async_commit();
   };
 
-  load_tile<Kt, 64>(slot(0, 0), static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D,
-                    p.k_row_stride, min(64, seqlen - k0), tid);
+  load_tile<Kt, 64>(sK, static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D, p.k_row_stride,
+                    min(64, seqlen - k0), tid);
   load_tile<Kt, 64>(slot(0, 1), static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D,
                     p.v_row_stride, min(64, seqlen - k0), tid);
   cp_async_commit();
@@ -243,7 +336,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
   cp_async_wait<1>();  // K and V have landed (the query tile may still be in flight)
   __syncthreads();
   uint32_t k_frag[Kt::kKSteps][4], v_frag[Kt::kKSteps][4];
-  load_a_frags<Kt>(k_frag, slot(0, 0), warp, lane);
+  load_a_frags<Kt>(k_frag, sK, warp, lane);
   load_a_frags<Kt>(v_frag, slot(0, 1), warp, lane);
   __syncthreads();  // every warp has its K and V fragments: slot 0 is free for query tile 1
 
@@ -259,7 +352,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
     stream_next_tile(j, n_tiles, load_query_tile);
     const T* sQ = slot((j + 1) % 2, 0);
     const T* sdO = slot((j + 1) % 2, 1);
-    const float* lse2_j = sLse2 + (j % 2) * 64;
+    const float* lse_j = sLse + (j % 2) * 64;
     const float* delta_j = sDelta + (j % 2) * 64;
 
     float acc_p[8][4], acc_dp[8][4];  // P^T and dP^T: 16 keys x 64 queries
@@ -272,23 +365,45 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int q = t * 8 + (lane % 4) * 2 + (e & 1);
-        const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - lse2_j[q]) : 0.0f;
-        float f = 1.0f;
-        if (p.dropout_p > 0.0f) {
-          const int key = k0 + warp * 16 + lane / 4 + 8 * (e >> 1);
-          f = dropout_factor(p.dropout_p, p.dropout_seed,
-                             p.dropout_offset + uint64_t((head * p.lse_head_stride + start + q0 + q) * p.max_seqlen) +
-                                 uint64_t(key));
+      for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
+        const int q = t * 8 + (lane % 4) * 2 + c;
+        const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
+#pragma unroll
+        for (int e = c; e < 4; e += 2) {
+          const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - lse2) : 0.0f;
+          float f = 1.0f;
+          if (p.dropout_p > 0.0f) {
+            const int key = k0 + warp * 16 + lane / 4 + 8 * (e >> 1);
+            f = dropout_factor(p.dropout_p, p.dropout_seed,
+                               p.dropout_offset + uint64_t((head * p.lse_head_stride + start + q0 + q) * p.max_seqlen) +
+                                   uint64_t(key));
+          }
+          acc_p[t][e] = pv * f;                                 // (P f)^T, for dV
+          acc_dp[t][e] = pv * (acc_dp[t][e] * f - row_delta);  // dS^T
         }
-        acc_p[t][e] = pv * f;                                 // (P f)^T, for dV
-        acc_dp[t][e] = pv * (acc_dp[t][e] * f - delta_j[q]);  // dS^T
       }
     }
     mma_acc_nn<Kt>(acc_dv, acc_p, sdO, lane);  // dV += P^T dO
     mma_acc_nn<Kt>(acc_dk, acc_dp, sQ, lane);  // dK += dS^T Q
-    __syncthreads();  // every warp is done with tile j's slot before tile j + 2 is loaded into it
+    if constexpr (kAtomicDq) {
+      // dS^T to smem (bf16, the operand the dK MMA used): rows = this warp's keys, columns = queries
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const int row = warp * 16 + lane / 4, c = t * 8 + (lane % 4) * 2;
+        *reinterpret_cast<uint32_t*>(sdsT + row * Kt::kSmemStrideDs + c) = pack2<T>(acc_dp[t][0], acc_dp[t][1]);
+        *reinterpret_cast<uint32_t*>(sdsT + (row + 8) * Kt::kSmemStrideDs + c) = pack2<T>(acc_dp[t][2], acc_dp[t][3]);
+      }
+      __syncthreads();  // dS^T complete; every warp is also done with tile j's Q and dO
+      float acc_dq[Kt::kNTilesO][4];
+#pragma unroll
+      for (int i = 0; i < Kt::kNTilesO; ++i) acc_dq[i][0] = acc_dq[i][1] = acc_dq[i][2] = acc_dq[i][3] = 0.0f;
+      mma_ds_k<Kt>(acc_dq, sdsT, sK, warp, lane);  // this warp's 16 queries of the tile
+      atomic_add_rows<Kt>(p.dq_accum + (start + q0) * int64_t(p.num_heads) * D + head * D, int64_t(p.num_heads) * D,
+                          acc_dq, warp * 16 + lane / 4, seqlen - q0, lane);
+      // The next iteration's barrier (stream_next_tile) orders these reads of dS^T before its rewrite.
+    } else {
+      __syncthreads();  // every warp is done with tile j's slot before tile j + 2 is loaded into it
+    }
   }
   const int valid_keys = seqlen - k0;
   store_rows<Kt>(p.dk, p.grads_bf16, (start + k0) * p.dk_row_stride + head * D, p.dk_row_stride, acc_dk,

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# bench/gpu/ab_check.sh CARRY [OLD_BINS]: one GPU call that tests a new build and measures it
+# against the previous one on the same machine (A/B), for changes made without a GPU:
+#
+#   CARRY     the new build's carry folder (bench/gpu/pack_full_build.sh: bins.tar.xz, libs, stubs)
+#   OLD_BINS  optional: a bins.tar.xz of the previous build (its `unmask` is the A side)
+#
+# In order, each under the call's deadline (DEADLINE_S, default 320; a step with under 20 s left
+# is skipped with a note):
+#   1. every CUDA test suite (run_test_suites.sh), then the attention, BERT-training and VideoMAE
+#      suites again with UNMASK_CUDA_ATTN_BWD=atomic (the atomic-dQ attention backward);
+#   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
+#      new, new with UNMASK_CUDA_ATTN_BWD=atomic; then --profile 2 of new and new atomic;
+#   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new;
+#   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py), and ViT-B with the
+#      forward attention's CTAs forced to 64 and to 128 query rows (UNMASK_FLASH_BLOCK_M);
+#   5. Nsight Compute on the attention backward kernels of a ViT-B step (stall reasons, occupancy),
+#      when `ncu` is there.
+# Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
+set -u
+CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
+OLD_BINS=${2:-}
+[ -n "$OLD_BINS" ] && OLD_BINS=$(cd "$(dirname "$OLD_BINS")" && pwd)/$(basename "$OLD_BINS")
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+W=$(mktemp -d /tmp/unmask-ab-XXXXXX)
+R="$W/results"
+mkdir -p "$R"
+T0=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-320}
+at() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( DEADLINE_S - $(at) )); }
+lim() { local l=$(( $(left) - 10 )); [ "$l" -lt "$1" ] && echo $(( l > 1 ? l : 1 )) || echo "$1"; }
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+go() { [ "$(left)" -ge 20 ] || { note "skipped ($(left) s left): $*"; false; }; }
+# row FILE TIMEOUT LABEL CMD...: CMD's stdout (JSON rows) appended to FILE, stderr to FILE.err; a
+# failure appends {"label", "failed": true, "rc"}; the summary gets the label and the row's key figures.
+row() {
+  local file=$1 t=$2 label=$3
+  shift 3
+  local before
+  before=$(cat "$file" 2> /dev/null | wc -l)
+  timeout -k 5 "$t" "$@" >> "$file" 2>> "${file%.jsonl}.err"
+  local rc=$?
+  [ "$rc" = 0 ] || echo "{\"label\": \"$label\", \"failed\": true, \"rc\": $rc}" >> "$file"
+  note "$label: rc $rc at $(at)s: $(tail -n +$((before + 1)) "$file" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    keys = ("seq_per_s", "videos_per_s", "step_ms", "mfu_pct", "latency_ms", "peak_gpu_mb", "failed", "rc")
+    print(" ".join(f"{k}={r[k]}" for k in keys if k in r), end="; ")
+')"
+}
+
+BIN=$CARRY
+source bench/gpu/unpack_carry.sh  # BIN -> $W/bin, LD_LIBRARY_PATH
+OLD=""
+if [ -n "$OLD_BINS" ] && [ -f "$OLD_BINS" ]; then
+  mkdir -p "$W/old" && tar -xJf "$OLD_BINS" -C "$W/old" unmask && OLD="$W/old/unmask"
+fi
+{ "$BIN/unmask" version; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv; } \
+  > "$R/env.txt" 2>&1
+note "machine: $(tr '\n' ' ' < "$R/env.txt" | cut -c1-300)"
+
+# 1. tests
+if go "cuda tests"; then
+  PER_SUITE_S=$(lim 100) timeout -k 5 "$(lim 150)" bash bench/gpu/run_test_suites.sh "$BIN/unmask_cuda_tests" \
+    "$R/cuda_tests.log" "$(lim 120)" > "$R/cuda_suites.txt" 2>&1
+  note "cuda tests: rc $? at $(at)s; $(tail -1 "$R/cuda_suites.txt")"
+  grep '^suite ' "$R/cuda_suites.txt" | grep -vE '\(ok\), [0-9]+ s$' | head -12 | tee -a "$summary"
+  grep -E '^\[  FAILED  \]' "$R/cuda_tests.log" | head -10 | tee -a "$summary"
+fi
+for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
+  go "atomic tests $suite" || continue
+  UNMASK_CUDA_ATTN_BWD=atomic timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite" \
+    > "$R/atomic_$suite.log" 2>&1
+  rc=$?
+  note "tests $suite with UNMASK_CUDA_ATTN_BWD=atomic: rc $rc at $(at)s; $(grep -cE '^\[       OK \]' "$R/atomic_$suite.log") ok, $(grep -cE '^\[  FAILED  \]' "$R/atomic_$suite.log") failed"
+  grep -E '^\[  FAILED  \]|atomic vs recompute|Failure|error' "$R/atomic_$suite.log" | head -12 | tee -a "$summary"
+done
+
+# 2. training steps: old / new / new atomic
+model_args() {  # vit | bert: the bench command of that model into A
+  case $1 in
+    vit) A=(bench videomae --device cuda --precision bf16 --model vit-b --batch 128 --synthetic --activations bf16 --format json) ;;
+    bert) A=(bench train --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --activations bf16
+             --optimizer lamb --format json) ;;
+  esac
+}
+for model in vit bert; do
+  model_args "$model"
+  f="$R/train_$model.jsonl"
+  [ -n "$OLD" ] && go "$model old" && row "$f" "$(lim 60)" "$model old" "$OLD" "${A[@]}" --steps 5 --warmup 2
+  go "$model new" && row "$f" "$(lim 60)" "$model new" "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  go "$model new atomic" && row "$f" "$(lim 60)" "$model new atomic" env UNMASK_CUDA_ATTN_BWD=atomic "$BIN/unmask" \
+    "${A[@]}" --steps 5 --warmup 2
+done
+for model in vit bert; do
+  model_args "$model"
+  for mode in recompute atomic; do
+    go "$model profile $mode" || continue
+    UNMASK_CUDA_ATTN_BWD=$mode timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 \
+      > "$R/profile_${model}_$mode.jsonl" 2>> "$R/profile.err"
+    note "profile $model $mode: rc $? at $(at)s"
+    python3 bench/gpu/profile_table.py "$R/profile_${model}_$mode.jsonl" 2>&1 | head -16 | tee -a "$summary"
+  done
+done
+
+# 3. inference (LayerNorm rows now read once): old vs new
+for b in 256 1; do
+  for side in old new; do
+    exe="$BIN/unmask"
+    [ "$side" = old ] && { [ -n "$OLD" ] || continue; exe=$OLD; }
+    go "infer $side $b" && row "$R/infer.jsonl" "$(lim 40)" "infer ${b}x128 $side" "$exe" bench infer --device cuda \
+      --precision bf16 --cuda-graph on --batch "$b" --seq 128 --min-time 0.5 --iters 20 --format json
+  done
+done
+
+# 4. the PyTorch peer of BERT-large, again (it gave 1,067 and 713 seq/s in two calls of 2026-11-26)
+go "pytorch bert-large" && row "$R/torch_bert_large.jsonl" "$(lim 60)" "pytorch bert-large bf16 adamw" python3 \
+  bench/gpu/torch_bert_train_gpu.py --model large --seq 128 --batch 64 --precision bf16 --mlm-head masked
+
+# 4b. the training attention forward's CTA height (flash_fwd_block_m's choice against both)
+for bm in 64 128; do
+  model_args vit
+  go "vit new block_m $bm" && row "$R/train_vit.jsonl" "$(lim 60)" "vit new UNMASK_FLASH_BLOCK_M=$bm" env \
+    UNMASK_FLASH_BLOCK_M=$bm "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+done
+
+# 5. Nsight Compute on the attention backward kernels (ViT-B batch 32, bf16 activations)
+if command -v ncu > /dev/null; then
+  for mode in recompute atomic; do
+    go "ncu $mode" || continue
+    UNMASK_CUDA_ATTN_BWD=$mode timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd \
+      --launch-skip 16 --launch-count 2 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section LaunchStats "$BIN/unmask" bench videomae --device cuda --precision bf16 --model vit-b --batch 32 \
+      --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$mode.txt" 2>&1
+    note "ncu $mode: rc $? at $(at)s"
+    grep -E "flash_bwd|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Stall|Warp Cycles Per Issued" \
+      "$R/ncu_$mode.txt" | head -30 | tee -a "$summary"
+  done
+else
+  note "ncu: not on this machine"
+fi
+
+rm -rf "$W/bin" "$W/old" "$W/lib" "$W/stubs"
+tar -czf "$OUT/results.tgz" -C "$R" . && note "raw files: results.tgz ($(ls "$R" | wc -l) files) at $(at)s"
+rm -rf "$W"
