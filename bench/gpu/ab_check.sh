@@ -79,10 +79,10 @@ if go "cuda tests"; then
 fi
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
   go "atomic tests $suite" || continue
-  UNMASK_CUDA_ATTN_BWD=atomic timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite" \
+  UNMASK_CUDA_ATTN_BWD=atomic timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite.*" \
     > "$R/atomic_$suite.log" 2>&1
   rc=$?
-  note "tests $suite with UNMASK_CUDA_ATTN_BWD=atomic: rc $rc at $(at)s; $(grep -cE '^\[       OK \]' "$R/atomic_$suite.log") ok, $(grep -cE '^\[  FAILED  \]' "$R/atomic_$suite.log") failed"
+  note "tests $suite with UNMASK_CUDA_ATTN_BWD=atomic: rc $rc at $(at)s; $(grep -cE '^\[ +OK +\]' "$R/atomic_$suite.log") ok, $(grep -cE '^\[  FAILED  \]' "$R/atomic_$suite.log") failed"
   grep -E '^\[  FAILED  \]|atomic vs recompute|Failure|error' "$R/atomic_$suite.log" | head -12 | tee -a "$summary"
 done
 

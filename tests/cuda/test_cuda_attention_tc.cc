@@ -323,8 +323,7 @@ TEST(CudaAttentionTc, HeadSizes80_88_128MatchNaiveBf16) {
 // UNMASK_CUDA_ATTN_BWD=atomic (FlashBwdDq::atomic): the dK/dV kernel also adds dQ = dS K from its
 // dS^T tiles into an f32 accumulator with atomics. The same bound as the recompute kernels, on
 // masks, a sequence with no real key, packed lengths, dropout and every head size; dK and dV equal
-// the recompute variant's (the same code: only f32 noise allowed), dQ within f32 summation-order
-// noise of it; and the variant really ran: it allocates its accumulator, one device_malloc more.
+// the recompute variant's (the same code: only f32 noise allowed), dQ within rounding noise of it; and the variant really ran: it allocates its accumulator, one device_malloc more.
 TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
   REQUIRE_CUDA_DEVICE();
   std::vector<Case> cases;
@@ -378,7 +377,10 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
     };
     EXPECT_LE(max_err(atomic.dk, recompute.dk), 1e-6 * (1 + scale_of(recompute.dk))) << c.name;
     EXPECT_LE(max_err(atomic.dv, recompute.dv), 1e-6 * (1 + scale_of(recompute.dv))) << c.name;
-    EXPECT_LE(max_err(atomic.dq, recompute.dq), 1e-5 * (1 + scale_of(recompute.dq))) << c.name;
+    // dQ: the f32 sum order of the atomics (~1e-7), and dS rounded to bf16 from fp32 values that
+    // may differ in the last bit between the two kernels (FMA contraction): with dropout's 1/(1-p)
+    // factor, 2.2e-5 of a 1.9 maximum was seen on an H200. A wrong or missing tile is O(1).
+    EXPECT_LE(max_err(atomic.dq, recompute.dq), 1e-4 * (1 + scale_of(recompute.dq))) << c.name;
     EXPECT_EQ(max_err(atomic.out, recompute.out), 0.0) << c.name << ": the forward does not depend on the variant";
     std::printf("[ %s ] atomic vs recompute: dq %.3g, dk %.3g, dv %.3g\n", c.name.c_str(),
                 max_err(atomic.dq, recompute.dq), max_err(atomic.dk, recompute.dk), max_err(atomic.dv, recompute.dv));

@@ -7,8 +7,10 @@
 // Block rows: 128 (8 warps) loads each K/V tile once for twice as many queries as 64 (4 warps),
 // halving the shared-memory fill traffic per query, but makes half as many CTAs. We take 128
 // when that still gives at least two CTAs per SM (num_sms from the device), else 64 so that
-// small batches of short sequences still fill the GPU. (Heuristic, not yet measured: see
-// bench/gpu for the end-to-end numbers.)
+// small batches of short sequences still fill the GPU. The training forward (p.lse set: its
+// epilogue makes the 128-row HS-64 instance spill) always takes 64: on an H200, ViT-B batch 128
+// trained at 894.6 clips/s with 64-row CTAs against 873.9 with 128 (2026-11-26, BENCHMARKS.md).
+// Inference keeps the grid rule (not yet measured against 64).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,6 +33,7 @@ inline bool flash_head_dim_supported(int hd) {
 
 /// Query rows per CTA for p on a device with num_sms multiprocessors (see above).
 inline int flash_fwd_block_m(const FlashFwdParams& p, int num_sms) {
+  if (p.lse) return 64;  // training (see above)
   const long long ctas128 = (long long)((p.max_seqlen + 127) / 128) * p.num_heads * p.batch;
   return ctas128 >= 2LL * num_sms ? 128 : 64;
 }
