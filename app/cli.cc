@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "train/config.h"
+#include "train/metrics.h"
 #include "unmask/error.h"
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/allocator.h"
@@ -205,6 +207,17 @@ GpuPeak gpu_peak(Context& ctx, const std::string& precision) {
   out.label = hit ? " (" + name + ": " + p.family + " dense datasheet)"
                   : " (" + name + ": unknown to unmask, the H100 SXM dense datasheet assumed; give --peak-gflops)";
   return out;
+}
+
+double gpu_matmul_peak(Context& ctx, const std::string& precision) {
+  if (ctx.device() != Device::cuda) return 0.0;
+  static std::map<std::string, double> measured;  // per precision; one GPU per process
+  auto it = measured.find(precision);
+  if (it != measured.end()) return it->second;
+  const DType dt = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+  const double gflops = train::measure_matmul_peak_gflops(ctx, dt);
+  measured[precision] = gflops;
+  return gflops;
 }
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }

@@ -75,6 +75,11 @@ struct GpuPeak {
 /// 756,000), A100 (19,500 / 156,000 / 312,000); another GPU gets the H100 SXM figures and a label
 /// saying they were assumed (give --peak-gflops).
 GpuPeak gpu_peak(Context& ctx, const std::string& precision);
+/// The GEMM rate this GPU measurably reaches in the precision's operands (bf16 / fp16; tf32 and
+/// fp32: f32 operands under the context's TF32 setting), in GFLOP/s: issue 6's MFU denominator,
+/// train::measure_matmul_peak_gflops at 8192^3, measured once per process and precision (~0.5 s,
+/// most of it filling the operands on the host). 0 on the CPU.
+double gpu_matmul_peak(Context& ctx, const std::string& precision);
 /// Seconds on the steady clock (benchmark timing).
 double now_s();
 /// The process's peak resident set size in MiB (getrusage).

@@ -255,6 +255,24 @@ TEST(TrainMetrics, LogKeepsRowsUpToTheResumedStep) {
   EXPECT_TRUE(io::file_exists(dir / "loss.svg"));
 }
 
+// The measured GEMM rate (the MFU denominator on GPUs), here on the CPU's GEMM: positive, and
+// not above the FMA units it runs on (a GEMM cannot beat them). At 1024^3 this machine's GEMM
+// reaches 52-58% of the FMA peak, so a FLOP count 2x too high (or a timer reading half the time)
+// fails. Bad dtypes and sizes are errors.
+TEST(TrainMetrics, MeasuredMatmulPeakIsBelowTheFmaPeak) {
+  Context ctx({.num_threads = 2});
+  const double fma = train::measure_peak_gflops(2);
+  const double gemm = train::measure_matmul_peak_gflops(ctx, DType::f32, 1024, 3);
+  std::printf("f32 GEMM 1024^3 on 2 threads: %.1f GFLOP/s; FMA peak %.1f GFLOP/s\n", gemm, fma);
+  EXPECT_GT(gemm, 0.0);
+  if (fma > 0) EXPECT_LE(gemm, fma);
+  const double bf16 = train::measure_matmul_peak_gflops(ctx, DType::bf16, 128, 1);  // emulated on the CPU
+  EXPECT_GT(bf16, 0.0);
+  EXPECT_THROW(train::measure_matmul_peak_gflops(ctx, DType::i32, 128, 1), Error);
+  EXPECT_THROW(train::measure_matmul_peak_gflops(ctx, DType::f32, 8, 1), Error);
+  EXPECT_THROW(train::measure_matmul_peak_gflops(ctx, DType::f32, 128, 0), Error);
+}
+
 // ---- a tiny model and tiny shards ------------------------------------------------------------
 
 constexpr int64_t kVocab = 120;

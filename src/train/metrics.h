@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "unmask/context.h"
+#include "unmask/dtype.h"
+
 namespace unmask::train {
 
 struct StepMetrics {
@@ -84,5 +87,10 @@ std::string format_duration(double seconds);
 /// Measures the fp32 FMA peak of `threads` cores in GFLOP/s (~0.3 s; 0 when the CPU lacks
 /// AVX2+FMA): twelve independent FMA chains per thread, best of five trials.
 double measure_peak_gflops(int threads);
+/// Measures the GEMM rate ctx reaches on n x n operands of `dtype` (f32, bf16 or f16; f32 takes
+/// the context's TF32 setting on CUDA) in GFLOP/s: C = A A^T on uniform values in [-1, 1), three
+/// warm-up products, then the mean over `reps` (matmul_peak.cc). The MFU denominator on GPUs
+/// (n = 8192: about 20 ms of GPU time and 256 MB of device memory in bf16, freed on return).
+double measure_matmul_peak_gflops(Context& ctx, DType dtype, int64_t n = 8192, int reps = 10);
 
 }  // namespace unmask::train
