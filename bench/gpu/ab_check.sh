@@ -11,11 +11,12 @@
 #      suites again with UNMASK_CUDA_ATTN_BWD=atomic (the atomic-dQ attention backward);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
 #      new, new with UNMASK_CUDA_ATTN_BWD=atomic; then --profile 2 of new and new atomic;
-#   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new;
+#   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
+#      op profile at 256x128 and its forward attention with 64- and 128-row CTAs;
 #   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py), and ViT-B with the
 #      forward attention's CTAs forced to 64 and to 128 query rows (UNMASK_FLASH_BLOCK_M);
-#   5. Nsight Compute on the attention backward kernels of a ViT-B step (stall reasons, occupancy),
-#      when `ncu` is there.
+#   5. Nsight Compute on a decoder dK/dV kernel of a ViT-B step, both dQ schemes (stall reasons,
+#      occupancy), when `ncu` is there.
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 set -u
 CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
@@ -123,6 +124,17 @@ for b in 256 1; do
   done
 done
 
+# 3b. where the inference step at batch 256 seq 128 goes (seed 003's 1.2x row), and the forward
+#     attention's CTA height there (the grid rule picks 128; training measured 64 faster)
+go "infer profile" && timeout -k 5 "$(lim 40)" "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off \
+  --batch 256 --seq 128 --min-time 0.3 --iters 10 --profile 3 --format json > "$R/profile_infer.jsonl" 2>> "$R/infer.err" &&
+  python3 bench/gpu/profile_table.py "$R/profile_infer.jsonl" 2>&1 | head -16 | tee -a "$summary"
+for bm in 64 128; do
+  go "infer block_m $bm" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_FLASH_BLOCK_M=$bm" env \
+    UNMASK_FLASH_BLOCK_M=$bm "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
+    --seq 128 --min-time 0.5 --iters 20 --format json
+done
+
 # 4. the PyTorch peer of BERT-large, again (it gave 1,067 and 713 seq/s in two calls of 2026-11-26)
 go "pytorch bert-large" && row "$R/torch_bert_large.jsonl" "$(lim 60)" "pytorch bert-large bf16 adamw" python3 \
   bench/gpu/torch_bert_train_gpu.py --model large --seq 128 --batch 64 --precision bf16 --mlm-head masked
@@ -138,13 +150,29 @@ done
 if command -v ncu > /dev/null; then
   for mode in recompute atomic; do
     go "ncu $mode" || continue
-    UNMASK_CUDA_ATTN_BWD=$mode timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd \
-      --launch-skip 16 --launch-count 2 --section SpeedOfLight --section Occupancy --section WarpStateStats \
-      --section LaunchStats "$BIN/unmask" bench videomae --device cuda --precision bf16 --model vit-b --batch 32 \
+    # The backward runs the decoder's 4 blocks (1,568 tokens, where the time goes) before the
+    # encoder's 12 (160 tokens): the first dK/dV launch is a decoder one. The stall breakdown: the
+    # average warps stalled per issued instruction, by reason.
+    UNMASK_CUDA_ATTN_BWD=$mode timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd_dkdv \
+      --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section LaunchStats --metrics 'regex:smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio' \
+      "$BIN/unmask" bench videomae --device cuda --precision bf16 --model vit-b --batch 32 \
       --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$mode.txt" 2>&1
     note "ncu $mode: rc $? at $(at)s"
-    grep -E "flash_bwd|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Stall|Warp Cycles Per Issued" \
-      "$R/ncu_$mode.txt" | head -30 | tee -a "$summary"
+    grep -E "flash_bwd|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued" \
+      "$R/ncu_$mode.txt" | head -12 | tee -a "$summary"
+    grep -E "issue_stalled" "$R/ncu_$mode.txt" | sort -k3 -g -r | head -8 | tee -a "$summary"
+  done
+  # The row kernels of the same step: achieved bandwidth of the first two launches of each (the
+  # backward's first are the decoder's, 32 x 1,568 = 50,176 rows of 384 or 1,536 columns; the
+  # forward's first LayerNorms are the encoder's, 32 x 160 rows of 768)
+  for k in layernorm_backward_dx column_partials activation_backward layernorm_stats; do
+    go "ncu $k" || continue
+    timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip 0 --launch-count 2 \
+      --section SpeedOfLight --section LaunchStats "$BIN/unmask" bench videomae --device cuda --precision bf16 \
+      --model vit-b --batch 32 --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$k.txt" 2>&1
+    note "ncu $k: rc $? at $(at)s"
+    grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Grid Size" "$R/ncu_$k.txt" | head -10 | tee -a "$summary"
   done
 else
   note "ncu: not on this machine"
