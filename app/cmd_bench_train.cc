@@ -196,6 +196,9 @@ int bench_train(int argc, char** argv) {
       const double gflops = flops / med / 1e9, sps = double(batch) / med;
       const double mfu = peak > 0 ? 100.0 * gflops / peak : 0;
       // CUDA: MFU against the GEMM rate this GPU measurably reaches too (issue 6's definition)
+      // The step's memory peaks are read before the GEMM measurement allocates its operands.
+      const double gpu_mb = peak_gpu_mb(ctx);
+      const GpuMemoryPeaks gpu_mem = gpu_memory_peaks(ctx);
       const double matmul_peak = on_cuda && !fixed_peak ? gpu_matmul_peak(ctx, gemm_precision) : 0.0;
       const double mfu_matmul = matmul_peak > 0 ? 100.0 * gflops / matmul_peak : 0.0;
       if (format == "table") {
@@ -209,7 +212,6 @@ int bench_train(int argc, char** argv) {
         std::printf("%s,%lld,%lld,%lld,%s,%.4f,%.3f,%.2f,%.2f,%d,%s\n", devices, (long long)seq, (long long)batch,
                     (long long)P, prec, sps, med * 1e3, gflops, mfu, ctx.num_threads(), opt_name.c_str());
       else {
-        const GpuMemoryPeaks gpu_mem = gpu_memory_peaks(ctx);
         std::printf("{\"engine\": \"unmask\", \"model\": \"%s\", \"seq\": %lld, \"batch\": %lld, \"masked\": %lld, "
                     "\"precision\": \"%s\", \"seq_per_s\": %.4f, \"step_ms\": %.3f, \"gflop_per_s\": %.2f, "
                     "\"mfu_pct\": %.2f, \"peak_gflops\": %.1f, \"mfu_matmul_pct\": %.2f, \"matmul_peak_gflops\": %.1f, "
@@ -219,7 +221,7 @@ int bench_train(int argc, char** argv) {
                     "\"attention\": \"%s\", \"activations\": \"%s\", \"mlm_head\": \"masked\"%s}\n",
                     model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
                     peak, mfu_matmul, matmul_peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
-                    peak_gpu_mb(ctx), gpu_mem.requested_mb, gpu_mem.reserved_mb, devices, attention_mode(ctx).c_str(),
+                    gpu_mb, gpu_mem.requested_mb, gpu_mem.reserved_mb, devices, attention_mode(ctx).c_str(),
                     act_name.c_str(), prof.steps > 0 ? (", \"profile\": " + step_profile_json(prof)).c_str() : "");
       }
       std::fflush(stdout);

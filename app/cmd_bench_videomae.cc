@@ -26,7 +26,8 @@
 //                 what unmask's step computes (the masked tubelets are never embedded); its MFU
 //                 is the lower, stricter figure.
 //   memory est.   the step's bytes counted from the shapes (video/videomae_flops.h: parameters x 4
-//                 copies, every saved activation, the largest transient; GELU recomputed on a GPU)
+//                 copies, every saved activation, the largest transient; GELU recomputed on a GPU
+//                 unless --recompute-gelu off)
 //   memory        CPU: peak resident set size of the process (getrusage): the CPU allocator keeps
 //                 no high-water mark of its own. CUDA: the caching allocator's peak of allocated
 //                 device memory during the row (weights, gradients, AdamW moments, activations).
@@ -203,6 +204,8 @@ int bench_videomae(int argc, char** argv) {
       device_option(),
       {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores, fp32 master weights)", "fp32"},
       {"activations", "f32|bf16", "the ViT blocks' activations (bf16: CUDA, head size 64/80/88/128; emulated on the CPU)", "f32"},
+      {"recompute-gelu", "auto|on|off", "recompute each block's GELU output in the backward instead of keeping it "
+                                        "(auto: on a GPU only, where memory bounds the batch)", "auto"},
       {"seed", "N", "seed of the weights, the clips and the masks", "1234"},
       {"peak-gflops", "X", "peak for MFU (default: CPU the fp32 FMA peak measured with an FMA loop; CUDA the "
                           "GPU's dense datasheet peak of --precision)", ""},
@@ -267,6 +270,10 @@ int bench_videomae(int argc, char** argv) {
                            : train::measure_peak_gflops(ctx.num_threads());
   const bool measured_peak = !fixed_peak && !on_cuda;
 
+  const std::string recompute_arg = args->get("recompute-gelu");
+  if (recompute_arg != "auto" && recompute_arg != "on" && recompute_arg != "off")
+    throw Error("--recompute-gelu must be auto, on or off, got '", recompute_arg, "'");
+  const bool recompute_gelu = recompute_arg == "auto" ? on_cuda : recompute_arg == "on";  // the step's default
   const long long num_params = count_params(cfg);
   // A dry run builds no model (ViT-g's weights and moments are ~16 GB).
   std::optional<VideoMAEPretrainModel> model;
@@ -319,7 +326,7 @@ int bench_videomae(int argc, char** argv) {
     // unmask embeds the visible tubelets only: 3 x 2 (N - V) P D fewer FLOPs per clip.
     const double skipped = 3.0 * 2.0 * double(B * (Np - Nv)) * double(cfg.patch_dim()) * double(cfg.dim);
     const double executed_flops = step_flops - skipped;
-    const video::VideoMAEStepBytes bytes = video::videomae_pretrain_step_bytes(fc, /*recompute_gelu=*/on_cuda,
+    const video::VideoMAEStepBytes bytes = video::videomae_pretrain_step_bytes(fc, recompute_gelu,
                                                                                  act_name == "bf16" ? DType::bf16 : DType::f32);
 
     std::vector<double> times, waits;
@@ -346,6 +353,7 @@ int bench_videomae(int argc, char** argv) {
       reset_peak_gpu(ctx);
       VideoMAEStepOptions so;
       so.activations = act_name == "bf16" ? DType::bf16 : DType::f32;
+      so.recompute_gelu = recompute_gelu;
       const int64_t per_channel = cfg.num_frames * cfg.img_size * cfg.img_size;
       float* v = videos.data<float>();
       for (int64_t i = 0; !loader && i < videos.numel(); ++i) {
@@ -397,6 +405,9 @@ int bench_videomae(int argc, char** argv) {
     const double mfu_exec = peak > 0 && med > 0 ? 100.0 * executed_flops / med / 1e9 / peak : 0.0;
     // CUDA: MFU against the GEMM rate this GPU measurably reaches too (issue 6's definition)
     const std::string gemm_dtype = act_name == "bf16" ? "bf16" : gemm_precision;
+    // The step's memory peaks are read before the GEMM measurement allocates its operands.
+    const double gpu_mb = peak_gpu_mb(ctx);
+    const GpuMemoryPeaks gpu_mem = gpu_memory_peaks(ctx);
     const double matmul_peak = on_cuda && !fixed_peak && !dry_run ? gpu_matmul_peak(ctx, gemm_dtype) : 0.0;
     const double mfu_matmul = matmul_peak > 0 ? 100.0 * gflops / matmul_peak : 0.0;
     const double device_hours = vps > 0 ? kSsv2TrainVideos * kSsv2Epochs / vps / 3600.0 : 0.0;
@@ -405,7 +416,7 @@ int bench_videomae(int argc, char** argv) {
     if (format == "table") {
       std::printf("| %s | %s | %s | %lld | %.3f | %.3f | %.0f | %.1f | %.0f MB | %.0f MB | %.1f%% | %.1f%% | %.0f |\n",
                   devices, dataset.c_str(), precision.c_str(), (long long)B, fwd_per_clip / 1e9, vps, med * 1e3,
-                  wait_ms, bytes.peak / 1048576.0, on_cuda ? peak_gpu_mb(ctx) : peak_rss_mb(), mfu, mfu_exec,
+                  wait_ms, bytes.peak / 1048576.0, on_cuda ? gpu_mb : peak_rss_mb(), mfu, mfu_exec,
                   device_hours);
       if (matmul_peak > 0)
         std::printf("#   MFU %.1f%% against the measured GEMM peak, %.0f GFLOP/s (8192^3 %s, mean of 10)\n", mfu_matmul,
@@ -419,6 +430,7 @@ int bench_videomae(int argc, char** argv) {
       j["dataset"] = dataset;
       j["dtype"] = precision;
       j["activations"] = act_name;
+      j["recompute_gelu"] = recompute_gelu;
       j["device"] = on_cuda ? "cuda" : "cpu";
       j["attention"] = attention_mode(ctx);
       j["batch"] = B;
@@ -445,8 +457,7 @@ int bench_videomae(int argc, char** argv) {
       j["mfu_matmul_pct"] = mfu_matmul;
       j["matmul_peak_gflops"] = matmul_peak;
       j["peak_rss_mb"] = peak_rss_mb();
-      j["peak_gpu_mb"] = peak_gpu_mb(ctx);
-      const GpuMemoryPeaks gpu_mem = gpu_memory_peaks(ctx);
+      j["peak_gpu_mb"] = gpu_mb;
       j["peak_gpu_requested_mb"] = gpu_mem.requested_mb;
       j["peak_gpu_reserved_mb"] = gpu_mem.reserved_mb;
       j["estimated_peak_mb"] = bytes.peak / 1048576.0;

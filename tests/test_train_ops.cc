@@ -186,8 +186,9 @@ TEST(TrainLayerNorm, BackwardMatchesReferenceEveryIsa) {
   for (auto isa : cpu::available_isas()) {
     IsaScope scope(isa);
     for (int64_t C : kWidths)
-      for (int variant = 0; variant < 8; ++variant) {  // residual, row strides, dx aliasing dy
-        const bool with_res = variant & 1, strided = variant & 2, alias = variant & 4;
+      for (int variant = 0; variant < 16; ++variant) {  // residual, row strides, dx aliasing dy, dx +=
+        const bool with_res = variant & 1, strided = variant & 2, alias = variant & 4, accumulate = variant & 8;
+        if (alias && accumulate) continue;  // refused (TrainOps.ErrorsNameActualAndExpected)
         const int64_t N = C == 1000 ? 1 : C == 768 ? 70 : 19;  // 70: several row chunks
         SCOPED_TRACE(std::string(isa) + " C=" + std::to_string(C) + " variant=" + std::to_string(variant));
         Tensor x = make_rows(N, C, strided ? C + 3 : 0), r = make_rows(N, C, strided ? C + 5 : 0);
@@ -208,7 +209,12 @@ TEST(TrainLayerNorm, BackwardMatchesReferenceEveryIsa) {
                                         eps, dyd.data(), dx_ref.data(), dg_ref.data(), db_ref.data(), N, C);
         for (int64_t c = 0; c < C; ++c) dg_ref[c] += dg0[c], db_ref[c] += db0[c];  // accumulated
         Tensor dx = alias ? dy : make_rows(N, C, strided ? C + 4 : 0);
-        ops::layernorm_backward(ctx, x, rp, g, mean, rstd, dy, dx, dg, db);
+        if (accumulate) {  // dx += the gradient: the reference adds the old values
+          fill_rows(rng, dx, Fill::normal);
+          const std::vector<double> dx0 = to_f64(dx);
+          for (size_t i = 0; i < dx_ref.size(); ++i) dx_ref[i] += dx0[i];
+        }
+        ops::layernorm_backward(ctx, x, rp, g, mean, rstd, dy, dx, dg, db, accumulate);
         // dx is rstd times a difference of O(|dy gamma|) terms: its rounding error scales with
         // rstd (316 for C = 1, where var = 0 and dx is 0 up to that rounding).
         double max_rstd = 1.0;
@@ -553,6 +559,9 @@ TEST(TrainOps, ErrorsNameActualAndExpected) {
   EXPECT_NE(error_of([&] { ops::layernorm(ctx, x, nullptr, g, g, 1e-5f, y, &m4, nullptr); }).find("both"),
             std::string::npos);
   EXPECT_NE(error_of([&] { ops::layernorm_backward(ctx, x, nullptr, g, m4, m4, y, y, bad, g); }).find("dgamma"),
+            std::string::npos);
+  // dx += ... while dx is dy would read gradients it already changed: refused
+  EXPECT_NE(error_of([&] { ops::layernorm_backward(ctx, x, nullptr, g, m4, m4, y, y, g, g, true); }).find("overlaps"),
             std::string::npos);
   EXPECT_NE(error_of([&] { ops::bias_grad(ctx, x, bad); }).find("[8]"), std::string::npos);
   Tensor t = Tensor::zeros({4}, DType::i32);

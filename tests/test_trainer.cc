@@ -265,7 +265,14 @@ TEST(TrainMetrics, MeasuredMatmulPeakIsBelowTheFmaPeak) {
   const double gemm = train::measure_matmul_peak_gflops(ctx, DType::f32, 1024, 3);
   std::printf("f32 GEMM 1024^3 on 2 threads: %.1f GFLOP/s; FMA peak %.1f GFLOP/s\n", gemm, fma);
   EXPECT_GT(gemm, 0.0);
-  if (fma > 0) EXPECT_LE(gemm, fma);
+  // The FMA loop is this build's own code: under AddressSanitizer it is instrumented (CI measured
+  // 6.4 GFLOP/s there against 82 for the uninstrumented BLAS GEMM), so it bounds nothing there.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kInstrumented = true;
+#else
+  constexpr bool kInstrumented = false;
+#endif
+  if (fma > 0 && !kInstrumented) EXPECT_LE(gemm, fma);
   const double bf16 = train::measure_matmul_peak_gflops(ctx, DType::bf16, 128, 1);  // emulated on the CPU
   EXPECT_GT(bf16, 0.0);
   EXPECT_THROW(train::measure_matmul_peak_gflops(ctx, DType::i32, 128, 1), Error);

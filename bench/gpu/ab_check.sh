@@ -139,6 +139,11 @@ done
 go "pytorch bert-large" && row "$R/torch_bert_large.jsonl" "$(lim 60)" "pytorch bert-large bf16 adamw" python3 \
   bench/gpu/torch_bert_train_gpu.py --model large --seq 128 --batch 64 --precision bf16 --mlm-head masked
 
+# 4a. ViT-B keeping each block's GELU output instead of recomputing it (more memory, one pass less)
+model_args vit
+go "vit new recompute-gelu off" && row "$R/train_vit.jsonl" "$(lim 60)" "vit new --recompute-gelu off" "$BIN/unmask" \
+  "${A[@]}" --steps 5 --warmup 2 --recompute-gelu off
+
 # 4b. the training attention forward's CTA height (flash_fwd_block_m's choice against both)
 for bm in 64 128; do
   model_args vit

@@ -57,14 +57,16 @@ struct CpuKernels {
                                const float* gamma, const float* beta, float eps, float* y,
                                int64_t ldy, float* mean, float* rstd, int64_t N, int64_t C);
 
-  /// Layernorm backward: dx[n, :] (overwritten; may alias dy) and the parameter partials
-  /// dgamma_acc += sum_n dy * xhat, dbeta_acc += sum_n dy (rows summed in order).
+  /// Layernorm backward: dx[n, :] (overwritten, or added to when accumulate; may alias dy when
+  /// not accumulating) and the parameter partials dgamma_acc += sum_n dy * xhat,
+  /// dbeta_acc += sum_n dy (rows summed in order).
   ///   x, residual (or null), dy, dx: [N, C] with their row strides; gamma: [C];
   ///   mean, rstd: [N] from layernorm_stats_rows; dgamma_acc, dbeta_acc: [C].
   void (*layernorm_backward_rows)(const float* x, int64_t ldx, const float* residual, int64_t ldr,
                                   const float* gamma, const float* mean, const float* rstd,
                                   const float* dy, int64_t lddy, float* dx, int64_t lddx,
-                                  float* dgamma_acc, float* dbeta_acc, int64_t N, int64_t C);
+                                  float* dgamma_acc, float* dbeta_acc, int64_t N, int64_t C,
+                                  bool accumulate);
 
   /// dx = dy * act'(x), x the activation input. [N, C] each with its row stride; dx may alias dy.
   void (*act_backward_rows)(const float* x, int64_t ldx, const float* dy, int64_t lddy, float* dx,

@@ -113,7 +113,8 @@ void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* resid
                      int64_t C, DType dtype);
 void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
                         const float* gamma, const float* mean, const float* rstd, const void* dy, int64_t lddy,
-                        void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype);
+                        void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
+                        bool accumulate_dx);
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
                          int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype);
 void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype);

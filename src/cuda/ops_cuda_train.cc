@@ -22,10 +22,11 @@ void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* resid
 
 void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
                         const float* gamma, const float* mean, const float* rstd, const void* dy, int64_t lddy,
-                        void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype) {
+                        void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
+                        bool accumulate_dx) {
   CudaState& st = cuda_state(ctx);
   layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                          st.stream);
+                          st.stream, accumulate_dx);
 }
 
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,

@@ -50,9 +50,12 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 /// (f32 [C], accumulated +=, deterministic two-stage column sums).
 ///   xhat = (x + residual - mean) rstd, g = dy gamma
 ///   dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)); dgamma += sum_n dy xhat; dbeta += sum_n dy
+/// accumulate_dx: dx += that instead (fp32 sum of the old dx and the gradient, one rounding); dx
+/// must then not alias dy.
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                         const void* residual, int64_t ldr, const float* gamma, const float* mean, const float* rstd,
-                        const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream);
+                        const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream,
+                        bool accumulate_dx = false);
 
 /// dx = dy * act'(x) elementwise (x the pre-activation); dx may alias dy or x.
 void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx, const void* dy, int64_t lddy, int64_t N,

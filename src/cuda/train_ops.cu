@@ -90,11 +90,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 ///   xhat = (s - mean) rstd, g = dy gamma, dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)).
 /// Lane chunks of kVec columns as in warp_layernorm_row. dx may alias dy: each lane reads its
 /// chunk of dy before writing that chunk of dx (in the cached path, all its chunks first).
+/// accumulate: dx += the gradient (dx then does not alias dy: the front-end checks).
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_backward_dx_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* residual, int64_t ldr,
                                  const float* gamma, const float* mean, const float* rstd, const T* dy, int64_t lddy,
-                                 int64_t N, int C) {
+                                 int64_t N, int C, bool accumulate) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
@@ -113,12 +114,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   };
   T* dxr = dx + row * lddx;
   auto store = [&](const float* xh, const float* g, int c, float mg, float mgx) {
+    float d[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) d[j] = rs * (g[j] - mg - xh[j] * mgx);
+    if (accumulate) {  // the old dx in fp32, one rounding of the sum
+      float old[kVec];
+      load_row<T, kVec>(old, dxr, c);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) d[j] += old[j];
+    }
     if constexpr (kVec == 1) {
-      dxr[c] = from_float<T>(rs * (g[0] - mg - xh[0] * mgx));
+      dxr[c] = from_float<T>(d[0]);
     } else {
       Packed128<T> out;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) out.set(j, rs * (g[j] - mg - xh[j] * mgx));
+      for (int j = 0; j < kVec; ++j) out.set(j, d[j]);
       out.store(dxr + c);
     }
   };
@@ -403,7 +413,7 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* mean,
                              const float* rstd, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool accumulate_dx) {
   check_rows("layernorm_backward", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && lddy >= C && lddx >= C && (!residual || ldr >= C)),
                "layernorm_backward (cuda): row strides ldx=", ldx, " ldr=", ldr, " lddy=", lddy, " lddx=", lddx,
@@ -422,7 +432,7 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}}), [&](auto kvec) {
       layernorm_backward_dx_kernel<T, decltype(kvec)::value>
           <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-              static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C));
+              static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C), accumulate_dx);
     });
     CUDA_CHECK_LAUNCH();
   });

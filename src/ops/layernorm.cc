@@ -116,7 +116,7 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
 // do not depend on the thread count.
 void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                         const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta) {
+                        Tensor& dgamma, Tensor& dbeta, bool accumulate_dx) {
   detail::OpScope op_scope(ctx, "layernorm_backward");
   constexpr const char* op = "layernorm_backward";
   const Device dev = x.device();
@@ -145,15 +145,16 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
     UNMASK_CHECK(t->numel() == N && t->is_contiguous(), op, ": ", name, " must be contiguous [", N,
                  "] (from the forward over x ", x.shape().str(), "), got ", t->describe());
   }
-  detail::check_no_overlap(op, "dx", dx, "dy", dy, true);
+  detail::check_no_overlap(op, "dx", dx, "dy", dy, !accumulate_dx);  // dx += ...: dy must stay intact
   detail::check_no_overlap(op, "dx", dx, "x", x, false);
   if (residual) detail::check_no_overlap(op, "dx", dx, "residual", *residual, false);
   if (N == 0 || C == 0) return;
   if (half && dev == Device::cpu) {  // emulation (see layernorm)
     const Tensor xf = detail::widen_for_cpu(x), dyf = detail::widen_for_cpu(dy);
     const Tensor rf = residual ? detail::widen_for_cpu(*residual) : Tensor();
-    Tensor dxf = Tensor::empty(dx.shape(), DType::f32);
-    layernorm_backward(ctx, xf, residual ? &rf : nullptr, gamma, mean, rstd, dyf, dxf, dgamma, dbeta);
+    // accumulate_dx: the old dx widened, the gradient added in f32, one rounding (as CUDA)
+    Tensor dxf = accumulate_dx ? detail::widen_for_cpu(dx) : Tensor::empty(dx.shape(), DType::f32);
+    layernorm_backward(ctx, xf, residual ? &rf : nullptr, gamma, mean, rstd, dyf, dxf, dgamma, dbeta, accumulate_dx);
     return detail::narrow_into(dxf, dx);
   }
   switch (dev) {
@@ -174,7 +175,7 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
             k.layernorm_backward_rows(xp + r0 * rx.ld, rx.ld, rp ? rp + r0 * rr.ld : nullptr, rr.ld,
                                       gamma.data<float>(), mean.data<float>() + r0,
                                       rstd.data<float>() + r0, dyp + r0 * rdy.ld, rdy.ld,
-                                      dxp + r0 * rdx.ld, rdx.ld, pg, pg + C, r1 - r0, C);
+                                      dxp + r0 * rdx.ld, rdx.ld, pg, pg + C, r1 - r0, C, accumulate_dx);
           }
         }, 1 + 16384 / (chunk_rows * C));
         float* dg = dgamma.data<float>();
@@ -196,7 +197,8 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
 #ifdef UNMASK_WITH_CUDA
       return cuda::layernorm_backward(ctx, x.raw(), rx.ld, residual ? residual->raw() : nullptr, rr.ld,
                                       gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.raw(), rdy.ld,
-                                      dx.raw(), rdx.ld, dgamma.data<float>(), dbeta.data<float>(), N, C, x.dtype());
+                                      dx.raw(), rdx.ld, dgamma.data<float>(), dbeta.data<float>(), N, C, x.dtype(),
+                                      accumulate_dx);
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif

@@ -170,9 +170,12 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
 ///   x, residual (may be null), dy, dx: [N, C]; gamma: [C]; mean, rstd: [N] from the forward.
 ///   dx (overwritten) is also the gradient of the residual. dgamma, dbeta: [C], accumulated.
 ///   dx may alias dy.
+/// accumulate_dx: dx += the gradient instead (fp32 sum, one rounding for bf16/f16), for a
+///   pre-LN block whose residual stream's gradient already sits in dx (ViT: g += LN2'(dln) in
+///   one pass instead of a write of dln and an axpy); dx must then not overlap dy.
 void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                         const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta);
+                        Tensor& dgamma, Tensor& dbeta, bool accumulate_dx = false);
 
 /// dx = dy * act'(x) elementwise, x the activation's INPUT (pre-activation). dx may alias dy.
 void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,

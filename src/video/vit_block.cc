@@ -143,9 +143,9 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
   Tensor dln = act({N, C});
   train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);
-  ops::layernorm_backward(ctx, sv.x1, nullptr, p.norm2_g.value, sv.mean2, sv.rstd2, dln, dln, p.norm2_g.grad,
-                          p.norm2_b.grad);
-  ops::axpy(ctx, 1.0f, dln, g);  // g = d x1
+  // g = d x1 = g + LN2'(dln): the LayerNorm backward adds into g (one pass, no axpy)
+  ops::layernorm_backward(ctx, sv.x1, nullptr, p.norm2_g.value, sv.mean2, sv.rstd2, dln, g, p.norm2_g.grad,
+                          p.norm2_b.grad, /*accumulate_dx=*/true);
   // x1 = x + proj(attention(qkv(LN1(x))))
   Tensor dctx = act({N, C});
   train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, branch_grad(g, s.drop_attn, s.tokens), &dctx);
@@ -159,9 +159,9 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   ops::axpy(ctx, 1.0f, dbias.slice(0, 2 * C, 3 * C), p.v_bias.grad);
   PV no_bias;
   train::linear_backward(ctx, sv.ln1, p.qkv_w, no_bias, dqkv, &dln);
-  ops::layernorm_backward(ctx, x, nullptr, p.norm1_g.value, sv.mean1, sv.rstd1, dln, dln, p.norm1_g.grad,
-                          p.norm1_b.grad);
-  ops::axpy(ctx, 1.0f, dln, g);  // g = d x
+  // g = d x = g + LN1'(dln)
+  ops::layernorm_backward(ctx, x, nullptr, p.norm1_g.value, sv.mean1, sv.rstd1, dln, g, p.norm1_g.grad,
+                          p.norm1_b.grad, /*accumulate_dx=*/true);
 }
 
 void add_block_params(std::vector<Param>& out, const std::string& prefix, BlockParams& b) {

@@ -140,21 +140,24 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
   Rng rng("CudaTrainLayerNorm");
   for (int64_t C : {1, 7, 768, 1031})
     for (int64_t N : {1, 37, 300})  // 300 rows: three 128-row chunks of the column sums
-      for (int variant = 0; variant < 3; ++variant) {
-        // 0: no residual; 1: residual; 2: residual, x and dy strided, dx aliases dy.
+      for (int variant = 0; variant < 4; ++variant) {
+        // 0: no residual; 1: residual; 2: residual, x and dy strided, dx aliases dy;
+        // 3: residual, dx += the gradient (accumulate_dx) onto random values.
         SCOPED_TRACE(rng.note());
         const std::string what = "C=" + std::to_string(C) + " N=" + std::to_string(N) + " variant=" + std::to_string(variant);
-        const bool use_res = variant >= 1;
+        const bool use_res = variant >= 1, accumulate = variant == 3;
         Tensor x = rng.tensor({N, C}, 2.0f, 0.7f), r = rng.tensor({N, C}), g = rng.tensor({C}, 0.5f, 1.0f),
-               b = rng.tensor({C}), dy = rng.tensor({N, C}), dg0 = rng.tensor({C}), db0 = rng.tensor({C});
+               b = rng.tensor({C}), dy = rng.tensor({N, C}), dg0 = rng.tensor({C}), db0 = rng.tensor({C}),
+               dx0 = rng.tensor({N, C});
         // CPU.
         Tensor y_c = Tensor::empty({N, C}, DType::f32), mean_c = Tensor::empty({N}, DType::f32),
                rstd_c = Tensor::empty({N}, DType::f32), dx_c = Tensor::empty({N, C}, DType::f32);
         Tensor dg_c = Tensor::empty({C}, DType::f32), db_c = Tensor::empty({C}, DType::f32);
         dg_c.copy_from(dg0);
         db_c.copy_from(db0);
+        if (accumulate) dx_c.copy_from(dx0);
         ops::layernorm(cpu(), x, use_res ? &r : nullptr, g, b, 1e-5f, y_c, &mean_c, &rstd_c);
-        ops::layernorm_backward(cpu(), x, use_res ? &r : nullptr, g, mean_c, rstd_c, dy, dx_c, dg_c, db_c);
+        ops::layernorm_backward(cpu(), x, use_res ? &r : nullptr, g, mean_c, rstd_c, dy, dx_c, dg_c, db_c, accumulate);
         // CUDA, twice (determinism of dgamma/dbeta).
         std::vector<float> first_dg, first_db, first_dx;
         for (int run = 0; run < 2; ++run) {
@@ -164,8 +167,8 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
           Tensor yd = nan_device({N, C}), meand = nan_device({N}), rstdd = nan_device({N});
           ops::layernorm(gpu(), xd, use_res ? &rd : nullptr, gd, bd, 1e-5f, yd, &meand, &rstdd);
           Tensor dgd = dg0.to(Device::cuda), dbd = db0.to(Device::cuda);
-          Tensor dxd = variant == 2 ? dyd : nan_device({N, C});
-          ops::layernorm_backward(gpu(), xd, use_res ? &rd : nullptr, gd, meand, rstdd, dyd, dxd, dgd, dbd);
+          Tensor dxd = variant == 2 ? dyd : accumulate ? dx0.to(Device::cuda) : nan_device({N, C});
+          ops::layernorm_backward(gpu(), xd, use_res ? &rd : nullptr, gd, meand, rstdd, dyd, dxd, dgd, dbd, accumulate);
           if (run == 0) {
             expect_close(values(yd), values(y_c), 2e-5, 2e-5, what + " y");
             expect_close(values(meand), values(mean_c), 1e-5, 1e-5, what + " mean");
@@ -173,7 +176,8 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
             if (C == 1) {
               // One channel: x_hat = 0 and dx = 0 exactly; the CPU's own rounding, amplified by
               // rstd = 1/sqrt(eps) ~ 316, reaches 7e-5 here, so compare with the exact answer.
-              expect_close(values(dxd), std::vector<float>(size_t(N), 0.0f), 1e-4, 0.0, what + " dx (exact 0)");
+              expect_close(values(dxd), accumulate ? values(dx0) : std::vector<float>(size_t(N), 0.0f), 1e-4, 0.0,
+                           what + " dx (exact 0, or dx0 when accumulating)");
             } else {
               expect_close(values(dxd), values(dx_c), 5e-5, 1e-4, what + " dx");
             }
