@@ -47,14 +47,23 @@ END=$((LIMIT + 45))
 row_t() { local l=$((END - $(at))); [ "$l" -lt "$1" ] && echo $((l > 5 ? l : 5)) || echo "$1"; }
 largest=$(echo $BATCHES | tr ' ' '\n' | sort -n | tail -1)
 
+# measured_rows: ROWS' lines with a measurement; added_rows N: whether there are more than N now
+# (a command that printed its row and then exited non-zero, e.g. at teardown, keeps that row and
+# gets no second, "failed" one; one that printed no measurement does get it)
+measured_rows() { grep -c '"videos_per_s"' "$ROWS"; }
+added_rows() { [ "$(measured_rows)" -gt "$1" ]; }
 unmask_row() {  # precision batch [f32 (default) | bf16 = UNMASK_CUDA_ATTN_BF16=1, tensor-core attention | act = bf16 activations]
+  local n
+  n=$(measured_rows)
   UNMASK_CUDA_ATTN_BF16=$([ "${3:-f32}" = bf16 ] && echo 1 || echo 0) timeout "$(row_t 300)" "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
-    --activations $([ "${3:-f32}" = act ] && echo bf16 || echo f32) --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" ||
+    --activations $([ "${3:-f32}" = act ] && echo bf16 || echo f32) --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" || added_rows "$n" ||
     echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"activations\": \"$([ "${3:-f32}" = act ] && echo bf16 || echo f32)\", \"attention\": \"$([ "${3:-f32}" = bf16 ] && echo bf16-tc || echo f32)\", \"failed\": true}" >> "$ROWS"
 }
 torch_row() {  # precision batch [--compile]
+  local n
+  n=$(measured_rows)
   timeout "$(row_t 400)" python3 bench/peers/torch_videomae_train.py --device cuda --precision "$1" --attention sdpa \
-    --model vit-b --batch "$2" --steps "$STEPS" --warmup "$WARMUP" ${3:-} >> "$ROWS" 2>> "$OUT/videomae_torch.err" ||
+    --model vit-b --batch "$2" --steps "$STEPS" --warmup "$WARMUP" ${3:-} >> "$ROWS" 2>> "$OUT/videomae_torch.err" || added_rows "$n" ||
     echo "{\"engine\": \"pytorch\", \"dtype\": \"$1\", \"batch\": $2, \"compile\": $([ -n "${3:-}" ] && echo true || echo false), \"failed\": true}" >> "$ROWS"
 }
 

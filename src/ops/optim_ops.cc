@@ -8,6 +8,7 @@
 // (exact resume and run-to-run reproducibility depend on it).
 //
 // The float64 references are written out in tests/test_optimizer.cc next to the tests.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -496,11 +497,12 @@ void scale_inplace(Context& ctx, Tensor& x, float s) {
 namespace {
 
 // Every item's tensors present and on one device (the first item's); returns that device.
+// tensors_of returns a std::array: no allocation per item (a step passes hundreds).
 template <typename Item, typename Tensors>
 Device items_device(const char* op, const std::vector<Item>& items, Tensors tensors_of) {
   Device device = Device::cpu;
   for (size_t i = 0; i < items.size(); ++i) {
-    const std::vector<const Tensor*> ts = tensors_of(items[i]);
+    const auto ts = tensors_of(items[i]);
     for (const Tensor* t : ts) UNMASK_CHECK(t != nullptr, op, ": item ", i, " has a null tensor");
     if (i == 0) device = ts.front()->device();
     detail::check_device(op, "item " + std::to_string(i), *ts.front(), device);
@@ -514,7 +516,7 @@ void adamw_update_many(Context& ctx, const std::vector<AdamItem>& items) {
   detail::OpScope op_scope(ctx, "adamw_update_many");
   constexpr const char* op = "adamw_update_many";
   const Device device = items_device(op, items, [](const AdamItem& it) {
-    return std::vector<const Tensor*>{it.p, it.g, it.m, it.v};
+    return std::array<const Tensor*, 4>{it.p, it.g, it.m, it.v};
   });
   for (const AdamItem& it : items) check_adamw(op, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
 #ifdef UNMASK_WITH_CUDA
@@ -529,7 +531,7 @@ void lamb_moments_many(Context& ctx, const std::vector<AdamItem>& items) {
   detail::OpScope op_scope(ctx, "lamb_moments_many");
   constexpr const char* op = "lamb_moments_many";
   const Device device = items_device(op, items, [](const AdamItem& it) {
-    return std::vector<const Tensor*>{it.p, it.g, it.m, it.v, it.update};
+    return std::array<const Tensor*, 5>{it.p, it.g, it.m, it.v, it.update};
   });
   for (const AdamItem& it : items) check_lamb_moments(op, *it.p, *it.g, *it.m, *it.v, *it.update, it.args);
 #ifdef UNMASK_WITH_CUDA
@@ -544,7 +546,7 @@ void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items) {
   detail::OpScope op_scope(ctx, "lamb_apply_many");
   constexpr const char* op = "lamb_apply_many";
   const Device device = items_device(op, items, [](const LambApplyItem& it) {
-    return std::vector<const Tensor*>{it.p, it.update};
+    return std::array<const Tensor*, 2>{it.p, it.update};
   });
   for (const LambApplyItem& it : items) check_lamb_apply(op, it.lr, it.param_sq, it.update_sq, *it.update, *it.p);
 #ifdef UNMASK_WITH_CUDA
