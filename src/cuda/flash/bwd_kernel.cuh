@@ -145,6 +145,21 @@ __device__ __forceinline__ void mma_rows_nt(float (&acc)[8][4], const uint32_t (
   }
 }
 
+/// out[16 x HS] += A (one 16 x 16 k-step, fragments) * B[kt*16 .. +15][0 .. HS) where B is a
+/// [64][LDS] smem tile whose rows are the k index and columns the head dim (ldmatrix.trans).
+template <typename Kt>
+__device__ __forceinline__ void mma_kstep_nn(float (&out)[Kt::kNTilesO][4], const uint32_t (&a)[4],
+                                             const typename Kt::Element* sB, int kt, int lane) {
+#pragma unroll
+  for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
+    uint32_t bf[4];
+    const int row = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
+    ldmatrix_x4_trans(bf, sB + row * Kt::kSmemStride + c);
+    mma_16816<typename Kt::Element>(out[2 * dp], a, bf[0], bf[1]);
+    mma_16816<typename Kt::Element>(out[2 * dp + 1], a, bf[2], bf[3]);
+  }
+}
+
 /// out[16 x HS] += P (16 x 64, fp32 accumulators, rounded to bf16) * B where B is a [64][LDS]
 /// smem tile whose rows are the k index (the 64 of P's columns) and columns the head dim.
 template <typename Kt>
@@ -158,14 +173,7 @@ __device__ __forceinline__ void mma_acc_nn(float (&out)[Kt::kNTilesO][4], const 
     pf[1] = pack2<T>(pacc[2 * kt][2], pacc[2 * kt][3]);
     pf[2] = pack2<T>(pacc[2 * kt + 1][0], pacc[2 * kt + 1][1]);
     pf[3] = pack2<T>(pacc[2 * kt + 1][2], pacc[2 * kt + 1][3]);
-#pragma unroll
-    for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
-      uint32_t bf[4];
-      const int row = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
-      ldmatrix_x4_trans(bf, sB + row * Kt::kSmemStride + c);
-      mma_16816<T>(out[2 * dp], pf, bf[0], bf[1]);
-      mma_16816<T>(out[2 * dp + 1], pf, bf[2], bf[3]);
-    }
+    mma_kstep_nn<Kt>(out, pf, sB, kt, lane);
   }
 }
 
@@ -228,7 +236,6 @@ __device__ __forceinline__ void stream_next_tile(int j, int n, F&& load_next) {
 template <typename Kt>
 __device__ __forceinline__ void mma_ds_k(float (&out)[Kt::kNTilesO][4], const typename Kt::Element* sdsT,
                                          const typename Kt::Element* sK, int warp, int lane) {
-  using T = typename Kt::Element;
 #pragma unroll
   for (int kt = 0; kt < 4; ++kt) {
     // Matrix i = lane / 8 of the A fragment: keys kt*16 + (i / 2) * 8 .., queries warp*16 + (i % 2) * 8 ..
@@ -236,14 +243,7 @@ __device__ __forceinline__ void mma_ds_k(float (&out)[Kt::kNTilesO][4], const ty
     uint32_t af[4];
     ldmatrix_x4_trans(af, sdsT + (kt * 16 + (lane % 8) + (lane / 16) * 8) * Kt::kSmemStrideDs + warp * 16 +
                               ((lane / 8) % 2) * 8);
-#pragma unroll
-    for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
-      uint32_t bf[4];
-      const int row = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
-      ldmatrix_x4_trans(bf, sK + row * Kt::kSmemStride + c);
-      mma_16816<T>(out[2 * dp], af, bf[0], bf[1]);
-      mma_16816<T>(out[2 * dp + 1], af, bf[2], bf[3]);
-    }
+    mma_kstep_nn<Kt>(out, af, sK, kt, lane);
   }
 }
 
