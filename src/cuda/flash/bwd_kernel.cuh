@@ -188,13 +188,12 @@ __device__ __forceinline__ void load_a_frags(uint32_t (&a)[Kt::kKSteps][4], cons
   }
 }
 
-/// Stores rows `row0` and `row0 + 8` (when < valid) of a 16 x HS accumulator times `mul`, at
-/// element `offset` of g (row stride ld): f32 pairs, or bf16 pairs rounded once when `bf16`
-/// (c is even and ld even, so a pair is 4-byte aligned).
-template <typename Kt>
-__device__ __forceinline__ void store_rows(void* g, bool bf16, int64_t offset, int64_t ld,
-                                           const float (&acc)[Kt::kNTilesO][4], int row0, int valid, float mul,
-                                           int lane) {
+/// Calls f(row, c, x0, x1) for each pair of adjacent columns c, c + 1 (< HS) a lane holds of a
+/// 16 x HS accumulator, in rows `row0` and `row0 + 8` when they are < valid (the C fragment:
+/// c = 8 i + 2 (lane % 4), even).
+template <typename Kt, typename F>
+__device__ __forceinline__ void for_each_acc_pair(const float (&acc)[Kt::kNTilesO][4], int row0, int valid, int lane,
+                                                  F&& f) {
 #pragma unroll
   for (int i = 0; i < Kt::kNTilesO; ++i) {
     if (i * 8 >= Kt::kHeadDim) break;
@@ -202,18 +201,29 @@ __device__ __forceinline__ void store_rows(void* g, bool bf16, int64_t offset, i
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + 8 * r;
-      if (row >= valid) continue;
-      const int64_t at = offset + int64_t(row) * ld + c;
-      const float x0 = acc[i][2 * r] * mul, x1 = acc[i][2 * r + 1] * mul;
-      if (bf16) {
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(g) + at) = __floats2bfloat162_rn(x0, x1);
-      } else {
-        float* dst = static_cast<float*>(g) + at;
-        dst[0] = x0;
-        dst[1] = x1;
-      }
+      if (row < valid) f(row, c, acc[i][2 * r], acc[i][2 * r + 1]);
     }
   }
+}
+
+/// Stores rows `row0` and `row0 + 8` (when < valid) of a 16 x HS accumulator times `mul`, at
+/// element `offset` of g (row stride ld): f32 pairs, or bf16 pairs rounded once when `bf16`
+/// (c is even and ld even, so a pair is 4-byte aligned).
+template <typename Kt>
+__device__ __forceinline__ void store_rows(void* g, bool bf16, int64_t offset, int64_t ld,
+                                           const float (&acc)[Kt::kNTilesO][4], int row0, int valid, float mul,
+                                           int lane) {
+  for_each_acc_pair<Kt>(acc, row0, valid, lane, [&](int row, int c, float a0, float a1) {
+    const int64_t at = offset + int64_t(row) * ld + c;
+    const float x0 = a0 * mul, x1 = a1 * mul;
+    if (bf16) {
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(g) + at) = __floats2bfloat162_rn(x0, x1);
+    } else {
+      float* dst = static_cast<float*>(g) + at;
+      dst[0] = x0;
+      dst[1] = x1;
+    }
+  });
 }
 
 /// Iteration j of n over double-buffered tiles: starts tile j + 1 (load_next(j + 1): one
@@ -253,23 +263,15 @@ __device__ __forceinline__ void mma_ds_k(float (&out)[Kt::kNTilesO][4], const ty
 template <typename Kt>
 __device__ __forceinline__ void atomic_add_rows(float* accum, int64_t ld, const float (&acc)[Kt::kNTilesO][4],
                                                 int row0, int valid, int lane) {
-#pragma unroll
-  for (int i = 0; i < Kt::kNTilesO; ++i) {
-    if (i * 8 >= Kt::kHeadDim) break;
-    const int c = i * 8 + (lane % 4) * 2;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = row0 + 8 * r;
-      if (row >= valid) continue;
-      float* dst = accum + int64_t(row) * ld + c;
+  for_each_acc_pair<Kt>(acc, row0, valid, lane, [&](int row, int c, float a0, float a1) {
+    float* dst = accum + int64_t(row) * ld + c;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[i][2 * r], acc[i][2 * r + 1]));
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a0, a1));
 #else
-      atomicAdd(dst, acc[i][2 * r]);
-      atomicAdd(dst + 1, acc[i][2 * r + 1]);
+    atomicAdd(dst, a0);
+    atomicAdd(dst + 1, a1);
 #endif
-    }
-  }
+  });
 }
 
 /// dK and dV of one 64-key block (and, kAtomicDq, its dQ contributions; see the header).
