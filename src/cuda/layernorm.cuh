@@ -27,18 +27,38 @@ struct RowStats {
 /// longer rows take the three reading passes.
 constexpr int kRowCacheFloats = 32;
 
+/// f(i, c) for each chunk i = 0 .. kChunks - 1 a lane owns in a row of C columns, c = (lane +
+/// 32 i) kVec, skipping those past C; unrolled, so per-chunk arrays indexed by i stay in registers.
+template <int kChunks, int kVec, typename F>
+__device__ __forceinline__ void for_cached_chunks(int lane, int C, F&& f) {
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int c = (lane + i * kWarpSize) * kVec;
+    if (c < C) f(i, c);
+  }
+}
+
+/// row[c .. c + kVec) = v, rounded to T: one scalar store (kVec = 1) or one Packed128.
+template <int kVec, typename T>
+__device__ __forceinline__ void store_chunk(T* row, int c, const float* v) {
+  if constexpr (kVec == 1) {
+    row[c] = from_float<T>(v[0]);
+  } else {
+    Packed128<T> out;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out.set(j, v[j]);
+    out.store(row + c);
+  }
+}
+
 /// y[c..c+kVec) = (v - mean) rstd gamma + beta for one chunk.
 template <int kVec, typename T, typename TP>
 __device__ __forceinline__ void layernorm_store_chunk(T* y, const float* v, const TP* gamma, const TP* beta, int c,
                                                       float mean, float rstd) {
-  if constexpr (kVec == 1) {
-    y[c] = from_float<T>((v[0] - mean) * rstd * to_float(gamma[c]) + to_float(beta[c]));
-  } else {
-    Packed128<T> out;
+  float out[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) out.set(j, (v[j] - mean) * rstd * to_float(gamma[c + j]) + to_float(beta[c + j]));
-    out.store(y + c);
-  }
+  for (int j = 0; j < kVec; ++j) out[j] = (v[j] - mean) * rstd * to_float(gamma[c + j]) + to_float(beta[c + j]);
+  store_chunk<kVec>(y, c, out);
 }
 
 /// Writes one normalised row y[0..C) (T storage) and returns its statistics (every lane).
@@ -54,31 +74,22 @@ __device__ __forceinline__ RowStats warp_layernorm_row(const Load& load, T* y, c
   if (C <= kChunks * kWarpSize * kVec) {
     // The whole row in registers: one read of the input (all chunk loads issued back to back).
     float v[kChunks][kVec];
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-      const int c = (lane + i * kWarpSize) * kVec;
-      if (c < C) load(c, v[i]);
-    }
+    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) { load(c, v[i]); });
     float sum = 0.0f;
+    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int) {
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i)
-      if ((lane + i * kWarpSize) * kVec < C)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) sum += v[i][j];
+      for (int j = 0; j < kVec; ++j) sum += v[i][j];
+    });
     const float mean = warp_sum(sum) / float(C);
     float sq = 0.0f;
+    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int) {
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i)
-      if ((lane + i * kWarpSize) * kVec < C)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) sq += (v[i][j] - mean) * (v[i][j] - mean);
+      for (int j = 0; j < kVec; ++j) sq += (v[i][j] - mean) * (v[i][j] - mean);
+    });
     const float var_eps = warp_sum(sq) / float(C) + eps;
     const float rstd = kIeeeRstd ? 1.0f / sqrtf(var_eps) : rsqrtf(var_eps);
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-      const int c = (lane + i * kWarpSize) * kVec;
-      if (c < C) layernorm_store_chunk<kVec>(y, v[i], gamma, beta, c, mean, rstd);
-    }
+    for_cached_chunks<kChunks, kVec>(lane, C,
+                                     [&](int i, int c) { layernorm_store_chunk<kVec>(y, v[i], gamma, beta, c, mean, rstd); });
     return {mean, rstd};
   }
   float v[kVec];

@@ -85,7 +85,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   }
 }
 
-
 /// dx of LayerNorm, one warp per row (the parameter sums are column_partials_kernel's):
 ///   xhat = (s - mean) rstd, g = dy gamma, dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)).
 /// Lane chunks of kVec columns as in warp_layernorm_row. dx may alias dy: each lane reads its
@@ -123,14 +122,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 #pragma unroll
       for (int j = 0; j < kVec; ++j) d[j] += old[j];
     }
-    if constexpr (kVec == 1) {
-      dxr[c] = from_float<T>(d[0]);
-    } else {
-      Packed128<T> out;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) out.set(j, d[j]);
-      out.store(dxr + c);
-    }
+    store_chunk<kVec>(dxr, c, d);
   };
   float sum_g = 0.0f, sum_gx = 0.0f;
   constexpr int kChunks = kRowCacheFloats / kVec;  // layernorm.cuh: rows up to 1024 columns
