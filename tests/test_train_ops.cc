@@ -326,6 +326,44 @@ TEST(TrainBiasGrad, MatchesReferenceAndDoesNotDependOnThreads) {
   }
 }
 
+// A linear layer's parameter gradients: dw += dy^T x and db += colsum(dy) against float64,
+// added to nonzero gradients, with a strided dy; db may be absent. (On CUDA the bias sums can
+// come from cuBLASLt's BGRADB epilogue: tests/cuda/test_cuda_train_ops.cc.)
+TEST(TrainLinearParamGrads, MatchesReferenceWithAndWithoutBias) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  for (int64_t N : {int64_t(1), int64_t(37)})
+    for (bool with_bias : {true, false}) {
+      const int64_t N_out = 19, K = 70;
+      SCOPED_TRACE("N=" + std::to_string(N) + (with_bias ? " with bias" : " no bias"));
+      Tensor dy = make_rows(N, N_out, N_out + 5), x = make_rows(N, K);
+      fill_rows(rng, dy, Fill::normal);
+      fill_rows(rng, x, Fill::normal);
+      Tensor dw = make_rows(N_out, K), db = make_rows(1, N_out);
+      fill_rows(rng, dw, Fill::normal);
+      fill_rows(rng, db, Fill::normal);
+      std::vector<double> dw_ref = to_f64(dw), db_ref = to_f64(db);
+      const std::vector<double> dyd = to_f64(dy), xd = to_f64(x);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < N_out; ++o) {
+          if (with_bias) db_ref[size_t(o)] += dyd[size_t(n * N_out + o)];
+          for (int64_t k = 0; k < K; ++k) dw_ref[size_t(o * K + k)] += dyd[size_t(n * N_out + o)] * xd[size_t(n * K + k)];
+        }
+      Tensor dbv = db.view({N_out});
+      ops::linear_param_grads(ctx, dy, x, dw, with_bias ? &dbv : nullptr);
+      ASSERT_TRUE(all_close(to_f64(dw), dw_ref, reduction_tol(N)));
+      ASSERT_TRUE(all_close(to_f64(db), db_ref, reduction_tol(N)));  // untouched without a bias
+    }
+  // Bad shapes are the gemm's and bias_grad's errors.
+  Tensor dy = Tensor::zeros({4, 8}, DType::f32), x = Tensor::zeros({4, 3}, DType::f32);
+  Tensor dw = Tensor::zeros({8, 3}, DType::f32), db_bad = Tensor::zeros({7}, DType::f32);
+  Tensor dw_bad = Tensor::zeros({8, 4}, DType::f32);
+  EXPECT_NE(error_of([&] { ops::linear_param_grads(ctx, dy, x, dw, &db_bad); }).find("[8]"), std::string::npos);
+  EXPECT_NE(error_of([&] { ops::linear_param_grads(ctx, dy, x, dw_bad, nullptr); }).find("c must be [8, 3]"),
+            std::string::npos);
+}
+
 TEST(TrainSoftmax, BackwardMatchesReferenceEveryIsa) {
   TestRng rng;
   SCOPED_TRACE(rng.note());

@@ -8,11 +8,15 @@
 # In order, each under the call's deadline (DEADLINE_S, default 320; a step with under 20 s left
 # is skipped with a note):
 #   1. every CUDA test suite (run_test_suites.sh), then the attention, BERT-training and VideoMAE
-#      suites again with UNMASK_CUDA_ATTN_BWD=atomic (the atomic-dQ attention backward);
+#      suites again with every opt-in variant on (UNMASK_CUDA_ATTN_BWD=atomic: the atomic-dQ
+#      attention backward; UNMASK_FLASH_WARP_ROWS=32: the forward attention with 32 query rows
+#      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
-#      new, new with UNMASK_CUDA_ATTN_BWD=atomic; then --profile 2 of new and new atomic;
+#      new, new with each variant alone and with all three; then --profile 2 of new and of new
+#      with all three;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
-#      op profile at 256x128 and its forward attention with 64- and 128-row CTAs;
+#      op profile at 256x128 and its forward attention with 64- and 128-row CTAs and 32 rows per
+#      warp;
 #   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py), and ViT-B with the
 #      forward attention's CTAs forced to 64 and to 128 query rows (UNMASK_FLASH_BLOCK_M);
 #   5. Nsight Compute on a decoder dK/dV kernel of a ViT-B step, both dQ schemes (stall reasons,
@@ -78,16 +82,20 @@ if go "cuda tests"; then
   grep '^suite ' "$R/cuda_suites.txt" | grep -vE '\(ok\), [0-9]+ s$' | head -12 | tee -a "$summary"
   grep -E '^\[  FAILED  \]' "$R/cuda_tests.log" | head -10 | tee -a "$summary"
 fi
+# The opt-in variants, as env assignments (each alone, then all three).
+VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1")
+ALL_VARIANTS="${VARIANTS[*]}"
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
-  go "atomic tests $suite" || continue
-  UNMASK_CUDA_ATTN_BWD=atomic timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite.*" \
-    > "$R/atomic_$suite.log" 2>&1
+  go "variant tests $suite" || continue
+  env $ALL_VARIANTS timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite.*" \
+    > "$R/variants_$suite.log" 2>&1
   rc=$?
-  note "tests $suite with UNMASK_CUDA_ATTN_BWD=atomic: rc $rc at $(at)s; $(grep -cE '^\[ +OK +\]' "$R/atomic_$suite.log") ok, $(grep -cE '^\[  FAILED  \]' "$R/atomic_$suite.log") failed"
-  grep -E '^\[  FAILED  \]|atomic vs recompute|Failure|error' "$R/atomic_$suite.log" | head -12 | tee -a "$summary"
+  note "tests $suite with $ALL_VARIANTS: rc $rc at $(at)s; $(grep -cE '^\[ +OK +\]' "$R/variants_$suite.log") ok, $(grep -cE '^\[  FAILED  \]' "$R/variants_$suite.log") failed"
+  grep -E '^\[  FAILED  \]|atomic vs recompute|Failure|error' "$R/variants_$suite.log" | head -12 | tee -a "$summary"
 done
+grep -h "bias gradient through" "$R/cuda_tests.log" 2> /dev/null | head -6 | tee -a "$summary"
 
-# 2. training steps: old / new / new atomic
+# 2. training steps: old / new / new with the variants
 model_args() {  # vit | bert: the bench command of that model into A
   case $1 in
     vit) A=(bench videomae --device cuda --precision bf16 --model vit-b --batch 128 --synthetic --activations bf16 --format json) ;;
@@ -100,14 +108,17 @@ for model in vit bert; do
   f="$R/train_$model.jsonl"
   [ -n "$OLD" ] && go "$model old" && row "$f" "$(lim 60)" "$model old" "$OLD" "${A[@]}" --steps 5 --warmup 2
   go "$model new" && row "$f" "$(lim 60)" "$model new" "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
-  go "$model new atomic" && row "$f" "$(lim 60)" "$model new atomic" env UNMASK_CUDA_ATTN_BWD=atomic "$BIN/unmask" \
-    "${A[@]}" --steps 5 --warmup 2
+  for v in "${VARIANTS[@]}" "$ALL_VARIANTS"; do
+    go "$model new $v" && row "$f" "$(lim 60)" "$model new $v" env $v "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  done
 done
 for model in vit bert; do
   model_args "$model"
-  for mode in recompute atomic; do
+  for mode in default variants; do
     go "$model profile $mode" || continue
-    UNMASK_CUDA_ATTN_BWD=$mode timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 \
+    envs="UNMASK_UNUSED=0"
+    [ "$mode" = variants ] && envs=$ALL_VARIANTS
+    env $envs timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 \
       > "$R/profile_${model}_$mode.jsonl" 2>> "$R/profile.err"
     note "profile $model $mode: rc $? at $(at)s"
     python3 bench/gpu/profile_table.py "$R/profile_${model}_$mode.jsonl" 2>&1 | head -16 | tee -a "$summary"
@@ -129,9 +140,9 @@ done
 go "infer profile" && timeout -k 5 "$(lim 40)" "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off \
   --batch 256 --seq 128 --min-time 0.3 --iters 10 --profile 3 --format json > "$R/profile_infer.jsonl" 2>> "$R/infer.err" &&
   python3 bench/gpu/profile_table.py "$R/profile_infer.jsonl" 2>&1 | head -16 | tee -a "$summary"
-for bm in 64 128; do
-  go "infer block_m $bm" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_FLASH_BLOCK_M=$bm" env \
-    UNMASK_FLASH_BLOCK_M=$bm "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
+for shape in UNMASK_FLASH_BLOCK_M=64 UNMASK_FLASH_BLOCK_M=128 UNMASK_FLASH_WARP_ROWS=32; do
+  go "infer $shape" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new $shape" env \
+    $shape "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
     --seq 128 --min-time 0.5 --iters 20 --format json
 done
 

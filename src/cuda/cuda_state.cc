@@ -64,6 +64,8 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
   attention_bf16 = attention_bf16_env == 1;
   const char* once = std::getenv("UNMASK_CUDA_EPILOGUE_ROUND_ONCE");
   epilogue_round_once = once && std::strcmp(once, "1") == 0;
+  const char* bgrad = std::getenv("UNMASK_CUDA_BGRAD_EPILOGUE");
+  bias_grad_epilogue = bgrad && std::strcmp(bgrad, "1") == 0;
   set_current_stream(stream);
 }
 

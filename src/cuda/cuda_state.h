@@ -73,6 +73,10 @@ class CudaState {
   /// applied while converting, one rounding (4 + 4 + 2 bytes an element against 2 + 2 + 2: on an
   /// H100, BERT-base batch 256 seq 128 took 17.7 ms against 13.85, BENCHMARKS.md).
   bool epilogue_round_once = false;
+  /// ops::linear_param_grads: the bias gradient in the weight GEMM's BGRADB epilogue
+  /// (UNMASK_CUDA_BGRAD_EPILOGUE=1) instead of the bias_grad kernel's pass over dy. Off until
+  /// measured against it on a GPU.
+  bool bias_grad_epilogue = false;
   std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;
 };
 

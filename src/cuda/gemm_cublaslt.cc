@@ -10,6 +10,7 @@
 #include "cuda/check.h"
 #include "cuda/cuda_state.h"
 #include "cuda/kernels.h"
+#include "cuda/train_kernels.h"
 
 namespace unmask::cuda {
 
@@ -37,7 +38,7 @@ struct GemmPlan {
 
 // Everything a plan depends on except the pointers: transposes, sizes, strides, dtypes,
 // activation, bias presence/dtype, pointer alignments, TF32 mode.
-using PlanKey = std::array<int64_t, 22>;
+using PlanKey = std::array<int64_t, 23>;
 
 cudaDataType_t to_cuda_type(DType t) {
   switch (t) {
@@ -138,6 +139,8 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                dtype_name(p.ab_dtype), " or f32, got ", dtype_name(p.c_dtype));
   UNMASK_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 1, "gemm (cuda): bad sizes batch=", p.batch, " M=", p.M,
                " N=", p.N, " K=", p.K);
+  UNMASK_CHECK(!p.bias_grad || (p.ta == ops::Trans::yes && p.batch == 1 && !p.bias && p.act == ops::Activation::none),
+               "gemm (cuda): a bias gradient needs ta = yes, batch 1, no bias and no activation");
   UNMASK_CHECK(!p.bias || p.bias_dtype == DType::f32 || p.bias_dtype == p.c_dtype,
                "gemm (cuda): bias dtype must be f32 or c's dtype ", dtype_name(p.c_dtype), ", got ",
                dtype_name(p.bias_dtype));
@@ -146,6 +149,13 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                    p.ldc >= std::max<int64_t>(1, p.N),
                "gemm (cuda): row strides lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, " too small for M=", p.M,
                " N=", p.N, " K=", p.K);
+  if (p.bias_grad && p.M > 0 && (p.N == 0 || p.K == 0)) {
+    // Degenerate: the column sums of the [K, M] a (none to add when K = 0), then the GEMM.
+    if (p.K > 0) bias_grad_cols(p.bias_grad, p.a, p.lda, p.K, p.M, p.ab_dtype, stream);
+    GemmLtParams q = p;
+    q.bias_grad = nullptr;
+    return gemm_lt(st, q, stream);
+  }
   if (p.M == 0 || p.N == 0) return;
   if (p.K == 0) {
     // cuBLASLt rejects K = 0; c = act(bias + beta c) is what remains. Rare: use the kernel.
@@ -173,6 +183,7 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
     case ops::Activation::gelu:  // exact erf: cuBLASLt has only the tanh form
     case ops::Activation::tanh: fused = false; break;
   }
+  if (p.bias_grad) epi = CUBLASLT_EPILOGUE_BGRADB;  // checked above: no bias, no activation
   if (!bias_fusable) fused = false;
   if (!fused) epi = CUBLASLT_EPILOGUE_DEFAULT;
 
@@ -230,7 +241,7 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   PlanKey key = {int64_t(p.ta), int64_t(p.tb), p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.batch,
                  p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, int64_t(p.ab_dtype), int64_t(p.c_dtype),
                  int64_t(p.act), p.bias ? 1 + int64_t(p.bias_dtype) : 0, align[0], align[1], align[2], align[3],
-                 int64_t(st.allow_tf32), int64_t(fused)};
+                 int64_t(st.allow_tf32), int64_t(fused), int64_t(p.bias_grad != nullptr)};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     std::unique_ptr<GemmPlan> plan = make_plan(st, p, epi, fused, align);
@@ -259,9 +270,28 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   GemmPlan& plan = *it->second;
   if (plan.fused && p.bias)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+  if (plan.fused && p.bias_grad) {
+    // BGRADB writes the gradient (of C's type, f32 here); bias_grad accumulates: a scratch
+    // vector (the caching allocator's, 256-byte aligned), then one add.
+    float* scratch = static_cast<float*>(device_malloc(size_t(p.M) * sizeof(float), stream));
+    try {
+      CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &scratch, sizeof(scratch)));
+      CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, p.c, plan.lc, p.c,
+                                  plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
+      axpy_n(1.0f, scratch, p.bias_grad, p.M, stream);
+    } catch (...) {
+      device_free(scratch);
+      throw;
+    }
+    device_free(scratch);
+    cache.last_fused = true;
+    return;
+  }
   CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, p.c, plan.lc, p.c,
                               plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
   cache.last_fused = plan.fused;
+  if (!plan.fused && p.bias_grad) bias_grad_cols(p.bias_grad, p.a, p.lda, p.K, p.M, p.ab_dtype, stream);
   if (!plan.fused && (p.bias || p.act != ops::Activation::none)) {
     // The epilogue cuBLASLt could not do: c = act(c + bias), in place, per batch.
     for (int64_t i = 0; i < p.batch; ++i) {

@@ -17,7 +17,8 @@
 // (exact fp32 unless CudaState::allow_tf32, then CUBLAS_COMPUTE_32F_FAST_TF32); c is that dtype
 // or f32.
 //
-// Epilogues: none -> DEFAULT; bias -> BIAS; gelu_tanh (+bias) -> GELU(_BIAS). cuBLASLt's GELU
+// Epilogues: none -> DEFAULT; bias -> BIAS; gelu_tanh (+bias) -> GELU(_BIAS); bias_grad ->
+// BGRADB. cuBLASLt's GELU
 // is the tanh approximation, so exact-erf GELU (HF "gelu", BERT's default) and tanh run the
 // GEMM with no epilogue and then the fused bias+activation kernel (activation.cu) over c,
 // one extra read and write of c. The same fallback serves an f32 bias on a bf16/f16 c (the
@@ -53,14 +54,20 @@ struct GemmLtParams {
   const void* bias = nullptr;    // [N]
   DType bias_dtype = DType::f32;
   ops::Activation act = ops::Activation::none;
+  // The weight-gradient GEMM's bias gradient: bias_grad[m] += sum_k op(a)[m, k] (f32 [M]; a
+  // stored [K, M], ta == yes: dW = dy^T x with a = dy, the column sums of dy). Through
+  // cuBLASLt's BGRADB epilogue (B' = a in the column-major mapping) into a scratch vector added
+  // to bias_grad, or, where the heuristic has no such algorithm, the bias_grad_cols kernel after
+  // the GEMM. batch 1, no bias or activation.
+  float* bias_grad = nullptr;
 };
 
 /// Runs one (batched) GEMM on `stream` with st's cuBLASLt handle and workspace. Checks the
 /// preconditions (dtypes, sizes, strides) and throws Error with the values on violation.
 void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream);
 
-/// How the last gemm_lt call ran (for tests and the bench): true when the activation/bias
-/// went through cuBLASLt's epilogue, false when through the separate kernel.
+/// How the last gemm_lt call ran (for tests and the bench): true when the activation/bias (or
+/// the bias gradient) went through cuBLASLt's epilogue, false when through the separate kernel.
 bool gemm_lt_last_used_fused_epilogue(const CudaState& st);
 
 }  // namespace unmask::cuda

@@ -40,6 +40,14 @@ bool supports(std::string_view op, DType dtype);
 void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Trans tb, Tensor& c,
           const ops::GemmArgs& args);
 
+/// Whether gemm_bias_grad takes these arguments: CudaState::bias_grad_epilogue on, dy [N, N_out]
+/// and x [N, K] on CUDA in one bf16/f16 dtype with unit inner strides, dw f32 [N_out, K] (unit
+/// inner stride), db a contiguous f32 [N_out]. Never throws.
+bool gemm_bias_grad_applies(Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
+/// dw += dy^T x and db += the column sums of dy, the sums in cuBLASLt's BGRADB epilogue
+/// (gemm_cublaslt.h). Arguments as gemm_bias_grad_applies accepts.
+void gemm_bias_grad(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
+
 /// y = LayerNorm(x + residual) * gamma + beta over the last dim. y may alias x or residual.
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor& beta,
                float eps, Tensor& y);

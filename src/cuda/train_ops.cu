@@ -340,6 +340,33 @@ __global__ void dropout_kernel(T* y, int64_t ldy, const T* x, int64_t ldx, int64
   }
 }
 
+/// The layers' case: contiguous rows (ld = C), 16-byte aligned, C a multiple of the 16-byte
+/// chunk and offset a multiple of 4. Element j = V t + 4 b + w of chunk t then has counter
+/// block (offset >> 2) + (V / 4) t + b and lane w: one 16-byte load and store per V elements, no
+/// row arithmetic. (The general kernel above costs a 64-bit division per four elements and
+/// 2-byte accesses: 31 us per call on BERT-large's [8192, 1024] bf16 rows on an H200, against a
+/// ~10 us floor for its 33.6 MB and 2.1 M Philox blocks.)
+template <typename T>
+__global__ void dropout_chunks_kernel(T* y, const T* x, int64_t chunks, float p, float scale, uint64_t seed,
+                                      uint64_t first_block) {
+  constexpr int V = Packed128<T>::size, kBlocksPerChunk = V / 4;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < chunks; t += int64_t(gridDim.x) * blockDim.x) {
+    const Packed128<T> in = Packed128<T>::load(x + t * V);
+    Packed128<T> out;
+#pragma unroll
+    for (int b = 0; b < kBlocksPerChunk; ++b) {
+      const uint64_t block = (first_block + uint64_t(t) * kBlocksPerChunk + uint64_t(b)) & ((uint64_t(1) << 62) - 1);
+      const Philox4x32 r = philox_block(seed, block);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float u = philox_uniform_from_bits(r.w[w]);
+        out.v[4 * b + w] = from_float<T>(u >= p ? in.f(4 * b + w) * scale : 0.0f);
+      }
+    }
+    out.store(y + t * V);
+  }
+}
+
 /// Calls f(T{}) with T the storage type of dtype.
 template <typename F>
 void dispatch_storage(const char* op, DType dtype, F&& f) {
@@ -482,6 +509,14 @@ void dropout_rows(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, i
   const float scale = 1.0f / (1.0f - p);
   dispatch_storage("dropout", dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr int V = Packed128<T>::size;
+    if (ldx == C && ldy == C && offset % 4 == 0 && rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}})) {
+      const int64_t chunks = N * C / V;
+      dropout_chunks_kernel<T><<<grid_stride_blocks(chunks, 256), 256, 0, stream>>>(
+          static_cast<T*>(y), static_cast<const T*>(x), chunks, p, scale, seed, offset >> 2);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     dropout_kernel<T><<<grid_stride_blocks(nblocks, 256), 256, 0, stream>>>(
         static_cast<T*>(y), ldy, static_cast<const T*>(x), ldx, N, C, p, scale, seed, offset, nblocks);
     CUDA_CHECK_LAUNCH();

@@ -135,6 +135,20 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
   }
 }
 
+void linear_param_grads(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db) {
+#ifdef UNMASK_WITH_CUDA
+  // The fused path takes only arguments it fully accepts; anything else (bad input included)
+  // goes through gemm and bias_grad, whose checks name the problem.
+  if (db && cuda::gemm_bias_grad_applies(ctx, dy, x, dw, *db)) {
+    detail::OpScope op_scope(ctx, "gemm_bias_grad");
+    return cuda::gemm_bias_grad(ctx, dy, x, dw, *db);
+  }
+#endif
+  if (db) bias_grad(ctx, dy, *db);
+  GemmArgs acc;
+  acc.beta = 1.0f;
+  gemm(ctx, dy, Trans::yes, x, Trans::no, dw, acc);  // [N_out, N] @ [N, K]
+}
 
 PackedWeight pack_weight(Context& ctx, const Tensor& w) {
   detail::OpScope op_scope(ctx, "pack_weight");

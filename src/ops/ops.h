@@ -184,6 +184,14 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
 /// dbias[c] += sum_n dy[n, c].  dy: [N, C] (row stride allowed); dbias: [C].
 void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias);
 
+/// The parameter gradients of a linear layer y = x W^T + b: dw += dy^T x and, when db is given,
+/// db += sum_n dy[n, :]. dy [N, N_out] and x [N, K] share a dtype (f32; bf16/f16 on CUDA,
+/// emulated on the CPU); dw f32 [N_out, K], db f32 [N_out]. gemm + bias_grad, except on CUDA
+/// with bf16/f16 operands and UNMASK_CUDA_BGRAD_EPILOGUE=1, where cuBLASLt's BGRADB epilogue
+/// sums dy's columns inside the weight GEMM instead of a second pass over dy (opt-in until
+/// measured; the profile names that call gemm_bias_grad).
+void linear_param_grads(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db);
+
 /// dx = y * (dy - rowsum(dy * y)) for y = softmax(x) over the last dim. [N, C]; dx may alias dy.
 void softmax_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& dx);
 

@@ -99,13 +99,6 @@ const Tensor& dropout_grad(Context& ctx, const Tensor& dy, Tensor& dst, const Dr
   return dst;
 }
 
-// Weight-gradient GEMM: dW [N_out, K] += dy^T [N_out, M] @ x [M, K].
-void accumulate_weight_grad(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw) {
-  ops::GemmArgs acc;
-  acc.beta = 1.0f;
-  ops::gemm(ctx, dy, Trans::yes, x, Trans::no, dw, acc);
-}
-
 ops::AttentionTrainArgs attention_train_args(const DropoutSite& d) {
   ops::AttentionTrainArgs t;
   t.dropout_p = d.p;
@@ -129,8 +122,7 @@ void linear_forward(Context& ctx, const Tensor& x, const PV& w, const PV& b, Ten
 
 void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& dy, Tensor* dx,
                      bool accumulate_dx) {
-  if (b.defined()) ops::bias_grad(ctx, dy, b.grad);
-  accumulate_weight_grad(ctx, dy, x, w.grad);
+  ops::linear_param_grads(ctx, dy, x, w.grad, b.defined() ? &b.grad : nullptr);
   if (dx) {
     ops::GemmArgs args;
     args.beta = accumulate_dx ? 1.0f : 0.0f;

@@ -45,55 +45,66 @@ def mma(acc, a, b0, b1):
         acc[l][3] += C[g + 8][2 * t + 1]
 
 
-def check(D, BN=64):
+def check(D, BN=64, MT=1, warps=1):
+    """One CTA of `warps` warps, each owning MT 16-row tiles: rows (warp MT + mt) 16 .. +15."""
     DP = (D + 15) // 16 * 16
     LDS = DP + 8
-    rnd = random.Random(D)
-    # one warp's 16 query rows (warp = 0), BN keys, zero pad columns as the kernel's loader does
-    Q = [[rnd.uniform(-1, 1) if c < D else 0.0 for c in range(LDS)] for r in range(16)]
+    BM = warps * MT * 16
+    rnd = random.Random(D * 100 + MT * 10 + warps)
+    # the CTA's BM query rows, BN keys, zero pad columns as the kernel's loader does
+    Q = [[rnd.uniform(-1, 1) if c < D else 0.0 for c in range(LDS)] for r in range(BM)]
     K = [[rnd.uniform(-1, 1) if c < D else 0.0 for c in range(LDS)] for r in range(BN)]
     V = [[rnd.uniform(-1, 1) if c < D else 0.0 for c in range(LDS)] for r in range(BN)]
-    warp = 0
-    qf = []
-    for ks in range(DP // 16):
-        qf.append(ldmatrix_x4(Q, LDS, lambda l: (warp * 16 + (l % 8) + ((l // 8) % 2) * 8, ks * 16 + (l // 16) * 8)))
-    acc_s = [[[0.0] * 4 for _ in range(32)] for _ in range(BN // 8)]
-    for ks in range(DP // 16):
-        for np_ in range(BN // 16):
-            kf = ldmatrix_x4(K, LDS, lambda l: (np_ * 16 + (l % 8) + (l // 16) * 8, ks * 16 + ((l // 8) % 2) * 8))
-            mma(acc_s[2 * np_], qf[ks], [kf[l][0] for l in range(32)], [kf[l][1] for l in range(32)])
-            mma(acc_s[2 * np_ + 1], qf[ks], [kf[l][2] for l in range(32)], [kf[l][3] for l in range(32)])
-    # S check: S[r][key] = sum_d Q[r][d] K[key][d]
-    for t in range(BN // 8):
-        for l in range(32):
-            for e in range(4):
-                r = l // 4 + (8 if e >= 2 else 0)
-                key = t * 8 + (l % 4) * 2 + (e & 1)
-                ref = sum(Q[r][d] * K[key][d] for d in range(D))
-                assert abs(acc_s[t][l][e] - ref) < 1e-9, ("S", D, t, l, e)
-    # P V with P = S (no softmax needed to check the layout)
-    P = [[sum(Q[r][d] * K[key][d] for d in range(D)) for key in range(BN)] for r in range(16)]
-    acc_o = [[[0.0] * 4 for _ in range(32)] for _ in range(DP // 8)]
-    for kt in range(BN // 16):
-        pf = [[(acc_s[2 * kt][l][0], acc_s[2 * kt][l][1]), (acc_s[2 * kt][l][2], acc_s[2 * kt][l][3]),
-               (acc_s[2 * kt + 1][l][0], acc_s[2 * kt + 1][l][1]), (acc_s[2 * kt + 1][l][2], acc_s[2 * kt + 1][l][3])]
-              for l in range(32)]
-        for dp in range(DP // 16):
-            vf = ldmatrix_x4(V, LDS, lambda l: (kt * 16 + (l % 8) + ((l // 8) % 2) * 8, dp * 16 + (l // 16) * 8), trans=True)
-            mma(acc_o[2 * dp], pf, [vf[l][0] for l in range(32)], [vf[l][1] for l in range(32)])
-            mma(acc_o[2 * dp + 1], pf, [vf[l][2] for l in range(32)], [vf[l][3] for l in range(32)])
-    for i in range(DP // 8):
-        if i * 8 >= D:
-            break
-        for l in range(32):
-            for e in range(4):
-                r = l // 4 + (8 if e >= 2 else 0)
-                c = i * 8 + (l % 4) * 2 + (e & 1)
-                ref = sum(P[r][key] * V[key][c] for key in range(BN))
-                assert abs(acc_o[i][l][e] - ref) < 1e-9, ("O", D, i, l, e, acc_o[i][l][e], ref)
-    print(f"head size {D}: S = Q K^T and O = P V fragments match")
+    P = [[sum(Q[r][d] * K[key][d] for d in range(D)) for key in range(BN)] for r in range(BM)]
+    for warp in range(warps):
+        # q_frag[mt][ks], as the kernel loads them at j == 0
+        qf = [[ldmatrix_x4(Q, LDS, lambda l: ((warp * MT + mt) * 16 + (l % 8) + ((l // 8) % 2) * 8,
+                                              ks * 16 + (l // 16) * 8))
+               for ks in range(DP // 16)] for mt in range(MT)]
+        acc_s = [[[[0.0] * 4 for _ in range(32)] for _ in range(BN // 8)] for _ in range(MT)]
+        for ks in range(DP // 16):
+            for np_ in range(BN // 16):
+                kf = ldmatrix_x4(K, LDS, lambda l: (np_ * 16 + (l % 8) + (l // 16) * 8, ks * 16 + ((l // 8) % 2) * 8))
+                for mt in range(MT):  # one K fragment, MT row tiles
+                    mma(acc_s[mt][2 * np_], qf[mt][ks], [kf[l][0] for l in range(32)], [kf[l][1] for l in range(32)])
+                    mma(acc_s[mt][2 * np_ + 1], qf[mt][ks], [kf[l][2] for l in range(32)],
+                        [kf[l][3] for l in range(32)])
+        # S check: S[r][key] = sum_d Q[r][d] K[key][d], r = the kernel's row0 / row1 of the tile
+        for mt in range(MT):
+            for t in range(BN // 8):
+                for l in range(32):
+                    for e in range(4):
+                        r = (warp * MT + mt) * 16 + l // 4 + (8 if e >= 2 else 0)
+                        key = t * 8 + (l % 4) * 2 + (e & 1)
+                        assert abs(acc_s[mt][t][l][e] - P[r][key]) < 1e-9, ("S", D, MT, warp, mt, t, l, e)
+        # P V with P = S (no softmax needed to check the layout)
+        acc_o = [[[[0.0] * 4 for _ in range(32)] for _ in range(DP // 8)] for _ in range(MT)]
+        for kt in range(BN // 16):
+            pf = [[[(acc_s[mt][2 * kt][l][0], acc_s[mt][2 * kt][l][1]),
+                    (acc_s[mt][2 * kt][l][2], acc_s[mt][2 * kt][l][3]),
+                    (acc_s[mt][2 * kt + 1][l][0], acc_s[mt][2 * kt + 1][l][1]),
+                    (acc_s[mt][2 * kt + 1][l][2], acc_s[mt][2 * kt + 1][l][3])] for l in range(32)]
+                  for mt in range(MT)]
+            for dp in range(DP // 16):
+                vf = ldmatrix_x4(V, LDS, lambda l: (kt * 16 + (l % 8) + ((l // 8) % 2) * 8, dp * 16 + (l // 16) * 8),
+                                 trans=True)
+                for mt in range(MT):  # one V fragment, MT row tiles
+                    mma(acc_o[mt][2 * dp], pf[mt], [vf[l][0] for l in range(32)], [vf[l][1] for l in range(32)])
+                    mma(acc_o[mt][2 * dp + 1], pf[mt], [vf[l][2] for l in range(32)], [vf[l][3] for l in range(32)])
+        for mt in range(MT):
+            for i in range(DP // 8):
+                if i * 8 >= D:
+                    break
+                for l in range(32):
+                    for e in range(4):
+                        r = (warp * MT + mt) * 16 + l // 4 + (8 if e >= 2 else 0)
+                        c = i * 8 + (l % 4) * 2 + (e & 1)
+                        ref = sum(P[r][key] * V[key][c] for key in range(BN))
+                        assert abs(acc_o[mt][i][l][e] - ref) < 1e-9, ("O", D, MT, warp, mt, i, l, e)
+    print(f"head size {D}, {BN} keys, {warps} warps x {MT} row tiles: S = Q K^T and O = P V fragments match")
 
 
 if __name__ == "__main__":
     for d in (64, 80, 88, 128):
         check(d)
+    check(64, BN=32, MT=2, warps=4)  # the 32-rows-per-warp instance (flash/launch.cuh)

@@ -264,6 +264,29 @@ TEST(CudaAttentionTc, PaddedWith128RowBlocksMatchesNaiveBf16) {
   unsetenv("UNMASK_FLASH_BLOCK_M");
 }
 
+// 32 query rows per warp (two MMA row tiles, UNMASK_FLASH_WARP_ROWS=32, head size 64 in 128-row
+// CTAs): padded with masked keys and a sequence with no real key, packed lengths around the 128
+// rows, and dropout (the Philox counters of the second row tile).
+TEST(CudaAttentionTc, TwoRowTilesPerWarpMatchNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  Case padded;
+  padded.name = "padded w32";
+  padded.lens = {200, 200, 200};
+  padded.key_real.assign(3, std::vector<uint8_t>(200, 1));
+  for (int j : {0, 31, 32, 127, 128, 199}) padded.key_real[0][size_t(j)] = 0;
+  for (int j = 150; j < 200; ++j) padded.key_real[1][size_t(j)] = 0;
+  std::fill(padded.key_real[2].begin(), padded.key_real[2].end(), 0);
+  Case packed;
+  packed.name = "packed dropout w32";
+  packed.packed = true;
+  packed.lens = {129, 128, 33, 1, 260};
+  packed.dropout = 0.1f;
+  setenv("UNMASK_FLASH_WARP_ROWS", "32", 1);
+  check_case(padded, base_seed() ^ 0x66);
+  check_case(packed, base_seed() ^ 0x77);
+  unsetenv("UNMASK_FLASH_WARP_ROWS");
+}
+
 TEST(CudaAttentionTc, PackedUnequalLengthsMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
   Case c;

@@ -24,6 +24,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -692,8 +693,12 @@ TEST(CudaAttention, FlashFollowsTheTwiceNaiveRule) {
       {{100, 37, 0}, 100},        // padded with key mask; the last sequence has no real key
       {{300}, 0},                 // one long sequence (several key blocks)
   };
-  for (const char* block_m : {"64", "128"}) {  // both flash CTA shapes (the heuristic picks 64 here)
+  // Every flash CTA shape (the heuristic picks 64 here): 64 and 128 rows with 16 rows per warp,
+  // 128 with 32 (head size 64; the others run with 16).
+  const std::pair<const char*, const char*> shapes[] = {{"64", "16"}, {"128", "16"}, {"128", "32"}};
+  for (const auto& [block_m, warp_rows] : shapes) {
     setenv("UNMASK_FLASH_BLOCK_M", block_m, 1);
+    setenv("UNMASK_FLASH_WARP_ROWS", warp_rows, 1);
   for (DType dt : {DType::bf16, DType::f16})
     for (int HS : {64, 80, 88, 128, 32})  // 32: no flash instance, the naive kernel runs
       for (const AttnLayout& L : layouts) {
@@ -707,11 +712,13 @@ TEST(CudaAttention, FlashFollowsTheTwiceNaiveRule) {
         const std::vector<double> naive = attention_ref(QKV, L, NH, HS, scale, true, dt);
         const double err = max_abs_diff(got, ref), err_naive = max_abs_diff(naive, ref);
         EXPECT_LE(err, 2 * err_naive + 1e-4) << dtype_name(dt) << " HS=" << HS << " B=" << L.lens.size() << " T=" << L.T
-                                             << " block_m=" << block_m << " (flash err " << err
+                                             << " block_m=" << block_m << " warp_rows=" << warp_rows
+                                             << " (flash err " << err
                                              << ", naive same-precision err " << err_naive << ")";
       }
   }
   unsetenv("UNMASK_FLASH_BLOCK_M");
+  unsetenv("UNMASK_FLASH_WARP_ROWS");
 }
 
 TEST(CudaAttention, Float32NaiveKernelMatchesFloat64) {
@@ -795,10 +802,11 @@ TEST(CudaAttention, FlashAgreesWithNaiveKernel) {
   cuda::attention_forward(p, s, cuda::AttentionKernel::naive);
   const std::vector<double> b = to_host(o2);
   const double u = unit_roundoff(dt);
-  for (int block_m : {64, 128}) {  // both CTA shapes, whatever the heuristic would pick
+  const std::pair<int, int> shapes[] = {{64, 16}, {128, 16}, {128, 32}};  // whatever the heuristic would pick
+  for (const auto& [block_m, warp_rows] : shapes) {
     poison(ctx, o1);
     p.o = o1.raw();
-    cuda::attention_forward(p, s, cuda::AttentionKernel::flash, block_m);
+    cuda::attention_forward(p, s, cuda::AttentionKernel::flash, block_m, warp_rows);
     const std::vector<double> a = to_host(o1);
     // Two low-precision kernels differ by their roundings of P (bf16 before P V): up to about
     // u * sum_j p_j |v_j| <= u * max|v| per output when one key dominates, on top of the output
@@ -807,8 +815,9 @@ TEST(CudaAttention, FlashAgreesWithNaiveKernel) {
     for (int64_t r = 0; r < N; ++r)
       for (int64_t c = 0; c < C; ++c) vmax = std::max(vmax, std::fabs(QKV[size_t(r * 3 * C + 2 * C + c)]));
     CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * (std::fabs(b[i]) + vmax) + 4e-3; });
-    EXPECT_EQ(r.bad, 0) << "block_m=" << block_m << "\n" << r.first;
+    EXPECT_EQ(r.bad, 0) << "block_m=" << block_m << " warp_rows=" << warp_rows << "\n" << r.first;
   }
+  EXPECT_THROW(cuda::attention_forward(p, s, cuda::AttentionKernel::flash, 128, 24), Error);  // 16 or 32 only
 }
 
 int main(int argc, char** argv) {

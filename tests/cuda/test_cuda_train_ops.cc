@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_state.h"
+#include "cuda/gemm_cublaslt.h"
 #include "cuda/ops_cuda.h"
 #include "ops/ops.h"
 #include "cuda_test_common.h"
@@ -297,6 +299,11 @@ TEST(CudaTrainBf16, RowOpsMatchTheCpuEmulation) {
       ops::dropout(cpu(), x, drop_c, 0.1f, 1234, 77);
       ops::dropout(gpu(), xd, dropd, 0.1f, 1234, 77);
       expect_bits(bf16_values(dropd), bf16_values(drop_c), what + " dropout");
+      // A layer site's offset (a multiple of 4): C = 768 takes the 16-byte chunk kernel, in place.
+      ops::dropout(cpu(), x, drop_c, 0.1f, 1234, uint64_t(3) << 32);
+      Tensor drop_in_place = x.to(Device::cuda);
+      ops::dropout(gpu(), drop_in_place, drop_in_place, 0.1f, 1234, uint64_t(3) << 32);
+      expect_bits(bf16_values(drop_in_place), bf16_values(drop_c), what + " dropout, site offset, in place");
       Tensor bg_c = Tensor::zeros({C}, f32), bgd = Tensor::zeros({C}, f32, Device::cuda);
       ops::bias_grad(cpu(), dy, bg_c);
       ops::bias_grad(gpu(), dyd, bgd);
@@ -415,7 +422,10 @@ TEST(CudaTrainDropout, MaskAndValuesBitIdenticalToCpu) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainDropout");
   for (int64_t C : {1, 5, 64, 1001})
-    for (uint64_t offset : {uint64_t(0), uint64_t(1), uint64_t(3), uint64_t(12345), ~uint64_t(0) - 6})
+    // Offsets that are multiples of 4 on contiguous rows take the 16-byte chunk kernel (C = 64):
+    // 0, a layer site's 2^32 and 2^64 - 8, whose blocks wrap past 2^62 inside the tensor.
+    for (uint64_t offset : {uint64_t(0), uint64_t(1), uint64_t(3), uint64_t(12345), ~uint64_t(0) - 6,
+                            ~uint64_t(0) - 7, uint64_t(1) << 32})
       for (float p : {0.0f, 0.1f, 0.5f}) {
         SCOPED_TRACE(rng.note());
         const int64_t N = 37;
@@ -428,10 +438,87 @@ TEST(CudaTrainDropout, MaskAndValuesBitIdenticalToCpu) {
         Tensor xd = strided(x.to(Device::cuda)), yd = nan_device({N, C});
         ops::dropout(gpu(), xd, yd, p, seed, offset);
         expect_bits(values(yd), values(y_c), what + " forward");
+        Tensor xc = x.to(Device::cuda), yc = nan_device({N, C});
+        ops::dropout(gpu(), xc, yc, p, seed, offset);
+        expect_bits(values(yc), values(y_c), what + " forward, contiguous rows");
         Tensor dyd = x.to(Device::cuda);
         ops::dropout_backward(gpu(), dyd, dyd, p, seed, offset);  // in place
         expect_bits(values(dyd), values(dx_c), what + " backward in place");
       }
+}
+
+// ops::linear_param_grads (dw += dy^T x, db += colsum dy) with the bias gradient in cuBLASLt's
+// BGRADB epilogue (CudaState::bias_grad_epilogue, UNMASK_CUDA_BGRAD_EPILOGUE=1) and with the
+// bias_grad kernel, against float64 sums of the same bf16 values, added to nonzero gradients
+// (a gradient written instead of accumulated fails), on odd sizes, no rows, and a dy that is a
+// column slice of a wider buffer. Each element's bound: 1e-5 of the sum of |terms| (fp32
+// accumulation of exact bf16 products) plus 1e-6.
+TEST(CudaTrainOps, LinearParamGradsWithAndWithoutTheBgradEpilogue) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaLinearParamGrads");
+  cuda::CudaState& st = *gpu().cuda_state();
+  const bool saved = st.bias_grad_epilogue;
+  struct Sizes {
+    int64_t N, N_out, K;
+    bool strided_dy;
+  };
+  const Sizes cases[] = {{300, 768, 768, false}, {37, 1001, 64, false}, {1, 8, 8, false}, {0, 16, 24, false},
+                         {512, 3072, 1024, false}, {129, 96, 40, true}};
+  for (const Sizes& z : cases)
+    for (bool fused : {false, true}) {
+      SCOPED_TRACE(rng.note());
+      const std::string what = "N=" + std::to_string(z.N) + " N_out=" + std::to_string(z.N_out) + " K=" +
+                               std::to_string(z.K) + (z.strided_dy ? " strided dy" : "") +
+                               (fused ? " BGRADB epilogue" : " bias_grad kernel");
+      st.bias_grad_epilogue = fused;
+      const Tensor dy = rng.tensor({z.N, z.N_out}).cast(DType::bf16), x = rng.tensor({z.N, z.K}).cast(DType::bf16);
+      const Tensor dw0 = rng.tensor({z.N_out, z.K}), db0 = rng.tensor({z.N_out});
+      const std::vector<float> dyv = values(dy.cast(DType::f32)), xv = values(x.cast(DType::f32));
+      std::vector<float> dw_want(size_t(z.N_out * z.K)), dw_tol(dw_want.size()), db_want(size_t(z.N_out)),
+          db_tol(db_want.size());
+      const std::vector<float> dw0v = values(dw0), db0v = values(db0);
+      for (int64_t o = 0; o < z.N_out; ++o) {
+        double sb = db0v[size_t(o)], ab = 0.0;
+        for (int64_t n = 0; n < z.N; ++n) sb += dyv[size_t(n * z.N_out + o)], ab += std::fabs(dyv[size_t(n * z.N_out + o)]);
+        db_want[size_t(o)] = float(sb);
+        db_tol[size_t(o)] = float(1e-5 * (ab + std::fabs(db0v[size_t(o)])) + 1e-6);
+        for (int64_t k = 0; k < z.K; ++k) {
+          double s = dw0v[size_t(o * z.K + k)], a = std::fabs(s);
+          for (int64_t n = 0; n < z.N; ++n) {
+            const double t = double(dyv[size_t(n * z.N_out + o)]) * xv[size_t(n * z.K + k)];
+            s += t, a += std::fabs(t);
+          }
+          dw_want[size_t(o * z.K + k)] = float(s);
+          dw_tol[size_t(o * z.K + k)] = float(1e-5 * a + 1e-6);
+        }
+      }
+      Tensor dyd;
+      if (z.strided_dy) {  // columns 5 .. 5 + N_out of a [N, N_out + 16] bf16 buffer
+        Tensor wide = Tensor::zeros({z.N, z.N_out + 16}, DType::bf16, Device::cuda);
+        dyd = wide.slice(1, 5, 5 + z.N_out);
+        dyd.copy_from(dy.to(Device::cuda));
+      } else {
+        dyd = dy.to(Device::cuda);
+      }
+      Tensor dwd = dw0.to(Device::cuda), dbd = db0.to(Device::cuda);
+      ops::linear_param_grads(gpu(), dyd, x.to(Device::cuda), dwd, &dbd);
+      const std::vector<float> dw_got = values(dwd), db_got = values(dbd);
+      int64_t bad = 0;
+      for (size_t i = 0; i < dw_want.size(); ++i) bad += !(std::fabs(dw_got[i] - dw_want[i]) <= dw_tol[i]);
+      for (size_t i = 0; i < db_want.size(); ++i) bad += !(std::fabs(db_got[i] - db_want[i]) <= db_tol[i]);
+      EXPECT_EQ(bad, 0) << what;
+      if (fused && z.N > 0)
+        std::printf("[ %s ] bias gradient through %s\n", what.c_str(),
+                    cuda::gemm_lt_last_used_fused_epilogue(st) ? "the BGRADB epilogue" : "the fallback kernel");
+    }
+  // db null: the weight gradient only, either way.
+  st.bias_grad_epilogue = true;
+  const Tensor dy = rng.tensor({64, 32}).cast(DType::bf16), x = rng.tensor({64, 16}).cast(DType::bf16);
+  Tensor dw_c = Tensor::zeros({32, 16}, DType::f32), dwd = Tensor::zeros({32, 16}, DType::f32, Device::cuda);
+  ops::linear_param_grads(cpu(), dy, x, dw_c, nullptr);
+  ops::linear_param_grads(gpu(), dy.to(Device::cuda), x.to(Device::cuda), dwd, nullptr);
+  expect_close(values(dwd), values(dw_c), 1e-4, 1e-5, "db null");
+  st.bias_grad_epilogue = saved;
 }
 
 TEST(CudaTrainOptim, UpdatesMatchCpuAndSumSquaresIsDeterministic) {

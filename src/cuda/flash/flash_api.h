@@ -22,9 +22,12 @@ AttentionKernel attention_kernel_for(const FlashFwdParams& p);
 /// names, or the one forced by `force` (naive is always possible; flash throws when p does
 /// not fit it). block_m: the flash kernel's query rows per CTA, 64 or 128; 0 = the environment's
 /// UNMASK_FLASH_BLOCK_M if set (a tuning/test hook), else chosen from the grid size and the
-/// device's SM count (flash/switch.h).
+/// device's SM count (flash/switch.h). warp_rows: query rows per warp, 16 or 32 (32 exists for
+/// head size 64 in 128-row CTAs; elsewhere it runs as 16; with block_m = 0 and no
+/// UNMASK_FLASH_BLOCK_M, 32 takes 128-row CTAs); 0 = UNMASK_FLASH_WARP_ROWS if set, else 16.
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream);
-void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m = 0);
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m = 0,
+                       int warp_rows = 0);
 
 /// The dumb reference beside the flash kernel (attention_naive.cu): one warp per (query row,
 /// head), fp32 online softmax over the keys one at a time, any dtype (f32/bf16/f16), any head

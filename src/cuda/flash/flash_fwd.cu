@@ -49,7 +49,8 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream) {
   attention_forward(p, stream, attention_kernel_for(p));
 }
 
-void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m) {
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m,
+                       int warp_rows) {
   check_params(p);
   if (p.batch == 0 || p.max_seqlen == 0) return;
   UNMASK_CHECK(!(p.o_f32 || p.lse) || force == AttentionKernel::flash,
@@ -64,17 +65,27 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
                " strides q/k/v/o=", p.q_row_stride, "/", p.k_row_stride, "/", p.v_row_stride, "/", p.o_row_stride);
   UNMASK_CHECK(block_m == 0 || block_m == 64 || block_m == 128, "attention (cuda): block_m must be 0, 64 or 128, got ",
                block_m);
+  UNMASK_CHECK(warp_rows == 0 || warp_rows == 16 || warp_rows == 32,
+               "attention (cuda): warp_rows must be 0, 16 or 32, got ", warp_rows);
+  if (warp_rows == 0) {
+    // Tuning and test hook: UNMASK_FLASH_WARP_ROWS=32 asks for two row tiles per warp.
+    const char* env = std::getenv("UNMASK_FLASH_WARP_ROWS");
+    warp_rows = env && std::atoi(env) == 32 ? 32 : 16;
+  }
   if (block_m == 0) {
     // Tuning and test hook: UNMASK_FLASH_BLOCK_M=64|128 overrides the heuristic.
     if (const char* env = std::getenv("UNMASK_FLASH_BLOCK_M")) block_m = std::atoi(env) == 128 ? 128 : 64;
   }
+  // 32 rows per warp come in 128-row CTAs (4 warps): asked for with no CTA height asked for,
+  // they take that height instead of the heuristic's.
+  if (block_m == 0 && warp_rows == 32 && flash::flash_fwd_has_two_tile_warps(p.head_dim, 128)) block_m = 128;
   if (block_m == 0) {
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     block_m = flash::flash_fwd_block_m(p, sms);
   }
-  const bool ran = flash::flash_fwd_switch(p, block_m, stream);
+  const bool ran = flash::flash_fwd_switch(p, block_m, warp_rows, stream);
   UNMASK_CHECK(ran, "attention (cuda): no flash instance for HS=", p.head_dim, " ", dtype_name(p.dtype));
 }
 

@@ -1,10 +1,11 @@
 // cuda/flash/fwd_kernel.cuh: flash attention forward on tensor cores (mma.sync m16n8k16).
 //
 // Grid: (ceil(max_seqlen / kBlockM), NH, B). CTA (m, h, b) computes output rows
-// m*kBlockM .. +kBlockM-1 of head h of sequence b; warp w owns 16 of those rows.
+// m*kBlockM .. +kBlockM-1 of head h of sequence b; warp w owns 16 kMTiles of those rows, row
+// tile mt of it rows (w kMTiles + mt) 16 .. +15 (traits.h says why two tiles).
 //
 //   load Q tile -> smem (cp.async), K/V tile 0 -> smem buffer 0
-//   for each key block j (kBlockN keys):
+//   for each key block j (kBlockN keys), per row tile of 16 rows:
 //     prefetch K/V tile j+1 into the other buffer (cp.async), write its key mask to smem
 //     wait for tile j; Q fragments -> registers (first step only)
 //     S = Q K^T                 [16 x kBlockN] per warp, fp32 in registers
@@ -94,12 +95,19 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
   cp_async_commit();
   load_key_bias<Kt>(sBias, p, b, 0, seqlen, tid);
 
-  uint32_t q_frag[Kt::kKSteps][4];
-  float acc_o[Kt::kNTilesO][4];
+  // Per row tile mt of this warp (rows (warp kMTiles + mt) 16 .. +15 of the CTA): Q fragments,
+  // O accumulators and the running max / partial sums of rows g and g+8.
+  constexpr int MT = Kt::kMTiles;
+  uint32_t q_frag[MT][Kt::kKSteps][4];
+  float acc_o[MT][Kt::kNTilesO][4];
+  float row_max[MT][2], row_sum[MT][2];  // log2 domain; this thread's partial sums (quad-reduced at the end)
 #pragma unroll
-  for (int i = 0; i < Kt::kNTilesO; ++i) acc_o[i][0] = acc_o[i][1] = acc_o[i][2] = acc_o[i][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g+8 of this warp, log2 domain
-  float row_sum[2] = {0.0f, 0.0f};            // this thread's partial sums (quad-reduced at the end)
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < Kt::kNTilesO; ++i) acc_o[mt][i][0] = acc_o[mt][i][1] = acc_o[mt][i][2] = acc_o[mt][i][3] = 0.0f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
 
   for (int j = 0; j < n_blocks; ++j) {
     const int buf = j & 1;
@@ -117,19 +125,23 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
     }
     __syncthreads();
 
-    if (j == 0) {  // Q fragments: rows warp*16 .. +15, all k-steps
+    if (j == 0) {  // Q fragments: this warp's rows, all k-steps
 #pragma unroll
-      for (int ks = 0; ks < Kt::kKSteps; ++ks) {
-        const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = ks * 16 + (lane / 16) * 8;
-        ldmatrix_x4(q_frag[ks], sQ + r * LDS + c);
-      }
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ks = 0; ks < Kt::kKSteps; ++ks) {
+          const int r = (warp * MT + mt) * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = ks * 16 + (lane / 16) * 8;
+          ldmatrix_x4(q_frag[mt][ks], sQ + r * LDS + c);
+        }
     }
 
-    // ---- S = Q K^T for this warp's 16 rows and BN keys ----
+    // ---- S = Q K^T for this warp's rows and BN keys: each K fragment feeds MT row tiles ----
     const T* sKb = sK + buf * BN * LDS;
-    float acc_s[Kt::kNTilesS][4];
+    float acc_s[MT][Kt::kNTilesS][4];
 #pragma unroll
-    for (int i = 0; i < Kt::kNTilesS; ++i) acc_s[i][0] = acc_s[i][1] = acc_s[i][2] = acc_s[i][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < Kt::kNTilesS; ++i) acc_s[mt][i][0] = acc_s[mt][i][1] = acc_s[mt][i][2] = acc_s[mt][i][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < Kt::kKSteps; ++ks) {
 #pragma unroll
@@ -137,121 +149,138 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
         uint32_t kf[4];
         const int key = np * 16 + (lane % 8) + (lane / 16) * 8, c = ks * 16 + ((lane / 8) % 2) * 8;
         ldmatrix_x4(kf, sKb + key * LDS + c);
-        mma_16816<T>(acc_s[2 * np], q_frag[ks], kf[0], kf[1]);
-        mma_16816<T>(acc_s[2 * np + 1], q_frag[ks], kf[2], kf[3]);
-      }
-    }
-
-    // ---- online softmax (log2 domain) ----
-    const float* bias = sBias + buf * BN;
-    float blk_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int t = 0; t < Kt::kNTilesS; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float s = acc_s[t][e] * p.scale_log2 + bias[t * 8 + (lane % 4) * 2 + (e & 1)];
-        acc_s[t][e] = s;
-        blk_max[e >> 1] = fmaxf(blk_max[e >> 1], s);
-      }
-    }
-    float corr[2], sub[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // the 4 threads of a quad share a row
-      blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 1));
-      blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 2));
-      const float m_new = fmaxf(row_max[r], blk_max[r]);
-      sub[r] = m_new == -INFINITY ? 0.0f : m_new;  // all keys masked so far: keep P = 0
-      corr[r] = exp2f(row_max[r] - sub[r]);
-      row_max[r] = m_new;
-      row_sum[r] *= corr[r];
-    }
-#pragma unroll
-    for (int t = 0; t < Kt::kNTilesS; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pe = exp2f(acc_s[t][e] - sub[e >> 1]);
-        acc_s[t][e] = pe;
-        row_sum[e >> 1] += pe;
-      }
-    }
-    if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
-      const int key0 = j * BN + (lane % 4) * 2;
-      const int64_t row_base = (int64_t(head) * p.lse_head_stride + seq_start + q0 + warp * 16 + lane / 4);
-#pragma unroll
-      for (int t = 0; t < Kt::kNTilesS; ++t)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // elements 2h and 2h + 1: row + 8h, keys key0 + 8t and the next
-          const uint64_t counter = p.dropout_offset + uint64_t((row_base + 8 * h) * p.max_seqlen) +
-                                   uint64_t(key0 + t * 8);
-          float f0, f1;
-          dropout_factor_pair(p.dropout_p, p.dropout_seed, counter, f0, f1);
-          acc_s[t][2 * h] *= f0;
-          acc_s[t][2 * h + 1] *= f1;
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc_s[mt][2 * np], q_frag[mt][ks], kf[0], kf[1]);
+          mma_16816<T>(acc_s[mt][2 * np + 1], q_frag[mt][ks], kf[2], kf[3]);
         }
-    }
-#pragma unroll
-    for (int i = 0; i < Kt::kNTilesO; ++i) {
-      acc_o[i][0] *= corr[0];
-      acc_o[i][1] *= corr[0];
-      acc_o[i][2] *= corr[1];
-      acc_o[i][3] *= corr[1];
+      }
     }
 
-    // ---- O += P V: P from registers (A operand), V via ldmatrix.trans (B operand) ----
+    // ---- online softmax (log2 domain), per row tile ----
+    const float* bias = sBias + buf * BN;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float blk_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int t = 0; t < Kt::kNTilesS; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float s = acc_s[mt][t][e] * p.scale_log2 + bias[t * 8 + (lane % 4) * 2 + (e & 1)];
+          acc_s[mt][t][e] = s;
+          blk_max[e >> 1] = fmaxf(blk_max[e >> 1], s);
+        }
+      }
+      float corr[2], sub[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {  // the 4 threads of a quad share a row
+        blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 1));
+        blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 2));
+        const float m_new = fmaxf(row_max[mt][r], blk_max[r]);
+        sub[r] = m_new == -INFINITY ? 0.0f : m_new;  // all keys masked so far: keep P = 0
+        corr[r] = exp2f(row_max[mt][r] - sub[r]);
+        row_max[mt][r] = m_new;
+        row_sum[mt][r] *= corr[r];
+      }
+#pragma unroll
+      for (int t = 0; t < Kt::kNTilesS; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pe = exp2f(acc_s[mt][t][e] - sub[e >> 1]);
+          acc_s[mt][t][e] = pe;
+          row_sum[mt][e >> 1] += pe;
+        }
+      }
+      if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
+        const int key0 = j * BN + (lane % 4) * 2;
+        const int64_t row_base =
+            (int64_t(head) * p.lse_head_stride + seq_start + q0 + (warp * MT + mt) * 16 + lane / 4);
+#pragma unroll
+        for (int t = 0; t < Kt::kNTilesS; ++t)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // elements 2h and 2h + 1: row + 8h, keys key0 + 8t and the next
+            const uint64_t counter = p.dropout_offset + uint64_t((row_base + 8 * h) * p.max_seqlen) +
+                                     uint64_t(key0 + t * 8);
+            float f0, f1;
+            dropout_factor_pair(p.dropout_p, p.dropout_seed, counter, f0, f1);
+            acc_s[mt][t][2 * h] *= f0;
+            acc_s[mt][t][2 * h + 1] *= f1;
+          }
+      }
+#pragma unroll
+      for (int i = 0; i < Kt::kNTilesO; ++i) {
+        acc_o[mt][i][0] *= corr[0];
+        acc_o[mt][i][1] *= corr[0];
+        acc_o[mt][i][2] *= corr[1];
+        acc_o[mt][i][3] *= corr[1];
+      }
+    }
+
+    // ---- O += P V: P from registers (A operand), V via ldmatrix.trans (B operand), each V
+    // fragment feeding MT row tiles ----
     const T* sVb = sV + buf * BN * LDS;
 #pragma unroll
     for (int kt = 0; kt < BN / 16; ++kt) {
-      uint32_t pf[4];
-      pf[0] = pack2<T>(acc_s[2 * kt][0], acc_s[2 * kt][1]);
-      pf[1] = pack2<T>(acc_s[2 * kt][2], acc_s[2 * kt][3]);
-      pf[2] = pack2<T>(acc_s[2 * kt + 1][0], acc_s[2 * kt + 1][1]);
-      pf[3] = pack2<T>(acc_s[2 * kt + 1][2], acc_s[2 * kt + 1][3]);
+      uint32_t pf[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pf[mt][0] = pack2<T>(acc_s[mt][2 * kt][0], acc_s[mt][2 * kt][1]);
+        pf[mt][1] = pack2<T>(acc_s[mt][2 * kt][2], acc_s[mt][2 * kt][3]);
+        pf[mt][2] = pack2<T>(acc_s[mt][2 * kt + 1][0], acc_s[mt][2 * kt + 1][1]);
+        pf[mt][3] = pack2<T>(acc_s[mt][2 * kt + 1][2], acc_s[mt][2 * kt + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
         uint32_t vf[4];
         const int key = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
         ldmatrix_x4_trans(vf, sVb + key * LDS + c);
-        mma_16816<T>(acc_o[2 * dp], pf, vf[0], vf[1]);
-        mma_16816<T>(acc_o[2 * dp + 1], pf, vf[2], vf[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc_o[mt][2 * dp], pf[mt], vf[0], vf[1]);
+          mma_16816<T>(acc_o[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
+        }
       }
     }
     __syncthreads();  // buffer `buf` is refilled by the prefetch of step j+2... issued at step j+1
   }
 
-  // ---- epilogue: normalise and store (and the log-sum-exp for training) ----
-  float inv[2];
-  const int row0 = warp * 16 + lane / 4, row1 = row0 + 8;
-  const bool ok0 = q0 + row0 < seqlen, ok1 = q0 + row1 < seqlen;
+  // ---- epilogue: normalise and store (and the log-sum-exp for training), per row tile ----
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
-    if (p.lse && lane % 4 == 0 && (r == 0 ? ok0 : ok1))  // ln(sum exp(S scale)) = (m + log2 l) ln 2
-      p.lse[head * p.lse_head_stride + seq_start + q0 + (r == 0 ? row0 : row1)] =
-          l > 0.0f ? (row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-  }
-  float* gOf = static_cast<float*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;  // o_f32 only
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
+    const int row0 = (warp * MT + mt) * 16 + lane / 4, row1 = row0 + 8;
+    const bool ok0 = q0 + row0 < seqlen, ok1 = q0 + row1 < seqlen;
 #pragma unroll
-  for (int i = 0; i < Kt::kNTilesO; ++i) {
-    if (i * 8 >= D) break;  // pad columns (HS not a multiple of 16)
-    const int c = i * 8 + (lane % 4) * 2;
-    if (p.o_f32) {
-      if (ok0)
-        *reinterpret_cast<float2*>(gOf + int64_t(row0) * p.o_row_stride + c) =
-            make_float2(acc_o[i][0] * inv[0], acc_o[i][1] * inv[0]);
-      if (ok1)
-        *reinterpret_cast<float2*>(gOf + int64_t(row1) * p.o_row_stride + c) =
-            make_float2(acc_o[i][2] * inv[1], acc_o[i][3] * inv[1]);
-      continue;
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+      if (p.lse && lane % 4 == 0 && (r == 0 ? ok0 : ok1))  // ln(sum exp(S scale)) = (m + log2 l) ln 2
+        p.lse[head * p.lse_head_stride + seq_start + q0 + (r == 0 ? row0 : row1)] =
+            l > 0.0f ? (row_max[mt][r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
-    if (ok0)
-      *reinterpret_cast<uint32_t*>(gO + int64_t(row0) * p.o_row_stride + c) =
-          pack2<T>(acc_o[i][0] * inv[0], acc_o[i][1] * inv[0]);
-    if (ok1)
-      *reinterpret_cast<uint32_t*>(gO + int64_t(row1) * p.o_row_stride + c) =
-          pack2<T>(acc_o[i][2] * inv[1], acc_o[i][3] * inv[1]);
+    float* gOf = static_cast<float*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;  // o_f32 only
+#pragma unroll
+    for (int i = 0; i < Kt::kNTilesO; ++i) {
+      if (i * 8 >= D) break;  // pad columns (HS not a multiple of 16)
+      const int c = i * 8 + (lane % 4) * 2;
+      if (p.o_f32) {
+        if (ok0)
+          *reinterpret_cast<float2*>(gOf + int64_t(row0) * p.o_row_stride + c) =
+              make_float2(acc_o[mt][i][0] * inv[0], acc_o[mt][i][1] * inv[0]);
+        if (ok1)
+          *reinterpret_cast<float2*>(gOf + int64_t(row1) * p.o_row_stride + c) =
+              make_float2(acc_o[mt][i][2] * inv[1], acc_o[mt][i][3] * inv[1]);
+        continue;
+      }
+      if (ok0)
+        *reinterpret_cast<uint32_t*>(gO + int64_t(row0) * p.o_row_stride + c) =
+            pack2<T>(acc_o[mt][i][0] * inv[0], acc_o[mt][i][1] * inv[0]);
+      if (ok1)
+        *reinterpret_cast<uint32_t*>(gO + int64_t(row1) * p.o_row_stride + c) =
+            pack2<T>(acc_o[mt][i][2] * inv[1], acc_o[mt][i][3] * inv[1]);
+    }
   }
 }
 
