@@ -19,8 +19,9 @@
 #      warp;
 #   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py), and ViT-B with the
 #      forward attention's CTAs forced to 64 and to 128 query rows (UNMASK_FLASH_BLOCK_M);
-#   5. Nsight Compute on a decoder dK/dV kernel of a ViT-B step, both dQ schemes (stall reasons,
-#      occupancy), when `ncu` is there.
+#   5. Nsight Systems on a ViT-B step (blocking API calls, kernel time), then Nsight Compute on a
+#      decoder dK/dV kernel of a ViT-B step, both dQ schemes (stall reasons, occupancy), when
+#      `nsys` / `ncu` are there.
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 set -u
 CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
@@ -162,7 +163,21 @@ for bm in 64 128; do
     UNMASK_FLASH_BLOCK_M=$bm "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
 done
 
-# 5. Nsight Compute on the attention backward kernels (ViT-B batch 32, bf16 activations)
+# 5a. Nsight Systems on ViT-B batch 128 (when `nsys` is there): the CUDA API calls that block
+#     the host (synchronisations, allocations) and the kernels' share of the step, to explain the
+#     profile's "outside any op" time (7.4 ms of 143 on 2026-11-26)
+if command -v nsys > /dev/null && go "nsys vit"; then
+  model_args vit
+  timeout -k 5 "$(lim 90)" nsys profile -t cuda --sample=none --cpuctxsw=none -o "$R/vit_nsys" --force-overwrite true \
+    "$BIN/unmask" "${A[@]}" --steps 3 --warmup 1 > "$R/nsys_run.txt" 2>&1
+  note "nsys vit: rc $? at $(at)s"
+  timeout -k 5 "$(lim 60)" nsys stats -r cuda_api_sum,cuda_gpu_kern_sum -f csv "$R/vit_nsys.nsys-rep" \
+    > "$R/nsys_stats.csv" 2>&1
+  head -14 "$R/nsys_stats.csv" | cut -c1-160 | tee -a "$summary"
+  rm -f "$R/vit_nsys.sqlite"
+fi
+
+# 5b. Nsight Compute on the attention backward kernels (ViT-B batch 32, bf16 activations)
 if command -v ncu > /dev/null; then
   for mode in recompute atomic; do
     go "ncu $mode" || continue
