@@ -139,8 +139,10 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                dtype_name(p.ab_dtype), " or f32, got ", dtype_name(p.c_dtype));
   UNMASK_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 1, "gemm (cuda): bad sizes batch=", p.batch, " M=", p.M,
                " N=", p.N, " K=", p.K);
-  UNMASK_CHECK(!p.bias_grad || (p.ta == ops::Trans::yes && p.batch == 1 && !p.bias && p.act == ops::Activation::none),
-               "gemm (cuda): a bias gradient needs ta = yes, batch 1, no bias and no activation");
+  UNMASK_CHECK(!p.bias_grad || (p.ta == ops::Trans::yes && p.batch == 1 && !p.bias && p.act == ops::Activation::none &&
+                                 p.c_dtype == DType::f32),
+               "gemm (cuda): a bias gradient needs ta = yes, batch 1, no bias, no activation and an f32 c (the "
+               "epilogue writes it in c's type)");
   UNMASK_CHECK(!p.bias || p.bias_dtype == DType::f32 || p.bias_dtype == p.c_dtype,
                "gemm (cuda): bias dtype must be f32 or c's dtype ", dtype_name(p.c_dtype), ", got ",
                dtype_name(p.bias_dtype));
@@ -159,10 +161,13 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   if (p.M == 0 || p.N == 0) return;
   if (p.K == 0) {
     // cuBLASLt rejects K = 0; c = act(bias + beta c) is what remains. Rare: use the kernel.
-    UNMASK_CHECK(p.beta == 0.0f, "gemm (cuda): K = 0 with beta != 0 is not supported");
+    // beta 0 clears c, beta 1 keeps it (a weight gradient accumulated over an empty batch).
+    UNMASK_CHECK(p.beta == 0.0f || p.beta == 1.0f, "gemm (cuda): K = 0 with beta ", p.beta,
+                 " is not supported (0 or 1)");
     UNMASK_CHECK(p.batch == 1, "gemm (cuda): K = 0 with batch > 1 is not supported");
-    CUDA_CHECK(cudaMemset2DAsync(p.c, size_t(p.ldc) * dtype_size(p.c_dtype), 0, size_t(p.N) * dtype_size(p.c_dtype),
-                                 size_t(p.M), stream));
+    if (p.beta == 0.0f)
+      CUDA_CHECK(cudaMemset2DAsync(p.c, size_t(p.ldc) * dtype_size(p.c_dtype), 0,
+                                   size_t(p.N) * dtype_size(p.c_dtype), size_t(p.M), stream));
     if (p.bias || p.act != ops::Activation::none)
       bias_act_forward(p.c, p.ldc, p.c, p.ldc, p.bias, p.bias_dtype, p.M, p.N, p.act, p.c_dtype, stream);
     return;

@@ -53,6 +53,32 @@ double bf16_round(double x) {
   return r;
 }
 
+/// Sets (value) or unsets (null) an environment variable for its lifetime, then restores it.
+class EnvOverride {
+ public:
+  EnvOverride(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~EnvOverride() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 struct Case {
   std::string name;
   int64_t NH = 2, HS = 64;
@@ -281,10 +307,10 @@ TEST(CudaAttentionTc, TwoRowTilesPerWarpMatchNaiveBf16) {
   packed.packed = true;
   packed.lens = {129, 128, 33, 1, 260};
   packed.dropout = 0.1f;
-  setenv("UNMASK_FLASH_WARP_ROWS", "32", 1);
+  // The variables as this test needs them (no CTA height forced from outside), and back after.
+  const EnvOverride warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
   check_case(padded, base_seed() ^ 0x66);
   check_case(packed, base_seed() ^ 0x77);
-  unsetenv("UNMASK_FLASH_WARP_ROWS");
 }
 
 TEST(CudaAttentionTc, PackedUnequalLengthsMatchesNaiveBf16) {
