@@ -128,6 +128,69 @@ __device__ __forceinline__ void dropout_factor_pair(float p, uint64_t seed, uint
   f1 = u1 >= p ? keep : 0.0f;
 }
 
+/// Whether the attention kernels may take their dropout factors a Philox block per four
+/// elements (dropout_factors_s_tile / _st_tile): every (row, 4-aligned key) counter base is a
+/// multiple of 4 when the offset and max_seqlen are (the layers' site offsets are multiples of
+/// 2^32; BERT's sequence lengths are multiples of 8).
+__device__ __forceinline__ bool dropout_quads_aligned(uint64_t offset, int max_seqlen) {
+  return offset % 4 == 0 && max_seqlen % 4 == 0;
+}
+
+__device__ __forceinline__ float dropout_keep_factor(float p, uint32_t bits) {
+  return philox_uniform_from_bits(bits) >= p ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+/// The dropout factors of the four elements a thread holds of one n8 tile of S = Q K^T (an mma
+/// C fragment: element 2h + c is row g + 8h, key key0 + 2 (lane % 4) + c, g = lane / 4), equal
+/// bit for bit to dropout_factor of each. The four keys key0 + 4m .. + 3 of rows g and g + 8
+/// are one Philox block per row, held by lanes l and l ^ 1: each evaluates the block of one row
+/// (lane bit 0 = h) and sends the other lane its two words: one evaluation per lane instead of
+/// the two of dropout_factor_pair. row_counter: offset + row(g) max_seqlen; row8: 8 max_seqlen;
+/// key0 a multiple of 8; dropout_quads_aligned. Every lane of the warp must call it (shuffles).
+__device__ __forceinline__ void dropout_factors_s_tile(float (&f)[4], float p, uint64_t seed, uint64_t row_counter,
+                                                       uint64_t row8, int key0, int lane) {
+  const int b = lane & 1;
+  const uint64_t counter = row_counter + (b ? row8 : 0) + uint64_t(key0 + 4 * ((lane & 3) >> 1));
+  const Philox4x32 r = philox_block(seed, counter >> 2);
+  // this lane's keys are words 2b, 2b + 1 of a block; the other row's block is the partner's
+  const uint32_t own0 = b ? r.w[2] : r.w[0], own1 = b ? r.w[3] : r.w[1];
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, b ? r.w[0] : r.w[2], 1);
+  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, b ? r.w[1] : r.w[3], 1);
+  f[0] = dropout_keep_factor(p, b ? got0 : own0);
+  f[1] = dropout_keep_factor(p, b ? got1 : own1);
+  f[2] = dropout_keep_factor(p, b ? own0 : got0);
+  f[3] = dropout_keep_factor(p, b ? own1 : got1);
+}
+
+/// The same for one n8 tile of S^T = K Q^T (the dK/dV kernel's accumulators: element c + 2h is
+/// key key4 + (lane / 4) % 4 + 8h, query q0 + 2 (lane % 4) + c). The four consecutive keys of a
+/// block sit in the four lanes that differ in lane bits 2 and 3 (index i = (lane >> 2) & 3):
+/// lane i evaluates the block of its element e = i (query c = i & 1, keys + 8 (i >> 1)), and a
+/// 4 x 4 transpose by shuffles hands each lane word i of the four blocks: one evaluation per
+/// lane instead of four. q_counter: offset + row(q0 + 2 (lane % 4)) max_seqlen; key4 = the
+/// first key of the lane's group of four (a multiple of 4); dropout_quads_aligned. Every lane
+/// of the warp must call it.
+__device__ __forceinline__ void dropout_factors_st_tile(float (&f)[4], float p, uint64_t seed, uint64_t q_counter,
+                                                        uint64_t max_seqlen, int key4, int lane) {
+  const int i = (lane >> 2) & 3;
+  const uint64_t counter = q_counter + ((i & 1) ? max_seqlen : 0) + uint64_t(key4 + 8 * (i >> 1));
+  const Philox4x32 r = philox_block(seed, counter >> 2);
+  uint32_t got[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    // Round s: lane i sends word i ^ s of its block (the word lane i ^ s needs) and receives
+    // from lane i ^ s word i of element (i ^ s)'s block. Selects, not a dynamic index (which
+    // would put r and got in local memory).
+    const int k = i ^ s;
+    const uint32_t mine = k == 0 ? r.w[0] : k == 1 ? r.w[1] : k == 2 ? r.w[2] : r.w[3];
+    const uint32_t v = s == 0 ? mine : __shfl_xor_sync(0xffffffffu, mine, s << 2);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) got[e] = k == e ? v : got[e];
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) f[e] = dropout_keep_factor(p, got[e]);
+}
+
 // ---- reductions ---------------------------------------------------------------------------
 
 /// Sum over the 32 lanes of a warp; every lane gets the result.

@@ -57,6 +57,60 @@ def dropout_factor(drop, seed, counter):  # common.cuh dropout_factor
     return np.where(philox_uniform(seed, counter) >= drop, 1.0 / (1.0 - drop), 0.0)
 
 
+def philox_words(seed, counter):
+    """The four words of the Philox block of each counter (counter >> 2): [n, 4] uint64."""
+    block = np.asarray(counter, dtype=np.uint64) >> np.uint64(2)
+    z = np.zeros_like(block)
+    w = philox4x32_10(block & MASK32, block >> np.uint64(32), z, z, np.uint64(seed) & MASK32,
+                      np.uint64(seed) >> np.uint64(32))
+    return np.stack(w, axis=-1)
+
+
+def u64(x):
+    """x as uint64 (sums of these wrap modulo 2^64, as the kernels' uint64_t arithmetic)."""
+    return np.asarray(x).astype(np.uint64)
+
+
+def keep_factor(drop, bits):  # common.cuh dropout_keep_factor
+    return np.where((bits >> np.uint64(8)).astype(np.float64) * 2.0 ** -24 >= drop, 1.0 / (1.0 - drop), 0.0)
+
+
+def quads_aligned(offset, T):  # common.cuh dropout_quads_aligned
+    return offset % 4 == 0 and T % 4 == 0
+
+
+def dropout_factors_s_tile(drop, seed, row_counter, row8, key0):
+    """common.cuh dropout_factors_s_tile for the 32 lanes: row_counter [32] (offset + row(g) T);
+    f [32, 4]. Lane l evaluates the block of row g + 8 (l & 1), then lanes l and l ^ 1 swap."""
+    lanes = np.arange(32)
+    b = lanes & 1
+    counter = u64(row_counter) + u64(np.where(b == 1, int(row8), 0)) + u64(key0 + 4 * ((lanes & 3) >> 1))
+    w = philox_words(seed, counter)
+    own0, own1 = np.where(b == 1, w[:, 2], w[:, 0]), np.where(b == 1, w[:, 3], w[:, 1])
+    send0, send1 = np.where(b == 1, w[:, 0], w[:, 2]), np.where(b == 1, w[:, 1], w[:, 3])
+    got0, got1 = send0[lanes ^ 1], send1[lanes ^ 1]  # __shfl_xor_sync(.., 1)
+    words = [np.where(b == 1, got0, own0), np.where(b == 1, got1, own1), np.where(b == 1, own0, got0),
+             np.where(b == 1, own1, got1)]
+    return np.stack([keep_factor(drop, x) for x in words], axis=-1)
+
+
+def dropout_factors_st_tile(drop, seed, q_counter, T, key4):
+    """common.cuh dropout_factors_st_tile for the 32 lanes: q_counter [32] (offset + row(query
+    of element c = 0) T), key4 [32]; f [32, 4]. Lane index i = (l >> 2) & 3 evaluates the block
+    of its element i, then a 4 x 4 transpose by xor shuffles over lane bits 2 and 3."""
+    lanes = np.arange(32)
+    i = (lanes >> 2) & 3
+    counter = u64(q_counter) + u64(np.where(i & 1, int(T), 0)) + u64(key4 + 8 * (i >> 1))
+    w = philox_words(seed, counter)
+    got = np.zeros((32, 4), dtype=np.uint64)
+    for s in range(4):
+        k = i ^ s
+        mine = w[lanes, k]
+        v = mine if s == 0 else mine[lanes ^ (s << 2)]
+        got[lanes, k] = v
+    return keep_factor(drop, got)
+
+
 def ldmatrix_x4(smem, addr_of_lane, trans=False):
     """regs [32, 4, 2]: lane l's register i holds two elements of 8x8 matrix i, whose rows start
     at the addresses lanes 8i..8i+7 give."""
@@ -196,13 +250,18 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offs
                 mma_rows_nt(acc_p, kf[warp], sQ, KS)
                 mma_rows_nt(acc_dp, vf[warp], sdO, KS)
                 for t in range(8):
+                    q_row = head * N + start + q0 + t * 8 + (lanes % 4) * 2
+                    if drop > 0 and quads_aligned(offset, T):
+                        f4 = dropout_factors_st_tile(drop, seed, offset + q_row * T, T, k0 + warp * 16 + 4 * (lanes >> 4))
+                    else:
+                        f4 = np.stack([dropout_factor(drop, seed, offset + (q_row + (e & 1)) * T + k0 + warp * 16 +
+                                                      lanes // 4 + 8 * (e >> 1)) for e in range(4)], axis=-1)
                     for c in range(2):
                         q = t * 8 + (lanes % 4) * 2 + c
                         lse2 = np.where(sLse[q] == -np.inf, np.inf, sLse[q] * LOG2E)
                         for e in (c, c + 2):
                             pv = np.where(key_ok[warp][e >> 1], np.exp2(acc_p[t][:, e] * s2 - lse2), 0.0)
-                            key = k0 + warp * 16 + lanes // 4 + 8 * (e >> 1)
-                            f = dropout_factor(drop, seed, offset + (head * N + start + q0 + q) * T + key)
+                            f = f4[:, e]
                             acc_p[t][:, e] = pv * f
                             acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - sD[q])
                 mma_acc_nn(acc_dv[warp], acc_p, sdO, NT)
@@ -240,11 +299,15 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offs
                 mma_rows_nt(acc_p, qf, sK, KS)
                 mma_rows_nt(acc_dp, dof, sV, KS)
                 for t in range(8):
+                    row_g = head * N + start + q0 + warp * 16 + lanes // 4
+                    f4 = None
+                    if drop > 0 and quads_aligned(offset, T):
+                        f4 = dropout_factors_s_tile(drop, seed, offset + row_g * T, 8 * T, k0 + t * 8)
                     for e in range(4):
                         key = t * 8 + (lanes % 4) * 2 + (e & 1)
                         pv = np.exp2(acc_p[t][:, e] * s2 + bias[key] - l2[e >> 1])
-                        row = start + q0 + warp * 16 + lanes // 4 + 8 * (e >> 1)
-                        f = dropout_factor(drop, seed, offset + (head * N + row) * T + k0 + key)
+                        f = f4[:, e] if f4 is not None else dropout_factor(
+                            drop, seed, offset + (row_g + 8 * (e >> 1)) * T + k0 + key)
                         acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - dl[e >> 1])
                 mma_acc_nn(acc_dq, acc_dp, sK, NT)
             store_rows(dQ, acc_dq, (q0, warp * 16), T - q0, scale, D, NT)
@@ -268,16 +331,17 @@ def forward_lse(S2, key_real):
     return out
 
 
-def check(drop, D=64):
-    rng = np.random.default_rng(7 + D)
-    T = 150
-    # The sequence is head 1 of 2, starting at row 40 of an N = 400-row batch (padded T = 150):
+def check(drop, D=64, T=150, offset=977):
+    """T = 150 and an odd offset: a Philox block per element (dK/dV) or pair (dQ); T = 152 with a
+    four-aligned offset: the kernels' one block per lane and tile (dropout_factors_*_tile)."""
+    rng = np.random.default_rng(7 + D + T)
+    # The sequence is head 1 of 2, starting at row 40 of an N = 400-row batch (padded T):
     # the counters' h N + row term is exercised with nonzero values.
-    head, N, start, seed, offset = 1, 400, 40, 0x1234ABCD5678, 977
+    head, N, start, seed = 1, 400, 40, 0x1234ABCD5678
     scale = 1.0 / math.sqrt(D)
     Q, K, V, dO = (rng.uniform(-1.5, 1.5, (T, D)) for _ in range(4))
     key_real = np.ones(T, dtype=bool)
-    key_real[[3, 64, 65, 100, 149]] = False  # masked keys inside every tile
+    key_real[[3, 64, 65, 100, T - 1]] = False  # masked keys inside every tile
     rows, keys = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
     F = dropout_factor(drop, seed, offset + (head * N + start + rows) * T + keys)  # [query, key]
     # Reference: float64 autograd, dropout after the softmax (ops.h)
@@ -300,12 +364,45 @@ def check(drop, D=64):
             err = np.max(np.abs(got - want))
             assert not np.isnan(got).any(), (name, how, "rows left unwritten")
             assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, how, drop, err)
-            print(f"head size {D}, dropout {drop}, {how}: {name}: max |emulated - autograd| {err:.2e} over {T} rows")
+            print(f"head size {D}, dropout {drop}, {how}: {name}: max |emulated - autograd| {err:.2e} over {T} rows"
+                  + (" (a Philox block per lane and tile)" if drop > 0 and quads_aligned(offset, T) else ""))
         assert np.abs(dK[key_real == False]).max() == 0 and np.abs(dV[key_real == False]).max() == 0  # noqa: E712
     if drop > 0:
         kept = (F > 0).mean()
         assert abs(kept - (1 - drop)) < 0.01, kept  # about 1 - p of the elements kept
         print(f"dropout {drop}: {100 * kept:.1f}% of {T * T} probabilities kept")
+
+
+def check_shared_philox():
+    """The shared-block helpers give every lane the factors dropout_factor gives each of its
+    elements, for random aligned counter bases, wrap-around near 2^64 included."""
+    rng = np.random.default_rng(11)
+    lanes = np.arange(32)
+    for trial in range(64):
+        T = int(rng.integers(1, 64)) * 4
+        offset = int(rng.integers(0, 2**62)) * 4 if trial % 2 else 2**64 - 4 * int(rng.integers(1, 4 * T * 40))
+        seed, drop = int(rng.integers(0, 2**63)), float(rng.choice([0.1, 0.5, 0.9]))
+        base_row, key0 = int(rng.integers(0, 1000)), int(rng.integers(0, 64)) * 8
+        mod = 2**64
+        # S tile: element 2h + c = row g + 8h, key key0 + 2 (lane % 4) + c
+        row_g = [base_row + int(l) // 4 for l in lanes]  # Python ints: exact modulo 2^64
+        f = dropout_factors_s_tile(drop, seed, np.array([(offset + r * T) % mod for r in row_g], dtype=np.uint64),
+                                   np.uint64(8 * T), key0)
+        for e in range(4):
+            want = dropout_factor(drop, seed, np.array([(offset + (r + 8 * (e >> 1)) * T + key0 + 2 * (l % 4) + (e & 1))
+                                                        % mod for r, l in zip(row_g, map(int, lanes))], dtype=np.uint64))
+            assert np.array_equal(f[:, e], want), ("s tile", trial, e)
+        # S^T tile: element c + 2h = query q0 + 2 (lane % 4) + c, key key4 + (lane >> 2) % 4 + 8h
+        q_row = [base_row + 2 * (int(l) % 4) for l in lanes]
+        key4 = np.array([key0 + 4 * (int(l) >> 4) for l in lanes])
+        f = dropout_factors_st_tile(drop, seed, np.array([(offset + q * T) % mod for q in q_row], dtype=np.uint64),
+                                    np.uint64(T), key4)
+        for e in range(4):
+            want = dropout_factor(drop, seed, np.array([(offset + (q + (e & 1)) * T + k + ((l >> 2) & 3) + 8 * (e >> 1))
+                                                        % mod for q, k, l in zip(q_row, map(int, key4), map(int, lanes))],
+                                                       dtype=np.uint64))
+            assert np.array_equal(f[:, e], want), ("st tile", trial, e)
+    print("shared Philox blocks: the S and S^T tile factors equal dropout_factor's, 64 random aligned bases")
 
 
 def main():
@@ -315,6 +412,8 @@ def main():
                                                                         0x9b00dbd8]
     check(0.0)
     check(0.1)
+    check(0.1, T=152, offset=4 << 32)  # four-aligned counters: dropout_factors_st_tile / _s_tile
+    check_shared_philox()
     # The other instances (flash_bwd.cu): 80 (5 k-steps), 88 (padded to 96: zero columns 88..95
     # in the tiles, stores stop at 88) and 128.
     for D in (80, 88, 128):

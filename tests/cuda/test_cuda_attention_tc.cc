@@ -85,7 +85,9 @@ struct Case {
   std::vector<int64_t> lens;  // sequence lengths (packed) or B copies of T (padded)
   bool packed = false;
   std::vector<std::vector<uint8_t>> key_real;  // padded: per sequence, 1 = real key (empty: all)
-  float dropout = 0.0f;                        // attention dropout (ops.h counters), seed 99, offset 5
+  float dropout = 0.0f;                        // attention dropout (ops.h counters), seed 99
+  uint64_t dropout_offset = 5;  // 5: a Philox block per element or pair; a multiple of 4 (with a
+                                // longest sequence a multiple of 4): a block per lane and tile
 };
 
 struct Grads {
@@ -108,7 +110,7 @@ Grads reference(const Case& c, const std::vector<double>& q, const std::vector<d
   // Dropout factor of (head h, batch row n, key j): ops.h's mask, 1/(1-p) or 0.
   auto factor = [&](int64_t h, int64_t n, int64_t j) {
     if (c.dropout == 0.0f) return 1.0;
-    const uint64_t counter = 5 + uint64_t((h * N + n) * T + j);
+    const uint64_t counter = c.dropout_offset + uint64_t((h * N + n) * T + j);
     return philox_uniform(99, counter) >= c.dropout ? 1.0 / (1.0 - double(c.dropout)) : 0.0;
   };
   int64_t start = 0;
@@ -220,7 +222,7 @@ Grads run_cuda(const Case& c, const std::vector<double>& q, const std::vector<do
   }
   const Tensor tq = tqkv.slice(1, 0, C), tk = tqkv.slice(1, C, 2 * C), tv = tqkv.slice(1, 2 * C, 3 * C);
   ops::AttentionTrainArgs train;
-  train.dropout_p = c.dropout, train.dropout_seed = 99, train.dropout_offset = 5;
+  train.dropout_p = c.dropout, train.dropout_seed = 99, train.dropout_offset = c.dropout_offset;
   ops::attention_forward_train(ctx, tq, tk, tv, out, lse, a, train);
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
   ops::attention_backward(ctx, tq, tk, tv, out, lse, tdout, dq, dk, dv, a, train);
@@ -332,6 +334,23 @@ TEST(CudaAttentionTc, PackedWithDropoutMatchesNaiveBf16) {
   c.lens = {128, 77, 20};
   c.dropout = 0.1f;
   check_case(c, base_seed() ^ 0x55);
+}
+
+// The layers' counters (a site offset, a multiple of 2^32, and a longest sequence of 128): the
+// kernels share each Philox block between lanes (common.cuh dropout_factors_s_tile / _st_tile);
+// the mask must stay the reference's, bit for bit, including on the 32-rows-per-warp forward.
+TEST(CudaAttentionTc, PackedWithDropoutAlignedCountersMatchesNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "packed dropout 0.1, aligned counters";
+  c.packed = true;
+  c.lens = {128, 76, 20, 4};
+  c.dropout = 0.1f;
+  c.dropout_offset = uint64_t(7) << 32;
+  check_case(c, base_seed() ^ 0x56);
+  const EnvOverride warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
+  c.name = "packed dropout 0.1, aligned counters, w32";
+  check_case(c, base_seed() ^ 0x57);
 }
 
 TEST(CudaAttentionTc, VideoMAEEncoderShapeMatchesNaiveBf16) {

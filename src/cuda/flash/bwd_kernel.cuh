@@ -28,8 +28,12 @@
 // A query row with no real key has lse = -inf; its lse2 is taken as +inf so that P = 0 and it
 // adds nothing (the forward gave it a zero output). Rows past the sequence end are zero-filled
 // in shared memory and get lse2 = +inf; keys past it or masked get P = 0.
-// Dropout (the forward's Philox mask, recomputed per element, factor f = keep / (1 - p)):
-// dV += (P f)^T dO and dS = P (dPd f - delta), dPd = dO V^T (the f32 kernels' formulas).
+// Dropout (the forward's Philox mask, recomputed, factor f = keep / (1 - p)):
+// dV += (P f)^T dO and dS = P (dPd f - delta), dPd = dO V^T (the f32 kernels' formulas). With
+// four-aligned counters (dropout_quads_aligned: BERT's sites and lengths) each lane evaluates one
+// Philox block per n8 tile and shares its words by shuffles (common.cuh dropout_factors_st_tile,
+// _s_tile): a quarter of the evaluations of one block per element (dK/dV), half of one per pair
+// (dQ, and the forward).
 // Fragment layouts and ldmatrix patterns: mma.cuh and fwd_kernel.cuh (the same three patterns:
 // an A operand from row-major smem, a B operand whose n index is the smem row, and a B operand
 // whose k index is the smem row, through .trans).
@@ -348,6 +352,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.0f;
 
+  const bool quad_dropout = dropout_quads_aligned(p.dropout_offset, p.max_seqlen);
   const int n_tiles = (seqlen + 63) / 64;
   for (int j = 0; j < n_tiles; ++j) {
     const int q0 = j * 64;
@@ -366,6 +371,23 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
     mma_rows_nt<Kt>(acc_dp, v_frag, sdO, lane);  // dP^T = V dO^T
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
+      // Dropout factors of the tile's four elements (e = c + 2h: query t*8 + 2(lane % 4) + c,
+      // key row + 8h): a Philox block per element, or per lane with four-aligned counters.
+      float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+      if (p.dropout_p > 0.0f) {
+        const int64_t q_row = head * p.lse_head_stride + start + q0 + t * 8 + (lane % 4) * 2;
+        if (quad_dropout) {
+          dropout_factors_st_tile(f, p.dropout_p, p.dropout_seed,
+                                  p.dropout_offset + uint64_t(q_row * p.max_seqlen), uint64_t(p.max_seqlen),
+                                  k0 + warp * 16 + 4 * (lane >> 4), lane);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            f[e] = dropout_factor(p.dropout_p, p.dropout_seed,
+                                  p.dropout_offset + uint64_t((q_row + (e & 1)) * p.max_seqlen) +
+                                      uint64_t(k0 + warp * 16 + lane / 4 + 8 * (e >> 1)));
+        }
+      }
 #pragma unroll
       for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
         const int q = t * 8 + (lane % 4) * 2 + c;
@@ -373,15 +395,8 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
 #pragma unroll
         for (int e = c; e < 4; e += 2) {
           const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - lse2) : 0.0f;
-          float f = 1.0f;
-          if (p.dropout_p > 0.0f) {
-            const int key = k0 + warp * 16 + lane / 4 + 8 * (e >> 1);
-            f = dropout_factor(p.dropout_p, p.dropout_seed,
-                               p.dropout_offset + uint64_t((head * p.lse_head_stride + start + q0 + q) * p.max_seqlen) +
-                                   uint64_t(key));
-          }
-          acc_p[t][e] = pv * f;                                 // (P f)^T, for dV
-          acc_dp[t][e] = pv * (acc_dp[t][e] * f - row_delta);  // dS^T
+          acc_p[t][e] = pv * f[e];                                 // (P f)^T, for dV
+          acc_dp[t][e] = pv * (acc_dp[t][e] * f[e] - row_delta);  // dS^T
         }
       }
     }
@@ -470,6 +485,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
   float acc_dq[Kt::kNTilesO][4];
 #pragma unroll
   for (int i = 0; i < Kt::kNTilesO; ++i) acc_dq[i][0] = acc_dq[i][1] = acc_dq[i][2] = acc_dq[i][3] = 0.0f;
+  const bool quad_dropout = dropout_quads_aligned(p.dropout_offset, p.max_seqlen);
   const int n_tiles = (seqlen + 63) / 64;
   for (int j = 0; j < n_tiles; ++j) {
     const int k0 = j * 64;
@@ -488,16 +504,21 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
       // Elements 2h and 2h + 1 are keys `key` and `key + 1` of row + 8h: adjacent dropout
-      // counters, one Philox evaluation for both (dropout_factor_pair).
+      // counters, one Philox evaluation for both (dropout_factor_pair), or one for all four with
+      // four-aligned counters (dropout_factors_s_tile).
       float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
       if (p.dropout_p > 0.0f) {
+        const int64_t row_g = head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4;
+        if (quad_dropout) {
+          dropout_factors_s_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
+                                 8 * uint64_t(p.max_seqlen), k0 + t * 8, lane);
+        } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t row = start + q0 + warp * 16 + lane / 4 + 8 * h;
-          dropout_factor_pair(p.dropout_p, p.dropout_seed,
-                              p.dropout_offset + uint64_t((head * p.lse_head_stride + row) * p.max_seqlen) +
-                                  uint64_t(k0 + t * 8 + (lane % 4) * 2),
-                              f[2 * h], f[2 * h + 1]);
+          for (int h = 0; h < 2; ++h)
+            dropout_factor_pair(p.dropout_p, p.dropout_seed,
+                                p.dropout_offset + uint64_t((row_g + 8 * h) * p.max_seqlen) +
+                                    uint64_t(k0 + t * 8 + (lane % 4) * 2),
+                                f[2 * h], f[2 * h + 1]);
         }
       }
 #pragma unroll
