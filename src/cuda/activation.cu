@@ -30,13 +30,19 @@ __device__ __forceinline__ float apply_act(float x, ops::Activation act) {
 
 /// y[n, c] = act(x[n, c] + bias[c]) with kVec elements per step (1 or 16 / sizeof(T)).
 ///   x: [N, C] (ldx), y: [N, C] (ldy), bias: [C] of TB or null. y may alias x (same index).
+/// flat (no bias, ldx = ldy = C: the GEMM's in-place GELU): chunk i is elements kVec i .. of the
+/// N C contiguous ones, no row arithmetic.
 template <typename T, typename TB, int kVec>
 __global__ void bias_act_kernel(T* y, int64_t ldy, const T* x, int64_t ldx, const TB* bias, int64_t N, int64_t C,
-                                ops::Activation act) {
+                                ops::Activation act, bool flat) {
   const int64_t chunks_per_row = C / kVec;
   const int64_t total = N * chunks_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / chunks_per_row, c = (i - n * chunks_per_row) * kVec;
+    int64_t n = 0, c = i * kVec;
+    if (!flat) {
+      divmod_nonneg(i, chunks_per_row, n, c);
+      c *= kVec;
+    }
     if constexpr (kVec == 1) {
       float v = to_float(x[n * ldx + c]);
       if (bias) v += to_float(bias[c]);
@@ -62,12 +68,13 @@ void bias_act_launch(void* y, int64_t ldy, const void* x, int64_t ldx, const voi
   const int threads = 256;
   const int64_t work = N * (vec ? C / V : C);
   const int blocks = int(std::min<int64_t>(ceil_div(work, threads), int64_t(1) << 20));
+  const bool flat = !bias && (N <= 1 || (ldx == C && ldy == C));
   if (vec)
     bias_act_kernel<T, TB, V><<<blocks, threads, 0, stream>>>(static_cast<T*>(y), ldy, static_cast<const T*>(x), ldx,
-                                                              static_cast<const TB*>(bias), N, C, act);
+                                                              static_cast<const TB*>(bias), N, C, act, flat);
   else
     bias_act_kernel<T, TB, 1><<<blocks, threads, 0, stream>>>(static_cast<T*>(y), ldy, static_cast<const T*>(x), ldx,
-                                                              static_cast<const TB*>(bias), N, C, act);
+                                                              static_cast<const TB*>(bias), N, C, act, flat);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -87,7 +94,8 @@ __global__ void bias_act_from_f32_kernel(T* y, int64_t ldy, const float* x, int6
                                          int64_t C, ops::Activation act) {
   const int64_t total = N * C;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / C, c = i - n * C;
+    int64_t n, c;
+    divmod_nonneg(i, C, n, c);
     float v = x[n * ldx + c];
     if (bias) v += to_float(bias[c]);
     y[n * ldy + c] = from_float<T>(apply_act(v, act));

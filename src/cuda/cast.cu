@@ -18,19 +18,27 @@ __global__ void cast_2d_kernel(T* __restrict__ dst, const float* __restrict__ sr
                                int64_t rows, int64_t cols, int64_t batches) {
   const int64_t n = batches * rows * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t b = i / (rows * cols), rc = i % (rows * cols), r = rc / cols, c = rc % cols;
+    int64_t b, rc, r, c;
+    divmod_nonneg(i, rows * cols, b, rc);
+    divmod_nonneg(rc, cols, r, c);
     dst[i] = from_float<T>(src[b * sstride + r * lds + c]);
   }
 }
 
 // dst[r * ldd + c] = To(src[r * lds + c]) (fp32 in between: exact for the widening casts,
-// one rounding to nearest even for the narrowing ones). Grid-stride over rows * cols.
+// one rounding to nearest even for the narrowing ones). Grid-stride over rows * cols; flat
+// (ldd = lds = cols): element i is i of both, no row arithmetic.
 template <typename To, typename From>
 __global__ void cast_rows_kernel(To* __restrict__ dst, int64_t ldd, const From* __restrict__ src, int64_t lds,
-                                 int64_t rows, int64_t cols) {
+                                 int64_t rows, int64_t cols, bool flat) {
   const int64_t n = rows * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
+    if (flat) {
+      dst[i] = from_float<To>(to_float(src[i]));
+      continue;
+    }
+    int64_t r, c;
+    divmod_nonneg(i, cols, r, c);
     dst[r * ldd + c] = from_float<To>(to_float(src[r * lds + c]));
   }
 }
@@ -38,15 +46,17 @@ __global__ void cast_rows_kernel(To* __restrict__ dst, int64_t ldd, const From* 
 template <typename From>
 void launch_cast_rows(void* dst, DType dst_dtype, int64_t ldd, const From* src, int64_t lds, int64_t rows,
                       int64_t cols, int blocks, int threads, cudaStream_t stream) {
+  const bool flat = rows <= 1 || (ldd == cols && lds == cols);
   switch (dst_dtype) {
     case DType::f32:
-      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<float*>(dst), ldd, src, lds, rows, cols);
+      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<float*>(dst), ldd, src, lds, rows, cols, flat);
       break;
     case DType::bf16:
-      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), ldd, src, lds, rows, cols);
+      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), ldd, src, lds, rows, cols,
+                                                        flat);
       break;
     case DType::f16:
-      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<__half*>(dst), ldd, src, lds, rows, cols);
+      cast_rows_kernel<<<blocks, threads, 0, stream>>>(static_cast<__half*>(dst), ldd, src, lds, rows, cols, flat);
       break;
     default:
       throw Error("cast_rows: the target dtype must be f32, bf16 or f16, got ", dtype_name(dst_dtype));

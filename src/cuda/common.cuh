@@ -34,6 +34,21 @@ __host__ __device__ constexpr A ceil_div(A a, B b) {
   return (a + A(b) - 1) / A(b);
 }
 
+/// q = a / b, r = a - q b for a >= 0, b > 0. The elementwise kernels' grid-stride index -> (row,
+/// column) step: with both below 2^32 (every realistic tensor) a 32-bit division, which costs
+/// a fraction of the 64-bit one (a long software sequence on the GPU: it dominated the
+/// instruction count of the 16-byte row kernels, ~9 instructions per bf16 element).
+__device__ __forceinline__ void divmod_nonneg(int64_t a, int64_t b, int64_t& q, int64_t& r) {
+  if (((a | b) >> 32) == 0) {
+    const uint32_t q32 = uint32_t(a) / uint32_t(b);
+    q = int64_t(q32);
+    r = a - int64_t(q32) * b;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
+}
+
 /// True when p is aligned to `bytes` (a power of two).
 inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 

@@ -275,12 +275,17 @@ __device__ __forceinline__ float act_grad(float x, ops::Activation act) {
 /// dx[n, c] = dy[n, c] * act'(x[n, c]); grid-stride over the N x C/kVec chunks of kVec elements
 /// (1, or 16 / sizeof(T) with one 16-byte load per operand: on an H200 the scalar kernel moved
 /// ~1.1 TB/s, a quarter of the HBM's). The same arithmetic per element either way.
+/// flat (every ld = C): chunk i is elements kVec i .. of the N C contiguous ones, no row arithmetic.
 template <typename T, int kVec>
 __global__ void activation_backward_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* dy, int64_t lddy,
-                                           int64_t N, int64_t C, ops::Activation act) {
+                                           int64_t N, int64_t C, ops::Activation act, bool flat) {
   const int64_t chunks_per_row = C / kVec, total = N * chunks_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / chunks_per_row, c = (i - n * chunks_per_row) * kVec;
+    int64_t n = 0, c = i * kVec;
+    if (!flat) {
+      divmod_nonneg(i, chunks_per_row, n, c);
+      c *= kVec;
+    }
     if constexpr (kVec == 1) {
       dx[n * lddx + c] = from_float<T>(to_float(dy[n * lddy + c]) * act_grad(to_float(x[n * ldx + c]), act));
     } else {
@@ -468,7 +473,8 @@ void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx
     with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dy, lddy}, {dx, lddx}}), [&](auto kvec) {
       constexpr int V = decltype(kvec)::value;
       activation_backward_kernel<T, V><<<grid_stride_blocks(N * (C / V), 256), 256, 0, stream>>>(
-          static_cast<T*>(dx), lddx, static_cast<const T*>(x), ldx, static_cast<const T*>(dy), lddy, N, C, act);
+          static_cast<T*>(dx), lddx, static_cast<const T*>(x), ldx, static_cast<const T*>(dy), lddy, N, C, act,
+          N <= 1 || (ldx == C && lddy == C && lddx == C));
     });
     CUDA_CHECK_LAUNCH();
   });
