@@ -251,7 +251,7 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offs
                 mma_rows_nt(acc_dp, vf[warp], sdO, KS)
                 for t in range(8):
                     q_row = head * N + start + q0 + t * 8 + (lanes % 4) * 2
-                    if drop > 0 and quads_aligned(offset, T):
+                    if drop > 0 and quads_aligned(offset, T) and D <= 80:  # bwd_kernel.cuh: HS <= 80
                         f4 = dropout_factors_st_tile(drop, seed, offset + q_row * T, T, k0 + warp * 16 + 4 * (lanes >> 4))
                     else:
                         f4 = np.stack([dropout_factor(drop, seed, offset + (q_row + (e & 1)) * T + k0 + warp * 16 +

@@ -339,7 +339,7 @@ TEST(CudaAttentionTc, PackedWithDropoutMatchesNaiveBf16) {
 // The layers' counters (a site offset, a multiple of 2^32, and a longest sequence of 128): the
 // kernels share each Philox block between lanes (common.cuh dropout_factors_s_tile / _st_tile);
 // the mask must stay the reference's, bit for bit, including on the 32-rows-per-warp forward.
-TEST(CudaAttentionTc, PackedWithDropoutAlignedCountersMatchesNaiveBf16) {
+TEST(CudaAttentionTc, DropoutAlignedCountersMatchNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
   Case c;
   c.name = "packed dropout 0.1, aligned counters";
@@ -347,7 +347,15 @@ TEST(CudaAttentionTc, PackedWithDropoutAlignedCountersMatchesNaiveBf16) {
   c.lens = {128, 76, 20, 4};
   c.dropout = 0.1f;
   c.dropout_offset = uint64_t(7) << 32;
+  Case padded;
+  padded.name = "padded dropout 0.1, aligned counters";
+  padded.lens = {132, 132};
+  padded.key_real.assign(2, std::vector<uint8_t>(132, 1));
+  for (int j = 100; j < 132; ++j) padded.key_real[1][size_t(j)] = 0;
+  padded.dropout = 0.1f;
+  padded.dropout_offset = ~uint64_t(0) - 1023;  // a multiple of 4 whose counters wrap past 2^64
   check_case(c, base_seed() ^ 0x56);
+  check_case(padded, base_seed() ^ 0x58);
   const EnvOverride warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
   c.name = "packed dropout 0.1, aligned counters, w32";
   check_case(c, base_seed() ^ 0x57);
