@@ -10,13 +10,14 @@
 #   1. every CUDA test suite (run_test_suites.sh), then the attention, BERT-training and VideoMAE
 #      suites again with every opt-in variant on (UNMASK_CUDA_ATTN_BWD=atomic: the atomic-dQ
 #      attention backward; UNMASK_FLASH_WARP_ROWS=32: the forward attention with 32 query rows
-#      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue);
+#      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue;
+#      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
-#      new, new with each variant alone and with all three; then --profile 2 of new and of new
-#      with all three;
+#      new, new with each variant alone and with all of them; then --profile 2 of new and of new
+#      with all of them;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
-#      op profile at 256x128 and its forward attention with 64- and 128-row CTAs and 32 rows per
-#      warp;
+#      op profile at 256x128, its forward attention with 64- and 128-row CTAs and 32 rows per
+#      warp, and its GEMMs autotuned;
 #   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py), and ViT-B with the
 #      forward attention's CTAs forced to 64 and to 128 query rows (UNMASK_FLASH_BLOCK_M);
 #   5. Nsight Systems on a ViT-B step (blocking API calls, kernel time), then Nsight Compute on a
@@ -83,8 +84,9 @@ if go "cuda tests"; then
   grep '^suite ' "$R/cuda_suites.txt" | grep -vE '\(ok\), [0-9]+ s$' | head -12 | tee -a "$summary"
   grep -E '^\[  FAILED  \]' "$R/cuda_tests.log" | head -10 | tee -a "$summary"
 fi
-# The opt-in variants, as env assignments (each alone, then all three).
-VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1")
+# The opt-in variants, as env assignments (each alone, then all together).
+VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
+          "UNMASK_CUDA_GEMM_AUTOTUNE=1")
 ALL_VARIANTS="${VARIANTS[*]}"
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
   go "variant tests $suite" || continue
@@ -141,7 +143,7 @@ done
 go "infer profile" && timeout -k 5 "$(lim 40)" "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off \
   --batch 256 --seq 128 --min-time 0.3 --iters 10 --profile 3 --format json > "$R/profile_infer.jsonl" 2>> "$R/infer.err" &&
   python3 bench/gpu/profile_table.py "$R/profile_infer.jsonl" 2>&1 | head -16 | tee -a "$summary"
-for shape in UNMASK_FLASH_BLOCK_M=64 UNMASK_FLASH_BLOCK_M=128 UNMASK_FLASH_WARP_ROWS=32; do
+for shape in UNMASK_FLASH_BLOCK_M=64 UNMASK_FLASH_BLOCK_M=128 UNMASK_FLASH_WARP_ROWS=32 UNMASK_CUDA_GEMM_AUTOTUNE=1; do
   go "infer $shape" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new $shape" env \
     $shape "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
     --seq 128 --min-time 0.5 --iters 20 --format json

@@ -77,6 +77,10 @@ class CudaState {
   /// (UNMASK_CUDA_BGRAD_EPILOGUE=1) instead of the bias_grad kernel's pass over dy. Off until
   /// measured against it on a GPU.
   bool bias_grad_epilogue = false;
+  /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
+  /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
+  /// until measured against the heuristic on a GPU.
+  bool gemm_autotune = false;
   std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;
 };
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/cuda_state.h"
@@ -24,6 +25,8 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool fused = false;  // bias/activation in the epilogue (else the caller runs bias_act_forward)
+  // CudaState::gemm_autotune: the heuristic's other candidates, timed once (autotune_plan).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
 
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
@@ -100,7 +103,10 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   int returned = 0;
-  cublasLtMatmulHeuristicResult_t result{};
+  // One algorithm (the heuristic's first), or up to kAutotuneCandidates to time.
+  constexpr int kAutotuneCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates] = {};
+  const int wanted = st.gemm_autotune ? kAutotuneCandidates : 1;
   try {
     const uint64_t ws = st.workspace_bytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
@@ -110,7 +116,7 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st.lt, plan->op, plan->la, plan->lb, plan->lc, plan->lc, pref,
-                                                      1, &result, &returned);
+                                                      wanted, results, &returned);
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(s);
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(pref);
@@ -118,8 +124,71 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (returned == 0) return nullptr;
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  for (int i = 0; returned > 1 && i < returned; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i].algo);
   return plan;
+}
+
+/// Times the plan's candidate algorithms on p's operands (2 warm-up and 5 timed runs each, CUDA
+/// events on `stream`) and keeps the fastest; the first-use cost of CudaState::gemm_autotune,
+/// which AITemplate-style profiling pays at compile time. The timed runs write a scratch c when
+/// beta != 0 (c holds data they must not add to) and a scratch bias gradient; with beta = 0
+/// they write c, which the call that follows overwrites. Not inside a stream capture (the
+/// events' synchronisation): there the heuristic's choice stays. Returns the candidates timed.
+int autotune_plan(CudaState& st, GemmPlan& plan, const GemmLtParams& p, cudaStream_t stream) {
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  candidates.swap(plan.candidates);
+  if (candidates.size() < 2) return 0;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return 0;
+  const size_t es_c = dtype_size(p.c_dtype);
+  const size_t c_elems = size_t((p.batch - 1) * p.batch_stride_c + (p.M - 1) * p.ldc + p.N);
+  void* c = p.c;
+  void* c_scratch = nullptr;
+  float* bgrad_scratch = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  int timed = 0;
+  try {
+    if (p.beta != 0.0f) c = c_scratch = device_malloc(c_elems * es_c, stream);
+    if (plan.fused && p.bias)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+    if (plan.fused && p.bias_grad) {
+      bgrad_scratch = static_cast<float*>(device_malloc(size_t(p.M) * sizeof(float), stream));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bgrad_scratch,
+                                                  sizeof(bgrad_scratch)));
+    }
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    float best_ms = 0.0f;
+    for (const cublasLtMatmulAlgo_t& algo : candidates) {
+      auto run = [&] {
+        return cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, c, plan.lc, c, plan.lc,
+                              &algo, st.workspace, st.workspace_bytes, stream);
+      };
+      if (run() != CUBLAS_STATUS_SUCCESS || run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; refused: skip
+      CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int r = 0; r < 5; ++r) CUBLAS_CHECK(run());
+      CUDA_CHECK(cudaEventRecord(stop, stream));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (timed == 0 || ms < best_ms) best_ms = ms, plan.algo = algo;
+      ++timed;
+    }
+  } catch (...) {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    device_free(c_scratch);
+    device_free(bgrad_scratch);
+    throw;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  device_free(c_scratch);
+  device_free(bgrad_scratch);
+  return timed;
 }
 
 }  // namespace
@@ -127,6 +196,7 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
 struct GemmPlanCache {
   std::map<PlanKey, std::unique_ptr<GemmPlan>> plans;
   bool last_fused = false;
+  int64_t plans_tuned = 0, candidates_timed = 0;  // CudaState::gemm_autotune's work so far
 };
 
 void GemmPlanCacheDeleter::operator()(GemmPlanCache* c) const noexcept { delete c; }
@@ -271,6 +341,10 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                  " N=", p.N, " K=", p.K, " lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, " ", dtype_name(p.ab_dtype),
                  "->", dtype_name(p.c_dtype));
     it = cache.plans.emplace(key, std::move(plan)).first;
+    if (const int timed = autotune_plan(st, *it->second, p, stream); timed > 0) {
+      cache.plans_tuned += 1;
+      cache.candidates_timed += timed;
+    }
   }
   GemmPlan& plan = *it->second;
   if (plan.fused && p.bias)
@@ -307,5 +381,10 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
 }
 
 bool gemm_lt_last_used_fused_epilogue(const CudaState& st) { return st.gemm_plans && st.gemm_plans->last_fused; }
+
+GemmAutotuneStats gemm_lt_autotune_stats(const CudaState& st) {
+  if (!st.gemm_plans) return {};
+  return {st.gemm_plans->plans_tuned, st.gemm_plans->candidates_timed};
+}
 
 }  // namespace unmask::cuda

@@ -25,7 +25,10 @@
 // cuBLASLt bias must have the dtype of D).
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, dtype,
-// epilogue and pointer alignment in the CudaState; the workspace is the context's.
+// epilogue and pointer alignment in the CudaState; the workspace is the context's. With
+// CudaState::gemm_autotune (UNMASK_CUDA_GEMM_AUTOTUNE=1) a new plan asks the heuristic for up
+// to 8 algorithms and keeps the fastest on its first call's operands (timed with CUDA events;
+// not inside a graph capture).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -65,6 +68,13 @@ struct GemmLtParams {
 /// Runs one (batched) GEMM on `stream` with st's cuBLASLt handle and workspace. Checks the
 /// preconditions (dtypes, sizes, strides) and throws Error with the values on violation.
 void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream);
+
+/// CudaState::gemm_autotune's work so far: plans whose algorithm was chosen by timing, and the
+/// candidate algorithms timed for them.
+struct GemmAutotuneStats {
+  int64_t plans_tuned = 0, candidates_timed = 0;
+};
+GemmAutotuneStats gemm_lt_autotune_stats(const CudaState& st);
 
 /// How the last gemm_lt call ran (for tests and the bench): true when the activation/bias (or
 /// the bias gradient) went through cuBLASLt's epilogue, false when through the separate kernel.
