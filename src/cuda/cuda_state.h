@@ -79,7 +79,9 @@ class CudaState {
   bool bias_grad_epilogue = false;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
-  /// until measured against the heuristic on a GPU.
+  /// until measured against the heuristic on a GPU. The winner depends on timings, so two
+  /// processes may pick different algorithms and round differently: a resumed run is then not
+  /// bit-identical to an uninterrupted one (with the heuristic's choice it is).
   bool gemm_autotune = false;
   std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;
 };

@@ -354,11 +354,13 @@ TEST(CudaGemm, AutotunedPlansMatchFloat64Reference) {
   cuda::CudaState& st = *cuda_ctx().cuda_state();
   struct Restore {
     cuda::CudaState& st;
+    bool autotune, bgrad;
     ~Restore() {
-      st.gemm_autotune = false;
-      st.gemm_plans.reset();  // later tests plan with the heuristic again
+      st.gemm_autotune = autotune;
+      st.bias_grad_epilogue = bgrad;
+      st.gemm_plans.reset();  // later tests plan afresh
     }
-  } restore{st};
+  } restore{st, st.gemm_autotune, st.bias_grad_epilogue};
   st.gemm_plans.reset();
   st.gemm_autotune = true;
   Rng rng("CudaGemmAutotune");
@@ -370,6 +372,37 @@ TEST(CudaGemm, AutotunedPlansMatchFloat64Reference) {
   };
   for (DType dt : {DType::bf16, DType::f16})
     for (const GemmCase& g : cases) run_gemm_case(g, dt, rng);
+  // The weight GEMM with the bias gradient in its epilogue (BGRADB: the timing runs write a
+  // scratch gradient): dw and db added to once, as on the CPU.
+  st.bias_grad_epilogue = true;
+  {
+    Context& ctx = cuda_ctx();
+    const std::vector<double> DY = rng.vec(size_t(512 * 1024), DType::bf16), X = rng.vec(size_t(512 * 768), DType::bf16);
+    const std::vector<double> W0 = rng.vec(size_t(1024 * 768), DType::f32), B0 = rng.vec(1024, DType::f32);
+    Tensor dy = device_tensor(DY, {512, 1024}, DType::bf16), x = device_tensor(X, {512, 768}, DType::bf16);
+    Tensor dw = device_tensor(W0, {1024, 768}, DType::f32), db = device_tensor(B0, {1024}, DType::f32);
+    ops::linear_param_grads(ctx, dy, x, dw, &db);
+    const std::vector<double> got_w = to_host(dw), got_b = to_host(db);
+    // Each sum against float64, to 1e-5 of the sum of its terms' magnitudes (fp32 accumulation
+    // of exact bf16 products) + 1e-6.
+    std::vector<double> want_b(B0), abs_b(1024, 0.0);
+    for (int64_t n = 0; n < 512; ++n)
+      for (int64_t o = 0; o < 1024; ++o)
+        want_b[size_t(o)] += DY[size_t(n * 1024 + o)], abs_b[size_t(o)] += std::fabs(DY[size_t(n * 1024 + o)]);
+    CloseReport rb = compare(got_b, want_b, [&](size_t i) { return 1e-5 * (abs_b[i] + std::fabs(B0[i])) + 1e-6; });
+    EXPECT_EQ(rb.bad, 0) << "bias gradient with autotuned BGRADB\n" << rb.first;
+    int64_t bad_w = 0;
+    for (int64_t o = 0; o < 1024; o += 97)  // a sample of dw rows, float64
+      for (int64_t k = 0; k < 768; ++k) {
+        double acc = W0[size_t(o * 768 + k)], mag = std::fabs(acc);
+        for (int64_t n = 0; n < 512; ++n) {
+          const double t = DY[size_t(n * 1024 + o)] * X[size_t(n * 768 + k)];
+          acc += t, mag += std::fabs(t);
+        }
+        bad_w += !(std::fabs(got_w[size_t(o * 768 + k)] - acc) <= 1e-5 * mag + 1e-6);
+      }
+    EXPECT_EQ(bad_w, 0) << "weight gradient with autotuned BGRADB";
+  }
   const cuda::GemmAutotuneStats tuned = cuda::gemm_lt_autotune_stats(st);
   std::printf("[ gemm autotune ] %lld plans chose by timing among %lld candidates\n",
               static_cast<long long>(tuned.plans_tuned), static_cast<long long>(tuned.candidates_timed));
