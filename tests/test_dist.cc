@@ -16,6 +16,7 @@
 #include "dist/grad_sync.h"
 #include "dist/shard.h"
 #include "op_test_util.h"
+#include "scoped_env.h"
 #include "unmask/dist.h"
 #include "unmask/error.h"
 
@@ -24,29 +25,7 @@ namespace {
 
 using test::TestRng;
 
-/// Sets an environment variable for the scope of a test and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 
 bool under_launcher() {
   return Communicator::launcher_size() != 0;

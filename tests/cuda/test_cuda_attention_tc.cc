@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>  // setenv
+#include <initializer_list>
 #include <cstring>
 #include <random>
 #include <string>
@@ -27,6 +28,7 @@
 
 #include "core/philox.h"
 #include "cuda/allocator.h"
+#include "../scoped_env.h"
 #include "cuda/cuda_state.h"
 #include "cuda_test_common.h"
 #include "ops/ops.h"
@@ -36,6 +38,7 @@
 #include "unmask/tensor.h"
 
 using namespace unmask;
+using unmask::test::ScopedEnv;
 
 using cuda_test::base_seed;
 using cuda_test::gpu;
@@ -52,32 +55,6 @@ double bf16_round(double x) {
   std::memcpy(&r, &u, 4);
   return r;
 }
-
-/// Sets (value) or unsets (null) an environment variable for its lifetime, then restores it.
-class EnvOverride {
- public:
-  EnvOverride(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~EnvOverride() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  EnvOverride(const EnvOverride&) = delete;
-  EnvOverride& operator=(const EnvOverride&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
 
 struct Case {
   std::string name;
@@ -266,30 +243,43 @@ void check_case(const Case& c, uint64_t seed) {
   }
 }
 
+/// A padded case of B sequences of T rows whose keys are all real except `holes` in sequence 0,
+/// the keys from `pad_from` on in sequence 1 (right padding), and, with `empty_last`, every key
+/// of the last sequence (no real key: a zero output, lse -inf).
+Case padded_case(const char* name, int64_t B, int64_t T, std::initializer_list<int> holes, int pad_from,
+                 bool empty_last) {
+  Case c;
+  c.name = name;
+  c.lens.assign(size_t(B), T);
+  c.key_real.assign(size_t(B), std::vector<uint8_t>(size_t(T), 1));
+  for (int j : holes) c.key_real[0][size_t(j)] = 0;
+  for (int64_t j = pad_from; j < T; ++j) c.key_real[1][size_t(j)] = 0;
+  if (empty_last) std::fill(c.key_real.back().begin(), c.key_real.back().end(), 0);
+  return c;
+}
+
+/// A packed case (cu_seqlens) of sequences of `lens` rows, with attention dropout p at `offset`.
+Case packed_case(const char* name, std::initializer_list<int64_t> lens, float p = 0.0f, uint64_t offset = 5) {
+  Case c;
+  c.name = name;
+  c.packed = true;
+  c.lens = lens;
+  c.dropout = p;
+  c.dropout_offset = offset;
+  return c;
+}
+
 TEST(CudaAttentionTc, PaddedWithKeyMaskMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
-  Case c;
-  c.name = "padded";
-  c.lens = {150, 150, 150};
-  c.key_real.assign(3, std::vector<uint8_t>(150, 1));
-  for (int j : {3, 64, 65, 100, 149}) c.key_real[0][size_t(j)] = 0;
-  for (int j = 120; j < 150; ++j) c.key_real[1][size_t(j)] = 0;  // right padding
-  std::fill(c.key_real[2].begin(), c.key_real[2].end(), 0);      // no real key: zero out, lse -inf
-  check_case(c, base_seed() ^ 0x11);
+  check_case(padded_case("padded", 3, 150, {3, 64, 65, 100, 149}, 120, true), base_seed() ^ 0x11);
 }
 
 // The forward's 128-row CTAs (chosen for large grids, e.g. VideoMAE at batch 256) write the
 // output and the log-sum-exp too.
 TEST(CudaAttentionTc, PaddedWith128RowBlocksMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
-  Case c;
-  c.name = "padded m128";
-  c.lens = {200, 200};
-  c.key_real.assign(2, std::vector<uint8_t>(200, 1));
-  for (int j = 150; j < 200; ++j) c.key_real[1][size_t(j)] = 0;
-  setenv("UNMASK_FLASH_BLOCK_M", "128", 1);
-  check_case(c, base_seed() ^ 0x44);
-  unsetenv("UNMASK_FLASH_BLOCK_M");
+  const ScopedEnv block_m("UNMASK_FLASH_BLOCK_M", "128");
+  check_case(padded_case("padded m128", 2, 200, {}, 150, false), base_seed() ^ 0x44);
 }
 
 // 32 query rows per warp (two MMA row tiles, UNMASK_FLASH_WARP_ROWS=32, head size 64 in 128-row
@@ -297,43 +287,24 @@ TEST(CudaAttentionTc, PaddedWith128RowBlocksMatchesNaiveBf16) {
 // rows, and dropout (the Philox counters of the second row tile).
 TEST(CudaAttentionTc, TwoRowTilesPerWarpMatchNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
-  Case padded;
-  padded.name = "padded w32";
-  padded.lens = {200, 200, 200};
-  padded.key_real.assign(3, std::vector<uint8_t>(200, 1));
-  for (int j : {0, 31, 32, 127, 128, 199}) padded.key_real[0][size_t(j)] = 0;
-  for (int j = 150; j < 200; ++j) padded.key_real[1][size_t(j)] = 0;
-  std::fill(padded.key_real[2].begin(), padded.key_real[2].end(), 0);
-  Case packed;
-  packed.name = "packed dropout w32";
-  packed.packed = true;
-  packed.lens = {129, 128, 33, 1, 260};
-  packed.dropout = 0.1f;
+  const Case padded = padded_case("padded w32", 3, 200, {0, 31, 32, 127, 128, 199}, 150, true);
+  const Case packed = packed_case("packed dropout w32", {129, 128, 33, 1, 260}, 0.1f);
   // The variables as this test needs them (no CTA height forced from outside), and back after.
-  const EnvOverride warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
+  const ScopedEnv warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
   check_case(padded, base_seed() ^ 0x66);
   check_case(packed, base_seed() ^ 0x77);
 }
 
 TEST(CudaAttentionTc, PackedUnequalLengthsMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
-  Case c;
-  c.name = "packed";
-  c.packed = true;
-  c.lens = {150, 37, 64, 1};
-  check_case(c, base_seed() ^ 0x22);
+  check_case(packed_case("packed", {150, 37, 64, 1}), base_seed() ^ 0x22);
 }
 
 // BERT's attention dropout: the tensor-core kernels must drop the elements the f32 kernels and the
 // float64 reference (ops.h's Philox counters) drop.
 TEST(CudaAttentionTc, PackedWithDropoutMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
-  Case c;
-  c.name = "packed dropout 0.1";
-  c.packed = true;
-  c.lens = {128, 77, 20};
-  c.dropout = 0.1f;
-  check_case(c, base_seed() ^ 0x55);
+  check_case(packed_case("packed dropout 0.1", {128, 77, 20}, 0.1f), base_seed() ^ 0x55);
 }
 
 // The layers' counters (a site offset, a multiple of 2^32, and a longest sequence of 128): the
@@ -341,22 +312,13 @@ TEST(CudaAttentionTc, PackedWithDropoutMatchesNaiveBf16) {
 // the mask must stay the reference's, bit for bit, including on the 32-rows-per-warp forward.
 TEST(CudaAttentionTc, DropoutAlignedCountersMatchNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
-  Case c;
-  c.name = "packed dropout 0.1, aligned counters";
-  c.packed = true;
-  c.lens = {128, 76, 20, 4};
-  c.dropout = 0.1f;
-  c.dropout_offset = uint64_t(7) << 32;
-  Case padded;
-  padded.name = "padded dropout 0.1, aligned counters";
-  padded.lens = {132, 132};
-  padded.key_real.assign(2, std::vector<uint8_t>(132, 1));
-  for (int j = 100; j < 132; ++j) padded.key_real[1][size_t(j)] = 0;
+  Case c = packed_case("packed dropout 0.1, aligned counters", {128, 76, 20, 4}, 0.1f, uint64_t(7) << 32);
+  Case padded = padded_case("padded dropout 0.1, aligned counters", 2, 132, {}, 100, false);
   padded.dropout = 0.1f;
   padded.dropout_offset = ~uint64_t(0) - 1023;  // a multiple of 4 whose counters wrap past 2^64
   check_case(c, base_seed() ^ 0x56);
   check_case(padded, base_seed() ^ 0x58);
-  const EnvOverride warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
+  const ScopedEnv warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
   c.name = "packed dropout 0.1, aligned counters, w32";
   check_case(c, base_seed() ^ 0x57);
 }
