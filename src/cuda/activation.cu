@@ -38,11 +38,8 @@ __global__ void bias_act_kernel(T* y, int64_t ldy, const T* x, int64_t ldx, cons
   const int64_t chunks_per_row = C / kVec;
   const int64_t total = N * chunks_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t n = 0, c = i * kVec;
-    if (!flat) {
-      divmod_nonneg(i, chunks_per_row, n, c);
-      c *= kVec;
-    }
+    int64_t n, c;
+    chunk_position<kVec>(i, chunks_per_row, flat, n, c);
     if constexpr (kVec == 1) {
       float v = to_float(x[n * ldx + c]);
       if (bias) v += to_float(bias[c]);

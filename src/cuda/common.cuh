@@ -49,6 +49,18 @@ __device__ __forceinline__ void divmod_nonneg(int64_t a, int64_t b, int64_t& q, 
   }
 }
 
+/// Row n and first column c of chunk i of kVec columns, rows of chunks_per_row chunks; flat
+/// (every operand contiguous, ld = C): n = 0 and c = kVec i, the N C values as one row.
+template <int kVec>
+__device__ __forceinline__ void chunk_position(int64_t i, int64_t chunks_per_row, bool flat, int64_t& n, int64_t& c) {
+  if (flat) {
+    n = 0, c = i * kVec;
+    return;
+  }
+  divmod_nonneg(i, chunks_per_row, n, c);
+  c *= kVec;
+}
+
 /// True when p is aligned to `bytes` (a power of two).
 inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
@@ -127,10 +139,13 @@ __device__ __forceinline__ bool mask_is_set(const void* mask, int elem_bytes, in
   return static_cast<const int64_t*>(mask)[off] != 0;
 }
 
-/// Attention dropout of element `counter` (ops.h: kept iff philox_uniform(seed, counter) >= p):
-/// the factor the probability is multiplied by, 1 / (1 - p) or 0.
+/// The dropout factor of an element whose uniform number is u (ops.h: kept iff u >= p): the
+/// factor the probability is multiplied by, 1 / (1 - p) or 0.
+__device__ __forceinline__ float dropout_factor_of(float p, float u) { return u >= p ? 1.0f / (1.0f - p) : 0.0f; }
+
+/// Attention dropout of element `counter` (u = philox_uniform(seed, counter)).
 __device__ __forceinline__ float dropout_factor(float p, uint64_t seed, uint64_t counter) {
-  return philox_uniform(seed, counter) >= p ? 1.0f / (1.0f - p) : 0.0f;
+  return dropout_factor_of(p, philox_uniform(seed, counter));
 }
 
 /// The factors of the adjacent elements `counter` and `counter + 1` (philox_uniform_pair: one
@@ -138,9 +153,8 @@ __device__ __forceinline__ float dropout_factor(float p, uint64_t seed, uint64_t
 __device__ __forceinline__ void dropout_factor_pair(float p, uint64_t seed, uint64_t counter, float& f0, float& f1) {
   float u0, u1;
   philox_uniform_pair(seed, counter, u0, u1);
-  const float keep = 1.0f / (1.0f - p);
-  f0 = u0 >= p ? keep : 0.0f;
-  f1 = u1 >= p ? keep : 0.0f;
+  f0 = dropout_factor_of(p, u0);
+  f1 = dropout_factor_of(p, u1);
 }
 
 /// Whether the attention kernels may take their dropout factors a Philox block per four
@@ -151,8 +165,9 @@ __device__ __forceinline__ bool dropout_quads_aligned(uint64_t offset, int max_s
   return offset % 4 == 0 && max_seqlen % 4 == 0;
 }
 
+/// dropout_factor_of the uniform number a raw Philox word gives.
 __device__ __forceinline__ float dropout_keep_factor(float p, uint32_t bits) {
-  return philox_uniform_from_bits(bits) >= p ? 1.0f / (1.0f - p) : 0.0f;
+  return dropout_factor_of(p, philox_uniform_from_bits(bits));
 }
 
 /// The dropout factors of the four elements a thread holds of one n8 tile of S = Q K^T (an mma
@@ -175,6 +190,18 @@ __device__ __forceinline__ void dropout_factors_s_tile(float (&f)[4], float p, u
   f[1] = dropout_keep_factor(p, b ? got1 : own1);
   f[2] = dropout_keep_factor(p, b ? own0 : got0);
   f[3] = dropout_keep_factor(p, b ? own1 : got1);
+}
+
+/// The factors of one n8 tile of S (dropout_factors_s_tile's layout and arguments) whatever the
+/// counters: shared blocks when `quads` (dropout_quads_aligned), else a block per key pair
+/// (dropout_factor_pair). The forward's and the dQ kernel's one dropout step.
+__device__ __forceinline__ void dropout_factors_s(float (&f)[4], float p, uint64_t seed, uint64_t row_counter,
+                                                  uint64_t max_seqlen, int key0, bool quads, int lane) {
+  if (quads) return dropout_factors_s_tile(f, p, seed, row_counter, 8 * max_seqlen, key0, lane);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)  // elements 2h and 2h + 1: row g + 8h, keys key0 + 2 (lane % 4) and the next
+    dropout_factor_pair(p, seed, row_counter + 8 * uint64_t(h) * max_seqlen + uint64_t(key0 + (lane % 4) * 2),
+                        f[2 * h], f[2 * h + 1]);
 }
 
 /// The same for one n8 tile of S^T = K Q^T (the dK/dV kernel's accumulators: element c + 2h is

@@ -24,8 +24,7 @@ __global__ void embedding_kernel(T* out, int64_t ldo, const T* table, int64_t ld
   const int64_t total = N * chunks_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t n, c;
-    divmod_nonneg(i, chunks_per_row, n, c);
-    c *= kVec;
+    chunk_position<kVec>(i, chunks_per_row, false, n, c);
     const T* src = table + int64_t(ids[n]) * ldt + c;
     T* dst = out + n * ldo + c;
     if constexpr (kVec == 1) {

@@ -349,26 +349,23 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   GemmPlan& plan = *it->second;
   if (plan.fused && p.bias)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
-  if (plan.fused && p.bias_grad) {
-    // BGRADB writes the gradient (of C's type, f32 here); bias_grad accumulates: a scratch
-    // vector (the caching allocator's, 256-byte aligned), then one add.
-    float* scratch = static_cast<float*>(device_malloc(size_t(p.M) * sizeof(float), stream));
-    try {
-      CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &scratch, sizeof(scratch)));
-      CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, p.c, plan.lc, p.c,
-                                  plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
-      axpy_n(1.0f, scratch, p.bias_grad, p.M, stream);
-    } catch (...) {
-      device_free(scratch);
-      throw;
+  // BGRADB writes the gradient (of C's type, f32 here); bias_grad accumulates: into a scratch
+  // vector (the caching allocator's, 256-byte aligned), then one add.
+  float* bgrad_scratch = nullptr;
+  try {
+    if (plan.fused && p.bias_grad) {
+      bgrad_scratch = static_cast<float*>(device_malloc(size_t(p.M) * sizeof(float), stream));
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bgrad_scratch,
+                                                  sizeof(bgrad_scratch)));
     }
-    device_free(scratch);
-    cache.last_fused = true;
-    return;
+    CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, p.c, plan.lc, p.c,
+                                plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
+    if (bgrad_scratch) axpy_n(1.0f, bgrad_scratch, p.bias_grad, p.M, stream);
+  } catch (...) {
+    device_free(bgrad_scratch);
+    throw;
   }
-  CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, p.c, plan.lc, p.c,
-                              plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
+  device_free(bgrad_scratch);
   cache.last_fused = plan.fused;
   if (!plan.fused && p.bias_grad) bias_grad_cols(p.bias_grad, p.a, p.lda, p.K, p.M, p.ab_dtype, stream);
   if (!plan.fused && (p.bias || p.act != ops::Activation::none)) {

@@ -62,6 +62,12 @@ DType param_dtype(const char* op, const char* name, const Tensor& t, DType dtype
   return t.dtype();
 }
 
+/// The row stride of a 2-D matrix (or of each matrix of a 3-D batch) for gemm_lt: its stride,
+/// or, with a single row, its width (a leading dimension must be at least the row length).
+int64_t matrix_row_stride(const Tensor& t) {
+  return t.size(-2) > 1 ? t.stride(-2) : std::max<int64_t>(t.size(-1), 1);
+}
+
 }  // namespace
 
 bool supports(std::string_view op, DType dtype) {
@@ -107,10 +113,9 @@ void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Tr
   p.M = c.size(-2);
   p.N = c.size(-1);
   p.K = ta == ops::Trans::yes ? a.size(-2) : a.size(-1);
-  auto ld = [](const Tensor& t) { return t.size(-2) > 1 ? t.stride(-2) : std::max<int64_t>(t.size(-1), 1); };
-  p.lda = ld(a);
-  p.ldb = ld(b);
-  p.ldc = ld(c);
+  p.lda = matrix_row_stride(a);
+  p.ldb = matrix_row_stride(b);
+  p.ldc = matrix_row_stride(c);
   if (nd == 3) {
     p.batch = c.size(0);
     p.batch_stride_a = a.size(0) == 1 ? 0 : a.stride(0);
@@ -149,15 +154,14 @@ void gemm_bias_grad(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw,
   CudaState& st = cuda_state(ctx);
   UNMASK_CHECK(gemm_bias_grad_applies(ctx, dy, x, dw, db), "gemm_bias_grad (cuda): unsupported arguments dy ",
                dy.describe(), ", x ", x.describe(), ", dw ", dw.describe(), ", db ", db.describe());
-  auto ld = [](const Tensor& t) { return t.size(0) > 1 ? t.stride(0) : std::max<int64_t>(t.size(1), 1); };
   GemmLtParams p;
   p.a = dy.raw();  // op(a) = dy^T [N_out, N]
   p.ta = ops::Trans::yes;
-  p.lda = ld(dy);
+  p.lda = matrix_row_stride(dy);
   p.b = x.raw();  // [N, K]
-  p.ldb = ld(x);
+  p.ldb = matrix_row_stride(x);
   p.c = dw.raw();
-  p.ldc = ld(dw);
+  p.ldc = matrix_row_stride(dw);
   p.M = dy.size(1);
   p.N = x.size(1);
   p.K = dy.size(0);

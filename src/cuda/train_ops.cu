@@ -281,11 +281,8 @@ __global__ void activation_backward_kernel(T* dx, int64_t lddx, const T* x, int6
                                            int64_t N, int64_t C, ops::Activation act, bool flat) {
   const int64_t chunks_per_row = C / kVec, total = N * chunks_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t n = 0, c = i * kVec;
-    if (!flat) {
-      divmod_nonneg(i, chunks_per_row, n, c);
-      c *= kVec;
-    }
+    int64_t n, c;
+    chunk_position<kVec>(i, chunks_per_row, flat, n, c);
     if constexpr (kVec == 1) {
       dx[n * lddx + c] = from_float<T>(to_float(dy[n * lddy + c]) * act_grad(to_float(x[n * ldx + c]), act));
     } else {

@@ -51,6 +51,32 @@ inline double max_relative_error(const Tensor& a, const Tensor& b) {
   return worst / scale;
 }
 
+/// The elements of dw += dy^T x and db += colsum(dy) (ops::linear_param_grads; dy [N, N_out], x
+/// [N, K], from dw0 [N_out, K] and db0 [N_out]) that miss their float64 sum by more than 1e-5 of
+/// the sum of the terms' magnitudes plus 1e-6 (fp32 accumulation of exact bf16 products), in
+/// every dw_row_step-th row of dw and all of db.
+inline int64_t linear_param_grads_misses(const std::vector<double>& dy, const std::vector<double>& x,
+                                         const std::vector<double>& dw0, const std::vector<double>& db0,
+                                         const std::vector<double>& got_dw, const std::vector<double>& got_db,
+                                         int64_t N, int64_t N_out, int64_t K, int64_t dw_row_step = 1) {
+  int64_t misses = 0;
+  for (int64_t o = 0; o < N_out; ++o) {
+    double sum = db0[size_t(o)], mag = std::fabs(sum);
+    for (int64_t n = 0; n < N; ++n) sum += dy[size_t(n * N_out + o)], mag += std::fabs(dy[size_t(n * N_out + o)]);
+    misses += !(std::fabs(got_db[size_t(o)] - sum) <= 1e-5 * mag + 1e-6);
+    if (o % dw_row_step != 0) continue;
+    for (int64_t k = 0; k < K; ++k) {
+      double s = dw0[size_t(o * K + k)], m = std::fabs(s);
+      for (int64_t n = 0; n < N; ++n) {
+        const double t = dy[size_t(n * N_out + o)] * x[size_t(n * K + k)];
+        s += t, m += std::fabs(t);
+      }
+      misses += !(std::fabs(got_dw[size_t(o * K + k)] - s) <= 1e-5 * m + 1e-6);
+    }
+  }
+  return misses;
+}
+
 /// max |a_i - b_i| over two equally long vectors; a NaN anywhere gives +inf (std::max would drop
 /// it, and a kernel writing NaN would pass).
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {

@@ -534,17 +534,8 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
       float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
       if (p.dropout_p > 0.0f) {
         const int64_t row_g = head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4;
-        if (quad_dropout) {
-          dropout_factors_s_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
-                                 8 * uint64_t(p.max_seqlen), k0 + t * 8, lane);
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            dropout_factor_pair(p.dropout_p, p.dropout_seed,
-                                p.dropout_offset + uint64_t((row_g + 8 * h) * p.max_seqlen) +
-                                    uint64_t(k0 + t * 8 + (lane % 4) * 2),
-                                f[2 * h], f[2 * h + 1]);
-        }
+        dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
+                          uint64_t(p.max_seqlen), k0 + t * 8, quad_dropout, lane);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {

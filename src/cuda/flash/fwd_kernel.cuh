@@ -193,30 +193,15 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
         }
       }
       if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
-        const int key0 = j * BN + (lane % 4) * 2;
-        const int64_t row_base =
+        const int64_t row_g =
             (int64_t(head) * p.lse_head_stride + seq_start + q0 + (warp * MT + mt) * 16 + lane / 4);
-        if (quad_dropout) {  // one Philox block per lane and n8 tile (dropout_factors_s_tile)
 #pragma unroll
-          for (int t = 0; t < Kt::kNTilesS; ++t) {
-            float f[4];
-            dropout_factors_s_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_base * p.max_seqlen),
-                                   8 * uint64_t(p.max_seqlen), j * BN + t * 8, lane);
+        for (int t = 0; t < Kt::kNTilesS; ++t) {
+          float f[4];
+          dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
+                            uint64_t(p.max_seqlen), j * BN + t * 8, quad_dropout, lane);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc_s[mt][t][e] *= f[e];
-          }
-        } else {
-#pragma unroll
-          for (int t = 0; t < Kt::kNTilesS; ++t)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {  // elements 2h and 2h + 1: row + 8h, keys key0 + 8t and the next
-              const uint64_t counter = p.dropout_offset + uint64_t((row_base + 8 * h) * p.max_seqlen) +
-                                       uint64_t(key0 + t * 8);
-              float f0, f1;
-              dropout_factor_pair(p.dropout_p, p.dropout_seed, counter, f0, f1);
-              acc_s[mt][t][2 * h] *= f0;
-              acc_s[mt][t][2 * h + 1] *= f1;
-            }
+          for (int e = 0; e < 4; ++e) acc_s[mt][t][e] *= f[e];
         }
       }
 #pragma unroll
