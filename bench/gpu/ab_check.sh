@@ -11,9 +11,10 @@
 #      suites again with every opt-in variant on (UNMASK_CUDA_ATTN_BWD=atomic: the atomic-dQ
 #      attention backward; UNMASK_FLASH_WARP_ROWS=32: the forward attention with 32 query rows
 #      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue;
-#      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing);
+#      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing;
+#      UNMASK_FLASH_BWD_CTAS_PER_SM=3: the dK/dV kernel with K and V in shared memory, 3 CTAs/SM);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
-#      new, new with each variant alone and with all of them; then --profile 2 of new and of new
+#      new, new with each variant alone, atomic dQ with three CTAs, and all of them; then --profile 2 of new and of new
 #      with all of them;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
 #      op profile at 256x128, its forward attention with 64- and 128-row CTAs and 32 rows per
@@ -21,7 +22,8 @@
 #   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py), and ViT-B with the
 #      forward attention's CTAs forced to 64 and to 128 query rows (UNMASK_FLASH_BLOCK_M);
 #   5. Nsight Systems on a ViT-B step (blocking API calls, kernel time), then Nsight Compute on a
-#      decoder dK/dV kernel of a ViT-B step, both dQ schemes (stall reasons, occupancy), when
+#      decoder dK/dV kernel of a ViT-B step, both dQ schemes and the three-CTA kernel (stall
+#      reasons, occupancy), when
 #      `nsys` / `ncu` are there.
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 set -u
@@ -86,8 +88,10 @@ if go "cuda tests"; then
 fi
 # The opt-in variants, as env assignments (each alone, then all together).
 VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
-          "UNMASK_CUDA_GEMM_AUTOTUNE=1")
+          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3")
 ALL_VARIANTS="${VARIANTS[*]}"
+# Pairs worth a row of their own: the three-CTA dK/dV kernel with the atomic dQ it was made for
+PAIRS=("UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3")
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
   go "variant tests $suite" || continue
   env $ALL_VARIANTS timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite.*" \
@@ -111,7 +115,7 @@ for model in vit bert; do
   f="$R/train_$model.jsonl"
   [ -n "$OLD" ] && go "$model old" && row "$f" "$(lim 60)" "$model old" "$OLD" "${A[@]}" --steps 5 --warmup 2
   go "$model new" && row "$f" "$(lim 60)" "$model new" "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
-  for v in "${VARIANTS[@]}" "$ALL_VARIANTS"; do
+  for v in "${VARIANTS[@]}" "${PAIRS[@]}" "$ALL_VARIANTS"; do
     go "$model new $v" && row "$f" "$(lim 60)" "$model new $v" env $v "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
   done
 done
@@ -181,12 +185,14 @@ fi
 
 # 5b. Nsight Compute on the attention backward kernels (ViT-B batch 32, bf16 activations)
 if command -v ncu > /dev/null; then
-  for mode in recompute atomic; do
+  for mode in recompute atomic atomic-3ctas; do
     go "ncu $mode" || continue
+    ctas=2
+    [ "$mode" = atomic-3ctas ] && ctas=3
     # The backward runs the decoder's 4 blocks (1,568 tokens, where the time goes) before the
     # encoder's 12 (160 tokens): the first dK/dV launch is a decoder one. The stall breakdown: the
     # average warps stalled per issued instruction, by reason.
-    UNMASK_CUDA_ATTN_BWD=$mode timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd_dkdv \
+    UNMASK_CUDA_ATTN_BWD=${mode%-3ctas} UNMASK_FLASH_BWD_CTAS_PER_SM=$ctas timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd_dkdv \
       --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section LaunchStats --metrics 'regex:smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio' \
       "$BIN/unmask" bench videomae --device cuda --precision bf16 --model vit-b --batch 32 \

@@ -152,23 +152,39 @@ def load_a_frags(s, warp, ksteps):  # bwd_kernel.cuh load_a_frags
             for ks in range(ksteps)]
 
 
-def mma_rows_nt(acc, a, sB, ksteps):  # acc [8][32, 4] += A B^T, B rows = n
+def mma_rows_nt(acc, a, sB, ksteps):  # acc [NT][32, 4] += A B^T, B rows = n (sB: the part's first row on)
     for ks in range(ksteps):
-        for np_ in range(4):
+        for np_ in range(len(acc) // 2):
             bf = ldmatrix_x4(sB, lambda l: (np_ * 16 + (l % 8) + (l // 16) * 8, ks * 16 + ((l // 8) % 2) * 8))
             mma(acc[2 * np_], a[ks], bf[:, 0], bf[:, 1])
             mma(acc[2 * np_ + 1], a[ks], bf[:, 2], bf[:, 3])
 
 
-def mma_acc_nn(out, pacc, sB, ntiles_o):  # out [ntiles_o][32, 4] += P B, B rows = k
+def mma_rows_nt_smem_a(acc, sA, warp, sB, ksteps):  # mma_rows_nt_smem_a: A's k-step fragments from smem
+    for ks in range(ksteps):
+        a = ldmatrix_x4(sA, lambda l: (warp * 16 + (l % 8) + ((l // 8) % 2) * 8, ks * 16 + (l // 16) * 8))
+        for np_ in range(len(acc) // 2):
+            bf = ldmatrix_x4(sB, lambda l: (np_ * 16 + (l % 8) + (l // 16) * 8, ks * 16 + ((l // 8) % 2) * 8))
+            mma(acc[2 * np_], a, bf[:, 0], bf[:, 1])
+            mma(acc[2 * np_ + 1], a, bf[:, 2], bf[:, 3])
+
+
+def pack_acc_tile(frags, acc_t, t):  # pack_acc_tile: n8 tile t of a 16 x 64 accumulator -> A fragments
+    frags[t // 2][:, (t % 2) * 2] = acc_t[:, 0:2]
+    frags[t // 2][:, (t % 2) * 2 + 1] = acc_t[:, 2:4]
+
+
+def new_frags():  # uint32_t [4][4] of bf16 pairs, NaN until pack_acc_tile writes them
+    return [np.full((32, 4, 2), np.nan) for _ in range(4)]
+
+
+def mma_frags_nn(out, frags, sB, ntiles_o):  # out [ntiles_o][32, 4] += A B, B rows = k
     for kt in range(4):
-        pf = np.stack([pacc[2 * kt][:, 0:2], pacc[2 * kt][:, 2:4], pacc[2 * kt + 1][:, 0:2],
-                       pacc[2 * kt + 1][:, 2:4]], axis=1)  # pack2 pairs, [32, 4, 2]
         for dp in range(ntiles_o // 2):
             bf = ldmatrix_x4(sB, lambda l: (kt * 16 + (l % 8) + ((l // 8) % 2) * 8, dp * 16 + (l // 16) * 8),
                              trans=True)
-            mma(out[2 * dp], pf, bf[:, 0], bf[:, 1])
-            mma(out[2 * dp + 1], pf, bf[:, 2], bf[:, 3])
+            mma(out[2 * dp], frags[kt], bf[:, 0], bf[:, 1])
+            mma(out[2 * dp + 1], frags[kt], bf[:, 2], bf[:, 3])
 
 
 def tile(X, r0, valid, D, LDS):
@@ -218,9 +234,12 @@ def atomic_add_rows(accum, acc, row_base, valid, D, ntiles_o):  # atomic_add_row
 
 
 def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offset=0, head=0, N=None, start=0,
-             atomic_dq=False):
+             atomic_dq=False, kv_in_smem=False, dq_parts=2):
     """N: rows of the whole batch (the counters' h N term); start: this sequence's first row.
-    atomic_dq: dQ from the dK/dV kernel's dS^T tiles (kAtomicDq) instead of the dQ kernel."""
+    atomic_dq: dQ from the dK/dV kernel's dS^T tiles (kAtomicDq) instead of the dQ kernel.
+    kv_in_smem: the three-CTA dK/dV kernel (K and V fragments read from smem every k-step, one
+    part); else two parts of 32 queries with K and V fragments held. dq_parts: the dQ kernel's."""
+    parts = 1 if kv_in_smem else 2
     T = Q.shape[0]
     N = T if N is None else N
     DP = (D + 15) // 16 * 16
@@ -245,11 +264,19 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offs
             sD = np.array([delta[q0 + i] if i < valid else 0.0 for i in range(64)])
             sdsT = np.full((64, 64 + 8), np.nan)  # dS^T [key][query]; the pad columns are never read
             for warp in range(4):
-                acc_p = [np.zeros((32, 4)) for _ in range(8)]
-                acc_dp = [np.zeros((32, 4)) for _ in range(8)]
-                mma_rows_nt(acc_p, kf[warp], sQ, KS)
-                mma_rows_nt(acc_dp, vf[warp], sdO, KS)
-                for t in range(8):
+              p_frag, ds_frag = new_frags(), new_frags()
+              tiles = 8 // parts
+              for part in range(parts):  # queries 8 tiles part .. : smem rows from there on
+                acc_p = [np.zeros((32, 4)) for _ in range(tiles)]
+                acc_dp = [np.zeros((32, 4)) for _ in range(tiles)]
+                if kv_in_smem:
+                    mma_rows_nt_smem_a(acc_p, sK, warp, sQ[8 * tiles * part:], KS)
+                    mma_rows_nt_smem_a(acc_dp, sV, warp, sdO[8 * tiles * part:], KS)
+                else:
+                    mma_rows_nt(acc_p, kf[warp], sQ[8 * tiles * part:], KS)
+                    mma_rows_nt(acc_dp, vf[warp], sdO[8 * tiles * part:], KS)
+                for th in range(tiles):
+                    t = tiles * part + th
                     q_row = head * N + start + q0 + t * 8 + (lanes % 4) * 2
                     if drop > 0 and quads_aligned(offset, T) and D <= 80:  # bwd_kernel.cuh: HS <= 80
                         f4 = dropout_factors_st_tile(drop, seed, offset + q_row * T, T, k0 + warp * 16 + 4 * (lanes >> 4))
@@ -260,17 +287,20 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offs
                         q = t * 8 + (lanes % 4) * 2 + c
                         lse2 = np.where(sLse[q] == -np.inf, np.inf, sLse[q] * LOG2E)
                         for e in (c, c + 2):
-                            pv = np.where(key_ok[warp][e >> 1], np.exp2(acc_p[t][:, e] * s2 - lse2), 0.0)
+                            pv = np.where(key_ok[warp][e >> 1], np.exp2(acc_p[th][:, e] * s2 - lse2), 0.0)
                             f = f4[:, e]
-                            acc_p[t][:, e] = pv * f
-                            acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - sD[q])
-                mma_acc_nn(acc_dv[warp], acc_p, sdO, NT)
-                mma_acc_nn(acc_dk[warp], acc_dp, sQ, NT)
-                for t in range(8):  # dS^T to smem: rows warp*16 + g (+8), columns t*8 + 2(lane%4) (+1)
-                    row, col = warp * 16 + lanes // 4, t * 8 + (lanes % 4) * 2
-                    for r in range(2):
-                        sdsT[row + 8 * r, col] = acc_dp[t][:, 2 * r]
-                        sdsT[row + 8 * r, col + 1] = acc_dp[t][:, 2 * r + 1]
+                            acc_p[th][:, e] = pv * f
+                            acc_dp[th][:, e] = pv * (acc_dp[th][:, e] * f - sD[q])
+                    pack_acc_tile(p_frag, acc_p[th], t)
+                    pack_acc_tile(ds_frag, acc_dp[th], t)
+              mma_frags_nn(acc_dv[warp], p_frag, sdO, NT)
+              mma_frags_nn(acc_dk[warp], ds_frag, sQ, NT)
+              for t in range(8):  # dS^T to smem from ds_frag: rows warp*16 + g (+8), columns t*8 + 2(lane%4) (+1)
+                  row, col = warp * 16 + lanes // 4, t * 8 + (lanes % 4) * 2
+                  for r in range(2):
+                      pair = ds_frag[t // 2][:, (t % 2) * 2 + r]
+                      sdsT[row + 8 * r, col] = pair[:, 0]
+                      sdsT[row + 8 * r, col + 1] = pair[:, 1]
             if atomic_dq:  # after the barrier: every warp's dS^T is in smem
                 for warp in range(4):
                     acc_dq = [np.zeros((32, 4)) for _ in range(NT)]
@@ -294,22 +324,27 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offs
                 valid = min(64, T - k0)
                 sK, sV = tile(K, k0, valid, D, LDS), tile(V, k0, valid, D, LDS)
                 bias = np.array([0.0 if k0 + i < T and key_real[k0 + i] else -np.inf for i in range(64)])
-                acc_p = [np.zeros((32, 4)) for _ in range(8)]
-                acc_dp = [np.zeros((32, 4)) for _ in range(8)]
-                mma_rows_nt(acc_p, qf, sK, KS)
-                mma_rows_nt(acc_dp, dof, sV, KS)
-                for t in range(8):
+                ds_frag = new_frags()
+                tiles = 8 // dq_parts
+                for part in range(dq_parts):
+                  acc_p = [np.zeros((32, 4)) for _ in range(tiles)]
+                  acc_dp = [np.zeros((32, 4)) for _ in range(tiles)]
+                  mma_rows_nt(acc_p, qf, sK[8 * tiles * part:], KS)
+                  mma_rows_nt(acc_dp, dof, sV[8 * tiles * part:], KS)
+                  for th in range(tiles):
+                    t = tiles * part + th
                     row_g = head * N + start + q0 + warp * 16 + lanes // 4
                     f4 = None
                     if drop > 0 and quads_aligned(offset, T):
                         f4 = dropout_factors_s_tile(drop, seed, offset + row_g * T, 8 * T, k0 + t * 8)
                     for e in range(4):
                         key = t * 8 + (lanes % 4) * 2 + (e & 1)
-                        pv = np.exp2(acc_p[t][:, e] * s2 + bias[key] - l2[e >> 1])
+                        pv = np.exp2(acc_p[th][:, e] * s2 + bias[key] - l2[e >> 1])
                         f = f4[:, e] if f4 is not None else dropout_factor(
                             drop, seed, offset + (row_g + 8 * (e >> 1)) * T + k0 + key)
-                        acc_dp[t][:, e] = pv * (acc_dp[t][:, e] * f - dl[e >> 1])
-                mma_acc_nn(acc_dq, acc_dp, sK, NT)
+                        acc_dp[th][:, e] = pv * (acc_dp[th][:, e] * f - dl[e >> 1])
+                    pack_acc_tile(ds_frag, acc_dp[th], t)
+                mma_frags_nn(acc_dq, ds_frag, sK, NT)
             store_rows(dQ, acc_dq, (q0, warp * 16), T - q0, scale, D, NT)
     return dQ, dK, dV
 
@@ -355,10 +390,16 @@ def check(drop, D=64, T=150, offset=977):
     lse = forward_lse((Q @ K.T) * scale * LOG2E, key_real)
     assert np.max(np.abs(lse - lse_ref)) < 1e-12, ("lse", np.max(np.abs(lse - lse_ref)))
     delta = (dO * out.detach().numpy()).sum(axis=1)
-    for atomic_dq in (False, True):
+    # flash_bwd.cu's instances: recompute or atomic dQ; at head size 64 without dropout also the
+    # three-CTA dK/dV kernel (K, V from smem, one part) and the dQ kernel of one part.
+    variants = [(False, False, 2), (True, False, 2)]
+    if D == 64 and drop == 0:
+        variants += [(False, True, 1), (True, True, 1)]
+    for atomic_dq, kv_in_smem, dq_parts in variants:
         dQ, dK, dV = backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop, seed, offset, head, N, start,
-                              atomic_dq)
-        how = "atomic dQ" if atomic_dq else "recompute dQ"
+                              atomic_dq, kv_in_smem, dq_parts)
+        how = ("atomic dQ" if atomic_dq else f"recompute dQ ({dq_parts} part{'s' if dq_parts > 1 else ''})") + (
+            ", K and V in smem" if kv_in_smem else "")
         for name, got, want in (("dQ", dQ, tq.grad), ("dK", dK, tk.grad), ("dV", dV, tv.grad)):
             want = want.numpy()
             err = np.max(np.abs(got - want))

@@ -30,6 +30,7 @@
 #include "cuda/allocator.h"
 #include "../scoped_env.h"
 #include "cuda/cuda_state.h"
+#include "cuda/flash/flash_api.h"
 #include "cuda_test_common.h"
 #include "ops/ops.h"
 #include "test_harness.h"
@@ -210,15 +211,31 @@ Grads run_cuda(const Case& c, const std::vector<double>& q, const std::vector<do
   return g;
 }
 
-void check_case(const Case& c, uint64_t seed) {
+/// Fresh random q, k, v, dout of a case (f32 values in [-1.5, 1.5]), [N, NH HS] each.
+struct Inputs {
+  std::vector<double> q, k, v, dout;
+};
+Inputs random_inputs(const Case& c, uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<double> u(-1.5, 1.5);
   int64_t N = 0;
   for (int64_t L : c.lens) N += L;
-  const int64_t C = c.NH * c.HS;
-  std::vector<double> q(size_t(N * C)), k(q.size()), v(q.size()), dout(q.size());
-  for (auto* x : {&q, &k, &v, &dout})
+  Inputs in;
+  in.q.resize(size_t(N * c.NH * c.HS)), in.k.resize(in.q.size()), in.v.resize(in.q.size()), in.dout.resize(in.q.size());
+  for (auto* x : {&in.q, &in.k, &in.v, &in.dout})
     for (double& e : *x) e = double(float(u(gen)));
+  return in;
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double e : x) m = std::max(m, std::fabs(e));
+  return m;
+}
+
+void check_case(const Case& c, uint64_t seed) {
+  const Inputs in = random_inputs(c, seed);
+  const std::vector<double>&q = in.q, &k = in.k, &v = in.v, &dout = in.dout;
   const Grads exact = reference(c, q, k, v, dout, false);
   const Grads naive = reference(c, q, k, v, dout, true);
   const Grads f32 = run_cuda(c, q, k, v, dout, false);
@@ -392,13 +409,8 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
     setenv("UNMASK_CUDA_ATTN_BWD", "atomic", 1);
     check_case(c, base_seed() ^ ++salt);
     // Atomic against recompute on the same inputs
-    std::mt19937_64 gen(base_seed() ^ salt);
-    std::uniform_real_distribution<double> u(-1.5, 1.5);
-    int64_t N = 0;
-    for (int64_t L : c.lens) N += L;
-    std::vector<double> q(size_t(N * c.NH * c.HS)), k(q.size()), v(q.size()), dout(q.size());
-    for (auto* x : {&q, &k, &v, &dout})
-      for (double& e : *x) e = double(float(u(gen)));
+    const Inputs in = random_inputs(c, base_seed() ^ salt);
+    const std::vector<double>&q = in.q, &k = in.k, &v = in.v, &dout = in.dout;
     const uint64_t allocs0 = cuda::allocator_stats().num_allocs;
     const Grads atomic = run_cuda(c, q, k, v, dout, true);
     const uint64_t allocs_atomic = cuda::allocator_stats().num_allocs - allocs0;
@@ -408,21 +420,100 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
     const uint64_t allocs_recompute = cuda::allocator_stats().num_allocs - allocs1;
     unsetenv("UNMASK_CUDA_ATTN_BWD");
     EXPECT_EQ(allocs_atomic, allocs_recompute + 1) << c.name << ": the atomic variant did not run";
-    auto scale_of = [](const std::vector<double>& x) {
-      double m = 0;
-      for (double e : x) m = std::max(m, std::fabs(e));
-      return m;
-    };
-    EXPECT_LE(max_err(atomic.dk, recompute.dk), 1e-6 * (1 + scale_of(recompute.dk))) << c.name;
-    EXPECT_LE(max_err(atomic.dv, recompute.dv), 1e-6 * (1 + scale_of(recompute.dv))) << c.name;
+    EXPECT_LE(max_err(atomic.dk, recompute.dk), 1e-6 * (1 + max_abs(recompute.dk))) << c.name;
+    EXPECT_LE(max_err(atomic.dv, recompute.dv), 1e-6 * (1 + max_abs(recompute.dv))) << c.name;
     // dQ: the f32 sum order of the atomics (~1e-7), and dS rounded to bf16 from fp32 values that
     // may differ in the last bit between the two kernels (FMA contraction): with dropout's 1/(1-p)
     // factor, 2.2e-5 of a 1.9 maximum was seen on an H200. A wrong or missing tile is O(1).
-    EXPECT_LE(max_err(atomic.dq, recompute.dq), 1e-4 * (1 + scale_of(recompute.dq))) << c.name;
+    EXPECT_LE(max_err(atomic.dq, recompute.dq), 1e-4 * (1 + max_abs(recompute.dq))) << c.name;
     EXPECT_EQ(max_err(atomic.out, recompute.out), 0.0) << c.name << ": the forward does not depend on the variant";
     std::printf("[ %s ] atomic vs recompute: dq %.3g, dk %.3g, dv %.3g\n", c.name.c_str(),
                 max_err(atomic.dq, recompute.dq), max_err(atomic.dk, recompute.dk), max_err(atomic.dv, recompute.dv));
   }
+}
+
+// The dK/dV kernel compiled for three CTAs per SM (UNMASK_FLASH_BWD_CTAS_PER_SM=3: K and V
+// fragments re-read from shared memory, 168 registers; head size 64 without dropout), with both
+// dQ schemes: the float64 bound, dK and dV equal to the default kernel's (the same arithmetic:
+// only f32 noise allowed), dQ the recompute kernel's bit for bit (the same kernel) or within the
+// atomics' rounding noise; the launch counters say which instances ran. A dropout case and head
+// size 80 must fall back to the default instances, and pass.
+TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
+  REQUIRE_CUDA_DEVICE();
+  std::vector<Case> cases;
+  cases.push_back(padded_case("3 ctas padded", 3, 150, {3, 64, 65, 100, 149}, 120, true));
+  cases.push_back(packed_case("3 ctas packed", {300, 77, 1, 64}));
+  Case vit;
+  vit.name = "3 ctas vit";
+  vit.NH = 3;
+  vit.lens = {157, 157};
+  cases.push_back(vit);
+  uint64_t salt = 0xa00;
+  for (const char* dq_mode : {"recompute", "atomic"}) {
+    const ScopedEnv dq("UNMASK_CUDA_ATTN_BWD", dq_mode);
+    for (Case c : cases) {
+      c.name += std::string(", ") + dq_mode + " dQ";
+      const Inputs in = random_inputs(c, base_seed() ^ ++salt);
+      Grads three, two;
+      {
+        const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "3");
+        const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
+        check_case(c, base_seed() ^ salt);  // the float64 bound, with the same inputs
+        three = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+        const cuda::FlashBwdLaunchStats after = cuda::flash_bwd_launch_stats();
+        EXPECT_EQ(after.kv_in_smem - before.kv_in_smem, 2u) << c.name << ": the three-CTA kernel did not run";
+        EXPECT_EQ(after.without_dropout - before.without_dropout, 2u)
+            << c.name << ": the instances without the dropout code did not run";
+      }
+      {
+        const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "2");
+        const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
+        two = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+        EXPECT_EQ(cuda::flash_bwd_launch_stats().kv_in_smem, before.kv_in_smem) << c.name;
+      }
+      EXPECT_LE(max_err(three.dk, two.dk), 1e-6 * (1 + max_abs(two.dk))) << c.name;
+      EXPECT_LE(max_err(three.dv, two.dv), 1e-6 * (1 + max_abs(two.dv))) << c.name;
+      if (std::string(dq_mode) == "recompute")
+        EXPECT_EQ(max_err(three.dq, two.dq), 0.0) << c.name << ": the dQ kernel does not depend on the variant";
+      else  // the atomics' sum order, and dS rounded from fp32 values that may differ in the last bit
+        EXPECT_LE(max_err(three.dq, two.dq), 1e-4 * (1 + max_abs(two.dq))) << c.name;
+      std::printf("[ %s ] 3 vs 2 CTAs per SM: dq %.3g, dk %.3g, dv %.3g\n", c.name.c_str(), max_err(three.dq, two.dq),
+                  max_err(three.dk, two.dk), max_err(three.dv, two.dv));
+    }
+  }
+  // Where there is no three-CTA instance: dropout (the default instances with the dropout code)
+  // and head size 80 (the default instances); both still pass the bound.
+  const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "3");
+  Case dropout = packed_case("3 ctas requested, dropout 0.1", {128, 77, 20}, 0.1f);
+  Case hs80 = packed_case("3 ctas requested, hs 80", {97, 1, 64});
+  hs80.HS = 80;
+  for (const Case& c : {dropout, hs80}) {
+    const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
+    check_case(c, base_seed() ^ ++salt);
+    const cuda::FlashBwdLaunchStats after = cuda::flash_bwd_launch_stats();
+    EXPECT_EQ(after.kv_in_smem, before.kv_in_smem) << c.name << ": ran an instance it has none of";
+    EXPECT_EQ(after.without_dropout, before.without_dropout) << c.name;
+  }
+}
+
+// A bad UNMASK_FLASH_BWD_CTAS_PER_SM is an error that names the variable.
+TEST(CudaAttentionTc, UnknownCtasPerSmIsAnError) {
+  REQUIRE_CUDA_DEVICE();
+  Case c = packed_case("bad ctas", {64});
+  const Inputs in = random_inputs(c, 1);
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  const bool saved = st.attention_bf16;  // run_cuda restores it only when it returns
+  const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "4");
+  bool threw = false;
+  try {
+    run_cuda(c, in.q, in.k, in.v, in.dout, true);
+  } catch (const Error& e) {
+    threw = true;
+    EXPECT_NE(std::string(e.what()).find("UNMASK_FLASH_BWD_CTAS_PER_SM"), std::string::npos) << e.what();
+  }
+  st.attention_bf16 = saved;
+  gpu().synchronize();
+  EXPECT_TRUE(threw) << "UNMASK_FLASH_BWD_CTAS_PER_SM=4 was accepted";
 }
 
 // A bad UNMASK_CUDA_ATTN_BWD is an error that names the variable, not a silent default.

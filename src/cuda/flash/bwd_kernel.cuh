@@ -25,6 +25,15 @@
 // instead of 7 (the dQ kernel recomputes S and dP), but the sum order of dQ varies from run to
 // run (the recompute kernels are bitwise deterministic).
 //
+// Register pressure, and the instances flash_bwd.cu launches: P^T and dS^T go to bf16 A fragments
+// n8 tile by n8 tile as they are made (pack_acc_tile), and the dK/dV kernel makes them for 32
+// queries at a time (the dQ kernel for 32 keys), so that at most 16 x 32 of each is live in fp32.
+// kDropout = false compiles the dropout code out (head size 64 without dropout: the ViTs; the dQ
+// kernel then fits the 168 registers of three CTAs per SM). kKvInSmem (head size 64 without
+// dropout, UNMASK_FLASH_BWD_CTAS_PER_SM=3, opt-in until measured) re-reads the K and V fragments
+// from shared memory every k-step instead of holding them, for three CTAs per SM (12 warps, where
+// the 255-register kernel gets 8 and Nsight Compute found it latency-bound).
+//
 // A query row with no real key has lse = -inf; its lse2 is taken as +inf so that P = 0 and it
 // adds nothing (the forward gave it a zero output). Rows past the sequence end are zero-filled
 // in shared memory and get lse2 = +inf; keys past it or masked get P = 0.
@@ -76,6 +85,10 @@ struct FlashBwdParams {
   // which sizes the atomic variant's accumulator; 0 (unknown) means the recompute kernel.
   FlashBwdDq dq_mode = FlashBwdDq::automatic;
   int64_t rows = 0;
+  // CTAs per SM of the dK/dV kernel: 2 (K and V fragments in registers, 255 of them), 3 (K and V
+  // re-read from shared memory every iteration, 168 registers; head size 64 without dropout,
+  // elsewhere runs as 2), or 0: UNMASK_FLASH_BWD_CTAS_PER_SM if set, else 2. Same results.
+  int ctas_per_sm = 0;
   // Set by flash_attention_backward for the atomic variant: f32 [rows, NH HS], zeroed.
   float* dq_accum = nullptr;
 };
@@ -111,6 +124,44 @@ struct FlashBwdTraits {
   static_assert(kSmemBytesAtomicDq <= 160 * 1024, "fits sm_80's dynamic shared memory");
 };
 
+/// Byte offsets of the dK/dV kernel's shared-memory pieces, for its shapes:
+///   default:    [slot 0: Q, dO][slot 1: Q, dO] lse[2][64] delta[2][64]; K and V arrive in slot 0
+///               and go to registers before the loop, which then reuses slot 0;
+///   kAtomicDq:  K in a fifth tile (kept for dQ = dS K; V still arrives in slot 0), then dS^T
+///               [64 keys][kSmemStrideDs] before lse and delta;
+///   kKvInSmem:  K and V in tiles 4 and 5 for the whole kernel, re-read as MMA fragments every
+///               iteration instead of held in 32 registers (HS 64): the kernel fits 168
+///               registers, so three CTAs share an SM (12 warps instead of 8).
+/// The static_asserts check that no two pieces overlap and that every piece is 16-byte aligned.
+template <typename Kt, bool kAtomicDq, bool kKvInSmem>
+struct FlashBwdDkdvSmem {
+  static constexpr size_t kTile = Kt::kSmemTile;
+  static constexpr size_t kSlot0 = 0, kSlot1 = 2 * kTile, kSlotsEnd = 4 * kTile;
+  static constexpr size_t kK = (kAtomicDq || kKvInSmem) ? kSlotsEnd : kSlot0;
+  static constexpr size_t kV = kKvInSmem ? kSlotsEnd + kTile : kSlot0 + kTile;
+  static constexpr size_t kTilesEnd = kSlotsEnd + (kKvInSmem ? 2 : kAtomicDq ? 1 : 0) * kTile;
+  static constexpr size_t kDsT = kTilesEnd;
+  static constexpr size_t kDsTBytes = kAtomicDq ? size_t(64) * Kt::kSmemStrideDs * sizeof(typename Kt::Element) : 0;
+  static constexpr size_t kLse = kDsT + kDsTBytes;  // [2][64] f32
+  static constexpr size_t kDelta = kLse + 2 * 64 * sizeof(float);
+  static constexpr size_t kBytes = kDelta + 2 * 64 * sizeof(float);
+
+  static_assert(kTile % 16 == 0 && kDsTBytes % 16 == 0, "every piece starts 16-byte aligned (cp.async, ldmatrix)");
+  // K and V either share slot 0 (read before the loop reuses it) or sit past both slots.
+  static_assert((kK == kSlot0 && kV == kSlot0 + kTile) || kK >= kSlotsEnd, "K overlaps a query slot");
+  static_assert(kV + kTile <= kSlot1 || kV >= kSlotsEnd, "V overlaps slot 1, which holds query tile 0 from the start");
+  static_assert(kK == kSlot0 || (kK + kTile <= kTilesEnd && (kV == kSlot0 + kTile || kK + kTile <= kV)),
+                "K overlaps V or runs past the tiles");
+  static_assert(kV + kTile <= kTilesEnd || kV == kSlot0 + kTile, "V runs past the tiles");
+  static_assert(kDsT >= kTilesEnd && kLse >= kDsT + kDsTBytes && kDelta >= kLse + 2 * 64 * sizeof(float),
+                "dS^T, lse and delta follow the tiles in order");
+  static_assert(kBytes <= 227 * 1024 && (!kKvInSmem || 3 * (kBytes + 1024) <= 228 * 1024),
+                "fits the dynamic shared memory of sm_90 (three CTAs per SM with kKvInSmem)");
+};
+static_assert(FlashBwdDkdvSmem<FlashBwdTraits<64>, false, false>::kBytes == FlashBwdTraits<64>::kSmemBytes &&
+                  FlashBwdDkdvSmem<FlashBwdTraits<128>, true, false>::kBytes == FlashBwdTraits<128>::kSmemBytesAtomicDq,
+              "the default and atomic layouts are the traits' sizes");
+
 namespace flash {
 
 /// 4-byte asynchronous global -> shared copy (.ca: the only cache mode below 16 bytes; mma.cuh
@@ -131,20 +182,40 @@ __device__ __forceinline__ float bwd_lse2(float lse) {
   return lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
 }
 
-/// acc[16 x 64] += A (16 x HS, registers) * B^T where B is a [64][LDS] smem tile whose rows are
-/// the n index (keys or queries) and whose columns are the k index (head dim).
-template <typename Kt>
-__device__ __forceinline__ void mma_rows_nt(float (&acc)[8][4], const uint32_t (&a)[Kt::kKSteps][4],
+/// acc[16 x 8 NT] += A (16 x HS, registers) * B^T where B is an [8 NT][LDS] smem tile whose rows
+/// are the n index (keys or queries) and whose columns are the k index (head dim).
+template <typename Kt, int NT>
+__device__ __forceinline__ void mma_rows_nt(float (&acc)[NT][4], const uint32_t (&a)[Kt::kKSteps][4],
                                             const typename Kt::Element* sB, int lane) {
 #pragma unroll
   for (int ks = 0; ks < Kt::kKSteps; ++ks) {
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < NT / 2; ++np) {
       uint32_t bf[4];
       const int row = np * 16 + (lane % 8) + (lane / 16) * 8, c = ks * 16 + ((lane / 8) % 2) * 8;
       ldmatrix_x4(bf, sB + row * Kt::kSmemStride + c);
       mma_16816<typename Kt::Element>(acc[2 * np], a[ks], bf[0], bf[1]);
       mma_16816<typename Kt::Element>(acc[2 * np + 1], a[ks], bf[2], bf[3]);
+    }
+  }
+}
+
+/// mma_rows_nt with A read from smem: rows warp*16 .. +15 of the [64][LDS] tile sA, one k-step's
+/// fragment at a time (4 registers instead of the 4 kKSteps of a whole A held in registers).
+template <typename Kt, int NT>
+__device__ __forceinline__ void mma_rows_nt_smem_a(float (&acc)[NT][4], const typename Kt::Element* sA, int warp,
+                                                   const typename Kt::Element* sB, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < Kt::kKSteps; ++ks) {
+    uint32_t a[4];
+    ldmatrix_x4(a, sA + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * Kt::kSmemStride + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t bf[4];
+      const int row = np * 16 + (lane % 8) + (lane / 16) * 8, c = ks * 16 + ((lane / 8) % 2) * 8;
+      ldmatrix_x4(bf, sB + row * Kt::kSmemStride + c);
+      mma_16816<typename Kt::Element>(acc[2 * np], a, bf[0], bf[1]);
+      mma_16816<typename Kt::Element>(acc[2 * np + 1], a, bf[2], bf[3]);
     }
   }
 }
@@ -164,21 +235,25 @@ __device__ __forceinline__ void mma_kstep_nn(float (&out)[Kt::kNTilesO][4], cons
   }
 }
 
-/// out[16 x HS] += P (16 x 64, fp32 accumulators, rounded to bf16) * B where B is a [64][LDS]
-/// smem tile whose rows are the k index (the 64 of P's columns) and columns the head dim.
+/// n8 tile t of a 16 x 64 fp32 accumulator (P^T, dS^T or dS), rounded to T, into the A
+/// fragments of the 16 x 64 operand it becomes (k-step t / 2; C-fragment columns 2(lane % 4)..+1
+/// of tile t are A columns 8 (t % 2) + 2(lane % 4)..+1: a0/a1 for even t, a2/a3 for odd t, rows
+/// g in a0/a2 and g + 8 in a1/a3). Done tile by tile as the fp32 values are made, so that the
+/// fp32 tile dies at once: 16 registers for the operand instead of 32 (ptxas, sm_90a: the
+/// three-CTA dK/dV kernel's spill 156 -> 66 B, HS 80's dK/dV spills gone).
+template <typename T>
+__device__ __forceinline__ void pack_acc_tile(uint32_t (&frags)[4][4], const float (&acc)[4], int t) {
+  frags[t / 2][(t % 2) * 2] = pack2<T>(acc[0], acc[1]);
+  frags[t / 2][(t % 2) * 2 + 1] = pack2<T>(acc[2], acc[3]);
+}
+
+/// out[16 x HS] += A (16 x 64, the fragments of pack_acc_tile) * B where B is a [64][LDS] smem
+/// tile whose rows are the k index (the 64 of A's columns) and columns the head dim.
 template <typename Kt>
-__device__ __forceinline__ void mma_acc_nn(float (&out)[Kt::kNTilesO][4], const float (&pacc)[8][4],
-                                           const typename Kt::Element* sB, int lane) {
-  using T = typename Kt::Element;
+__device__ __forceinline__ void mma_frags_nn(float (&out)[Kt::kNTilesO][4], const uint32_t (&a)[4][4],
+                                             const typename Kt::Element* sB, int lane) {
 #pragma unroll
-  for (int kt = 0; kt < 4; ++kt) {
-    uint32_t pf[4];
-    pf[0] = pack2<T>(pacc[2 * kt][0], pacc[2 * kt][1]);
-    pf[1] = pack2<T>(pacc[2 * kt][2], pacc[2 * kt][3]);
-    pf[2] = pack2<T>(pacc[2 * kt + 1][0], pacc[2 * kt + 1][1]);
-    pf[3] = pack2<T>(pacc[2 * kt + 1][2], pacc[2 * kt + 1][3]);
-    mma_kstep_nn<Kt>(out, pf, sB, kt, lane);
-  }
+  for (int kt = 0; kt < 4; ++kt) mma_kstep_nn<Kt>(out, a[kt], sB, kt, lane);
 }
 
 /// A-operand fragments of rows warp*16 .. +15 of a [64][LDS] smem tile, every k-step.
@@ -246,7 +321,7 @@ __device__ __forceinline__ void stream_next_tile(int j, int n, F&& load_next) {
 
 /// dQ_partial [16 queries x HS] = dS (A: this warp's 16 queries x the CTA's 64 keys, read with
 /// ldmatrix.trans from dS^T [key][query] in smem) * K (B: the CTA's [64 keys][LDS] tile, k = key
-/// = smem row, through .trans as in mma_acc_nn).
+/// = smem row, through .trans as in mma_frags_nn).
 template <typename Kt>
 __device__ __forceinline__ void mma_ds_k(float (&out)[Kt::kNTilesO][4], const typename Kt::Element* sdsT,
                                          const typename Kt::Element* sK, int warp, int lane) {
@@ -278,25 +353,37 @@ __device__ __forceinline__ void atomic_add_rows(float* accum, int64_t ld, const 
   });
 }
 
+/// CTAs per SM the dK/dV kernel is compiled for (__launch_bounds__): 3 with K and V in shared
+/// memory (168 registers), else 1 (no limit below the 255 a thread may have; 2 fit by registers).
+template <bool kKvInSmem>
+__host__ __device__ constexpr int flash_bwd_dkdv_min_ctas() {
+  return kKvInSmem ? 3 : 1;
+}
+
 /// dK and dV of one 64-key block (and, kAtomicDq, its dQ contributions; see the header).
-template <typename Kt, bool kAtomicDq>
-__global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
+/// kDropout false: compiled without the dropout code (p.dropout_p must be 0; fewer registers).
+/// kKvInSmem: K and V fragments re-read from shared memory every iteration (FlashBwdDkdvSmem).
+template <typename Kt, bool kAtomicDq, bool kDropout, bool kKvInSmem>
+__global__ void __launch_bounds__(Kt::kThreads, flash_bwd_dkdv_min_ctas<kKvInSmem>())
+    flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
   using T = typename Kt::Element;
+  using Smem = FlashBwdDkdvSmem<Kt, kAtomicDq, kKvInSmem>;
   constexpr int D = Kt::kHeadDim, LDS = Kt::kSmemStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // Two slots of two [64][LDS] tiles. Slot 0 first holds this CTA's K and V, which go to
-  // registers before the loop; from then on the slots double-buffer the query tiles (Q, dO):
-  // tile j sits in slot (j + 1) % 2, and tile j + 1 is loaded while tile j is multiplied.
-  // kAtomicDq: K goes to a fifth tile instead (kept for dQ = dS K), and dS^T to a sixth.
+  // Two slots of two [64][LDS] tiles double-buffer the query tiles (Q, dO): tile j sits in slot
+  // (j + 1) % 2, and tile j + 1 is loaded while tile j is multiplied. By default slot 0 first
+  // holds this CTA's K and V, which go to registers before the loop (kAtomicDq: K in a tile of
+  // its own, kept for dQ = dS K; kKvInSmem: K and V both in tiles of their own). Smem: the offsets.
   T* const smem = reinterpret_cast<T*>(smem_raw);
   // tile `which` (0 or 1) of slot `s`: plain arithmetic, no local array indexed at run time
   auto slot = [smem](int s, int which) { return smem + (2 * s + which) * 64 * LDS; };
-  T* const sK = kAtomicDq ? smem + 4 * 64 * LDS : slot(0, 0);
-  T* const sdsT = smem + 5 * 64 * LDS;  // kAtomicDq only: [64][kSmemStrideDs]
+  T* const sK = reinterpret_cast<T*>(smem_raw + Smem::kK);
+  T* const sV = reinterpret_cast<T*>(smem_raw + Smem::kV);
+  T* const sdsT = reinterpret_cast<T*>(smem_raw + Smem::kDsT);  // kAtomicDq only: [64][kSmemStrideDs]
   // Raw lse and delta of the query tiles, [2][64] each, double-buffered like the tiles (cp.async,
   // so that no thread waits for a global load inside the loop); lse2 is taken at use.
-  float* sLse = reinterpret_cast<float*>(kAtomicDq ? sdsT + 64 * Kt::kSmemStrideDs : smem + 4 * 64 * LDS);
-  float* sDelta = sLse + 2 * 64;
+  float* sLse = reinterpret_cast<float*>(smem_raw + Smem::kLse);
+  float* sDelta = reinterpret_cast<float*>(smem_raw + Smem::kDelta);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int head = blockIdx.y, b = blockIdx.z;
@@ -332,19 +419,23 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
 
   load_tile<Kt, 64>(sK, static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D, p.k_row_stride,
                     min(64, seqlen - k0), tid);
-  load_tile<Kt, 64>(slot(0, 1), static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D,
-                    p.v_row_stride, min(64, seqlen - k0), tid);
+  load_tile<Kt, 64>(sV, static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D, p.v_row_stride,
+                    min(64, seqlen - k0), tid);
   cp_async_commit();
   load_query_tile(0);  // into slot 1
   // This thread's accumulator rows are keys k0 + warp*16 + lane/4 (+ 8).
   const bool key_ok[2] = {bwd_key_real(p, b, k0 + warp * 16 + lane / 4, seqlen),
                           bwd_key_real(p, b, k0 + warp * 16 + lane / 4 + 8, seqlen)};
-  cp_async_wait<1>();  // K and V have landed (the query tile may still be in flight)
-  __syncthreads();
+  // K and V as A fragments: loaded once here (kept in registers), or per iteration (kKvInSmem;
+  // the first iteration's wait covers K and V, committed before query tile 0).
   uint32_t k_frag[Kt::kKSteps][4], v_frag[Kt::kKSteps][4];
-  load_a_frags<Kt>(k_frag, sK, warp, lane);
-  load_a_frags<Kt>(v_frag, slot(0, 1), warp, lane);
-  __syncthreads();  // every warp has its K and V fragments: slot 0 is free for query tile 1
+  if constexpr (!kKvInSmem) {
+    cp_async_wait<1>();  // K and V have landed (the query tile may still be in flight)
+    __syncthreads();
+    load_a_frags<Kt>(k_frag, sK, warp, lane);
+    load_a_frags<Kt>(v_frag, sV, warp, lane);
+    __syncthreads();  // every warp has its K and V fragments: slot 0 is free for query tile 1
+  }
 
   float acc_dk[Kt::kNTilesO][4], acc_dv[Kt::kNTilesO][4];
 #pragma unroll
@@ -364,76 +455,98 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
     const float* lse_j = sLse + (j % 2) * 64;
     const float* delta_j = sDelta + (j % 2) * 64;
 
-    float acc_p[8][4], acc_dp[8][4];  // P^T and dP^T: 16 keys x 64 queries
+    // (P f)^T and dS^T in bf16: the A operands of dV and dK, made kParts query ranges at a time
+    // (n8 tiles t = kTiles part .. +kTiles-1 of the 64 queries). Two parts: only 16 x 32 of P^T
+    // and dP^T are live in fp32 at once (32 registers fewer than the whole tile; the same values
+    // and roundings). ptxas, sm_90a: two parts take HS 80's spills to 0 and HS 128's from 680 to
+    // 472 B; under the three-CTA kernel's 168 registers one part spills less (24 B against 316 B
+    // of spill loads, atomic dQ).
+    constexpr int kParts = kKvInSmem ? 1 : 2, kTiles = 8 / kParts;
+    uint32_t p_frag[4][4], ds_frag[4][4];
 #pragma unroll
-    for (int t = 0; t < 8; ++t)
+    for (int part = 0; part < kParts; ++part) {
+      float acc_p[kTiles][4], acc_dp[kTiles][4];  // P^T and dP^T: 16 keys x 8 kTiles queries
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_p[t][e] = acc_dp[t][e] = 0.0f;
-    mma_rows_nt<Kt>(acc_p, k_frag, sQ, lane);   // S^T = K Q^T
-    mma_rows_nt<Kt>(acc_dp, v_frag, sdO, lane);  // dP^T = V dO^T
+      for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      // Dropout factors of the tile's four elements (e = c + 2h: query t*8 + 2(lane % 4) + c,
-      // key row + 8h): a Philox block per lane with four-aligned counters, else per element.
-      // The two head-size branches are the same math; ptxas allocates registers better for
-      // each this way (sm_90a, spill bytes: HS 64 none in either kernel, HS 88 / 128 as before
-      // the shared blocks).
-      if constexpr (Kt::kHeadDim <= 80) {
-        float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        if (p.dropout_p > 0.0f) {
-          const int64_t q_row = head * p.lse_head_stride + start + q0 + t * 8 + (lane % 4) * 2;
-          if (quad_dropout) {
-            dropout_factors_st_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(q_row * p.max_seqlen),
-                                    uint64_t(p.max_seqlen), k0 + warp * 16 + 4 * (lane >> 4), lane);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              f[e] = dropout_factor(p.dropout_p, p.dropout_seed,
-                                    p.dropout_offset + uint64_t((q_row + (e & 1)) * p.max_seqlen) +
-                                        uint64_t(k0 + warp * 16 + lane / 4 + 8 * (e >> 1)));
-          }
-        }
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
-          const int q = t * 8 + (lane % 4) * 2 + c;
-          const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
-#pragma unroll
-          for (int e = c; e < 4; e += 2) {
-            const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - lse2) : 0.0f;
-            acc_p[t][e] = pv * f[e];                                 // (P f)^T, for dV
-            acc_dp[t][e] = pv * (acc_dp[t][e] * f[e] - row_delta);  // dS^T
-          }
-        }
+        for (int e = 0; e < 4; ++e) acc_p[t][e] = acc_dp[t][e] = 0.0f;
+      if constexpr (kKvInSmem) {
+        mma_rows_nt_smem_a<Kt>(acc_p, sK, warp, sQ + part * 8 * kTiles * LDS, lane);    // S^T = K Q^T
+        mma_rows_nt_smem_a<Kt>(acc_dp, sV, warp, sdO + part * 8 * kTiles * LDS, lane);  // dP^T = V dO^T
       } else {
+        mma_rows_nt<Kt>(acc_p, k_frag, sQ + part * 8 * kTiles * LDS, lane);
+        mma_rows_nt<Kt>(acc_dp, v_frag, sdO + part * 8 * kTiles * LDS, lane);
+      }
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int q = t * 8 + (lane % 4) * 2 + c;
-          const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
+      for (int th = 0; th < kTiles; ++th) {
+        const int t = kTiles * part + th;  // n8 tile of the 64 queries
+        // Dropout factors of the tile's four elements (e = c + 2h: query t*8 + 2(lane % 4) + c,
+        // key row + 8h): a Philox block per lane with four-aligned counters, else per element.
+        // The two head-size branches are the same math; ptxas allocates registers better for
+        // each this way (sm_90a, spill bytes: HS 64 none in either kernel, HS 88 / 128 as before
+        // the shared blocks).
+        if constexpr (Kt::kHeadDim <= 80) {
+          float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+          if (kDropout && p.dropout_p > 0.0f) {
+            const int64_t q_row = head * p.lse_head_stride + start + q0 + t * 8 + (lane % 4) * 2;
+            if (quad_dropout) {
+              dropout_factors_st_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(q_row * p.max_seqlen),
+                                      uint64_t(p.max_seqlen), k0 + warp * 16 + 4 * (lane >> 4), lane);
+            } else {
 #pragma unroll
-          for (int e = c; e < 4; e += 2) {
-            const float pv = key_ok[e >> 1] ? exp2f(acc_p[t][e] * p.scale_log2 - lse2) : 0.0f;
-            float f = 1.0f;
-            if (p.dropout_p > 0.0f) {
-              const int key = k0 + warp * 16 + lane / 4 + 8 * (e >> 1);
-              f = dropout_factor(p.dropout_p, p.dropout_seed,
-                                 p.dropout_offset + uint64_t((head * p.lse_head_stride + start + q0 + q) * p.max_seqlen) +
-                                     uint64_t(key));
+              for (int e = 0; e < 4; ++e)
+                f[e] = dropout_factor(p.dropout_p, p.dropout_seed,
+                                      p.dropout_offset + uint64_t((q_row + (e & 1)) * p.max_seqlen) +
+                                          uint64_t(k0 + warp * 16 + lane / 4 + 8 * (e >> 1)));
             }
-            acc_p[t][e] = pv * f;
-            acc_dp[t][e] = pv * (acc_dp[t][e] * f - row_delta);
           }
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
+            const int q = t * 8 + (lane % 4) * 2 + c;
+            const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
+#pragma unroll
+            for (int e = c; e < 4; e += 2) {
+              const float pv = key_ok[e >> 1] ? exp2f(acc_p[th][e] * p.scale_log2 - lse2) : 0.0f;
+              acc_p[th][e] = pv * f[e];                                 // (P f)^T, for dV
+              acc_dp[th][e] = pv * (acc_dp[th][e] * f[e] - row_delta);  // dS^T
+            }
+          }
+          pack_acc_tile<T>(p_frag, acc_p[th], t);
+          pack_acc_tile<T>(ds_frag, acc_dp[th], t);
+        } else {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int q = t * 8 + (lane % 4) * 2 + c;
+            const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
+#pragma unroll
+            for (int e = c; e < 4; e += 2) {
+              const float pv = key_ok[e >> 1] ? exp2f(acc_p[th][e] * p.scale_log2 - lse2) : 0.0f;
+              float f = 1.0f;
+              if (kDropout && p.dropout_p > 0.0f) {
+                const int key = k0 + warp * 16 + lane / 4 + 8 * (e >> 1);
+                f = dropout_factor(p.dropout_p, p.dropout_seed,
+                                   p.dropout_offset + uint64_t((head * p.lse_head_stride + start + q0 + q) * p.max_seqlen) +
+                                       uint64_t(key));
+              }
+              acc_p[th][e] = pv * f;
+              acc_dp[th][e] = pv * (acc_dp[th][e] * f - row_delta);
+            }
+          }
+          pack_acc_tile<T>(p_frag, acc_p[th], t);
+          pack_acc_tile<T>(ds_frag, acc_dp[th], t);
         }
       }
     }
-    mma_acc_nn<Kt>(acc_dv, acc_p, sdO, lane);  // dV += P^T dO
-    mma_acc_nn<Kt>(acc_dk, acc_dp, sQ, lane);  // dK += dS^T Q
+    mma_frags_nn<Kt>(acc_dv, p_frag, sdO, lane);  // dV += P^T dO
+    mma_frags_nn<Kt>(acc_dk, ds_frag, sQ, lane);  // dK += dS^T Q
     if constexpr (kAtomicDq) {
       // dS^T to smem (bf16, the operand the dK MMA used): rows = this warp's keys, columns = queries
+      // (tile t's pairs: pack_acc_tile's registers, row g then g + 8)
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
         const int row = warp * 16 + lane / 4, c = t * 8 + (lane % 4) * 2;
-        *reinterpret_cast<uint32_t*>(sdsT + row * Kt::kSmemStrideDs + c) = pack2<T>(acc_dp[t][0], acc_dp[t][1]);
-        *reinterpret_cast<uint32_t*>(sdsT + (row + 8) * Kt::kSmemStrideDs + c) = pack2<T>(acc_dp[t][2], acc_dp[t][3]);
+        *reinterpret_cast<uint32_t*>(sdsT + row * Kt::kSmemStrideDs + c) = ds_frag[t / 2][(t % 2) * 2];
+        *reinterpret_cast<uint32_t*>(sdsT + (row + 8) * Kt::kSmemStrideDs + c) = ds_frag[t / 2][(t % 2) * 2 + 1];
       }
       __syncthreads();  // dS^T complete; every warp is also done with tile j's Q and dO
       float acc_dq[Kt::kNTilesO][4];
@@ -454,8 +567,17 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dkdv_kernel(const __gr
                  warp * 16 + lane / 4, valid_keys, 1.0f, lane);
 }
 
-template <typename Kt>
-__global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid_constant__ FlashBwdParams p) {
+/// CTAs per SM the dQ kernel is compiled for: without the dropout code at head size 64 it fits
+/// the 168 registers of 3 (ptxas, sm_90a: 168 registers and no spill, against 234 with it).
+template <typename Kt, bool kDropout>
+__host__ __device__ constexpr int flash_bwd_dq_min_ctas() {
+  return !kDropout && Kt::kHeadDim <= 64 ? 3 : 1;
+}
+
+/// dQ of one 64-query block (the recompute scheme). kDropout false: as in the dK/dV kernel.
+template <typename Kt, bool kDropout>
+__global__ void __launch_bounds__(Kt::kThreads, flash_bwd_dq_min_ctas<Kt, kDropout>())
+    flash_bwd_dq_kernel(const __grid_constant__ FlashBwdParams p) {
   using T = typename Kt::Element;
   constexpr int D = Kt::kHeadDim, LDS = Kt::kSmemStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -519,32 +641,43 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_bwd_dq_kernel(const __grid
     const T* sV = slot((j + 1) % 2, 1);
     const float* bias_j = sBias + (j % 2) * 64;
 
-    float acc_p[8][4], acc_dp[8][4];  // P and dP: 16 queries x 64 keys
+    // dS in bf16, the A operand of dQ, made kParts key ranges at a time as in the dK/dV kernel
+    // (ptxas, sm_90a, two parts: HS 64 with dropout 234 -> 192 registers, HS 128's spill 40 ->
+    // 16 B; one part where the kernel is held to the 168 registers of three CTAs, which two
+    // parts made spill 16 B).
+    constexpr int kParts = flash_bwd_dq_min_ctas<Kt, kDropout>() == 3 ? 1 : 2, kTiles = 8 / kParts;
+    uint32_t ds_frag[4][4];
 #pragma unroll
-    for (int t = 0; t < 8; ++t)
+    for (int part = 0; part < kParts; ++part) {
+      float acc_p[kTiles][4], acc_dp[kTiles][4];  // S and dP: 16 queries x 8 kTiles keys
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_p[t][e] = acc_dp[t][e] = 0.0f;
-    mma_rows_nt<Kt>(acc_p, q_frag, sK, lane);    // S = Q K^T
-    mma_rows_nt<Kt>(acc_dp, do_frag, sV, lane);  // dP = dO V^T
+      for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      // Elements 2h and 2h + 1 are keys `key` and `key + 1` of row + 8h: adjacent dropout
-      // counters, one Philox evaluation for both (dropout_factor_pair), or one for all four with
-      // four-aligned counters (dropout_factors_s_tile).
-      float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-      if (p.dropout_p > 0.0f) {
-        const int64_t row_g = head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4;
-        dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
-                          uint64_t(p.max_seqlen), k0 + t * 8, quad_dropout, lane);
-      }
+        for (int e = 0; e < 4; ++e) acc_p[t][e] = acc_dp[t][e] = 0.0f;
+      mma_rows_nt<Kt>(acc_p, q_frag, sK + part * 8 * kTiles * LDS, lane);    // S = Q K^T
+      mma_rows_nt<Kt>(acc_dp, do_frag, sV + part * 8 * kTiles * LDS, lane);  // dP = dO V^T
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = t * 8 + (lane % 4) * 2 + (e & 1);
-        const float pv = exp2f(acc_p[t][e] * p.scale_log2 + bias_j[key] - lse2[e >> 1]);
-        acc_dp[t][e] = pv * (acc_dp[t][e] * f[e] - delta[e >> 1]);  // dS
+      for (int th = 0; th < kTiles; ++th) {
+        const int t = kTiles * part + th;  // n8 tile of the 64 keys
+        // Elements 2h and 2h + 1 are keys `key` and `key + 1` of row + 8h: adjacent dropout
+        // counters, one Philox evaluation for both (dropout_factor_pair), or one for all four with
+        // four-aligned counters (dropout_factors_s_tile).
+        float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        if (kDropout && p.dropout_p > 0.0f) {
+          const int64_t row_g = head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4;
+          dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
+                            uint64_t(p.max_seqlen), k0 + t * 8, quad_dropout, lane);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = t * 8 + (lane % 4) * 2 + (e & 1);
+          const float pv = exp2f(acc_p[th][e] * p.scale_log2 + bias_j[key] - lse2[e >> 1]);
+          acc_dp[th][e] = pv * (acc_dp[th][e] * f[e] - delta[e >> 1]);  // dS
+        }
+        pack_acc_tile<T>(ds_frag, acc_dp[th], t);
       }
     }
-    mma_acc_nn<Kt>(acc_dq, acc_dp, sK, lane);  // dQ += dS K
+    mma_frags_nn<Kt>(acc_dq, ds_frag, sK, lane);  // dQ += dS K
     __syncthreads();  // every warp is done with tile j's slot before tile j + 2 is loaded into it
   }
   store_rows<Kt>(p.dq, p.grads_bf16, (start + q0) * p.dq_row_stride + head * D, p.dq_row_stride, acc_dq,

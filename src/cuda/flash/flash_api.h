@@ -9,6 +9,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "cuda/flash/params.h"
 
 namespace unmask::cuda {
@@ -40,5 +42,14 @@ bool flash_bwd_head_dim_supported(int head_dim);
 /// dq, dk, dv (f32, overwritten) of the attention whose forward wrote p.lse, from bf16 q, k, v,
 /// dout and delta = rowsum(dout * out); checks p (throws Error naming the bad value).
 void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream);
+
+/// Launch counts of the backward's specialised instances since the process started (for tests
+/// and benchmarks that must know which code ran): head size 64 without attention dropout (its
+/// kernels compiled without the dropout code), and the dK/dV kernel with K and V in shared memory
+/// (three CTAs per SM; FlashBwdParams::ctas_per_sm).
+struct FlashBwdLaunchStats {
+  uint64_t without_dropout = 0, kv_in_smem = 0;
+};
+FlashBwdLaunchStats flash_bwd_launch_stats();
 
 }  // namespace unmask::cuda

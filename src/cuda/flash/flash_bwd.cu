@@ -3,6 +3,8 @@
 // (the forward's set); other head sizes keep the f32 kernels (attention_train.cu). dQ by the
 // deterministic recompute kernel, or by atomics in the dK/dV kernel (FlashBwdDq).
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <cstdlib>
 #include <string>
 
@@ -52,21 +54,84 @@ FlashBwdDq resolve_dq_mode(const FlashBwdParams& p) {
   return mode == FlashBwdDq::atomic && p.rows > 0 ? FlashBwdDq::atomic : FlashBwdDq::recompute;
 }
 
-template <int HD>
+/// CTAs per SM of the dK/dV kernel for p: its own choice, else UNMASK_FLASH_BWD_CTAS_PER_SM,
+/// else 2; 3 (K and V re-read from shared memory, 168 registers) exists for head size 64
+/// without dropout only, and elsewhere runs as 2.
+int resolve_dkdv_ctas(const FlashBwdParams& p) {
+  int ctas = p.ctas_per_sm;
+  if (ctas == 0) {
+    ctas = 2;
+    if (const char* env = std::getenv("UNMASK_FLASH_BWD_CTAS_PER_SM")) {
+      const std::string v = env;
+      UNMASK_CHECK(v == "2" || v == "3", "UNMASK_FLASH_BWD_CTAS_PER_SM=", v,
+                   " is not a CTA count of the attention backward's dK/dV kernel: use 2 (K and V fragments in "
+                   "registers, the default) or 3 (K and V re-read from shared memory)");
+      ctas = v == "3" ? 3 : 2;
+    }
+  }
+  UNMASK_CHECK(ctas == 2 || ctas == 3, "attention backward (cuda, bf16): ctas_per_sm = ", ctas, " must be 0, 2 or 3");
+  return ctas == 3 && p.head_dim == 64 && p.dropout_p == 0.0f ? 3 : 2;
+}
+
+std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0};
+
+/// Launches kernel on grid with `smem` bytes of dynamic shared memory (opting in above 48 KB;
+/// `max_carveout` asks for the largest shared-memory carveout, which three CTAs of the kv-in-smem
+/// dK/dV kernel need).
+template <typename Kernel>
+void launch_bwd_kernel(Kernel kernel, dim3 grid, size_t smem, bool max_carveout, const FlashBwdParams& p,
+                       cudaStream_t stream) {
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (max_carveout)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    int(cudaSharedmemCarveoutMaxShared)));
+  kernel<<<grid, 128, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+/// The dK/dV kernel of the shape (atomic dQ or not, K and V in shared memory or registers).
+template <typename Kt, bool kDropout, bool kKvInSmem>
+void run_dkdv(const FlashBwdParams& p, bool atomic, dim3 grid, cudaStream_t stream) {
+  static_assert(Kt::kThreads == 128, "launch_bwd_kernel launches 128 threads");
+  if (atomic) {
+    launch_bwd_kernel(flash::flash_bwd_dkdv_kernel<Kt, true, kDropout, kKvInSmem>, grid,
+                      FlashBwdDkdvSmem<Kt, true, kKvInSmem>::kBytes, kKvInSmem, p, stream);
+  } else {
+    launch_bwd_kernel(flash::flash_bwd_dkdv_kernel<Kt, false, kDropout, kKvInSmem>, grid,
+                      FlashBwdDkdvSmem<Kt, false, kKvInSmem>::kBytes, kKvInSmem, p, stream);
+  }
+}
+
+/// One backward: the dK/dV kernel (with dQ by atomics into a zeroed f32 accumulator, then
+/// scaled and stored), or the dK/dV and dQ kernels. kDropout false: p.dropout_p is 0.
+template <int HD, bool kDropout>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   using Kt = FlashBwdTraits<HD>;
   const dim3 grid(unsigned((p.max_seqlen + 63) / 64), unsigned(p.num_heads), unsigned(p.batch));
-  if (resolve_dq_mode(p) == FlashBwdDq::atomic) {
+  const bool atomic = resolve_dq_mode(p) == FlashBwdDq::atomic;
+  const bool kv_in_smem = resolve_dkdv_ctas(p) == 3;
+  if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
+  FlashBwdParams q = p;
+  std::optional<ScratchBuffer> accum;
+  if (atomic) {
     const int64_t C = int64_t(p.num_heads) * p.head_dim;
-    ScratchBuffer accum(size_t(p.rows) * size_t(C) * sizeof(float), stream);
-    CUDA_CHECK(cudaMemsetAsync(accum.ptr, 0, size_t(p.rows) * size_t(C) * sizeof(float), stream));
-    FlashBwdParams q = p;
-    q.dq_accum = accum.as<float>();
-    auto fused = flash::flash_bwd_dkdv_kernel<Kt, true>;
-    if constexpr (Kt::kSmemBytesAtomicDq > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(fused, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kt::kSmemBytesAtomicDq)));
-    fused<<<grid, Kt::kThreads, Kt::kSmemBytesAtomicDq, stream>>>(q);
-    CUDA_CHECK_LAUNCH();
+    accum.emplace(size_t(p.rows) * size_t(C) * sizeof(float), stream);
+    CUDA_CHECK(cudaMemsetAsync(accum->ptr, 0, size_t(p.rows) * size_t(C) * sizeof(float), stream));
+    q.dq_accum = accum->as<float>();
+  }
+  if constexpr (HD == 64 && !kDropout) {
+    if (kv_in_smem) {
+      g_launches_kv_in_smem.fetch_add(1, std::memory_order_relaxed);
+      run_dkdv<Kt, false, true>(q, atomic, grid, stream);
+    } else {
+      run_dkdv<Kt, false, false>(q, atomic, grid, stream);
+    }
+  } else {
+    run_dkdv<Kt, kDropout, false>(q, atomic, grid, stream);
+  }
+  if (atomic) {
+    const int64_t C = int64_t(p.num_heads) * p.head_dim;
     const int64_t pairs = p.rows * (C / 2);
     const unsigned blocks = unsigned(std::min<int64_t>((pairs + 255) / 256, 65535));
     dq_from_accum_kernel<<<blocks, 256, 0, stream>>>(p.dq, p.dq_row_stride, p.grads_bf16, q.dq_accum, p.rows, C,
@@ -74,19 +139,24 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
     CUDA_CHECK_LAUNCH();
     return;
   }
-  auto dkdv = flash::flash_bwd_dkdv_kernel<Kt, false>;
-  auto dq = flash::flash_bwd_dq_kernel<Kt>;
-  if constexpr (Kt::kSmemBytes > 48 * 1024) {
-    CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kt::kSmemBytes)));
-    CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kt::kSmemBytes)));
+  launch_bwd_kernel(flash::flash_bwd_dq_kernel<Kt, kDropout>, grid, Kt::kSmemBytes, false, p, stream);
+}
+
+/// The head size's instances: without the dropout code for head size 64 (BERT's and the ViTs'
+/// head size; the ViTs train without attention dropout), with it for every case elsewhere.
+template <int HD>
+void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
+  if constexpr (HD == 64) {
+    if (p.dropout_p == 0.0f) return run_flash_bwd<HD, false>(p, stream);
   }
-  dkdv<<<grid, Kt::kThreads, Kt::kSmemBytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
-  dq<<<grid, Kt::kThreads, Kt::kSmemBytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  run_flash_bwd<HD, true>(p, stream);
 }
 
 }  // namespace
+
+FlashBwdLaunchStats flash_bwd_launch_stats() {
+  return {g_launches_without_dropout.load(std::memory_order_relaxed), g_launches_kv_in_smem.load(std::memory_order_relaxed)};
+}
 
 bool flash_bwd_head_dim_supported(int head_dim) {
   return head_dim == 64 || head_dim == 80 || head_dim == 88 || head_dim == 128;
