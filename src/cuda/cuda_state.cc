@@ -83,6 +83,7 @@ CudaState::~CudaState() {
   if (e == cudaErrorCudartUnloading) return;  // a static Context outliving the runtime: nothing to free
   if (e != cudaSuccess) std::fprintf(stderr, "unmask: CUDA error at context teardown: %s\n", cudaGetErrorString(e));
   gemm_plans.reset();
+  device_free(cu_seqlens_device_);
   if (workspace) cudaFree(workspace);
   if (lt) cublasLtDestroy(lt);
   if (current_stream() == stream) set_current_stream(nullptr);
@@ -90,6 +91,22 @@ CudaState::~CudaState() {
     allocator_forget_stream(stream);  // tensors may outlive the context
     cudaStreamDestroy(stream);
   }
+}
+
+const int32_t* CudaState::training_cu_seqlens(const std::vector<int32_t>& host) {
+  if (cu_seqlens_device_ == nullptr || host != cu_seqlens_host_) {
+    const size_t bytes = host.size() * sizeof(int32_t);
+    if (bytes > cu_seqlens_capacity_) {
+      void* fresh = device_malloc(bytes, stream);
+      device_free(cu_seqlens_device_);  // stream-ordered: reused only by later work on this stream
+      cu_seqlens_device_ = fresh;
+      cu_seqlens_capacity_ = bytes;
+    }
+    cu_seqlens_host_ = host;  // the copy's source: pageable, staged by the driver before it returns
+    CUDA_CHECK(cudaMemcpyAsync(cu_seqlens_device_, cu_seqlens_host_.data(), bytes, cudaMemcpyHostToDevice, stream));
+    ++cu_seqlens_uploads;
+  }
+  return static_cast<const int32_t*>(cu_seqlens_device_);
 }
 
 int device_count() {

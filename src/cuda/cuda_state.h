@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "unmask/context.h"
 #include "unmask/dtype.h"
@@ -84,6 +85,20 @@ class CudaState {
   /// bit-identical to an uninterrupted one (with the heuristic's choice it is).
   bool gemm_autotune = false;
   std::unique_ptr<GemmPlanCache, GemmPlanCacheDeleter> gemm_plans;
+
+  /// A device copy of the host cu_seqlens `host` ([B + 1] offsets) for the training attention
+  /// ops, uploaded only when it differs from the previous call's: a training step's attention
+  /// calls (2 per layer) all bring the same batch, so a step uploads it once instead of 48 times
+  /// (BERT-large), each upload a small pageable copy that the driver may serialise with the
+  /// stream. The copy is overwritten in stream order, after the work that read the old values.
+  /// Not for CUDA graph captures (a later call may change what a replay would read).
+  const int32_t* training_cu_seqlens(const std::vector<int32_t>& host);
+  uint64_t cu_seqlens_uploads = 0;  // how many times training_cu_seqlens copied (tests)
+
+ private:
+  std::vector<int32_t> cu_seqlens_host_;
+  void* cu_seqlens_device_ = nullptr;  // device_malloc'ed, cu_seqlens_capacity_ bytes
+  size_t cu_seqlens_capacity_ = 0;
 };
 
 /// The context's CUDA state; throws Error if the context does not run on CUDA.

@@ -30,7 +30,7 @@ void check_rows(const char* op, const char* name, const Tensor& t, const Tensor&
 
 /// The sequences and shared fields of p; uploads keep the host copies alive until the launch.
 struct Uploads {
-  std::unique_ptr<ScratchBuffer> cu, mask;
+  std::unique_ptr<ScratchBuffer> mask;
 };
 
 void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -70,11 +70,8 @@ void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k
                  " (cuda): cu_seqlens must be contiguous i32 [B+1], got ", cu.describe());
     p.batch = int(cu.size(0) - 1);
     std::vector<int32_t> host(size_t(cu.size(0)));
-    if (cu.device() == Device::cpu) {  // uploaded from the caller's tensor, as cuda::attention does
+    if (cu.device() == Device::cpu) {  // checked below, then the context's device copy of them
       std::copy_n(cu.data<int32_t>(), host.size(), host.begin());
-      up.cu = std::make_unique<ScratchBuffer>(cu.nbytes(), st.stream);
-      CUDA_CHECK(cudaMemcpyAsync(up.cu->ptr, cu.raw(), cu.nbytes(), cudaMemcpyHostToDevice, st.stream));
-      p.cu_seqlens = up.cu->as<int32_t>();
     } else {  // T sets the dropout counters: read the lengths back (a small copy, a stream sync)
       CUDA_CHECK(cudaMemcpyAsync(host.data(), cu.raw(), cu.nbytes(), cudaMemcpyDeviceToHost, st.stream));
       CUDA_CHECK(cudaStreamSynchronize(st.stream));
@@ -88,6 +85,7 @@ void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k
     }
     UNMASK_CHECK(host[0] == 0 && host[size_t(p.batch)] == N, op, " (cuda): cu_seqlens must run from 0 to N = ", N,
                  ", got ", host[0], " .. ", host[size_t(p.batch)]);
+    if (cu.device() == Device::cpu) p.cu_seqlens = st.training_cu_seqlens(host);  // uploaded when they changed
     p.max_seqlen = int(longest);
   } else {
     const int64_t T = args.padded_seq_len;

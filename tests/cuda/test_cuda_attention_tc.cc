@@ -154,8 +154,10 @@ double max_err(const std::vector<double>& got, const std::vector<double>& want) 
   return e;
 }
 
+/// cu_on_host: a packed case's cu_seqlens stay on the host (as the BERT trainer passes them:
+/// CudaState::training_cu_seqlens uploads them), else they go to the device first.
 Grads run_cuda(const Case& c, const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-               const std::vector<double>& dout, bool tensor_cores) {
+               const std::vector<double>& dout, bool tensor_cores, bool cu_on_host = false) {
   Context& ctx = gpu();
   cuda::CudaState& st = cuda::cuda_state(ctx);
   const bool saved = st.attention_bf16;
@@ -186,7 +188,7 @@ Grads run_cuda(const Case& c, const std::vector<double>& q, const std::vector<do
     cu = Tensor::empty({int64_t(c.lens.size()) + 1}, DType::i32);
     cu.data<int32_t>()[0] = 0;
     for (size_t s = 0; s < c.lens.size(); ++s) cu.data<int32_t>()[s + 1] = cu.data<int32_t>()[s] + int32_t(c.lens[s]);
-    cu = cu.to(Device::cuda);
+    if (!cu_on_host) cu = cu.to(Device::cuda);
     a.cu_seqlens = &cu;
   } else {
     a.padded_seq_len = c.lens[0];
@@ -514,6 +516,38 @@ TEST(CudaAttentionTc, UnknownCtasPerSmIsAnError) {
   st.attention_bf16 = saved;
   gpu().synchronize();
   EXPECT_TRUE(threw) << "UNMASK_FLASH_BWD_CTAS_PER_SM=4 was accepted";
+}
+
+// Host cu_seqlens (the trainer's): the context uploads them when they change, not at every call.
+// The same lengths twice: one upload for four attention calls, the same results; other lengths
+// (same N, so a stale copy would run without complaint): a new upload and exactly the results of
+// device cu_seqlens; the first lengths again: uploaded again.
+TEST(CudaAttentionTc, HostCuSeqlensUploadedWhenTheyChange) {
+  REQUIRE_CUDA_DEVICE();
+  const Case a = packed_case("host cu a", {100, 28, 64}, 0.1f, 8);
+  const Case b = packed_case("host cu b", {64, 64, 64}, 0.1f, 8);
+  const Inputs in = random_inputs(a, base_seed() ^ 0xb00);  // N = 192 rows for both
+  const ScopedEnv deterministic("UNMASK_CUDA_ATTN_BWD", "recompute");  // bitwise comparisons below
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  auto run = [&](const Case& c, bool host) { return run_cuda(c, in.q, in.k, in.v, in.dout, true, host); };
+  auto same = [](const Grads& x, const Grads& y) {
+    return max_err(x.out, y.out) == 0 && max_err(x.lse, y.lse) == 0 && max_err(x.dq, y.dq) == 0 &&
+           max_err(x.dk, y.dk) == 0 && max_err(x.dv, y.dv) == 0;
+  };
+  const Grads a_device = run(a, false), b_device = run(b, false);
+  const uint64_t u0 = st.cu_seqlens_uploads;
+  const Grads a1 = run(a, true);
+  const Grads a2 = run(a, true);
+  EXPECT_EQ(st.cu_seqlens_uploads - u0, 1u) << "the same lengths in four calls";
+  EXPECT_TRUE(same(a1, a_device)) << "host cu_seqlens give other results than device ones";
+  EXPECT_TRUE(same(a2, a_device));
+  const Grads b1 = run(b, true);
+  EXPECT_EQ(st.cu_seqlens_uploads - u0, 2u) << "new lengths were not uploaded";
+  EXPECT_TRUE(same(b1, b_device)) << "the second lengths ran with the first ones' device copy";
+  EXPECT_FALSE(same(b1, a1)) << "the two cases should differ (the test would prove nothing)";
+  const Grads a3 = run(a, true);
+  EXPECT_EQ(st.cu_seqlens_uploads - u0, 3u);
+  EXPECT_TRUE(same(a3, a_device));
 }
 
 // A bad UNMASK_CUDA_ATTN_BWD is an error that names the variable, not a silent default.
