@@ -891,3 +891,56 @@ TEST(Optimizer, MultiTensorOpsAreTheOneTensorOps) {
   const std::string e = unmask::test::error_of([&] { ops::adamw_update_many(ctx, bad); });
   EXPECT_NE(e.find("adamw_update_many"), std::string::npos) << e;
 }
+
+// ops::lamb_update_many on the CPU (CUDA fuses it into two passes, tests/cuda): item by item the
+// sequence it stands for, bit for bit: ||p||^2, lamb_moments into u, ||u||^2, lamb_apply (with
+// weight decay; a zero p gives ratio 1), or lamb_moments and the ratio-1 axpy (without); an
+// empty item; and a bad item named by the op.
+TEST(Optimizer, LambUpdateManyIsTheOpSequence) {
+  Context ctx({.num_threads = 2});
+  std::mt19937_64 gen(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rnd = [&](int64_t n, float scale, bool positive = false) {
+    Tensor t = Tensor::empty({n}, DType::f32);
+    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = positive ? std::fabs(scale * nd(gen)) : scale * nd(gen);
+    return t;
+  };
+  const std::vector<int64_t> sizes = {3, 0, 5000, 17, 9000};
+  std::vector<Tensor> p, g, m, v;
+  for (int64_t n : sizes) p.push_back(rnd(n, 1)), g.push_back(rnd(n, 0.1f)), m.push_back(rnd(n, 0.01f)), v.push_back(rnd(n, 0.001f, true));
+  std::fill(p[3].data<float>(), p[3].data<float>() + p[3].numel(), 0.0f);  // ||p|| = 0 with weight decay: ratio 1
+  auto copies = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(t.contiguous());
+    return out;
+  };
+  std::vector<Tensor> p1 = copies(p), m1 = copies(m), v1 = copies(v), p2 = copies(p), m2 = copies(m), v2 = copies(v);
+  std::vector<ops::AdamItem> items;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ops::AdamArgs args{.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = i == 2 ? 0.0f : 0.01f,
+                       .step = 3, .grad_scale = 0.7f};
+    const float lr = 1e-3f * float(i + 1);
+    items.push_back({&p2[i], &g[i], &m2[i], &v2[i], nullptr, lr, args});
+    if (sizes[i] == 0) continue;
+    Tensor u = Tensor::empty({sizes[i]}, DType::f32), sq = Tensor::empty({2}, DType::f64);
+    sq.data<double>()[0] = ops::sum_squares(ctx, p1[i]);
+    ops::lamb_moments(ctx, p1[i], g[i], m1[i], v1[i], u, args);
+    sq.data<double>()[1] = ops::sum_squares(ctx, u);
+    if (args.weight_decay != 0.0f)
+      ops::lamb_apply(ctx, lr, sq.slice(0, 0, 1), sq.slice(0, 1, 2), u, p1[i]);
+    else
+      ops::axpy(ctx, float(-double(lr)), u, p1[i]);
+  }
+  ops::lamb_update_many(ctx, items);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) continue;
+    EXPECT_EQ(std::memcmp(p1[i].raw(), p2[i].raw(), p1[i].nbytes()), 0) << "p of item " << i;
+    EXPECT_EQ(std::memcmp(m1[i].raw(), m2[i].raw(), m1[i].nbytes()), 0) << "m of item " << i;
+    EXPECT_EQ(std::memcmp(v1[i].raw(), v2[i].raw(), v1[i].nbytes()), 0) << "v of item " << i;
+    EXPECT_NE(std::memcmp(p2[i].raw(), p[i].raw(), p[i].nbytes()), 0) << "item " << i << " did not move";
+  }
+  std::vector<ops::AdamItem> bad = items;
+  bad[4].m = &p2[4];  // m is p
+  const std::string e = unmask::test::error_of([&] { ops::lamb_update_many(ctx, bad); });
+  EXPECT_NE(e.find("lamb_update_many"), std::string::npos) << e;
+}

@@ -197,8 +197,6 @@ class Optimizer {
   OptimizerConfig config_;
   std::vector<Param>* params_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // per param, its shape and device
-  Tensor update_;  // LAMB: u of one param at a time, [numel of the largest param]
-  Tensor norms_sq_;  // LAMB: f64 [2 * params] on their device: ||p||^2 per param, then ||u||^2
   int64_t step_ = 0;
 };
 

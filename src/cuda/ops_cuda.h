@@ -161,6 +161,8 @@ std::vector<double> sum_squares_many(Context& ctx, const float* const* xs, const
 void adamw_update_many(Context& ctx, const std::vector<ops::AdamItem>& items);
 void lamb_moments_many(Context& ctx, const std::vector<ops::AdamItem>& items);
 void lamb_apply_many(Context& ctx, const std::vector<ops::LambApplyItem>& items);
+/// ops::lamb_update_many: the fused two-pass LAMB step (train_kernels.h lamb_update_many_n).
+void lamb_update_many(Context& ctx, const std::vector<ops::AdamItem>& items);
 /// ops::copy_many's batched items (contiguous f32 -> bf16 / f16 on ctx's device, validated):
 /// a launch per 32 tensors of each target dtype (optim.cu's multi-tensor apply), no sync.
 void copy_many(Context& ctx, const std::vector<ops::CopyItem>& items);

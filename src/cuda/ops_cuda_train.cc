@@ -136,6 +136,15 @@ void lamb_moments_many(Context& ctx, const std::vector<ops::AdamItem>& items) {
   lamb_moments_many_n(ts.data(), int64_t(ts.size()), cuda_state(ctx).stream);
 }
 
+void lamb_update_many(Context& ctx, const std::vector<ops::AdamItem>& items) {
+  std::vector<LambFusedTensor> ts;
+  ts.reserve(items.size());
+  for (const ops::AdamItem& it : items)
+    ts.push_back({it.p->data<float>(), it.g->data<float>(), it.m->data<float>(), it.v->data<float>(), it.p->numel(),
+                  ops::lamb_scalars(it.args), it.lr, it.args.weight_decay != 0.0f ? 1 : 0});
+  lamb_update_many_n(ts.data(), int64_t(ts.size()), cuda_state(ctx).stream);
+}
+
 void lamb_apply_many(Context& ctx, const std::vector<ops::LambApplyItem>& items) {
   std::vector<LambApplyTensor> ts;
   ts.reserve(items.size());

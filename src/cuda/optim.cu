@@ -17,6 +17,7 @@
 // The multi-tensor updates (adamw_update_many_n, lamb_moments_many_n, lamb_apply_many_n) run
 // the one-tensor kernels' element functions over chunk tables of up to 32 tensors a launch.
 #include <algorithm>
+#include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/train_kernels.h"
@@ -46,17 +47,30 @@ __device__ __forceinline__ void adamw_element(float* __restrict__ p, const float
   p[i] = __fsub_rn(__fmul_rn(p[i], s.decay), __fmul_rn(s.step_size, mi / d));
 }
 
-/// apex LAMB stage 1 element update (optim_ops.cc lamb_moments_kernel) of element i.
-__device__ __forceinline__ void lamb_moments_element(const float* __restrict__ p, const float* __restrict__ g,
-                                                     float* __restrict__ m, float* __restrict__ v,
-                                                     float* __restrict__ u, int64_t i, const ops::LambScalars& s) {
+/// LAMB's update direction u of one element from its new moments and p (IEEE operations only,
+/// no contraction: the fused step computes it twice and must get the same bits).
+__device__ __forceinline__ float lamb_direction(float mi, float vi, float pi, const ops::LambScalars& s) {
+  const float denom = sqrtf(vi / s.bias2);
+  return __fadd_rn((mi / s.bias1) / __fadd_rn(denom, s.eps), __fmul_rn(s.weight_decay, pi));
+}
+
+/// apex LAMB stage 1's moments of element i (optim_ops.cc lamb_moments_kernel), stored; returns u.
+__device__ __forceinline__ float lamb_moments_of(const float* __restrict__ p, const float* __restrict__ g,
+                                                 float* __restrict__ m, float* __restrict__ v, int64_t i,
+                                                 const ops::LambScalars& s) {
   const float gi = __fmul_rn(s.grad_scale, g[i]);
   const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.beta3, gi));
   const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
   m[i] = mi;
   v[i] = vi;
-  const float denom = sqrtf(vi / s.bias2);
-  u[i] = __fadd_rn((mi / s.bias1) / __fadd_rn(denom, s.eps), __fmul_rn(s.weight_decay, p[i]));
+  return lamb_direction(mi, vi, p[i], s);
+}
+
+/// apex LAMB stage 1 element update (optim_ops.cc lamb_moments_kernel) of element i.
+__device__ __forceinline__ void lamb_moments_element(const float* __restrict__ p, const float* __restrict__ g,
+                                                     float* __restrict__ m, float* __restrict__ v,
+                                                     float* __restrict__ u, int64_t i, const ops::LambScalars& s) {
+  u[i] = lamb_moments_of(p, g, m, v, i, s);
 }
 
 /// LAMB stage 2's step size: float(-double(lr) * ratio), ratio = ||p|| / ||u|| when both norms
@@ -87,7 +101,8 @@ struct ApplyBatch {
   int64_t chunk_begin[kApplyBatch + 1];  // tensor i's chunks: [chunk_begin[i], chunk_begin[i+1])
   int count;
 };
-static_assert(sizeof(ApplyBatch<LambMomentsTensor>) <= 4096, "kernel parameter over 4 KiB");
+static_assert(sizeof(ApplyBatch<LambMomentsTensor>) <= 4096 && sizeof(ApplyBatch<LambFusedTensor>) <= 4096,
+              "kernel parameter over 4 KiB");
 
 /// Block b's tensor and element range [begin, end) (chunk_begin[i] <= b < chunk_begin[i+1]).
 template <typename T>
@@ -121,6 +136,56 @@ __global__ void __launch_bounds__(kThreads) lamb_apply_many_kernel(const ApplyBa
   const LambApplyTensor& x = b.t[apply_chunk(b, begin, end)];
   const float alpha = x.ratio_one ? __double2float_rn(-double(x.lr)) : lamb_alpha(x.lr, x.param_sq, x.update_sq);
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) x.p[i] = __fadd_rn(x.p[i], __fmul_rn(alpha, x.u[i]));
+}
+
+/// Fixed-shape tree over blockDim.x (a power of two) doubles in shared memory; thread 0 gets it.
+__device__ double block_tree_sum(double v, double* s);
+
+/// Fused LAMB pass 1 (lamb_update_many_n): block b updates the moments of its chunk and writes
+/// the chunk's sums of p^2 and u^2 (decayed tensors; 0 otherwise) to partial_p[b], partial_u[b].
+__global__ void __launch_bounds__(kThreads) lamb_moments_norms_kernel(const ApplyBatch<LambFusedTensor> b,
+                                                                      double* partial_p, double* partial_u) {
+  __shared__ double sp[kThreads], su[kThreads];
+  int64_t begin, end;
+  const LambFusedTensor& x = b.t[apply_chunk(b, begin, end)];
+  double acc_p = 0.0, acc_u = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    const float pi = x.p[i];
+    const float u = lamb_moments_of(x.p, x.g, x.m, x.v, i, x.s);
+    acc_p += double(pi) * double(pi);  // squares of floats: exact in double
+    acc_u += double(u) * double(u);
+  }
+  if (!x.decayed) return;  // uniform per block: the whole chunk is one tensor's
+  const double tp = block_tree_sum(acc_p, sp), tu = block_tree_sum(acc_u, su);
+  if (threadIdx.x == 0) partial_p[blockIdx.x] = tp, partial_u[blockIdx.x] = tu;
+}
+
+/// Fused LAMB, per tensor t of the batch (one block of kFinalThreads): norms[2t] = ||p||^2 and
+/// norms[2t + 1] = ||u||^2, the sums of its chunks' partials in a fixed order.
+__global__ void __launch_bounds__(kFinalThreads) lamb_norms_kernel(const ApplyBatch<LambFusedTensor> b,
+                                                                   const double* partial_p, const double* partial_u,
+                                                                   double* norms) {
+  __shared__ double sp[kFinalThreads], su[kFinalThreads];
+  const int t = blockIdx.x;
+  if (!b.t[t].decayed) return;
+  const int64_t first = b.chunk_begin[t], chunks = b.chunk_begin[t + 1] - first;
+  double acc_p = 0.0, acc_u = 0.0;
+  for (int64_t k = threadIdx.x; k < chunks; k += kFinalThreads) acc_p += partial_p[first + k], acc_u += partial_u[first + k];
+  const double tp = block_tree_sum(acc_p, sp), tu = block_tree_sum(acc_u, su);
+  if (threadIdx.x == 0) norms[2 * t] = tp, norms[2 * t + 1] = tu;
+}
+
+/// Fused LAMB pass 2: p += alpha u, u recomputed from the stored m, v and p (pass 1's bits),
+/// alpha from the tensor's norms (lamb_apply's ratio) or -lr (not decayed).
+__global__ void __launch_bounds__(kThreads) lamb_step_kernel(const ApplyBatch<LambFusedTensor> b, const double* norms) {
+  int64_t begin, end;
+  const int t = apply_chunk(b, begin, end);
+  const LambFusedTensor& x = b.t[t];
+  const float alpha = x.decayed ? lamb_alpha(x.lr, norms + 2 * t, norms + 2 * t + 1) : __double2float_rn(-double(x.lr));
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    const float pi = x.p[i];
+    x.p[i] = __fadd_rn(pi, __fmul_rn(alpha, lamb_direction(x.m[i], x.v[i], pi, x.s)));
+  }
 }
 
 /// The bf16 / f16 copies of many f32 tensors (ops::copy_many): from_float, cast.cu's rounding.
@@ -390,6 +455,41 @@ void lamb_moments_many_n(const LambMomentsTensor* ts, int64_t count, cudaStream_
 
 void lamb_apply_many_n(const LambApplyTensor* ts, int64_t count, cudaStream_t stream) {
   apply_many("lamb_apply_many", ts, count, lamb_apply_many_kernel, stream);
+}
+
+void lamb_update_many_n(const LambFusedTensor* ts, int64_t count, cudaStream_t stream) {
+  constexpr const char* op = "lamb_update_many";
+  UNMASK_CHECK(count >= 0, op, " (cuda): bad count ", count);
+  // The batches run one after the other on the stream, so they share one scratch: the largest
+  // batch's chunk partials (p^2 and u^2) and 2 kApplyBatch norms.
+  std::vector<ApplyBatch<LambFusedTensor>> batches(1);
+  int64_t most_chunks = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    UNMASK_CHECK(ts[i].n >= 0, op, " (cuda): tensor ", i, " has a bad size n=", ts[i].n);
+    if (ts[i].n == 0) continue;
+    if (batches.back().count == kApplyBatch) batches.emplace_back();
+    ApplyBatch<LambFusedTensor>& b = batches.back();
+    b.t[b.count] = ts[i];
+    b.chunk_begin[b.count + 1] = b.chunk_begin[b.count] + ceil_div(ts[i].n, kApplyChunk);
+    ++b.count;
+    most_chunks = std::max(most_chunks, b.chunk_begin[b.count]);
+  }
+  if (most_chunks == 0) return;
+  UNMASK_CHECK(most_chunks < (int64_t(1) << 31), op, " (cuda): too many elements in one launch (", most_chunks,
+               " chunks)");
+  ScratchBuffer scratch(size_t(2 * most_chunks + 2 * kApplyBatch) * sizeof(double), stream);
+  double* partial_p = scratch.as<double>();
+  double* partial_u = partial_p + most_chunks;
+  double* norms = partial_u + most_chunks;
+  for (const ApplyBatch<LambFusedTensor>& b : batches) {
+    const unsigned chunks = unsigned(b.chunk_begin[b.count]);
+    lamb_moments_norms_kernel<<<chunks, kThreads, 0, stream>>>(b, partial_p, partial_u);
+    CUDA_CHECK_LAUNCH();
+    lamb_norms_kernel<<<unsigned(b.count), kFinalThreads, 0, stream>>>(b, partial_p, partial_u, norms);
+    CUDA_CHECK_LAUNCH();
+    lamb_step_kernel<<<chunks, kThreads, 0, stream>>>(b, norms);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace unmask::cuda

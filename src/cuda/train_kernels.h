@@ -168,4 +168,29 @@ void cast_many_n(const CastTensor* ts, int64_t count, DType dst_dtype, cudaStrea
 void lamb_moments_many_n(const LambMomentsTensor* ts, int64_t count, cudaStream_t stream);
 void lamb_apply_many_n(const LambApplyTensor* ts, int64_t count, cudaStream_t stream);
 
+/// One tensor of the fused LAMB step (lamb_update_many_n). decayed: the trust ratio
+/// ||p|| / ||u|| (the item has weight decay), else ratio 1 (axpy's step of -lr).
+struct LambFusedTensor {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  int64_t n;
+  ops::LambScalars s;
+  float lr;
+  int decayed;
+};
+/// The whole LAMB step of many tensors without storing u, in two passes over the parameters
+/// (a batch of kApplyBatch tensors at a time):
+///   1. m, v updated (lamb_moments_n's element arithmetic), u computed in registers; per chunk
+///      of kApplyChunk elements the double sums of p^2 (before the step) and u^2 (decayed
+///      tensors), a fixed tree per block;
+///   2. per tensor the sums of its chunks' partials (a fixed order), then the trust ratio
+///      (lamb_apply_n's double arithmetic) and p += alpha u with u recomputed from the stored m,
+///      v and the unchanged p: the same IEEE operations as in pass 1, so the same u bits.
+/// 24 + 16 bytes of traffic an element (read p, g, m, v, write m, v; read m, v, p, write p)
+/// against 28 + 8 + 12 through lamb_moments_many_n, sum_squares_many_n of p and of u, and
+/// lamb_apply_many_n. Deterministic: the chunking depends on the sizes only. ts: a host array.
+void lamb_update_many_n(const LambFusedTensor* ts, int64_t count, cudaStream_t stream);
+
 }  // namespace unmask::cuda

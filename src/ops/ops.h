@@ -311,6 +311,17 @@ struct LambApplyItem {
   Tensor* p = nullptr;
 };
 void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items);
+/// The whole LAMB step of many parameters (items' p, g, m, v, lr, args; `update` unused). Item i
+/// is: with weight decay (args.weight_decay != 0) param_sq = ||p||^2 before the step,
+/// lamb_moments into a u, update_sq = ||u||^2, then lamb_apply(lr, param_sq, update_sq, u, p);
+/// without, lamb_moments and axpy(float(-double(lr)), u, p) (ratio 1). The CPU runs exactly that
+/// sequence per item (the bits of those ops). CUDA never stores u: pass 1 updates m and v and
+/// sums p^2 and u^2 per chunk, pass 2 recomputes u from the new m, v and p (the same IEEE
+/// operations, the same bits) and steps p: 40 bytes of memory traffic an element against 48
+/// for the three-op sequence, and no u buffer. Its norms are deterministic sums in a fixed order
+/// of their own (within rounding of sum_squares's; so not the bits of the three CUDA ops).
+/// Validated as adamw_update_many validates; items must not share memory with each other.
+void lamb_update_many(Context& ctx, const std::vector<AdamItem>& items);
 
 // ---- video tokens (VideoMAE pretraining; ops/video_ops.cc) -----------------------------------
 //

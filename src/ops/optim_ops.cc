@@ -8,6 +8,7 @@
 // (exact resume and run-to-run reproducibility depend on it).
 //
 // The float64 references are written out in tests/test_optimizer.cc next to the tests.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -555,6 +556,35 @@ void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items) {
   (void)device;
   for (const LambApplyItem& it : items)
     if (it.p->numel() > 0) run_lamb_apply_cpu(op, ctx, it.lr, it.param_sq, it.update_sq, *it.update, *it.p);
+}
+
+void lamb_update_many(Context& ctx, const std::vector<AdamItem>& items) {
+  detail::OpScope op_scope(ctx, "lamb_update_many");
+  constexpr const char* op = "lamb_update_many";
+  const Device device = items_device(op, items, [](const AdamItem& it) {
+    return std::array<const Tensor*, 4>{it.p, it.g, it.m, it.v};
+  });
+  for (const AdamItem& it : items) check_adamw(op, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
+#ifdef UNMASK_WITH_CUDA
+  if (device == Device::cuda) return cuda::lamb_update_many(ctx, items);
+#endif
+  (void)device;
+  // The CPU: per item the sequence of one-tensor ops, u in one scratch the size of the largest.
+  int64_t largest = 0;
+  for (const AdamItem& it : items) largest = std::max(largest, it.p->numel());
+  if (largest == 0) return;
+  Tensor u_all = Tensor::empty({largest}, DType::f32);
+  Tensor sq = Tensor::empty({2}, DType::f64);
+  const Tensor param_sq = sq.slice(0, 0, 1), update_sq = sq.slice(0, 1, 2);
+  for (const AdamItem& it : items) {
+    if (it.p->numel() == 0) continue;
+    Tensor u = u_all.slice(0, 0, it.p->numel()).view(it.p->shape());
+    const bool decayed = it.args.weight_decay != 0.0f;
+    if (decayed) sq.data<double>()[0] = sum_squares(ctx, *it.p);
+    run_lamb_moments(ctx, *it.p, *it.g, *it.m, *it.v, u, it.args);
+    if (decayed) sq.data<double>()[1] = sum_squares(ctx, u);
+    run_lamb_apply_cpu(op, ctx, it.lr, decayed ? &param_sq : nullptr, decayed ? &update_sq : nullptr, u, *it.p);
+  }
 }
 
 }  // namespace unmask::ops

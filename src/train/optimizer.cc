@@ -15,14 +15,10 @@
 // Every piece is deterministic, so an optimizer rebuilt from state() takes bit-identical steps.
 //
 // Host round trips: one per step (the global norm, which decides the clipping and is reported).
-// The LAMB norms stay on the params' device: ||p||^2 of every decayed param in one batched
-// ops::sum_squares_many before any update (each update touches only its own param), ||u||^2
-// into a device slot after the moments, and lamb_apply reads both there. The updates go through
-// the multi-tensor ops (adamw_update_many, lamb_moments_many, lamb_apply_many): on a CUDA
-// context a step is a few dozen launches with a single sync (a launch per 32 params, LAMB a
-// group of params at a time: their u side by side in a 2^25-element scratch); on the CPU the
-// arithmetic is the per-param sum_squares / sqrt / divide / axpy sequence it always was, bit for
-// bit.
+// The updates go through the multi-tensor ops: adamw_update_many, and for LAMB
+// lamb_update_many, whose norms stay on the params' device (CUDA: two passes over the params,
+// u never stored, a few launches per 32 params and no sync); on the CPU the arithmetic is the
+// per-param sum_squares / moments / sqrt / divide / axpy sequence it always was, bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -70,7 +66,6 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<Param>& params)
     : config_(config), params_(&params) {
   validate_config(config_);
   std::set<std::string> names;
-  int64_t largest = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = params[i];
     validate_param(p, i);
@@ -78,17 +73,6 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::vector<Param>& params)
                  "' (the optimizer state is keyed by name)");
     exp_avg_.push_back(Tensor::zeros(p.value.shape(), DType::f32, p.value.device()));
     exp_avg_sq_.push_back(Tensor::zeros(p.value.shape(), DType::f32, p.value.device()));
-    largest = std::max(largest, p.value.numel());
-  }
-  if (config_.kind == OptimizerKind::lamb && !params.empty()) {
-    // u of a group of params at a time: on CUDA up to 2^25 elements (128 MiB; the multi-tensor
-    // launches want many params a group), on the CPU the largest param (one at a time is as fast).
-    int64_t total = 0;
-    for (const Param& p : params) total += p.value.numel();
-    const Device device = params[0].value.device();
-    const int64_t capacity = device == Device::cuda ? std::max(largest, std::min(total, int64_t(1) << 25)) : largest;
-    update_ = Tensor::empty({capacity}, DType::f32, device);
-    norms_sq_ = Tensor::zeros({2 * int64_t(params.size())}, DType::f64, params[0].value.device());
   }
 }
 
@@ -134,26 +118,10 @@ OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale
   }
   const float scale = float(double(grad_scale) * stats.clip_factor);
 
-  // LAMB: ||p||^2 of the decayed params (before any update) into norms_sq_[0, k), k = the
-  // param's rank among them; its ||u||^2 goes to norms_sq_[P + k].
-  const int64_t num_params = int64_t(params.size());
-  std::vector<int64_t> norm_slot(params.size(), -1);
-  if (config_.kind == OptimizerKind::lamb && config_.weight_decay != 0.0f && !params.empty()) {
-    std::vector<const Tensor*> decayed;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!params[i].weight_decay || params[i].value.numel() == 0) continue;
-      norm_slot[i] = int64_t(decayed.size());
-      decayed.push_back(&params[i].value);
-    }
-    Tensor param_sq = norms_sq_.slice(0, 0, int64_t(decayed.size()));
-    ops::sum_squares_many(ctx, decayed, param_sq);
-  }
-
   // 3. the per-param updates, through the multi-tensor ops (CUDA: a launch per 32 params; the
   //    CPU: the one-tensor op per param, bit for bit either way).
   ++step_;
   std::vector<ops::AdamItem> items;
-  std::vector<int64_t> item_slot;  // LAMB: items[j]'s norm slot k (-1: not decayed)
   for (size_t i = 0; i < params.size(); ++i) {
     Param& p = params[i];
     if (p.value.numel() == 0) continue;
@@ -167,66 +135,11 @@ OptimizerStepStats Optimizer::step(Context& ctx, float step_lr, float grad_scale
     it.args.step = step_;
     it.args.grad_scale = scale;
     items.push_back(it);
-    item_slot.push_back(norm_slot[i]);
   }
-  if (config_.kind == OptimizerKind::adamw) {
+  if (config_.kind == OptimizerKind::adamw)
     ops::adamw_update_many(ctx, items);
-    return stats;
-  }
-  // LAMB, a group of params at a time (their u side by side in update_): the moments and u,
-  // ||u||^2 of the decayed params into norms_sq_[P + k] (consecutive k: the decayed params in
-  // order), then p += -lr ratio u (ratio 1 for params without weight decay).
-  std::vector<Tensor> views;  // the group's u views and norm slots (the items point at them)
-  auto run_group = [&](size_t begin, size_t end) {
-    if (begin == end) return;
-    views.clear();
-    views.reserve(3 * (end - begin));
-    std::vector<ops::AdamItem> group(items.begin() + ptrdiff_t(begin), items.begin() + ptrdiff_t(end));
-    int64_t offset = 0;
-    for (ops::AdamItem& it : group) {
-      views.push_back(update_.slice(0, offset, offset + it.p->numel()).view(it.p->shape()));
-      it.update = &views.back();
-      offset += it.p->numel();
-    }
-    ops::lamb_moments_many(ctx, group);
-    std::vector<const Tensor*> decayed_updates;
-    int64_t first_slot = -1;
-    for (size_t j = begin; j < end; ++j) {
-      if (group[j - begin].args.weight_decay == 0.0f) continue;
-      if (first_slot < 0) first_slot = item_slot[j];
-      decayed_updates.push_back(group[j - begin].update);
-    }
-    if (!decayed_updates.empty()) {
-      Tensor update_sq = norms_sq_.slice(0, num_params + first_slot, num_params + first_slot + int64_t(decayed_updates.size()));
-      ops::sum_squares_many(ctx, decayed_updates, update_sq);
-    }
-    std::vector<ops::LambApplyItem> apply;
-    for (size_t j = begin; j < end; ++j) {
-      const ops::AdamItem& it = group[j - begin];
-      ops::LambApplyItem a;
-      a.lr = it.lr, a.update = it.update, a.p = it.p;
-      if (it.args.weight_decay != 0.0f) {
-        const int64_t k = item_slot[j];
-        views.push_back(norms_sq_.slice(0, k, k + 1));
-        a.param_sq = &views.back();
-        views.push_back(norms_sq_.slice(0, num_params + k, num_params + k + 1));
-        a.update_sq = &views.back();
-      }
-      apply.push_back(a);
-    }
-    ops::lamb_apply_many(ctx, apply);
-  };
-  size_t group_begin = 0;
-  int64_t group_elems = 0;
-  for (size_t j = 0; j < items.size(); ++j) {
-    const int64_t n = items[j].p->numel();
-    if (group_elems + n > update_.numel()) {
-      run_group(group_begin, j);
-      group_begin = j, group_elems = 0;
-    }
-    group_elems += n;
-  }
-  run_group(group_begin, items.size());
+  else  // LAMB: the trust ratio ||p|| / ||u|| per param with weight decay, ratio 1 without
+    ops::lamb_update_many(ctx, items);
   return stats;
 }
 

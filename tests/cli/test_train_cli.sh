@@ -157,7 +157,7 @@ p = r["profile"]
 ops = {o["op"]: o for o in p["ops"]}
 assert p["steps"] == 2, p["steps"]
 assert ops["gemm"]["calls_per_step"] >= 12, ops["gemm"]  # 2 layers x (4 forward + 8 backward) at least
-assert "lamb_moments_many" in ops and "attention_forward_train" in ops and "cross_entropy" in ops, sorted(ops)
+assert "lamb_update_many" in ops and "attention_forward_train" in ops and "cross_entropy" in ops, sorted(ops)
 total = sum(o["ms_per_step"] for o in p["ops"]) + p["other_ms_per_step"]
 assert abs(total - p["step_ms"]) < 1e-6 * max(1.0, p["step_ms"]), (total, p["step_ms"])
 ' "$W/profile.json"

@@ -776,3 +776,74 @@ TEST(CudaTrainOptim, MultiTensorOpsEqualTheOneTensorOps) {
     expect_bits(all_values(p2), all_values(p1), "lamb_apply_many p");
   }
 }
+
+// ops::lamb_update_many on CUDA (two passes, u never stored) against the CPU's op sequence on
+// the same 70 tensors (three 32-tensor batches; sizes around the 8192-element chunk, an empty
+// one, a zero one with weight decay: ratio 1, some without weight decay) for two steps: m, v and
+// p within the CPU ops' tolerance (1e-6 relative: compiler choices, and for p the rounding of the
+// norms' sum order, which is not sum_squares's); two runs give the same bits
+// (deterministic); and the step differs from one without the trust ratio (the norms are used).
+TEST(CudaTrainOptim, FusedLambUpdateMatchesTheCpuSequence) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaFusedLamb");
+  const int count = 70;
+  std::vector<Tensor> p, g, m, v;
+  std::vector<ops::AdamArgs> args;
+  std::vector<float> lr;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i == 5 ? 0 : i % 7 == 0 ? 8192 * (1 + i % 3) + i : rng.integer(1, 3000);
+    p.push_back(i == 9 ? Tensor::zeros({n}, DType::f32) : rng.tensor({n}));
+    g.push_back(rng.tensor({n}, 0.1f));
+    m.push_back(rng.tensor({n}, 0.01f));
+    Tensor vv = rng.tensor({n}, 0.001f);
+    for (int64_t k = 0; k < n; ++k) vv.data<float>()[k] = std::fabs(vv.data<float>()[k]);
+    v.push_back(vv);
+    args.push_back({.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = i % 4 == 1 ? 0.0f : 0.01f,
+                    .step = 3 + i % 2, .grad_scale = 0.5f + 0.01f * float(i)});
+    lr.push_back(1e-3f * float(1 + i % 5));
+  }
+  auto on = [](const std::vector<Tensor>& ts, Device d) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : ts) out.push_back(d == Device::cuda ? t.to(Device::cuda) : t.contiguous());
+    return out;
+  };
+  auto items_of = [&](std::vector<Tensor>& pp, std::vector<Tensor>& gg, std::vector<Tensor>& mm, std::vector<Tensor>& vv) {
+    std::vector<ops::AdamItem> items;
+    for (int i = 0; i < count; ++i) {
+      const size_t k = size_t(i);
+      items.push_back({&pp[k], &gg[k], &mm[k], &vv[k], nullptr, lr[k], args[k]});
+    }
+    return items;
+  };
+  std::vector<Tensor> pc = on(p, Device::cpu), gc = on(g, Device::cpu), mc = on(m, Device::cpu), vc = on(v, Device::cpu);
+  std::vector<Tensor> pg = on(p, Device::cuda), gg = on(g, Device::cuda), mg = on(m, Device::cuda), vg = on(v, Device::cuda);
+  std::vector<Tensor> pg2 = on(p, Device::cuda), mg2 = on(m, Device::cuda), vg2 = on(v, Device::cuda);
+  std::vector<ops::AdamItem> cpu_items = items_of(pc, gc, mc, vc), gpu_items = items_of(pg, gg, mg, vg),
+                             gpu_items2 = items_of(pg2, gg, mg2, vg2);
+  for (int step = 0; step < 2; ++step) {
+    ops::lamb_update_many(cpu(), cpu_items);
+    ops::lamb_update_many(gpu(), gpu_items);
+    ops::lamb_update_many(gpu(), gpu_items2);
+  }
+  for (int i = 0; i < count; ++i) {
+    const size_t k = size_t(i);
+    const std::string what = "item " + std::to_string(i) + " n=" + std::to_string(p[k].numel());
+    expect_close(values(mg[k]), values(mc[k]), 1e-7, 1e-6, what + " m");
+    expect_close(values(vg[k]), values(vc[k]), 1e-7, 1e-6, what + " v");
+    expect_close(values(pg[k]), values(pc[k]), 1e-7, 1e-6, what + " p");
+    expect_bits(values(pg2[k]), values(pg[k]), what + ": two runs");
+  }
+  // The trust ratio mattered: one step with weight decay but every norm slot forced to ratio 1
+  // (lamb_moments + axpy) lands elsewhere than the fused step on a decayed item.
+  std::vector<Tensor> p3 = on(p, Device::cuda), m3 = on(m, Device::cuda), v3 = on(v, Device::cuda);
+  std::vector<ops::AdamItem> one_step = items_of(p3, gg, m3, v3);
+  ops::lamb_update_many(gpu(), one_step);
+  const size_t decayed = 2;  // n in [1, 3000), weight decay 0.01, p random
+  Tensor u = Tensor::empty(p[decayed].shape(), DType::f32, Device::cuda), m4 = m[decayed].to(Device::cuda),
+         v4 = v[decayed].to(Device::cuda), p4 = p[decayed].to(Device::cuda);
+  ops::lamb_moments(gpu(), p4, gg[decayed], m4, v4, u, args[decayed]);
+  ops::axpy(gpu(), float(-double(lr[decayed])), u, p4);
+  const std::vector<float> fused = values(p3[decayed]), ratio_one = values(p4);
+  EXPECT_NE(std::memcmp(fused.data(), ratio_one.data(), fused.size() * sizeof(float)), 0)
+      << "the fused step ignored ||p|| / ||u||";
+}
