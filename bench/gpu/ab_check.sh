@@ -12,7 +12,8 @@
 #      attention backward; UNMASK_FLASH_WARP_ROWS=32: the forward attention with 32 query rows
 #      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue;
 #      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing;
-#      UNMASK_FLASH_BWD_CTAS_PER_SM=3: the dK/dV kernel with K and V in shared memory, 3 CTAs/SM);
+#      UNMASK_FLASH_BWD_CTAS_PER_SM=3: the dK/dV kernel with K and V in shared memory, 3 CTAs/SM;
+#      UNMASK_CUDA_LN_BWD_FUSED=1: the LayerNorm backward's dx and parameter sums in one pass);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
 #      new, new with each variant alone, atomic dQ with three CTAs, and all of them; then --profile 2 of new and of new
 #      with all of them;
@@ -88,7 +89,7 @@ if go "cuda tests"; then
 fi
 # The opt-in variants, as env assignments (each alone, then all together).
 VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
-          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3")
+          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_CUDA_LN_BWD_FUSED=1")
 ALL_VARIANTS="${VARIANTS[*]}"
 # Pairs worth a row of their own: the three-CTA dK/dV kernel with the atomic dQ it was made for
 PAIRS=("UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3")
@@ -207,9 +208,11 @@ if command -v ncu > /dev/null; then
   # The row kernels of the same step: achieved bandwidth of the first two launches of each (the
   # backward's first are the decoder's, 32 x 1,568 = 50,176 rows of 384 or 1,536 columns; the
   # forward's first LayerNorms are the encoder's, 32 x 160 rows of 768)
-  for k in layernorm_backward_dx column_partials activation_backward layernorm_stats; do
+  for k in layernorm_backward_dx column_partials layernorm_backward_fused activation_backward layernorm_stats; do
     go "ncu $k" || continue
-    timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip 0 --launch-count 2 \
+    knob=UNMASK_UNUSED=0
+    [ "$k" = layernorm_backward_fused ] && knob=UNMASK_CUDA_LN_BWD_FUSED=1  # the opt-in kernel
+    env "$knob" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip 0 --launch-count 2 \
       --section SpeedOfLight --section LaunchStats "$BIN/unmask" bench videomae --device cuda --precision bf16 \
       --model vit-b --batch 32 --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$k.txt" 2>&1
     note "ncu $k: rc $? at $(at)s"

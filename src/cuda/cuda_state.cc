@@ -66,6 +66,8 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
   epilogue_round_once = once && std::strcmp(once, "1") == 0;
   const char* bgrad = std::getenv("UNMASK_CUDA_BGRAD_EPILOGUE");
   bias_grad_epilogue = bgrad && std::strcmp(bgrad, "1") == 0;
+  const char* ln_fused = std::getenv("UNMASK_CUDA_LN_BWD_FUSED");
+  layernorm_backward_fused = ln_fused && std::strcmp(ln_fused, "1") == 0;
   const char* tune = std::getenv("UNMASK_CUDA_GEMM_AUTOTUNE");
   gemm_autotune = tune && std::strcmp(tune, "1") == 0;
   set_current_stream(stream);

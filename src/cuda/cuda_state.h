@@ -78,6 +78,11 @@ class CudaState {
   /// (UNMASK_CUDA_BGRAD_EPILOGUE=1) instead of the bias_grad kernel's pass over dy. Off until
   /// measured against it on a GPU.
   bool bias_grad_epilogue = false;
+  /// ops::layernorm_backward: dx and the dgamma / dbeta partials from one read of the rows
+  /// (UNMASK_CUDA_LN_BWD_FUSED=1; train_kernels.h layernorm_backward_rows) instead of a column
+  /// pass and a row pass. Same dx, parameter sums in another deterministic order. Off until
+  /// measured against the two passes on a GPU.
+  bool layernorm_backward_fused = false;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
   /// until measured against the heuristic on a GPU. The winner depends on timings, so two

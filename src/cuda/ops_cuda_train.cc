@@ -26,7 +26,7 @@ void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* re
                         bool accumulate_dx) {
   CudaState& st = cuda_state(ctx);
   layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                          st.stream, accumulate_dx);
+                          st.stream, accumulate_dx, st.layernorm_backward_fused);
 }
 
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,

@@ -166,6 +166,98 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   }
 }
 
+/// Warps per block of the fused LayerNorm backward: 4, so that its ~166 registers (bf16, a row
+/// of up to 1024 columns and the lane's column sums in registers; ptxas, sm_90a) still let 3
+/// blocks, 12 warps, share an SM.
+constexpr int kFusedWarps = 4;
+
+/// Rows per warp of the fused LayerNorm backward for N rows: 2, more when N is large, so that
+/// there are at most ~8192 blocks (the partials stay a few percent of the traffic). A function
+/// of N only (determinism).
+int64_t fused_rows_per_warp(int64_t N) { return std::max<int64_t>(2, ceil_div(N, int64_t(kFusedWarps) * 8192)); }
+
+/// LayerNorm backward in one pass over the rows (rows of up to 32 kRowCacheFloats columns, kept
+/// in registers), the dx of layernorm_backward_dx_kernel and the parameter sums of the same read:
+/// block b owns rows [b R W, (b + 1) R W) (W = kFusedWarps) and warp w of it the rows
+/// b R W + w + W k, k < R. Each lane sums dy xhat and dy for its columns over its warp's rows (in
+/// row order); the W warps' sums are added in warp order in shared memory (sbuf, 2C floats) into partial[b][0..2C)
+/// (dgamma | dbeta), which column sums of their own reduce (layernorm_backward_rows). Reads x,
+/// the residual and dy once where the two-kernel path reads them twice. dx may alias dy (each
+/// lane loads its chunks of the row before storing any).
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kFusedWarps * kWarpSize)
+    layernorm_backward_fused_kernel(T* dx, int64_t lddx, float* partial, const T* x, int64_t ldx, const T* residual,
+                                    int64_t ldr, const float* gamma, const float* mean, const float* rstd, const T* dy,
+                                    int64_t lddy, int64_t N, int C, int64_t rows_per_warp, bool accumulate) {
+  constexpr int kChunks = kRowCacheFloats / kVec;
+  extern __shared__ float sbuf[];  // [2C]: dgamma | dbeta partials of the warps folded so far
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  float acc_a[kChunks][kVec], acc_b[kChunks][kVec];  // this lane's columns: sum dy xhat, sum dy
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc_a[i][j] = acc_b[i][j] = 0.0f;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_warp * kFusedWarps;
+  for (int64_t k = 0; k < rows_per_warp; ++k) {
+    const int64_t row = first + warp + k * kFusedWarps;
+    if (row >= N) break;
+    const T* xr = x + row * ldx;
+    const T* rr = residual ? residual + row * ldr : nullptr;
+    const T* dyr = dy + row * lddy;
+    const float mu = mean[row], rs = rstd[row];
+    float xh[kChunks][kVec], g[kChunks][kVec];  // xhat and g = dy gamma of the row
+    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
+      load_sum<T, kVec>(xh[i], xr, rr, c);
+      load_row<T, kVec>(g[i], dyr, c);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        xh[i][j] = (xh[i][j] - mu) * rs;
+        acc_a[i][j] += g[i][j] * xh[i][j];  // column_partials_kernel's a += d ((s - mu) rs)
+        acc_b[i][j] += g[i][j];
+        g[i][j] *= gamma[c + j];
+      }
+    });
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        sum_g += g[i][j];
+        sum_gx += g[i][j] * xh[i][j];
+      }
+    });
+    const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
+    T* dxr = dx + row * lddx;
+    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
+      float d[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) d[j] = rs * (g[i][j] - mg - xh[i][j] * mgx);
+      if (accumulate) {  // the old dx in fp32, one rounding of the sum
+        float old[kVec];
+        load_row<T, kVec>(old, dxr, c);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) d[j] += old[j];
+      }
+      store_chunk<kVec>(dxr, c, d);
+    });
+  }
+  // The warps' sums in warp order: sbuf = w0, then sbuf += w1, ... (a warp without rows adds
+  // zeros).
+  for (int w = 0; w < kFusedWarps; ++w) {
+    if (warp == w) {
+      for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          sbuf[c + j] = w == 0 ? acc_a[i][j] : sbuf[c + j] + acc_a[i][j];
+          sbuf[C + c + j] = w == 0 ? acc_b[i][j] : sbuf[C + c + j] + acc_b[i][j];
+        }
+      });
+    }
+    __syncthreads();
+  }
+  float* out = partial + int64_t(blockIdx.x) * 2 * C;
+  for (int c = threadIdx.x; c < 2 * C; c += kFusedWarps * kWarpSize) out[c] = sbuf[c];
+}
+
 // ---- deterministic column sums ----------------------------------------------------------------
 
 /// Stage 1 of the column sums. Block (column tile bx, chunk by), threads (32 column groups of
@@ -434,12 +526,38 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* mean,
                              const float* rstd, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
-                             cudaStream_t stream, bool accumulate_dx) {
+                             cudaStream_t stream, bool accumulate_dx, bool fused) {
   check_rows("layernorm_backward", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && lddy >= C && lddx >= C && (!residual || ldr >= C)),
                "layernorm_backward (cuda): row strides ldx=", ldx, " ldr=", ldr, " lddy=", lddy, " lddx=", lddx,
                " smaller than C=", C);
   if (N == 0 || C == 0) return;
+  if (fused && C <= kRowCacheFloats * kWarpSize) {
+    // One pass: dx and per-block partials [blocks][dgamma C | dbeta C], then their column sums
+    // (column_partials over the blocks' rows, deterministic) and the final adds.
+    const int64_t rows_per_warp = fused_rows_per_warp(N);
+    const int64_t blocks = ceil_div(N, rows_per_warp * kFusedWarps);
+    UNMASK_CHECK(blocks < (int64_t(1) << 31), "layernorm_backward (cuda): too many rows N=", N);
+    ScratchBuffer block_partial(size_t(blocks * 2 * C) * sizeof(float), stream);
+    const int64_t chunk_rows = chunk_rows_for(blocks), chunks = ceil_div(blocks, chunk_rows);
+    ScratchBuffer partial(size_t(chunks * 2 * C) * sizeof(float), stream);
+    dispatch_storage("layernorm_backward", dtype, [&](auto tag) {
+      using T = decltype(tag);
+      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}}), [&](auto kvec) {
+        layernorm_backward_fused_kernel<T, decltype(kvec)::value>
+            <<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
+                static_cast<T*>(dx), lddx, block_partial.as<float>(), static_cast<const T*>(x), ldx,
+                static_cast<const T*>(residual), ldr, gamma, mean, rstd, static_cast<const T*>(dy), lddy, N, int(C),
+                rows_per_warp, accumulate_dx);
+      });
+      CUDA_CHECK_LAUNCH();
+    });
+    column_partials<float, false>(partial.as<float>(), block_partial.as<float>(), 2 * C, nullptr, 0, nullptr, 0,
+                                  nullptr, nullptr, blocks, 2 * C, chunk_rows, chunks, stream);
+    finish_columns(dgamma, partial.as<float>(), 2 * C, chunks, C, stream);
+    finish_columns(dbeta, partial.as<float>() + C, 2 * C, chunks, C, stream);
+    return;
+  }
   const int64_t chunk_rows = chunk_rows_for(N), chunks = ceil_div(N, chunk_rows);
   ScratchBuffer partial(size_t(chunks * 2 * C) * sizeof(float), stream);  // [chunks][dgamma C | dbeta C]
   dispatch_storage("layernorm_backward", dtype, [&](auto tag) {

@@ -137,16 +137,24 @@ TEST(CudaTrainOps, SupportsTable) {
   }
 }
 
+// Both LayerNorm backward paths: the column pass + row pass, and the fused one
+// (CudaState::layernorm_backward_fused, UNMASK_CUDA_LN_BWD_FUSED=1; rows of up to 1024 columns,
+// so C = 1031 keeps the two passes there too).
 TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainLayerNorm");
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  const bool saved_fused = st.layernorm_backward_fused;
+  for (const bool fused : {false, true})
   for (int64_t C : {1, 7, 768, 1031})
     for (int64_t N : {1, 37, 300})  // 300 rows: three 128-row chunks of the column sums
       for (int variant = 0; variant < 4; ++variant) {
         // 0: no residual; 1: residual; 2: residual, x and dy strided, dx aliases dy;
         // 3: residual, dx += the gradient (accumulate_dx) onto random values.
         SCOPED_TRACE(rng.note());
-        const std::string what = "C=" + std::to_string(C) + " N=" + std::to_string(N) + " variant=" + std::to_string(variant);
+        st.layernorm_backward_fused = fused;
+        const std::string what = std::string(fused ? "fused " : "") + "C=" + std::to_string(C) + " N=" +
+                                 std::to_string(N) + " variant=" + std::to_string(variant);
         const bool use_res = variant >= 1, accumulate = variant == 3;
         Tensor x = rng.tensor({N, C}, 2.0f, 0.7f), r = rng.tensor({N, C}), g = rng.tensor({C}, 0.5f, 1.0f),
                b = rng.tensor({C}), dy = rng.tensor({N, C}), dg0 = rng.tensor({C}), db0 = rng.tensor({C}),
@@ -196,6 +204,58 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
           }
         }
       }
+  st.layernorm_backward_fused = saved_fused;
+}
+
+// The fused LayerNorm backward against the two passes on the models' shapes (bf16 rows of 384,
+// 768 and 1024 columns; up to 70,001 rows: thousands of blocks, whose partials go through a
+// column-sum pass of their own), with a residual, dx over dy, and dx accumulated: dx the same
+// arithmetic (1e-6 relative; bf16 within one ulp), dgamma and dbeta the same sums in another
+// order, and the fused path deterministic run to run.
+TEST(CudaTrainLayerNorm, FusedBackwardMatchesTheTwoPasses) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainLayerNormFused");
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  const bool saved_fused = st.layernorm_backward_fused;
+  struct Shape2 {
+    int64_t N, C;
+  };
+  // 70,001 rows: 3 rows per warp (more than 65,536 rows); 30,011: 3,752 blocks of partials
+  for (const DType dt : {DType::bf16, DType::f32})
+    for (const Shape2 sh : {Shape2{5, 1024}, Shape2{4099, 768}, Shape2{30011, 1024}, Shape2{70001, 384}}) {
+        const int64_t N = sh.N, C = sh.C;
+        const bool accumulate = N == 4099, residual = N != 70001;
+        const std::string what = std::string(dtype_name(dt)) + " C=" + std::to_string(C) + " N=" + std::to_string(N);
+        const Tensor x = rng.tensor({N, C}, 2.0f, 0.7f).cast(dt).to(Device::cuda), r = rng.tensor({N, C}).cast(dt).to(Device::cuda),
+                     dy = rng.tensor({N, C}).cast(dt).to(Device::cuda), dx0 = rng.tensor({N, C}).cast(dt).to(Device::cuda);
+        const Tensor g = rng.tensor({C}, 0.5f, 1.0f).to(Device::cuda), b = rng.tensor({C}).to(Device::cuda);
+        Tensor y = Tensor::empty({N, C}, dt, Device::cuda), mean = nan_device({N}), rstd = nan_device({N});
+        ops::layernorm(gpu(), x, residual ? &r : nullptr, g, b, 1e-5f, y, &mean, &rstd);
+        struct Out {
+          std::vector<float> dx, dg, db;
+        };
+        auto run = [&](bool fused) {
+          st.layernorm_backward_fused = fused;
+          Tensor dx = Tensor::empty({N, C}, dt, Device::cuda);  // a copy of dx0 to add to, or of dy to overwrite
+          dx.copy_from(accumulate ? dx0 : dy);
+          Tensor dg = Tensor::zeros({C}, DType::f32, Device::cuda), db = Tensor::zeros({C}, DType::f32, Device::cuda);
+          const Tensor& dyv = accumulate ? dy : dx;
+          ops::layernorm_backward(gpu(), x, residual ? &r : nullptr, g, mean, rstd, dyv, dx, dg, db, accumulate);
+          Tensor dxh = Tensor::empty({N, C}, dt);
+          dxh.copy_from(dx);
+          return Out{values(dxh.cast(DType::f32)), values(dg), values(db)};
+        };
+        const Out two = run(false), one = run(true), again = run(true);
+        const double dx_rel = dt == DType::bf16 ? 1.0 / 128 : 1e-6;
+        expect_close(one.dx, two.dx, 1e-6, dx_rel, what + " dx");
+        const double sum_tol = 2e-6 * std::sqrt(double(N)) * 6.0;
+        expect_close(one.dg, two.dg, sum_tol, 1e-5, what + " dgamma");
+        expect_close(one.db, two.db, sum_tol, 1e-5, what + " dbeta");
+        expect_bits(again.dx, one.dx, what + " dx run 2");
+        expect_bits(again.dg, one.dg, what + " dgamma run 2");
+        expect_bits(again.db, one.db, what + " dbeta run 2");
+      }
+  st.layernorm_backward_fused = saved_fused;
 }
 
 TEST(CudaTrainActivation, BackwardMatchesCpu) {
