@@ -192,18 +192,19 @@ if command -v ncu > /dev/null; then
     go "ncu $mode" || continue
     ctas=2
     [ "$mode" = atomic-3ctas ] && ctas=3
-    # The backward runs the decoder's 4 blocks (1,568 tokens, where the time goes) before the
-    # encoder's 12 (160 tokens): the first dK/dV launch is a decoder one. The stall breakdown: the
-    # average warps stalled per issued instruction, by reason.
+    # 16 launches: a step's 4 decoder blocks (1,568 tokens, where the time goes) and 12 encoder
+    # ones (160 tokens). (On 2026-11-26 the first launch alone was profiled, and it was an encoder
+    # one, grid 3 x 12 x 32, not the decoder's the comment here expected.) The kernel lines carry
+    # the grid: 25 x 6 x 32 is the decoder's. The stall breakdown: the average warps stalled per
+    # issued instruction, by reason (raw file; the summary keeps the headline figures).
     UNMASK_CUDA_ATTN_BWD=${mode%-3ctas} UNMASK_FLASH_BWD_CTAS_PER_SM=$ctas timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd_dkdv \
-      --launch-skip 0 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --launch-skip 0 --launch-count 16 --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section LaunchStats --metrics 'regex:smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio' \
       "$BIN/unmask" bench videomae --device cuda --precision bf16 --model vit-b --batch 32 \
       --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$mode.txt" 2>&1
     note "ncu $mode: rc $? at $(at)s"
     grep -E "flash_bwd|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued" \
-      "$R/ncu_$mode.txt" | head -12 | tee -a "$summary"
-    grep -E "issue_stalled" "$R/ncu_$mode.txt" | sort -k3 -g -r | head -8 | tee -a "$summary"
+      "$R/ncu_$mode.txt" | head -35 | tee -a "$summary"
   done
   # The row kernels of the same step: achieved bandwidth of the first two launches of each (the
   # backward's first are the decoder's, 32 x 1,568 = 50,176 rows of 384 or 1,536 columns; the
