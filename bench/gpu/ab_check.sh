@@ -153,6 +153,11 @@ for shape in UNMASK_FLASH_BLOCK_M=64 UNMASK_FLASH_BLOCK_M=128 UNMASK_FLASH_WARP_
     $shape "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
     --seq 128 --min-time 0.5 --iters 20 --format json
 done
+# What the exact-erf GELU's own pass costs at 256x128: the tanh form rides in cuBLASLt's GEMM
+# epilogue (--activation fast_gelu, ONNX Runtime's FastGelu; not the HF model's exact GELU)
+go "infer fast_gelu" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new --activation fast_gelu" "$BIN/unmask" \
+  bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 --seq 128 --min-time 0.5 --iters 20 \
+  --activation fast_gelu --format json
 
 # 4. the PyTorch peer of BERT-large, again (it gave 1,067 and 713 seq/s in two calls of 2026-11-26)
 go "pytorch bert-large" && row "$R/torch_bert_large.jsonl" "$(lim 60)" "pytorch bert-large bf16 adamw" python3 \
