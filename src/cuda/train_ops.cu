@@ -85,6 +85,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   }
 }
 
+/// Stores dx = rstd (g - mg - xhat mgx) for one chunk of kVec columns at row dxr, column c (or
+/// adds it to the old dx in fp32 when accumulate: one rounding of the sum). The row kernels'
+/// common last step (layernorm_backward_dx_kernel, layernorm_backward_fused_kernel).
+template <typename T, int kVec>
+__device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* xh, const float* g, float rs, float mg,
+                                                   float mgx, bool accumulate) {
+  float d[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) d[j] = rs * (g[j] - mg - xh[j] * mgx);
+  if (accumulate) {
+    float old[kVec];
+    load_row<T, kVec>(old, dxr, c);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) d[j] += old[j];
+  }
+  store_chunk<kVec>(dxr, c, d);
+}
+
 /// dx of LayerNorm, one warp per row (the parameter sums are column_partials_kernel's):
 ///   xhat = (s - mean) rstd, g = dy gamma, dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)).
 /// Lane chunks of kVec columns as in warp_layernorm_row. dx may alias dy: each lane reads its
@@ -113,16 +131,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   };
   T* dxr = dx + row * lddx;
   auto store = [&](const float* xh, const float* g, int c, float mg, float mgx) {
-    float d[kVec];
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) d[j] = rs * (g[j] - mg - xh[j] * mgx);
-    if (accumulate) {  // the old dx in fp32, one rounding of the sum
-      float old[kVec];
-      load_row<T, kVec>(old, dxr, c);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) d[j] += old[j];
-    }
-    store_chunk<kVec>(dxr, c, d);
+    store_layernorm_dx<T, kVec>(dxr, c, xh, g, rs, mg, mgx, accumulate);
   };
   float sum_g = 0.0f, sum_gx = 0.0f;
   constexpr int kChunks = kRowCacheFloats / kVec;  // layernorm.cuh: rows up to 1024 columns
@@ -228,16 +237,7 @@ __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
     const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
     T* dxr = dx + row * lddx;
     for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
-      float d[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) d[j] = rs * (g[i][j] - mg - xh[i][j] * mgx);
-      if (accumulate) {  // the old dx in fp32, one rounding of the sum
-        float old[kVec];
-        load_row<T, kVec>(old, dxr, c);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) d[j] += old[j];
-      }
-      store_chunk<kVec>(dxr, c, d);
+      store_layernorm_dx<T, kVec>(dxr, c, xh[i], g[i], rs, mg, mgx, accumulate);
     });
   }
   // The warps' sums in warp order: sbuf = w0, then sbuf += w1, ... (a warp without rows adds

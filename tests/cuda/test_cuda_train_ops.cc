@@ -750,25 +750,39 @@ TEST(CudaTrainOps, CopyManyEqualsCopyItemByItem) {
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "the strided item";
 }
 
+/// count host tensors of optimizer operands (p, g, m, v >= 0) with sizes around the multi-tensor
+/// ops' 8192-element chunk, item 5 empty, each with its own lr, step, grad scale and weight decay
+/// (0 for i % 4 == 1: LAMB's ratio-1 path).
+struct OptimTensors {
+  std::vector<Tensor> p, g, m, v;
+  std::vector<ops::AdamArgs> args;
+  std::vector<float> lr;
+};
+OptimTensors optim_tensors(Rng& rng, int count) {
+  OptimTensors o;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = i == 5 ? 0 : i % 7 == 0 ? 8192 * (1 + i % 3) + i : rng.integer(1, 3000);
+    o.p.push_back(rng.tensor({n}));
+    o.g.push_back(rng.tensor({n}, 0.1f));
+    o.m.push_back(rng.tensor({n}, 0.01f));
+    Tensor vv = rng.tensor({n}, 0.001f);
+    for (int64_t k = 0; k < n; ++k) vv.data<float>()[k] = std::fabs(vv.data<float>()[k]);
+    o.v.push_back(vv);
+    o.args.push_back({.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = i % 4 == 1 ? 0.0f : 0.01f,
+                      .step = 3 + i % 2, .grad_scale = 0.5f + 0.01f * float(i)});
+    o.lr.push_back(1e-3f * float(1 + i % 5));
+  }
+  return o;
+}
+
 TEST(CudaTrainOptim, MultiTensorOpsEqualTheOneTensorOps) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainOptimMany");
   const int count = 70;
-  std::vector<Tensor> p, g, m, v;
-  std::vector<ops::AdamArgs> args;
-  std::vector<float> lr;
-  for (int i = 0; i < count; ++i) {
-    const int64_t n = i == 5 ? 0 : i % 7 == 0 ? 8192 * (1 + i % 3) + i : rng.integer(1, 3000);
-    p.push_back(rng.tensor({n}));
-    g.push_back(rng.tensor({n}, 0.1f));
-    m.push_back(rng.tensor({n}, 0.01f));
-    Tensor vv = rng.tensor({n}, 0.001f);
-    for (int64_t k = 0; k < n; ++k) vv.data<float>()[k] = std::fabs(vv.data<float>()[k]);
-    v.push_back(vv);
-    args.push_back({.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = i % 4 == 1 ? 0.0f : 0.01f,
-                    .step = 3 + i % 2, .grad_scale = 0.5f + 0.01f * float(i)});
-    lr.push_back(1e-3f * float(1 + i % 5));
-  }
+  const OptimTensors ot = optim_tensors(rng, count);
+  const std::vector<Tensor>&p = ot.p, &g = ot.g, &m = ot.m, &v = ot.v;
+  const std::vector<ops::AdamArgs>& args = ot.args;
+  const std::vector<float>& lr = ot.lr;
   auto dev = [](const std::vector<Tensor>& ts) {
     std::vector<Tensor> out;
     for (const Tensor& t : ts) out.push_back(t.to(Device::cuda));
@@ -847,21 +861,11 @@ TEST(CudaTrainOptim, FusedLambUpdateMatchesTheCpuSequence) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaFusedLamb");
   const int count = 70;
-  std::vector<Tensor> p, g, m, v;
-  std::vector<ops::AdamArgs> args;
-  std::vector<float> lr;
-  for (int i = 0; i < count; ++i) {
-    const int64_t n = i == 5 ? 0 : i % 7 == 0 ? 8192 * (1 + i % 3) + i : rng.integer(1, 3000);
-    p.push_back(i == 9 ? Tensor::zeros({n}, DType::f32) : rng.tensor({n}));
-    g.push_back(rng.tensor({n}, 0.1f));
-    m.push_back(rng.tensor({n}, 0.01f));
-    Tensor vv = rng.tensor({n}, 0.001f);
-    for (int64_t k = 0; k < n; ++k) vv.data<float>()[k] = std::fabs(vv.data<float>()[k]);
-    v.push_back(vv);
-    args.push_back({.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = i % 4 == 1 ? 0.0f : 0.01f,
-                    .step = 3 + i % 2, .grad_scale = 0.5f + 0.01f * float(i)});
-    lr.push_back(1e-3f * float(1 + i % 5));
-  }
+  OptimTensors ot = optim_tensors(rng, count);
+  ot.p[10].copy_from(Tensor::zeros(ot.p[10].shape(), DType::f32));  // ||p|| = 0 with weight decay: ratio 1
+  const std::vector<Tensor>&p = ot.p, &g = ot.g, &m = ot.m, &v = ot.v;
+  const std::vector<ops::AdamArgs>& args = ot.args;
+  const std::vector<float>& lr = ot.lr;
   auto on = [](const std::vector<Tensor>& ts, Device d) {
     std::vector<Tensor> out;
     for (const Tensor& t : ts) out.push_back(d == Device::cuda ? t.to(Device::cuda) : t.contiguous());
