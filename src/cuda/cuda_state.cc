@@ -9,6 +9,7 @@
 
 #include "cuda/allocator.h"
 #include "cuda/check.h"
+#include "unmask/error.h"
 
 namespace unmask::cuda {
 
@@ -96,16 +97,23 @@ CudaState::~CudaState() {
 }
 
 const int32_t* CudaState::training_cu_seqlens(const std::vector<int32_t>& host) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  UNMASK_CHECK(capture == cudaStreamCaptureStatusNone,
+               "training attention: host cu_seqlens inside a CUDA graph capture (a replay would read whatever a later "
+               "call leaves in the context's device copy)", Hint("run training steps eagerly: graphs capture inference"));
   if (cu_seqlens_device_ == nullptr || host != cu_seqlens_host_) {
     const size_t bytes = host.size() * sizeof(int32_t);
+    cu_seqlens_host_.clear();  // says nothing until the new values are on their way
     if (bytes > cu_seqlens_capacity_) {
       void* fresh = device_malloc(bytes, stream);
       device_free(cu_seqlens_device_);  // stream-ordered: reused only by later work on this stream
       cu_seqlens_device_ = fresh;
       cu_seqlens_capacity_ = bytes;
     }
-    cu_seqlens_host_ = host;  // the copy's source: pageable, staged by the driver before it returns
-    CUDA_CHECK(cudaMemcpyAsync(cu_seqlens_device_, cu_seqlens_host_.data(), bytes, cudaMemcpyHostToDevice, stream));
+    // A pageable source: the driver stages it before returning, so `host` may change after.
+    CUDA_CHECK(cudaMemcpyAsync(cu_seqlens_device_, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    cu_seqlens_host_ = host;
     ++cu_seqlens_uploads;
   }
   return static_cast<const int32_t*>(cu_seqlens_device_);

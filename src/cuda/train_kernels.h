@@ -193,7 +193,11 @@ struct LambFusedTensor {
 ///      v and the unchanged p: the same IEEE operations as in pass 1, so the same u bits.
 /// 24 + 16 bytes of traffic an element (read p, g, m, v, write m, v; read m, v, p, write p)
 /// against 28 + 8 + 12 through lamb_moments_many_n, sum_squares_many_n of p and of u, and
-/// lamb_apply_many_n. Deterministic: the chunking depends on the sizes only. ts: a host array.
+/// lamb_apply_many_n. The norms are summed as sum_squares_many_n sums them (chunks of
+/// kApplyChunk = kSumSquaresChunk elements, the same thread order and trees), so the step is the
+/// bits of those three. ts: a host array.
 void lamb_update_many_n(const LambFusedTensor* ts, int64_t count, cudaStream_t stream);
+static_assert(kApplyChunk == kSumSquaresChunk,
+              "lamb_update_many_n sums its norms per apply chunk: the same chunks as sum_squares keep its bits");
 
 }  // namespace unmask::cuda

@@ -180,10 +180,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 /// blocks, 12 warps, share an SM.
 constexpr int kFusedWarps = 4;
 
-/// Rows per warp of the fused LayerNorm backward for N rows: 2, more when N is large, so that
-/// there are at most ~8192 blocks (the partials stay a few percent of the traffic). A function
+/// Rows per warp of the fused LayerNorm backward for N rows: 4, more when N is large, so that
+/// there are at most ~8192 blocks. A block's partials (2C floats, written and read back) cost
+/// 1/8 of its 16 rows' traffic (bf16 rows with a residual: x, residual, dy, dx); more rows a
+/// block would cut that but leave BERT-large's 8,192 rows too few blocks for 132 SMs. A function
 /// of N only (determinism).
-int64_t fused_rows_per_warp(int64_t N) { return std::max<int64_t>(2, ceil_div(N, int64_t(kFusedWarps) * 8192)); }
+int64_t fused_rows_per_warp(int64_t N) { return std::max<int64_t>(4, ceil_div(N, int64_t(kFusedWarps) * 8192)); }
 
 /// LayerNorm backward in one pass over the rows (rows of up to 32 kRowCacheFloats columns, kept
 /// in registers), the dx of layernorm_backward_dx_kernel and the parameter sums of the same read:

@@ -318,9 +318,10 @@ void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items);
 /// sequence per item (the bits of those ops). CUDA never stores u: pass 1 updates m and v and
 /// sums p^2 and u^2 per chunk, pass 2 recomputes u from the new m, v and p (the same IEEE
 /// operations, the same bits) and steps p: 40 bytes of memory traffic an element against 48
-/// for the three-op sequence, and no u buffer. Its norms are deterministic sums in a fixed order
-/// of their own (within rounding of sum_squares's; so not the bits of the three CUDA ops).
-/// Validated as adamw_update_many validates; items must not share memory with each other.
+/// for the three-op sequence, and no u buffer. Its norms are summed in sum_squares's chunks and
+/// order, so on CUDA too the result is the bits of lamb_moments_many, sum_squares_many and
+/// lamb_apply_many. Validated as adamw_update_many validates; items must not share memory with
+/// each other.
 void lamb_update_many(Context& ctx, const std::vector<AdamItem>& items);
 
 // ---- video tokens (VideoMAE pretraining; ops/video_ops.cc) -----------------------------------

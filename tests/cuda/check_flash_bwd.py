@@ -392,9 +392,10 @@ def check(drop, D=64, T=150, offset=977):
     delta = (dO * out.detach().numpy()).sum(axis=1)
     # flash_bwd.cu's instances: recompute or atomic dQ; at head size 64 without dropout also the
     # three-CTA dK/dV kernel (K, V from smem, one part) and the dQ kernel of one part.
-    variants = [(False, False, 2), (True, False, 2)]
+    dq_parts = 1 if D == 64 and drop == 0 else 2  # flash_bwd_dq_min_ctas: one part at three CTAs
+    variants = [(False, False, dq_parts), (True, False, dq_parts)]
     if D == 64 and drop == 0:
-        variants += [(False, True, 1), (True, True, 1)]
+        variants += [(False, True, dq_parts), (True, True, dq_parts)]
     for atomic_dq, kv_in_smem, dq_parts in variants:
         dQ, dK, dV = backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop, seed, offset, head, N, start,
                               atomic_dq, kv_in_smem, dq_parts)

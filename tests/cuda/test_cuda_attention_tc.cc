@@ -463,7 +463,9 @@ TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
         check_case(c, base_seed() ^ salt);  // the float64 bound, with the same inputs
         three = run_cuda(c, in.q, in.k, in.v, in.dout, true);
         const cuda::FlashBwdLaunchStats after = cuda::flash_bwd_launch_stats();
-        EXPECT_EQ(after.kv_in_smem - before.kv_in_smem, 2u) << c.name << ": the three-CTA kernel did not run";
+        // sm_90 fits three CTAs' shared memory; an sm_80 device runs the default kernel instead
+        const uint64_t want = cuda::flash_bwd_three_ctas_available(std::string(dq_mode) == "atomic") ? 2u : 0u;
+        EXPECT_EQ(after.kv_in_smem - before.kv_in_smem, want) << c.name << ": the three-CTA kernel did not run";
         EXPECT_EQ(after.without_dropout - before.without_dropout, 2u)
             << c.name << ": the instances without the dropout code did not run";
       }
@@ -535,6 +537,7 @@ TEST(CudaAttentionTc, HostCuSeqlensUploadedWhenTheyChange) {
            max_err(x.dk, y.dk) == 0 && max_err(x.dv, y.dv) == 0;
   };
   const Grads a_device = run(a, false), b_device = run(b, false);
+  st.training_cu_seqlens({0, 192});  // whatever an earlier test (or repeat) left cached, not a's
   const uint64_t u0 = st.cu_seqlens_uploads;
   const Grads a1 = run(a, true);
   const Grads a2 = run(a, true);

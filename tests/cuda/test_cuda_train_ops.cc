@@ -140,11 +140,18 @@ TEST(CudaTrainOps, SupportsTable) {
 // Both LayerNorm backward paths: the column pass + row pass, and the fused one
 // (CudaState::layernorm_backward_fused, UNMASK_CUDA_LN_BWD_FUSED=1; rows of up to 1024 columns,
 // so C = 1031 keeps the two passes there too).
+/// Sets CudaState::layernorm_backward_fused for a scope and restores it, also on a throw.
+struct ScopedFusedLayerNorm {
+  cuda::CudaState& st;
+  const bool saved = st.layernorm_backward_fused;
+  ~ScopedFusedLayerNorm() { st.layernorm_backward_fused = saved; }
+};
+
 TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainLayerNorm");
   cuda::CudaState& st = cuda::cuda_state(gpu());
-  const bool saved_fused = st.layernorm_backward_fused;
+  const ScopedFusedLayerNorm restore{st};
   for (const bool fused : {false, true})
   for (int64_t C : {1, 7, 768, 1031})
     for (int64_t N : {1, 37, 300})  // 300 rows: three 128-row chunks of the column sums
@@ -204,11 +211,10 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
           }
         }
       }
-  st.layernorm_backward_fused = saved_fused;
 }
 
 // The fused LayerNorm backward against the two passes on the models' shapes (bf16 rows of 384,
-// 768 and 1024 columns; up to 70,001 rows: thousands of blocks, whose partials go through a
+// 768 and 1024 columns; up to 140,001 rows: thousands of blocks, whose partials go through a
 // column-sum pass of their own), with a residual, dx over dy, and dx accumulated: dx the same
 // arithmetic (1e-6 relative; bf16 within one ulp), dgamma and dbeta the same sums in another
 // order, and the fused path deterministic run to run.
@@ -216,15 +222,15 @@ TEST(CudaTrainLayerNorm, FusedBackwardMatchesTheTwoPasses) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainLayerNormFused");
   cuda::CudaState& st = cuda::cuda_state(gpu());
-  const bool saved_fused = st.layernorm_backward_fused;
+  const ScopedFusedLayerNorm restore{st};
   struct Shape2 {
     int64_t N, C;
   };
-  // 70,001 rows: 3 rows per warp (more than 65,536 rows); 30,011: 3,752 blocks of partials
+  // 140,001 rows: 5 rows per warp (over 131,072 rows; 4 below); 30,011: 1,876 blocks of partials
   for (const DType dt : {DType::bf16, DType::f32})
-    for (const Shape2 sh : {Shape2{5, 1024}, Shape2{4099, 768}, Shape2{30011, 1024}, Shape2{70001, 384}}) {
+    for (const Shape2 sh : {Shape2{5, 1024}, Shape2{4099, 768}, Shape2{30011, 1024}, Shape2{140001, 384}}) {
         const int64_t N = sh.N, C = sh.C;
-        const bool accumulate = N == 4099, residual = N != 70001;
+        const bool accumulate = N == 4099, residual = N != 140001;
         const std::string what = std::string(dtype_name(dt)) + " C=" + std::to_string(C) + " N=" + std::to_string(N);
         const Tensor x = rng.tensor({N, C}, 2.0f, 0.7f).cast(dt).to(Device::cuda), r = rng.tensor({N, C}).cast(dt).to(Device::cuda),
                      dy = rng.tensor({N, C}).cast(dt).to(Device::cuda), dx0 = rng.tensor({N, C}).cast(dt).to(Device::cuda);
@@ -255,7 +261,6 @@ TEST(CudaTrainLayerNorm, FusedBackwardMatchesTheTwoPasses) {
         expect_bits(again.dg, one.dg, what + " dgamma run 2");
         expect_bits(again.db, one.db, what + " dbeta run 2");
       }
-  st.layernorm_backward_fused = saved_fused;
 }
 
 TEST(CudaTrainActivation, BackwardMatchesCpu) {
@@ -910,4 +915,51 @@ TEST(CudaTrainOptim, FusedLambUpdateMatchesTheCpuSequence) {
   const std::vector<float> fused = values(p3[decayed]), ratio_one = values(p4);
   EXPECT_NE(std::memcmp(fused.data(), ratio_one.data(), fused.size() * sizeof(float)), 0)
       << "the fused step ignored ||p|| / ||u||";
+
+  // The three GPU ops the fused step replaces, on the same operands: ||p||^2 (before the step)
+  // and ||u||^2 by sum_squares_many, lamb_moments_many into stored u's, lamb_apply_many. The
+  // fused norms are summed in sum_squares's chunks and order and u is recomputed with the same
+  // IEEE operations, so p, m and v must come out bit for bit.
+  std::vector<Tensor> p5 = on(p, Device::cuda), m5 = on(m, Device::cuda), v5 = on(v, Device::cuda), u5;
+  std::vector<ops::AdamItem> moments = items_of(p5, gg, m5, v5);
+  std::vector<const Tensor*> decayed_p, decayed_u;
+  for (int i = 0; i < count; ++i) {
+    const size_t k = size_t(i);
+    u5.push_back(Tensor::empty(p[k].shape(), DType::f32, Device::cuda));
+  }
+  for (int i = 0; i < count; ++i) {
+    const size_t k = size_t(i);
+    moments[k].update = &u5[k];
+    if (args[k].weight_decay != 0.0f && p[k].numel() > 0) decayed_p.push_back(&p5[k]), decayed_u.push_back(&u5[k]);
+  }
+  const int64_t nd = int64_t(decayed_p.size());
+  Tensor sq = Tensor::empty({2 * nd}, DType::f64, Device::cuda);
+  Tensor param_sq = sq.slice(0, 0, nd), update_sq = sq.slice(0, nd, 2 * nd);
+  ops::sum_squares_many(gpu(), decayed_p, param_sq);
+  ops::lamb_moments_many(gpu(), moments);
+  ops::sum_squares_many(gpu(), decayed_u, update_sq);
+  std::vector<Tensor> slots;
+  slots.reserve(size_t(2 * nd));
+  std::vector<ops::LambApplyItem> apply;
+  int64_t slot = 0;
+  for (int i = 0; i < count; ++i) {
+    const size_t k = size_t(i);
+    ops::LambApplyItem a;
+    a.lr = lr[k], a.update = &u5[k], a.p = &p5[k];
+    if (args[k].weight_decay != 0.0f && p[k].numel() > 0) {
+      slots.push_back(sq.slice(0, slot, slot + 1));
+      slots.push_back(sq.slice(0, nd + slot, nd + slot + 1));
+      a.param_sq = &slots[slots.size() - 2], a.update_sq = &slots.back();
+      ++slot;
+    }
+    apply.push_back(a);
+  }
+  ops::lamb_apply_many(gpu(), apply);
+  for (int i = 0; i < count; ++i) {
+    const size_t k = size_t(i);
+    const std::string what = "item " + std::to_string(i) + " vs the three GPU ops";
+    expect_bits(values(p3[k]), values(p5[k]), what + " p");
+    expect_bits(values(m3[k]), values(m5[k]), what + " m");
+    expect_bits(values(v3[k]), values(v5[k]), what + " v");
+  }
 }

@@ -86,8 +86,9 @@ struct FlashBwdParams {
   FlashBwdDq dq_mode = FlashBwdDq::automatic;
   int64_t rows = 0;
   // CTAs per SM of the dK/dV kernel: 2 (K and V fragments in registers, 255 of them), 3 (K and V
-  // re-read from shared memory every iteration, 168 registers; head size 64 without dropout,
-  // elsewhere runs as 2), or 0: UNMASK_FLASH_BWD_CTAS_PER_SM if set, else 2. Same results.
+  // re-read from shared memory every iteration, 168 registers; head size 64 without dropout on
+  // a device where three CTAs' shared memory fits an SM, sm_90; elsewhere runs as 2), or 0:
+  // UNMASK_FLASH_BWD_CTAS_PER_SM if set, else 2. Same results.
   int ctas_per_sm = 0;
   // Set by flash_attention_backward for the atomic variant: f32 [rows, NH HS], zeroed.
   float* dq_accum = nullptr;

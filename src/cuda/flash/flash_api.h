@@ -43,13 +43,16 @@ bool flash_bwd_head_dim_supported(int head_dim);
 /// dout and delta = rowsum(dout * out); checks p (throws Error naming the bad value).
 void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream);
 
-/// Launch counts of the backward's specialised instances since the process started (for tests
-/// and benchmarks that must know which code ran): head size 64 without attention dropout (its
-/// kernels compiled without the dropout code), and the dK/dV kernel with K and V in shared memory
-/// (three CTAs per SM; FlashBwdParams::ctas_per_sm).
+/// How many backward calls ran the specialised instances since the process started (for tests
+/// and benchmarks that must know which code ran; a call launches one or two kernels): head size
+/// 64 without attention dropout (kernels compiled without the dropout code), and the dK/dV
+/// kernel with K and V in shared memory (three CTAs per SM on sm_90; FlashBwdParams::ctas_per_sm).
 struct FlashBwdLaunchStats {
   uint64_t without_dropout = 0, kv_in_smem = 0;
 };
 FlashBwdLaunchStats flash_bwd_launch_stats();
+/// Whether the three-CTA dK/dV kernel runs on the current device when asked for (head size 64,
+/// no dropout): three of its CTAs must fit an SM's shared memory (sm_90 yes, sm_80 no).
+bool flash_bwd_three_ctas_available(bool atomic_dq);
 
 }  // namespace unmask::cuda

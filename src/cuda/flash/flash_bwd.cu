@@ -54,23 +54,46 @@ FlashBwdDq resolve_dq_mode(const FlashBwdParams& p) {
   return mode == FlashBwdDq::atomic && p.rows > 0 ? FlashBwdDq::atomic : FlashBwdDq::recompute;
 }
 
-/// CTAs per SM of the dK/dV kernel for p: its own choice, else UNMASK_FLASH_BWD_CTAS_PER_SM,
-/// else 2; 3 (K and V re-read from shared memory, 168 registers) exists for head size 64
-/// without dropout only, and elsewhere runs as 2.
-int resolve_dkdv_ctas(const FlashBwdParams& p) {
-  int ctas = p.ctas_per_sm;
-  if (ctas == 0) {
-    ctas = 2;
-    if (const char* env = std::getenv("UNMASK_FLASH_BWD_CTAS_PER_SM")) {
-      const std::string v = env;
-      UNMASK_CHECK(v == "2" || v == "3", "UNMASK_FLASH_BWD_CTAS_PER_SM=", v,
-                   " is not a CTA count of the attention backward's dK/dV kernel: use 2 (K and V fragments in "
-                   "registers, the default) or 3 (K and V re-read from shared memory)");
-      ctas = v == "3" ? 3 : 2;
-    }
+/// Whether three CTAs of `smem_bytes` dynamic shared memory fit an SM of the current device
+/// (sm_90: 228 KB per SM; sm_80: 164 KB, too little for the three-CTA dK/dV kernel, which would
+/// then run two CTAs held to 168 registers: slower than the default). Cached per device.
+bool three_ctas_fit(size_t smem_bytes) {
+  static std::atomic<int> per_sm[64];  // bytes of shared memory per SM + 1, 0 = not read yet
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  int bytes = dev < 64 ? per_sm[dev].load(std::memory_order_relaxed) - 1 : -1;
+  if (bytes < 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    if (dev < 64) per_sm[dev].store(bytes + 1, std::memory_order_relaxed);
   }
-  UNMASK_CHECK(ctas == 2 || ctas == 3, "attention backward (cuda, bf16): ctas_per_sm = ", ctas, " must be 0, 2 or 3");
-  return ctas == 3 && p.head_dim == 64 && p.dropout_p == 0.0f ? 3 : 2;
+  return 3 * (smem_bytes + 1024) <= size_t(bytes);  // 1 KB a CTA reserved by the driver
+}
+
+/// The CTA count asked for: p.ctas_per_sm, else UNMASK_FLASH_BWD_CTAS_PER_SM (checked either
+/// way), else 2.
+int requested_dkdv_ctas(const FlashBwdParams& p) {
+  int ctas = 2;
+  if (const char* env = std::getenv("UNMASK_FLASH_BWD_CTAS_PER_SM")) {
+    const std::string v = env;
+    UNMASK_CHECK(v == "2" || v == "3", "UNMASK_FLASH_BWD_CTAS_PER_SM=", v,
+                 " is not a CTA count of the attention backward's dK/dV kernel: use 2 (K and V fragments in "
+                 "registers, the default) or 3 (K and V re-read from shared memory)");
+    ctas = v == "3" ? 3 : 2;
+  }
+  if (p.ctas_per_sm != 0) ctas = p.ctas_per_sm;
+  UNMASK_CHECK(ctas == 2 || ctas == 3, "attention backward (cuda, bf16): ctas_per_sm = ", p.ctas_per_sm,
+               " must be 0, 2 or 3");
+  return ctas;
+}
+
+/// CTAs per SM of the dK/dV kernel for p: 3 (K and V re-read from shared memory, 168
+/// registers) where asked for and there is an instance (head size 64 without dropout) whose
+/// three CTAs fit the device's shared memory (sm_90); else 2.
+int resolve_dkdv_ctas(const FlashBwdParams& p, bool atomic) {
+  if (requested_dkdv_ctas(p) != 3 || p.head_dim != 64 || p.dropout_p != 0.0f) return 2;
+  using Kt = FlashBwdTraits<64>;
+  const size_t smem = atomic ? FlashBwdDkdvSmem<Kt, true, true>::kBytes : FlashBwdDkdvSmem<Kt, false, true>::kBytes;
+  return three_ctas_fit(smem) ? 3 : 2;
 }
 
 std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0};
@@ -110,7 +133,7 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   using Kt = FlashBwdTraits<HD>;
   const dim3 grid(unsigned((p.max_seqlen + 63) / 64), unsigned(p.num_heads), unsigned(p.batch));
   const bool atomic = resolve_dq_mode(p) == FlashBwdDq::atomic;
-  const bool kv_in_smem = resolve_dkdv_ctas(p) == 3;
+  const bool kv_in_smem = resolve_dkdv_ctas(p, atomic) == 3;
   if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
   FlashBwdParams q = p;
   std::optional<ScratchBuffer> accum;
@@ -154,6 +177,11 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+bool flash_bwd_three_ctas_available(bool atomic_dq) {
+  using Kt = FlashBwdTraits<64>;
+  return three_ctas_fit(atomic_dq ? FlashBwdDkdvSmem<Kt, true, true>::kBytes : FlashBwdDkdvSmem<Kt, false, true>::kBytes);
+}
+
 FlashBwdLaunchStats flash_bwd_launch_stats() {
   return {g_launches_without_dropout.load(std::memory_order_relaxed), g_launches_kv_in_smem.load(std::memory_order_relaxed)};
 }
@@ -183,6 +211,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
   UNMASK_CHECK(p.rows >= 0 && p.rows <= int64_t(p.batch) * p.max_seqlen,
                "attention backward (cuda, bf16): rows = ", p.rows, " must be the batch's row count (at most B T = ",
                int64_t(p.batch) * p.max_seqlen, "), or 0");
+  requested_dkdv_ctas(p);  // a bad ctas_per_sm / UNMASK_FLASH_BWD_CTAS_PER_SM fails on any batch
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {
     case 64: return run_flash_bwd<64>(p, stream);
