@@ -153,10 +153,10 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
   ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                           sv.ctx, sv.lse, dctx, dq, dk, dv, attention_args(s), ops::AttentionTrainArgs{});
-  Tensor dbias = Tensor::zeros({3 * C}, DType::f32, x.device());
-  ops::bias_grad(ctx, dqkv, dbias);  // the key third is dropped: k has no bias
-  ops::axpy(ctx, 1.0f, dbias.slice(0, 0, C), p.q_bias.grad);
-  ops::axpy(ctx, 1.0f, dbias.slice(0, 2 * C, 3 * C), p.v_bias.grad);
+  // The q and v thirds' column sums straight into their (accumulated) bias gradients; k has no
+  // bias, so its third is not read.
+  ops::bias_grad(ctx, dq, p.q_bias.grad);
+  ops::bias_grad(ctx, dv, p.v_bias.grad);
   PV no_bias;
   train::linear_backward(ctx, sv.ln1, p.qkv_w, no_bias, dqkv, &dln);
   // g = d x = g + LN1'(dln)
