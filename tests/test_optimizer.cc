@@ -831,26 +831,47 @@ TEST(Lamb, StepIsBitwiseThePerParamSequence) {
 
 }  // namespace
 
-// The multi-tensor optimizer ops on the CPU (what the optimizer's step calls; CUDA runs them as
-// one launch per 32 tensors, tests/cuda): item by item the one-tensor ops' bits, LAMB's stage 2
-// with a null param_sq as the ratio-1 axpy, and a bad item named with its index.
-TEST(Optimizer, MultiTensorOpsAreTheOneTensorOps) {
-  Context ctx({.num_threads = 2});
-  std::mt19937_64 gen(7);
+namespace {
+
+/// Operands of the multi-tensor optimizer tests, one of each per size: p, g, m, v from N(0, 1)
+/// scaled by 1, 0.1, 0.01 and 0.001 (v by its absolute value), drawn in that order from `seed`.
+struct AdamOperands {
+  std::vector<Tensor> p, g, m, v;
+};
+AdamOperands random_adam_operands(uint64_t seed, const std::vector<int64_t>& sizes) {
+  std::mt19937_64 gen(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   auto rnd = [&](int64_t n, float scale, bool positive = false) {
     Tensor t = Tensor::empty({n}, DType::f32);
     for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = positive ? std::fabs(scale * nd(gen)) : scale * nd(gen);
     return t;
   };
+  AdamOperands o;
+  for (int64_t n : sizes) {
+    o.p.push_back(rnd(n, 1)), o.g.push_back(rnd(n, 0.1f)), o.m.push_back(rnd(n, 0.01f));
+    o.v.push_back(rnd(n, 0.001f, true));
+  }
+  return o;
+}
+
+/// Copies of ts with storage of their own.
+std::vector<Tensor> copies_of(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.contiguous());
+  return out;
+}
+
+}  // namespace
+
+// The multi-tensor optimizer ops on the CPU (what the optimizer's step calls; CUDA runs them as
+// one launch per 32 tensors, tests/cuda): item by item the one-tensor ops' bits, LAMB's stage 2
+// with a null param_sq as the ratio-1 axpy, and a bad item named with its index.
+TEST(Optimizer, MultiTensorOpsAreTheOneTensorOps) {
+  Context ctx({.num_threads = 2});
   const std::vector<int64_t> sizes = {3, 0, 5000, 17};
-  std::vector<Tensor> p, g, m, v;
-  for (int64_t n : sizes) p.push_back(rnd(n, 1)), g.push_back(rnd(n, 0.1f)), m.push_back(rnd(n, 0.01f)), v.push_back(rnd(n, 0.001f, true));
-  auto copies = [](const std::vector<Tensor>& ts) {
-    std::vector<Tensor> out;
-    for (const Tensor& t : ts) out.push_back(t.contiguous());
-    return out;
-  };
+  const AdamOperands ops_in = random_adam_operands(7, sizes);
+  const std::vector<Tensor>&p = ops_in.p, &g = ops_in.g, &m = ops_in.m, &v = ops_in.v;
+  const auto& copies = copies_of;
   auto same = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
     for (size_t i = 0; i < a.size(); ++i)
       if (a[i].numel() && std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()) != 0) return false;
@@ -898,22 +919,11 @@ TEST(Optimizer, MultiTensorOpsAreTheOneTensorOps) {
 // empty item; and a bad item named by the op.
 TEST(Optimizer, LambUpdateManyIsTheOpSequence) {
   Context ctx({.num_threads = 2});
-  std::mt19937_64 gen(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto rnd = [&](int64_t n, float scale, bool positive = false) {
-    Tensor t = Tensor::empty({n}, DType::f32);
-    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = positive ? std::fabs(scale * nd(gen)) : scale * nd(gen);
-    return t;
-  };
   const std::vector<int64_t> sizes = {3, 0, 5000, 17, 9000};
-  std::vector<Tensor> p, g, m, v;
-  for (int64_t n : sizes) p.push_back(rnd(n, 1)), g.push_back(rnd(n, 0.1f)), m.push_back(rnd(n, 0.01f)), v.push_back(rnd(n, 0.001f, true));
+  AdamOperands ops_in = random_adam_operands(11, sizes);
+  std::vector<Tensor>&p = ops_in.p, &g = ops_in.g, &m = ops_in.m, &v = ops_in.v;
   std::fill(p[3].data<float>(), p[3].data<float>() + p[3].numel(), 0.0f);  // ||p|| = 0 with weight decay: ratio 1
-  auto copies = [](const std::vector<Tensor>& ts) {
-    std::vector<Tensor> out;
-    for (const Tensor& t : ts) out.push_back(t.contiguous());
-    return out;
-  };
+  const auto& copies = copies_of;
   std::vector<Tensor> p1 = copies(p), m1 = copies(m), v1 = copies(v), p2 = copies(p), m2 = copies(m), v2 = copies(v);
   std::vector<ops::AdamItem> items;
   for (size_t i = 0; i < sizes.size(); ++i) {

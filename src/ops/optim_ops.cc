@@ -511,15 +511,21 @@ Device items_device(const char* op, const std::vector<Item>& items, Tensors tens
   return device;
 }
 
-}  // namespace
-
-void adamw_update_many(Context& ctx, const std::vector<AdamItem>& items) {
-  detail::OpScope op_scope(ctx, "adamw_update_many");
-  constexpr const char* op = "adamw_update_many";
+// The items of an op that reads p, g, m, v and lr (adamw_update_many, lamb_update_many), each
+// checked as adamw_update checks its operands; returns their device.
+Device check_adam_items(const char* op, const std::vector<AdamItem>& items) {
   const Device device = items_device(op, items, [](const AdamItem& it) {
     return std::array<const Tensor*, 4>{it.p, it.g, it.m, it.v};
   });
   for (const AdamItem& it : items) check_adamw(op, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
+  return device;
+}
+
+}  // namespace
+
+void adamw_update_many(Context& ctx, const std::vector<AdamItem>& items) {
+  detail::OpScope op_scope(ctx, "adamw_update_many");
+  const Device device = check_adam_items("adamw_update_many", items);
 #ifdef UNMASK_WITH_CUDA
   if (device == Device::cuda) return cuda::adamw_update_many(ctx, items);
 #endif
@@ -561,10 +567,7 @@ void lamb_apply_many(Context& ctx, const std::vector<LambApplyItem>& items) {
 void lamb_update_many(Context& ctx, const std::vector<AdamItem>& items) {
   detail::OpScope op_scope(ctx, "lamb_update_many");
   constexpr const char* op = "lamb_update_many";
-  const Device device = items_device(op, items, [](const AdamItem& it) {
-    return std::array<const Tensor*, 4>{it.p, it.g, it.m, it.v};
-  });
-  for (const AdamItem& it : items) check_adamw(op, *it.p, *it.g, *it.m, *it.v, it.lr, it.args);
+  const Device device = check_adam_items(op, items);
 #ifdef UNMASK_WITH_CUDA
   if (device == Device::cuda) return cuda::lamb_update_many(ctx, items);
 #endif

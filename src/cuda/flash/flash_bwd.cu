@@ -91,9 +91,7 @@ int requested_dkdv_ctas(const FlashBwdParams& p) {
 /// three CTAs fit the device's shared memory (sm_90); else 2.
 int resolve_dkdv_ctas(const FlashBwdParams& p, bool atomic) {
   if (requested_dkdv_ctas(p) != 3 || p.head_dim != 64 || p.dropout_p != 0.0f) return 2;
-  using Kt = FlashBwdTraits<64>;
-  const size_t smem = atomic ? FlashBwdDkdvSmem<Kt, true, true>::kBytes : FlashBwdDkdvSmem<Kt, false, true>::kBytes;
-  return three_ctas_fit(smem) ? 3 : 2;
+  return flash_bwd_three_ctas_available(atomic) ? 3 : 2;  // flash_api.h; defined below
 }
 
 std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0};
@@ -135,10 +133,10 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   const bool atomic = resolve_dq_mode(p) == FlashBwdDq::atomic;
   const bool kv_in_smem = resolve_dkdv_ctas(p, atomic) == 3;
   if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
+  const int64_t C = int64_t(p.num_heads) * p.head_dim;
   FlashBwdParams q = p;
   std::optional<ScratchBuffer> accum;
   if (atomic) {
-    const int64_t C = int64_t(p.num_heads) * p.head_dim;
     accum.emplace(size_t(p.rows) * size_t(C) * sizeof(float), stream);
     CUDA_CHECK(cudaMemsetAsync(accum->ptr, 0, size_t(p.rows) * size_t(C) * sizeof(float), stream));
     q.dq_accum = accum->as<float>();
@@ -154,7 +152,6 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
     run_dkdv<Kt, kDropout, false>(q, atomic, grid, stream);
   }
   if (atomic) {
-    const int64_t C = int64_t(p.num_heads) * p.head_dim;
     const int64_t pairs = p.rows * (C / 2);
     const unsigned blocks = unsigned(std::min<int64_t>((pairs + 255) / 256, 65535));
     dq_from_accum_kernel<<<blocks, 256, 0, stream>>>(p.dq, p.dq_row_stride, p.grads_bf16, q.dq_accum, p.rows, C,
