@@ -138,8 +138,9 @@ __global__ void __launch_bounds__(kThreads) lamb_apply_many_kernel(const ApplyBa
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) x.p[i] = __fadd_rn(x.p[i], __fmul_rn(alpha, x.u[i]));
 }
 
-/// Fixed-shape tree over blockDim.x (a power of two) doubles in shared memory; thread 0 gets it.
+// sum_squares's reductions (defined below), which the fused LAMB norms reuse to keep its bits.
 __device__ double block_tree_sum(double v, double* s);
+__device__ double partials_sum(const double* partial, int64_t chunks, double* s);
 
 /// Fused LAMB pass 1 (lamb_update_many_n): block b updates the moments of its chunk and writes
 /// the chunk's sums of p^2 and u^2 (decayed tensors; 0 otherwise) to partial_p[b], partial_u[b].
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) lamb_moments_norms_kernel(const Appl
 }
 
 /// Fused LAMB, per tensor t of the batch (one block of kFinalThreads): norms[2t] = ||p||^2 and
-/// norms[2t + 1] = ||u||^2, the sums of its chunks' partials in a fixed order.
+/// norms[2t + 1] = ||u||^2, the sums of its chunks' partials as sum_squares_many adds them.
 __global__ void __launch_bounds__(kFinalThreads) lamb_norms_kernel(const ApplyBatch<LambFusedTensor> b,
                                                                    const double* partial_p, const double* partial_u,
                                                                    double* norms) {
@@ -169,9 +170,7 @@ __global__ void __launch_bounds__(kFinalThreads) lamb_norms_kernel(const ApplyBa
   const int t = blockIdx.x;
   if (!b.t[t].decayed) return;
   const int64_t first = b.chunk_begin[t], chunks = b.chunk_begin[t + 1] - first;
-  double acc_p = 0.0, acc_u = 0.0;
-  for (int64_t k = threadIdx.x; k < chunks; k += kFinalThreads) acc_p += partial_p[first + k], acc_u += partial_u[first + k];
-  const double tp = block_tree_sum(acc_p, sp), tu = block_tree_sum(acc_u, su);
+  const double tp = partials_sum(partial_p + first, chunks, sp), tu = partials_sum(partial_u + first, chunks, su);
   if (threadIdx.x == 0) norms[2 * t] = tp, norms[2 * t + 1] = tu;
 }
 
