@@ -103,6 +103,41 @@ __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* x
   store_chunk<kVec>(dxr, c, d);
 }
 
+/// One row of the LayerNorm backward with the row in registers (C <= 32 kRowCacheFloats): xhat
+/// and g = dy gamma chunk by chunk, on_element(i, j, dy, xhat) called on each element's raw dy
+/// and xhat before g is scaled (the fused kernel's column sums; a no-op for the row kernel), then
+/// the row means of g and g xhat and dx (store_layernorm_dx). Lane chunks as in
+/// warp_layernorm_row; each lane loads all its chunks before storing any (dx may alias dy).
+template <typename T, int kVec, typename OnElement>
+__device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* xr, const T* rr, const T* dyr,
+                                                              const float* gamma, float mu, float rs, int C, int lane,
+                                                              bool accumulate, OnElement&& on_element) {
+  constexpr int kChunks = kRowCacheFloats / kVec;
+  float xh[kChunks][kVec], g[kChunks][kVec];
+  for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
+    load_sum<T, kVec>(xh[i], xr, rr, c);
+    load_row<T, kVec>(g[i], dyr, c);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      xh[i][j] = (xh[i][j] - mu) * rs;
+      on_element(i, j, g[i][j], xh[i][j]);
+      g[i][j] *= gamma[c + j];
+    }
+  });
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      sum_g += g[i][j];
+      sum_gx += g[i][j] * xh[i][j];
+    }
+  });
+  const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
+  for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
+    store_layernorm_dx<T, kVec>(dxr, c, xh[i], g[i], rs, mg, mgx, accumulate);
+  });
+}
+
 /// dx of LayerNorm, one warp per row (the parameter sums are column_partials_kernel's):
 ///   xhat = (s - mean) rstd, g = dy gamma, dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)).
 /// Lane chunks of kVec columns as in warp_layernorm_row. dx may alias dy: each lane reads its
@@ -133,32 +168,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   auto store = [&](const float* xh, const float* g, int c, float mg, float mgx) {
     store_layernorm_dx<T, kVec>(dxr, c, xh, g, rs, mg, mgx, accumulate);
   };
-  float sum_g = 0.0f, sum_gx = 0.0f;
-  constexpr int kChunks = kRowCacheFloats / kVec;  // layernorm.cuh: rows up to 1024 columns
-  if (C <= kChunks * kWarpSize * kVec) {
+  if (C <= kRowCacheFloats * kWarpSize) {
     // xhat and g in registers: one read of x, residual and dy; the same sums in the same order.
-    float xh[kChunks][kVec], g[kChunks][kVec];
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-      const int c = (lane + i * kWarpSize) * kVec;
-      if (c < C) load(xh[i], g[i], c);
-    }
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i)
-      if ((lane + i * kWarpSize) * kVec < C)
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          sum_g += g[i][j];
-          sum_gx += g[i][j] * xh[i][j];
-        }
-    const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-      const int c = (lane + i * kWarpSize) * kVec;
-      if (c < C) store(xh[i], g[i], c, mg, mgx);
-    }
+    layernorm_backward_cached_row<T, kVec>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
+                                           [](int, int, float, float) {});
     return;
   }
+  float sum_g = 0.0f, sum_gx = 0.0f;
   float xh[kVec], g[kVec];
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
     load(xh, g, c);
@@ -216,31 +232,11 @@ __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
     const T* rr = residual ? residual + row * ldr : nullptr;
     const T* dyr = dy + row * lddy;
     const float mu = mean[row], rs = rstd[row];
-    float xh[kChunks][kVec], g[kChunks][kVec];  // xhat and g = dy gamma of the row
-    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
-      load_sum<T, kVec>(xh[i], xr, rr, c);
-      load_row<T, kVec>(g[i], dyr, c);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        xh[i][j] = (xh[i][j] - mu) * rs;
-        acc_a[i][j] += g[i][j] * xh[i][j];  // column_partials_kernel's a += d ((s - mu) rs)
-        acc_b[i][j] += g[i][j];
-        g[i][j] *= gamma[c + j];
-      }
-    });
-    float sum_g = 0.0f, sum_gx = 0.0f;
-    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        sum_g += g[i][j];
-        sum_gx += g[i][j] * xh[i][j];
-      }
-    });
-    const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
-    T* dxr = dx + row * lddx;
-    for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
-      store_layernorm_dx<T, kVec>(dxr, c, xh[i], g[i], rs, mg, mgx, accumulate);
-    });
+    layernorm_backward_cached_row<T, kVec>(dx + row * lddx, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
+                                           [&](int i, int j, float d, float xhat) {
+                                             acc_a[i][j] += d * xhat;  // column_partials_kernel's a += d ((s - mu) rs)
+                                             acc_b[i][j] += d;
+                                           });
   }
   // The warps' sums in warp order: sbuf = w0, then sbuf += w1, ... (a warp without rows adds
   // zeros).
