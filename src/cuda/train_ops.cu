@@ -347,14 +347,21 @@ void finish_columns(float* out, const float* partial, int64_t pstride, int64_t c
 
 // ---- activation backward, softmax backward ------------------------------------------------------
 
-/// d act(x) / dx, the CPU kernel's formulas (cpu/kernels_train_impl.inc, v_act_grad).
+/// d act(x) / dx, the CPU kernel's formulas (cpu/kernels_train_impl.inc, v_act_grad), except
+/// that the exact GELU's Phi(x) is 0.5 + 0.5 erf(x / sqrt 2), as in the forward (activation.cu),
+/// rather than normcdff (an erfc with an extra-precise exp and two reciprocals): a kernel of 8
+/// bf16 elements a thread compiles to 408 sm_90a instructions with erff, 696 with normcdff. The ViT-B
+/// decoder's GELU backward ran at 91% SM throughput and 38% of DRAM bandwidth on an H200
+/// (240 us for 77M elements, floor ~100 us). The erf form loses Phi's relative accuracy only
+/// where Phi < ~1e-7 (x < -5), an absolute 6e-8; against float64 the gradient is within
+/// 1.5e-7 on [-20, 20] (numpy check, 2026-11-26).
 __device__ __forceinline__ float act_grad(float x, ops::Activation act) {
   switch (act) {
     case ops::Activation::none: return 1.0f;
     case ops::Activation::gelu: {
       const float x2 = x * x;
       const float pdf = x2 < 160.0f ? expf(-0.5f * x2) * 0.39894228040143267794f : 0.0f;
-      return normcdff(x) + x * pdf;
+      return fmaf(0.5f, erff(x * 0.70710678118654752f), 0.5f) + x * pdf;
     }
     case ops::Activation::gelu_tanh: {
       const float x2 = x * x;

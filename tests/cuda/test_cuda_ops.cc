@@ -370,7 +370,9 @@ TEST(CudaGemm, AutotunedPlansMatchFloat64Reference) {
       {1, 300, 3072, 768, Trans::no, Trans::yes, true, Activation::gelu, 1.0f, 0.0f, false, true},  // FFN in
       {4, 128, 128, 64, Trans::no, Trans::yes, false, Activation::none, 0.125f, 0.5f, false, true}, // batched
   };
-  for (DType dt : {DType::bf16, DType::f16})
+  // All three types: an accumulating GEMM into bf16/f16 keeps the heuristic's algorithm (a timed
+  // candidate rounded A B to 16 bits before adding C, H200 2026-11-26); into f32 it is tuned.
+  for (DType dt : kFloatTypes)
     for (const GemmCase& g : cases) run_gemm_case(g, dt, rng);
   // The weight GEMM with the bias gradient in its epilogue (BGRADB: the timing runs write a
   // scratch gradient): dw and db added to once, as on the CPU.
