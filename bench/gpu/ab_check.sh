@@ -233,7 +233,7 @@ if command -v ncu > /dev/null; then
   # backward's first are the decoder's, 32 x 1,568 = 50,176 rows of 384 or 1,536 columns; the
   # forward's first LayerNorms are the encoder's, 32 x 160 rows of 768)
   # (the LayerNorm kernels were measured on 2026-11-26 22:31 UTC; the GELU kernels changed since)
-  for k in activation_backward bias_act_kernel; do
+  for k in activation_backward bias_act_kernel tubelet_target_kernel lamb_moments_norms_kernel; do
     go "ncu $k" || continue
     knob=UNMASK_UNUSED=0
     [ "$k" = layernorm_backward_fused ] && knob=UNMASK_CUDA_LN_BWD_FUSED=1  # the opt-in kernel
