@@ -298,6 +298,41 @@ TEST(TrainActivation, BackwardAccurateOverWholeRange) {
   }
 }
 
+// activation_backward with y: act(x) beside dx, the bits of the two ops (f32 and the bf16
+// emulation), for dx aliasing dy as the ViT block's recompute uses it; y may share memory with
+// none of x, dy, dx.
+TEST(TrainActivation, BackwardWithOutputIsTheTwoOps) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  for (DType dt : {DType::f32, DType::bf16})
+    for (Activation act : kActs) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + ops::activation_name(act));
+      const int64_t N = 5, C = 37;
+      Tensor x = make_rows(N, C, 0), dy = make_rows(N, C, 0);
+      fill_rows(rng, x, Fill::normal);
+      fill_rows(rng, dy, Fill::normal);
+      for (int64_t c = 0; c < C; ++c) x.data<float>()[c] *= 6.0f;  // reach the tails
+      const Tensor xt = x.cast(dt), dyt = dy.cast(dt);
+      Tensor y_two = Tensor::empty({N, C}, dt), dx_two = dyt.cast(dt);
+      ops::activation(ctx, xt, y_two, act);
+      ops::activation_backward(ctx, xt, dx_two, dx_two, act);
+      Tensor y_one = Tensor::empty({N, C}, dt), dx_one = dyt.cast(dt);
+      ops::activation_backward(ctx, xt, dx_one, dx_one, act, &y_one);
+      EXPECT_EQ(vec_f64(y_one.cast(DType::f32)), vec_f64(y_two.cast(DType::f32)));
+      EXPECT_EQ(vec_f64(dx_one.cast(DType::f32)), vec_f64(dx_two.cast(DType::f32)));
+      double sq = 0;
+      for (double v : vec_f64(y_one.cast(DType::f32))) sq += v * v;
+      EXPECT_GT(sq, 1.0);  // not a zero tensor compared with another
+    }
+  Tensor x = Tensor::zeros({4, 8}, DType::f32), dy = Tensor::zeros({4, 8}, DType::f32), dx = dy;
+  EXPECT_NE(error_of([&] { ops::activation_backward(ctx, x, dy, dx, Activation::gelu, &dx); }).find("overlaps"),
+            std::string::npos);
+  Tensor y_small = Tensor::zeros({4, 7}, DType::f32);
+  EXPECT_NE(error_of([&] { ops::activation_backward(ctx, x, dy, dx, Activation::gelu, &y_small); }).find("y"),
+            std::string::npos);
+}
+
 TEST(TrainBiasGrad, MatchesReferenceAndDoesNotDependOnThreads) {
   TestRng rng;
   SCOPED_TRACE(rng.note());

@@ -7,6 +7,7 @@
 // Dumb reference: ref::bias_act (src/ref) in float64, and the scalar path of this very kernel.
 #include <cmath>
 
+#include "cuda/activation_math.cuh"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 
@@ -14,19 +15,6 @@ namespace unmask::cuda {
 
 namespace {
 
-/// act(x) in fp32. The same formulas as the CPU kernels (ops.h's Activation comments).
-__device__ __forceinline__ float apply_act(float x, ops::Activation act) {
-  switch (act) {
-    case ops::Activation::none: return x;
-    case ops::Activation::gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case ops::Activation::gelu_tanh: {
-      const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(u));
-    }
-    case ops::Activation::tanh: return tanhf(x);
-  }
-  return x;
-}
 
 /// y[n, c] = act(x[n, c] + bias[c]) with kVec elements per step (1 or 16 / sizeof(T)).
 ///   x: [N, C] (ldx), y: [N, C] (ldy), bias: [C] of TB or null. y may alias x (same index).

@@ -124,7 +124,8 @@ void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* re
                         void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
                         bool accumulate_dx);
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
-                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype);
+                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype, void* y = nullptr,
+                         int64_t ldy = 0);
 void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype);
 void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy, int64_t lddy, float* dx,
                       int64_t lddx, int64_t N, int64_t C);

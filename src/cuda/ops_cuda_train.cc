@@ -30,9 +30,9 @@ void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* re
 }
 
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
-                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype) {
+                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype, void* y, int64_t ldy) {
   CudaState& st = cuda_state(ctx);
-  activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, dtype, st.stream);
+  activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, dtype, st.stream, y, ldy);
 }
 
 void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype) {

@@ -60,9 +60,11 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
                         const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream,
                         bool accumulate_dx = false, bool fused = false);
 
-/// dx = dy * act'(x) elementwise (x the pre-activation); dx may alias dy or x.
+/// dx = dy * act'(x) elementwise (x the pre-activation); dx may alias dy or x. With y (not null;
+/// overlapping none of them) also y = act(x), the bits of bias_act_forward's.
 void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx, const void* dy, int64_t lddy, int64_t N,
-                         int64_t C, ops::Activation act, DType dtype, cudaStream_t stream);
+                              int64_t C, ops::Activation act, DType dtype, cudaStream_t stream, void* y = nullptr,
+                              int64_t ldy = 0);
 
 /// dbias[c] += sum_n dy[n, c] (f32 dbias, deterministic). dy: [N, C] of dtype (lddy).
 void bias_grad_cols(float* dbias, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream);

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "core/philox.h"
+#include "cuda/activation_math.cuh"
 #include "cuda/common.cuh"
 #include "cuda/layernorm.cuh"
 #include "cuda/train_kernels.h"
@@ -347,57 +348,33 @@ void finish_columns(float* out, const float* partial, int64_t pstride, int64_t c
 
 // ---- activation backward, softmax backward ------------------------------------------------------
 
-/// d act(x) / dx, the CPU kernel's formulas (cpu/kernels_train_impl.inc, v_act_grad), except
-/// that the exact GELU's Phi(x) is 0.5 + 0.5 erf(x / sqrt 2), as in the forward (activation.cu),
-/// rather than normcdff (an erfc with an extra-precise exp and two reciprocals): a kernel of 8
-/// bf16 elements a thread compiles to 408 sm_90a instructions with erff, 696 with normcdff. The ViT-B
-/// decoder's GELU backward ran at 91% SM throughput and 38% of DRAM bandwidth on an H200
-/// (240 us for 77M elements, floor ~100 us). The erf form loses Phi's relative accuracy only
-/// where Phi < ~1e-7 (x < -5), an absolute 6e-8; against float64 the gradient is within
-/// 1.5e-7 on [-20, 20] (numpy check, 2026-11-26).
-__device__ __forceinline__ float act_grad(float x, ops::Activation act) {
-  switch (act) {
-    case ops::Activation::none: return 1.0f;
-    case ops::Activation::gelu: {
-      const float x2 = x * x;
-      const float pdf = x2 < 160.0f ? expf(-0.5f * x2) * 0.39894228040143267794f : 0.0f;
-      return fmaf(0.5f, erff(x * 0.70710678118654752f), 0.5f) + x * pdf;
-    }
-    case ops::Activation::gelu_tanh: {
-      const float x2 = x * x;
-      const float k = 0.79788456080286535588f;
-      const float u = x * k * (1.0f + 0.044715f * x2);
-      const float du = k * (1.0f + 3.0f * 0.044715f * x2);
-      const float e = expf(fminf(fmaxf(-2.0f * u, -80.0f), 80.0f));
-      const float s = 1.0f / (1.0f + e);
-      return s + 2.0f * x * du * (s * (e * s));
-    }
-    case ops::Activation::tanh: {
-      const float t = tanhf(x);
-      return 1.0f - t * t;
-    }
-  }
-  return 1.0f;
-}
 
-/// dx[n, c] = dy[n, c] * act'(x[n, c]); grid-stride over the N x C/kVec chunks of kVec elements
+/// dx[n, c] = dy[n, c] * act'(x[n, c]), and with kWithY also y[n, c] = act(x[n, c]) (the
+/// forward kernel's apply_act: its bits); grid-stride over the N x C/kVec chunks of kVec elements
 /// (1, or 16 / sizeof(T) with one 16-byte load per operand: on an H200 the scalar kernel moved
 /// ~1.1 TB/s, a quarter of the HBM's). The same arithmetic per element either way.
 /// flat (every ld = C): chunk i is elements kVec i .. of the N C contiguous ones, no row arithmetic.
-template <typename T, int kVec>
-__global__ void activation_backward_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* dy, int64_t lddy,
-                                           int64_t N, int64_t C, ops::Activation act, bool flat) {
+template <typename T, int kVec, bool kWithY>
+__global__ void activation_backward_kernel(T* dx, int64_t lddx, T* y, int64_t ldy, const T* x, int64_t ldx,
+                                           const T* dy, int64_t lddy, int64_t N, int64_t C, ops::Activation act,
+                                           bool flat) {
   const int64_t chunks_per_row = C / kVec, total = N * chunks_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t n, c;
     chunk_position<kVec>(i, chunks_per_row, flat, n, c);
     if constexpr (kVec == 1) {
-      dx[n * lddx + c] = from_float<T>(to_float(dy[n * lddy + c]) * act_grad(to_float(x[n * ldx + c]), act));
+      const float xf = to_float(x[n * ldx + c]);
+      if constexpr (kWithY) y[n * ldy + c] = from_float<T>(apply_act(xf, act));
+      dx[n * lddx + c] = from_float<T>(to_float(dy[n * lddy + c]) * act_grad(xf, act));
     } else {
       const Packed128<T> xv = Packed128<T>::load(x + n * ldx + c), dyv = Packed128<T>::load(dy + n * lddy + c);
-      Packed128<T> out;
+      Packed128<T> out, yv;
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) out.set(j, dyv.f(j) * act_grad(xv.f(j), act));
+      for (int j = 0; j < kVec; ++j) {
+        if constexpr (kWithY) yv.set(j, apply_act(xv.f(j), act));  // erff(x / sqrt 2) shared with act_grad's
+        out.set(j, dyv.f(j) * act_grad(xv.f(j), act));
+      }
+      if constexpr (kWithY) yv.store(y + n * ldy + c);
       out.store(dx + n * lddx + c);
     }
   }
@@ -596,16 +573,24 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
 }
 
 void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx, const void* dy, int64_t lddy,
-                              int64_t N, int64_t C, ops::Activation act, DType dtype, cudaStream_t stream) {
+                              int64_t N, int64_t C, ops::Activation act, DType dtype, cudaStream_t stream, void* y,
+                              int64_t ldy) {
   check_rows("activation_backward", N, C);
   if (N == 0 || C == 0) return;
   dispatch_storage("activation_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
-    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dy, lddy}, {dx, lddx}}), [&](auto kvec) {
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dy, lddy}, {dx, lddx}, {y, ldy}}), [&](auto kvec) {
       constexpr int V = decltype(kvec)::value;
-      activation_backward_kernel<T, V><<<grid_stride_blocks(N * (C / V), 256), 256, 0, stream>>>(
-          static_cast<T*>(dx), lddx, static_cast<const T*>(x), ldx, static_cast<const T*>(dy), lddy, N, C, act,
-          N <= 1 || (ldx == C && lddy == C && lddx == C));
+      const unsigned blocks = grid_stride_blocks(N * (C / V), 256);
+      const bool flat = N <= 1 || (ldx == C && lddy == C && lddx == C && (!y || ldy == C));
+      if (y)
+        activation_backward_kernel<T, V, true><<<blocks, 256, 0, stream>>>(
+            static_cast<T*>(dx), lddx, static_cast<T*>(y), ldy, static_cast<const T*>(x), ldx,
+            static_cast<const T*>(dy), lddy, N, C, act, flat);
+      else
+        activation_backward_kernel<T, V, false><<<blocks, 256, 0, stream>>>(
+            static_cast<T*>(dx), lddx, nullptr, 0, static_cast<const T*>(x), ldx, static_cast<const T*>(dy), lddy, N,
+            C, act, flat);
     });
     CUDA_CHECK_LAUNCH();
   });

@@ -72,19 +72,29 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act) {
 }
 
 void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,
-                         Activation act) {
+                         Activation act, Tensor* y) {
   detail::OpScope op_scope(ctx, "activation_backward");
   constexpr const char* op = "activation_backward";
   const Device dev = x.device();
   const bool half = detail::check_float_train(op, "x", x);  // bf16 / f16: CUDA, emulated on the CPU
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"dy", &dy}, {"dx", &dx}}) {
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"dy", &dy}, {"dx", &dx}, {"y", y}}) {
+    if (!t) continue;
     detail::check_same_dtype(op, x.dtype(), {{name, t}});
     detail::check_device(op, name, *t, dev);
     detail::check_same_shape(op, "x", x, name, *t);
   }
   detail::check_no_overlap(op, "dx", dx, "dy", dy, true);
   detail::check_no_overlap(op, "dx", dx, "x", x, true);  // elementwise: the same view is fine
+  if (y) {  // written beside dx from x and dy: it may share memory with none of them
+    detail::check_no_overlap(op, "y", *y, "x", x, false);
+    detail::check_no_overlap(op, "y", *y, "dy", dy, false);
+    detail::check_no_overlap(op, "y", *y, "dx", dx, false);
+  }
   if (x.numel() == 0) return;
+  if (y && dev == Device::cpu) {  // the two ops, in this order: y is read from x before dx may overwrite it
+    activation(ctx, x, *y, act);
+    return activation_backward(ctx, x, dy, dx, act);
+  }
   if (half && dev == Device::cpu) {
     const Tensor xf = detail::widen_for_cpu(x), dyf = detail::widen_for_cpu(dy);
     Tensor dxf = Tensor::empty(dx.shape(), DType::f32);
@@ -115,7 +125,7 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
       return cuda::activation_backward(ctx, x.raw(), rx.ld, dy.raw(), rdy.ld, dx.raw(), rdx.ld, rx.N, rx.C, act,
-                                       x.dtype());
+                                       x.dtype(), y ? y->raw() : nullptr, y ? detail::as_rows(op, "y", *y).ld : 0);
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif

@@ -178,8 +178,12 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
                         Tensor& dgamma, Tensor& dbeta, bool accumulate_dx = false);
 
 /// dx = dy * act'(x) elementwise, x the activation's INPUT (pre-activation). dx may alias dy.
+/// y (optional; x's shape, dtype and device, overlapping none of x, dy, dx): also act(x), the
+/// bits of activation(x, y). For a layer that recomputes its activation output in the backward
+/// instead of keeping it (the ViT blocks' recompute_gelu): on CUDA one pass over x instead of
+/// two; on the CPU the two ops in sequence.
 void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,
-                         Activation act);
+                         Activation act, Tensor* y = nullptr);
 
 /// dbias[c] += sum_n dy[n, c].  dy: [N, C] (row stride allowed); dbias: [C].
 void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias);

@@ -133,14 +133,20 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   UNMASK_CHECK(g.dtype() == x.dtype(), "ViT block backward: g is ", g.describe(), " but x is ", x.describe());
   // out = x1 + fc2(gelu(fc1(LN2(x1))))
   Tensor df = act({N, s.I});
-  Tensor f = sv.f;
-  if (!f.defined()) {  // recompute_gelu: the same op on the same input, so the same bits
-    f = act({N, s.I});
-    ops::activation(ctx, sv.fp, f, Activation::gelu);
+  const Tensor dout = branch_grad(g, s.drop_mlp, s.tokens);
+  if (sv.f.defined()) {
+    train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, dout, &df);
+    ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
+  } else {
+    // recompute_gelu: df = dout W2 first (it needs no f); then one pass over fp makes both
+    // f = gelu(fp), the forward's bits (the same formula on the same input), and df *= gelu'(fp);
+    // then fc2's parameter gradients from f. The same ops as linear_backward + activation_backward,
+    // in another order: the same bits, one read of fp fewer.
+    ops::gemm(ctx, dout, Trans::no, train::value_for(p.fc2_w, dout.dtype()), Trans::no, df, ops::GemmArgs{});
+    Tensor f = act({N, s.I});
+    ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu, &f);
+    ops::linear_param_grads(ctx, dout, f, p.fc2_w.grad, p.fc2_b.defined() ? &p.fc2_b.grad : nullptr);
   }
-  train::linear_backward(ctx, f, p.fc2_w, p.fc2_b, branch_grad(g, s.drop_mlp, s.tokens), &df);
-  f = Tensor();
-  ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
   Tensor dln = act({N, C});
   train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);
   // g = d x1 = g + LN2'(dln): the LayerNorm backward adds into g (one pass, no axpy)

@@ -286,6 +286,34 @@ TEST(CudaTrainActivation, BackwardMatchesCpu) {
       }
 }
 
+// activation_backward with y (the ViT blocks' GELU recompute): one kernel writes act(x) and
+// dy * act'(x); both must be the bits of the two ops (ops::activation, then the backward alone),
+// on the 16-byte path (C = 3072, contiguous) and the scalar one (C = 5; a strided y).
+TEST(CudaTrainActivation, BackwardWithOutputIsTheTwoOps) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainActivationWithY");
+  for (DType dt : {DType::f32, DType::bf16})
+    for (Activation act : {Activation::gelu, Activation::gelu_tanh, Activation::tanh})
+      for (int64_t C : {5, 3072}) {
+        const int64_t N = 33;
+        const std::string what = std::string(dtype_name(dt)) + " " + ops::activation_name(act) + " C=" +
+                                 std::to_string(C);
+        const Tensor x = rng.tensor({N, C}, 3.0f).cast(dt).to(Device::cuda), dy = rng.tensor({N, C}).cast(dt).to(Device::cuda);
+        Tensor y_two = Tensor::empty({N, C}, dt, Device::cuda), dx_two = Tensor::empty({N, C}, dt, Device::cuda);
+        dx_two.copy_from(dy);
+        ops::activation(gpu(), x, y_two, act);
+        ops::activation_backward(gpu(), x, dx_two, dx_two, act);
+        Tensor wide = Tensor::zeros({N, C + 8}, dt, Device::cuda);
+        Tensor y_one = C == 5 ? wide.slice(1, 3, 3 + C) : Tensor::empty({N, C}, dt, Device::cuda);
+        Tensor dx_one = Tensor::empty({N, C}, dt, Device::cuda);
+        dx_one.copy_from(dy);
+        ops::activation_backward(gpu(), x, dx_one, dx_one, act, &y_one);
+        auto host = [](const Tensor& t) { return values(t.contiguous().to(Device::cpu).cast(DType::f32)); };
+        expect_bits(host(y_one), host(y_two), what + " y");
+        expect_bits(host(dx_one), host(dx_two), what + " dx");
+      }
+}
+
 TEST(CudaTrainBiasGrad, MatchesCpuAndIsDeterministic) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainBiasGrad");
