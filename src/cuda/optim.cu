@@ -34,17 +34,25 @@ int grid_for(int64_t n) { return int(std::max<int64_t>(1, std::min<int64_t>(ceil
 #define UNMASK_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-/// torch.optim.AdamW element update (optim_ops.cc adamw_kernel) of element i.
+/// torch.optim.AdamW's update (optim_ops.cc adamw_kernel) of one element, in place on its
+/// values: p, m and v updated from the raw gradient g.
+__device__ __forceinline__ void adamw_value(float& p, float g, float& m, float& v, const ops::AdamWScalars& s) {
+  const float gi = __fmul_rn(s.grad_scale, g);
+  m = __fadd_rn(__fmul_rn(m, s.beta1), __fmul_rn(s.one_minus_beta1, gi));
+  v = __fadd_rn(__fmul_rn(v, s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+  const float d = __fadd_rn(sqrtf(v) / s.bias2_sqrt, s.eps);
+  p = __fsub_rn(__fmul_rn(p, s.decay), __fmul_rn(s.step_size, m / d));
+}
+
+/// adamw_value of element i.
 __device__ __forceinline__ void adamw_element(float* __restrict__ p, const float* __restrict__ g,
                                               float* __restrict__ m, float* __restrict__ v, int64_t i,
                                               const ops::AdamWScalars& s) {
-  const float gi = __fmul_rn(s.grad_scale, g[i]);
-  const float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.one_minus_beta1, gi));
-  const float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+  float pi = p[i], mi = m[i], vi = v[i];
+  adamw_value(pi, g[i], mi, vi, s);
   m[i] = mi;
   v[i] = vi;
-  const float d = __fadd_rn(sqrtf(vi) / s.bias2_sqrt, s.eps);
-  p[i] = __fsub_rn(__fmul_rn(p[i], s.decay), __fmul_rn(s.step_size, mi / d));
+  p[i] = pi;
 }
 
 /// LAMB's update direction u of one element from its new moments and p (IEEE operations only,
@@ -127,10 +135,33 @@ __device__ __forceinline__ int apply_chunk(const ApplyBatch<T>& b, int64_t& begi
   return lo;
 }
 
+/// The multi-tensor updates' loads in flight per thread: a thread loads the operands of elements
+/// i, i + kThreads, ..., i + (kApplyIlp - 1) kThreads before it computes the first, then computes
+/// and stores them in that order: the elements, their arithmetic and (for the fused LAMB) the
+/// order of the sums of a plain loop over i += kThreads, so its bits. On an H200 (2026-11-26)
+/// the plain loops ran at 2.7-2.9 TB/s, ~60% of the HBM's bandwidth, with one 4-byte load per
+/// operand in flight per thread.
+constexpr int kApplyIlp = 4;
+static_assert(kApplyChunk % (kApplyIlp * kThreads) == 0, "a chunk is whole groups of kApplyIlp loads a thread");
+
 __global__ void __launch_bounds__(kThreads) adamw_many_kernel(const ApplyBatch<AdamWTensor> b) {
   int64_t begin, end;
   const AdamWTensor& x = b.t[apply_chunk(b, begin, end)];
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) adamw_element(x.p, x.g, x.m, x.v, i, x.s);
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kApplyIlp * kThreads) {
+    float p[kApplyIlp], g[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
+#pragma unroll
+    for (int k = 0; k < kApplyIlp; ++k)
+      if (const int64_t i = i0 + k * kThreads; i < end) p[k] = x.p[i], g[k] = x.g[i], m[k] = x.m[i], v[k] = x.v[i];
+#pragma unroll
+    for (int k = 0; k < kApplyIlp; ++k) {
+      const int64_t i = i0 + k * kThreads;
+      if (i >= end) break;
+      adamw_value(p[k], g[k], m[k], v[k], x.s);
+      x.m[i] = m[k];
+      x.v[i] = v[k];
+      x.p[i] = p[k];
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) lamb_moments_many_kernel(const ApplyBatch<LambMomentsTensor> b) {
@@ -150,14 +181,6 @@ __global__ void __launch_bounds__(kThreads) lamb_apply_many_kernel(const ApplyBa
 __device__ double block_tree_sum(double v, double* s);
 __device__ double partials_sum(const double* partial, int64_t chunks, double* s);
 
-/// The fused LAMB passes' loads in flight per thread: a thread loads the operands of elements
-/// i, i + kThreads, ..., i + (kLambIlp - 1) kThreads before it computes the first, then computes
-/// and stores them in that order. The elements, their arithmetic and the order of the sums are
-/// those of a plain loop over i += kThreads (sum_squares's), so the bits are too. On an H200
-/// (2026-11-26) the plain loop's two passes moved 2.7 TB/s, 56% of the HBM's bandwidth, with
-/// one 4-byte load per operand in flight per thread.
-constexpr int kLambIlp = 4;
-static_assert(kApplyChunk % (kLambIlp * kThreads) == 0, "a chunk is whole groups of kLambIlp loads a thread");
 
 /// Fused LAMB pass 1 (lamb_update_many_n): block b updates the moments of its chunk and writes
 /// the chunk's sums of p^2 and u^2 (decayed tensors; 0 otherwise) to partial_p[b], partial_u[b].
@@ -167,13 +190,13 @@ __global__ void __launch_bounds__(kThreads) lamb_moments_norms_kernel(const Appl
   int64_t begin, end;
   const LambFusedTensor& x = b.t[apply_chunk(b, begin, end)];
   double acc_p = 0.0, acc_u = 0.0;
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kLambIlp * kThreads) {
-    float p[kLambIlp], g[kLambIlp], m[kLambIlp], v[kLambIlp];
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kApplyIlp * kThreads) {
+    float p[kApplyIlp], g[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
 #pragma unroll
-    for (int k = 0; k < kLambIlp; ++k)
+    for (int k = 0; k < kApplyIlp; ++k)
       if (const int64_t i = i0 + k * kThreads; i < end) p[k] = x.p[i], g[k] = x.g[i], m[k] = x.m[i], v[k] = x.v[i];
 #pragma unroll
-    for (int k = 0; k < kLambIlp; ++k) {
+    for (int k = 0; k < kApplyIlp; ++k) {
       const int64_t i = i0 + k * kThreads;
       if (i >= end) break;
       const float u = lamb_moments_value(p[k], g[k], m[k], v[k], x.s);
@@ -208,13 +231,13 @@ __global__ void __launch_bounds__(kThreads) lamb_step_kernel(const ApplyBatch<La
   const int t = apply_chunk(b, begin, end);
   const LambFusedTensor& x = b.t[t];
   const float alpha = x.decayed ? lamb_alpha(x.lr, norms + 2 * t, norms + 2 * t + 1) : __double2float_rn(-double(x.lr));
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kLambIlp * kThreads) {  // kLambIlp loads in flight
-    float p[kLambIlp], m[kLambIlp], v[kLambIlp];
+  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kApplyIlp * kThreads) {  // kApplyIlp loads in flight
+    float p[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
 #pragma unroll
-    for (int k = 0; k < kLambIlp; ++k)
+    for (int k = 0; k < kApplyIlp; ++k)
       if (const int64_t i = i0 + k * kThreads; i < end) p[k] = x.p[i], m[k] = x.m[i], v[k] = x.v[i];
 #pragma unroll
-    for (int k = 0; k < kLambIlp; ++k) {
+    for (int k = 0; k < kApplyIlp; ++k) {
       const int64_t i = i0 + k * kThreads;
       if (i >= end) break;
       x.p[i] = __fadd_rn(p[k], __fmul_rn(alpha, lamb_direction(m[k], v[k], p[k], x.s)));
