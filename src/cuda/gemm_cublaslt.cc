@@ -41,7 +41,7 @@ struct GemmPlan {
 
 // Everything a plan depends on except the pointers: transposes, sizes, strides, dtypes,
 // activation, bias presence/dtype, pointer alignments, TF32 mode.
-using PlanKey = std::array<int64_t, 23>;
+using PlanKey = std::array<int64_t, 24>;
 
 cudaDataType_t to_cuda_type(DType t) {
   switch (t) {
@@ -330,7 +330,10 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   PlanKey key = {int64_t(p.ta), int64_t(p.tb), p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.batch,
                  p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, int64_t(p.ab_dtype), int64_t(p.c_dtype),
                  int64_t(p.act), p.bias ? 1 + int64_t(p.bias_dtype) : 0, align[0], align[1], align[2], align[3],
-                 int64_t(st.allow_tf32), int64_t(fused), int64_t(p.bias_grad != nullptr)};
+                 int64_t(st.allow_tf32), int64_t(fused), int64_t(p.bias_grad != nullptr),
+                 // an accumulating 16-bit GEMM keeps the heuristic's algorithm under autotuning
+                 // (autotune_plan): its own plan, not a tuned one of the same shape with beta = 0
+                 int64_t(p.beta != 0.0f && p.c_dtype != DType::f32)};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     std::unique_ptr<GemmPlan> plan = make_plan(st, p, epi, fused, align);

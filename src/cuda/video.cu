@@ -92,7 +92,7 @@ __host__ __device__ constexpr int64_t tubelet_target_offset_table_floats(int64_t
 __global__ void __launch_bounds__(kRowThreads)
     tubelet_target_kernel(float* target, const float* videos, const int32_t* ids, TubeletGeometry g,
                           ChannelNorm norm) {
-  extern __shared__ float vals[];  // [C, P] floats, then row_offset: [tt p] int64 (tubelet_target_offset_table_floats)
+  extern __shared__ __align__(16) float vals[];  // [C, P] floats, then row_offset: [tt p] int64 (tubelet_target_offset_table_floats)
   __shared__ double mu[kMaxChannels], sd[kMaxChannels];
   const int64_t r = blockIdx.x;
   float* row = target + r * g.K;

@@ -226,11 +226,13 @@ TEST(CudaTrainLayerNorm, FusedBackwardMatchesTheTwoPasses) {
   struct Shape2 {
     int64_t N, C;
   };
-  // 140,001 rows: 5 rows per warp (over 131,072 rows; 4 below) and 7,001 blocks of partials.
-  // Only the operands a case uses are drawn: the host's normal draws were most of this test's
-  // 48 s on the H200's host (2026-11-26) when every case drew all four.
+  // 140,001 rows: 5 rows per warp (over 131,072 rows; 4 below) and 7,001 blocks of partials;
+  // 30,011 rows of 1,024 with a residual (bf16, the training type): 1,876 blocks. Only the
+  // operands a case uses are drawn: the host's normal draws were most of this test's 48 s on
+  // the H200's host (2026-11-26) when every case drew all four, in both types.
   for (const DType dt : {DType::bf16, DType::f32})
-    for (const Shape2 sh : {Shape2{5, 1024}, Shape2{4099, 768}, Shape2{3001, 1024}, Shape2{140001, 384}}) {
+    for (const Shape2 sh : {Shape2{5, 1024}, Shape2{4099, 768}, Shape2{dt == DType::bf16 ? 30011 : 3001, 1024},
+                            Shape2{140001, 384}}) {
         const int64_t N = sh.N, C = sh.C;
         const bool accumulate = N == 4099, residual = N != 140001;
         const std::string what = std::string(dtype_name(dt)) + " C=" + std::to_string(C) + " N=" + std::to_string(N);
@@ -303,14 +305,30 @@ TEST(CudaTrainActivation, BackwardWithOutputIsTheTwoOps) {
         dx_two.copy_from(dy);
         ops::activation(gpu(), x, y_two, act);
         ops::activation_backward(gpu(), x, dx_two, dx_two, act);
-        Tensor wide = Tensor::zeros({N, C + 8}, dt, Device::cuda);
-        Tensor y_one = C == 5 ? wide.slice(1, 3, 3 + C) : Tensor::empty({N, C}, dt, Device::cuda);
+        // y: columns 8 .. 8 + C of a zeroed [N, C + 16] buffer (row stride C + 16: the 16-byte
+        // path at C = 3072 without the flat index; the scalar path at C = 5); its other columns
+        // must stay 0.
+        Tensor wide = Tensor::zeros({N, C + 16}, dt, Device::cuda);
+        Tensor y_one = wide.slice(1, 8, 8 + C);
         Tensor dx_one = Tensor::empty({N, C}, dt, Device::cuda);
         dx_one.copy_from(dy);
         ops::activation_backward(gpu(), x, dx_one, dx_one, act, &y_one);
         auto host = [](const Tensor& t) { return values(t.contiguous().to(Device::cpu).cast(DType::f32)); };
         expect_bits(host(y_one), host(y_two), what + " y");
         expect_bits(host(dx_one), host(dx_two), what + " dx");
+        const std::vector<float> pad = host(wide);
+        int64_t written_outside = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < C + 16; ++c) written_outside += (c < 8 || c >= 8 + C) && pad[size_t(n * (C + 16) + c)] != 0.0f;
+        EXPECT_EQ(written_outside, 0) << what;
+        // and the flat 16-byte path with a contiguous y
+        if (C == 3072) {
+          Tensor y_flat = Tensor::empty({N, C}, dt, Device::cuda), dx_flat = Tensor::empty({N, C}, dt, Device::cuda);
+          dx_flat.copy_from(dy);
+          ops::activation_backward(gpu(), x, dx_flat, dx_flat, act, &y_flat);
+          expect_bits(host(y_flat), host(y_two), what + " y (flat)");
+          expect_bits(host(dx_flat), host(dx_two), what + " dx (flat)");
+        }
       }
 }
 
@@ -589,10 +607,8 @@ TEST(CudaTrainOps, LinearParamGradsWithAndWithoutTheBgradEpilogue) {
         const std::vector<float> v = values(t.dtype() == DType::f32 ? t : t.cast(DType::f32));
         return std::vector<double>(v.begin(), v.end());
       };
-      // BERT-large's FFN shape: every 5th row of dw (the epilogue changes db only), all of db.
-      const int64_t dw_row_step = z.N >= 512 ? 5 : 1;
       EXPECT_EQ(cuda_test::linear_param_grads_misses(f64(dy), f64(x), f64(dw0), f64(db0), f64(dwd), f64(dbd), z.N,
-                                                     z.N_out, z.K, dw_row_step),
+                                                     z.N_out, z.K),
                 0)
           << what;
       if (fused && z.N > 0) {
