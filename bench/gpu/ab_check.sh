@@ -232,8 +232,9 @@ if command -v ncu > /dev/null; then
   # The row kernels of the same step: achieved bandwidth of the first two launches of each (the
   # backward's first are the decoder's, 32 x 1,568 = 50,176 rows of 384 or 1,536 columns; the
   # forward's first LayerNorms are the encoder's, 32 x 160 rows of 768)
-  # (the LayerNorm kernels were measured on 2026-11-26 22:31 UTC; the GELU kernels changed since)
-  for k in activation_backward bias_act_kernel tubelet_target_kernel lamb_moments_norms_kernel; do
+  # (changed since 2026-11-26 22:31 UTC: the GELU backward, tubelet_target, the LayerNorm dx kernel's
+  # register cache, the optimizer passes' loads (AdamW in this step); bias_act_kernel is the GELU forward)
+  for k in activation_backward bias_act_kernel tubelet_target_kernel layernorm_backward_dx adamw_many_kernel; do
     go "ncu $k" || continue
     knob=UNMASK_UNUSED=0
     [ "$k" = layernorm_backward_fused ] && knob=UNMASK_CUDA_LN_BWD_FUSED=1  # the opt-in kernel
@@ -241,7 +242,8 @@ if command -v ncu > /dev/null; then
       --section SpeedOfLight --section LaunchStats "$BIN/unmask" bench videomae --device cuda --precision bf16 \
       --model vit-b --batch 32 --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$k.txt" 2>&1
     note "ncu $k: rc $? at $(at)s"
-    grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Grid Size" "$R/ncu_$k.txt" | head -10 | tee -a "$summary"
+    grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Grid Size" "$R/ncu_$k.txt" |
+      head -14 | tee -a "$summary"
   done
 else
   note "ncu: not on this machine"

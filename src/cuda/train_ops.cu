@@ -104,16 +104,15 @@ __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* x
   store_chunk<kVec>(dxr, c, d);
 }
 
-/// One row of the LayerNorm backward with the row in registers (C <= 32 kRowCacheFloats): xhat
+/// One row of the LayerNorm backward with the row in registers (C <= 32 kChunks kVec): xhat
 /// and g = dy gamma chunk by chunk, on_element(i, j, dy, xhat) called on each element's raw dy
 /// and xhat before g is scaled (the fused kernel's column sums; a no-op for the row kernel), then
 /// the row means of g and g xhat and dx (store_layernorm_dx). Lane chunks as in
 /// warp_layernorm_row; each lane loads all its chunks before storing any (dx may alias dy).
-template <typename T, int kVec, typename OnElement>
+template <typename T, int kVec, int kChunks, typename OnElement>
 __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* xr, const T* rr, const T* dyr,
                                                               const float* gamma, float mu, float rs, int C, int lane,
                                                               bool accumulate, OnElement&& on_element) {
-  constexpr int kChunks = kRowCacheFloats / kVec;
   float xh[kChunks][kVec], g[kChunks][kVec];
   for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
     load_sum<T, kVec>(xh[i], xr, rr, c);
@@ -144,7 +143,11 @@ __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* x
 /// Lane chunks of kVec columns as in warp_layernorm_row. dx may alias dy: each lane reads its
 /// chunk of dy before writing that chunk of dx (in the cached path, all its chunks first).
 /// accumulate: dx += the gradient (dx then does not alias dy: the front-end checks).
-template <typename T, int kVec>
+/// kChunks: the chunks of kVec columns a lane keeps in registers (rows of up to 32 kChunks kVec
+/// columns; longer rows are read twice). The launcher takes half of kRowCacheFloats / kVec when
+/// the row fits: on an H200 the full cache (64 floats) made the bf16 kernel 92 registers, 2
+/// blocks (16 warps) per SM, and ViT-B's decoder rows of 384 ran at 39% of DRAM bandwidth.
+template <typename T, int kVec, int kChunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_backward_dx_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* residual, int64_t ldr,
                                  const float* gamma, const float* mean, const float* rstd, const T* dy, int64_t lddy,
@@ -169,10 +172,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   auto store = [&](const float* xh, const float* g, int c, float mg, float mgx) {
     store_layernorm_dx<T, kVec>(dxr, c, xh, g, rs, mg, mgx, accumulate);
   };
-  if (C <= kRowCacheFloats * kWarpSize) {
+  if (C <= kChunks * kVec * kWarpSize) {
     // xhat and g in registers: one read of x, residual and dy; the same sums in the same order.
-    layernorm_backward_cached_row<T, kVec>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
-                                           [](int, int, float, float) {});
+    layernorm_backward_cached_row<T, kVec, kChunks>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
+                                                    [](int, int, float, float) {});
     return;
   }
   float sum_g = 0.0f, sum_gx = 0.0f;
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
     const T* rr = residual ? residual + row * ldr : nullptr;
     const T* dyr = dy + row * lddy;
     const float mu = mean[row], rs = rstd[row];
-    layernorm_backward_cached_row<T, kVec>(dx + row * lddx, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
+    layernorm_backward_cached_row<T, kVec, kChunks>(dx + row * lddx, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
                                            [&](int i, int j, float d, float xhat) {
                                              acc_a[i][j] += d * xhat;  // column_partials_kernel's a += d ((s - mu) rs)
                                              acc_b[i][j] += d;
@@ -562,9 +565,15 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     column_partials<T, true>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows, chunks,
                              stream);
     with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}}), [&](auto kvec) {
-      layernorm_backward_dx_kernel<T, decltype(kvec)::value>
-          <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-              static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C), accumulate_dx);
+      constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
+      static_assert(kHalf >= 1, "half the row cache is at least one chunk");
+      const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
+      if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
+        layernorm_backward_dx_kernel<T, V, kHalf><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
+            static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C), accumulate_dx);
+      else
+        layernorm_backward_dx_kernel<T, V, kFull><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
+            static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C), accumulate_dx);
     });
     CUDA_CHECK_LAUNCH();
   });
