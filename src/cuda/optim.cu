@@ -144,24 +144,36 @@ __device__ __forceinline__ int apply_chunk(const ApplyBatch<T>& b, int64_t& begi
 constexpr int kApplyIlp = 4;
 static_assert(kApplyChunk % (kApplyIlp * kThreads) == 0, "a chunk is whole groups of kApplyIlp loads a thread");
 
-__global__ void __launch_bounds__(kThreads) adamw_many_kernel(const ApplyBatch<AdamWTensor> b) {
-  int64_t begin, end;
-  const AdamWTensor& x = b.t[apply_chunk(b, begin, end)];
+/// This thread's elements i = begin + threadIdx.x + j kThreads of [begin, end), kApplyIlp at a
+/// time: load(k, i) for each element k of a group, then step(k, i) for each in order. The
+/// callers keep per-k operands in arrays of kApplyIlp (registers: k is a constant after unrolling).
+template <typename Load, typename Step>
+__device__ __forceinline__ void for_each_in_groups(int64_t begin, int64_t end, Load&& load, Step&& step) {
   for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kApplyIlp * kThreads) {
-    float p[kApplyIlp], g[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
 #pragma unroll
     for (int k = 0; k < kApplyIlp; ++k)
-      if (const int64_t i = i0 + k * kThreads; i < end) p[k] = x.p[i], g[k] = x.g[i], m[k] = x.m[i], v[k] = x.v[i];
+      if (const int64_t i = i0 + k * kThreads; i < end) load(k, i);
 #pragma unroll
     for (int k = 0; k < kApplyIlp; ++k) {
       const int64_t i = i0 + k * kThreads;
       if (i >= end) break;
-      adamw_value(p[k], g[k], m[k], v[k], x.s);
-      x.m[i] = m[k];
-      x.v[i] = v[k];
-      x.p[i] = p[k];
+      step(k, i);
     }
   }
+}
+
+__global__ void __launch_bounds__(kThreads) adamw_many_kernel(const ApplyBatch<AdamWTensor> b) {
+  int64_t begin, end;
+  const AdamWTensor& x = b.t[apply_chunk(b, begin, end)];
+  float p[kApplyIlp], g[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
+  for_each_in_groups(
+      begin, end, [&](int k, int64_t i) { p[k] = x.p[i], g[k] = x.g[i], m[k] = x.m[i], v[k] = x.v[i]; },
+      [&](int k, int64_t i) {
+        adamw_value(p[k], g[k], m[k], v[k], x.s);
+        x.m[i] = m[k];
+        x.v[i] = v[k];
+        x.p[i] = p[k];
+      });
 }
 
 __global__ void __launch_bounds__(kThreads) lamb_moments_many_kernel(const ApplyBatch<LambMomentsTensor> b) {
@@ -190,22 +202,16 @@ __global__ void __launch_bounds__(kThreads) lamb_moments_norms_kernel(const Appl
   int64_t begin, end;
   const LambFusedTensor& x = b.t[apply_chunk(b, begin, end)];
   double acc_p = 0.0, acc_u = 0.0;
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kApplyIlp * kThreads) {
-    float p[kApplyIlp], g[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
-#pragma unroll
-    for (int k = 0; k < kApplyIlp; ++k)
-      if (const int64_t i = i0 + k * kThreads; i < end) p[k] = x.p[i], g[k] = x.g[i], m[k] = x.m[i], v[k] = x.v[i];
-#pragma unroll
-    for (int k = 0; k < kApplyIlp; ++k) {
-      const int64_t i = i0 + k * kThreads;
-      if (i >= end) break;
-      const float u = lamb_moments_value(p[k], g[k], m[k], v[k], x.s);
-      x.m[i] = m[k];
-      x.v[i] = v[k];
-      acc_p += double(p[k]) * double(p[k]);  // squares of floats: exact in double
-      acc_u += double(u) * double(u);
-    }
-  }
+  float p[kApplyIlp], g[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
+  for_each_in_groups(
+      begin, end, [&](int k, int64_t i) { p[k] = x.p[i], g[k] = x.g[i], m[k] = x.m[i], v[k] = x.v[i]; },
+      [&](int k, int64_t i) {
+        const float u = lamb_moments_value(p[k], g[k], m[k], v[k], x.s);
+        x.m[i] = m[k];
+        x.v[i] = v[k];
+        acc_p += double(p[k]) * double(p[k]);  // squares of floats: exact in double
+        acc_u += double(u) * double(u);
+      });
   if (!x.decayed) return;  // uniform per block: the whole chunk is one tensor's
   const double tp = block_tree_sum(acc_p, sp), tu = block_tree_sum(acc_u, su);
   if (threadIdx.x == 0) partial_p[blockIdx.x] = tp, partial_u[blockIdx.x] = tu;
@@ -231,18 +237,10 @@ __global__ void __launch_bounds__(kThreads) lamb_step_kernel(const ApplyBatch<La
   const int t = apply_chunk(b, begin, end);
   const LambFusedTensor& x = b.t[t];
   const float alpha = x.decayed ? lamb_alpha(x.lr, norms + 2 * t, norms + 2 * t + 1) : __double2float_rn(-double(x.lr));
-  for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += kApplyIlp * kThreads) {  // kApplyIlp loads in flight
-    float p[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
-#pragma unroll
-    for (int k = 0; k < kApplyIlp; ++k)
-      if (const int64_t i = i0 + k * kThreads; i < end) p[k] = x.p[i], m[k] = x.m[i], v[k] = x.v[i];
-#pragma unroll
-    for (int k = 0; k < kApplyIlp; ++k) {
-      const int64_t i = i0 + k * kThreads;
-      if (i >= end) break;
-      x.p[i] = __fadd_rn(p[k], __fmul_rn(alpha, lamb_direction(m[k], v[k], p[k], x.s)));
-    }
-  }
+  float p[kApplyIlp], m[kApplyIlp], v[kApplyIlp];
+  for_each_in_groups(
+      begin, end, [&](int k, int64_t i) { p[k] = x.p[i], m[k] = x.m[i], v[k] = x.v[i]; },
+      [&](int k, int64_t i) { x.p[i] = __fadd_rn(p[k], __fmul_rn(alpha, lamb_direction(m[k], v[k], p[k], x.s))); });
 }
 
 /// The bf16 / f16 copies of many f32 tensors (ops::copy_many): from_float, cast.cu's rounding.
