@@ -12,11 +12,16 @@
 write_tiny_corpus() {
   local dir=$1 line
   { printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n'; for i in $(seq 0 194); do echo "tok$i"; done; } > "$dir/vocab.txt"
+  # Every RANDOM is read in this shell: one inside $(...) is read in a subshell, which bash
+  # (5.1 and later) seeds afresh, so the text used to change from call to call.
+  local d s w n m
   RANDOM=7
-  for _ in $(seq 1 40); do
-    for _ in $(seq 1 $((4 + RANDOM % 5))); do
+  for ((d = 0; d < 40; d++)); do
+    n=$((4 + RANDOM % 5))
+    for ((s = 0; s < n; s++)); do
       line=""
-      for _ in $(seq 1 $((4 + RANDOM % 10))); do line+="tok$((RANDOM % 195)) "; done
+      m=$((4 + RANDOM % 10))
+      for ((w = 0; w < m; w++)); do line+="tok$((RANDOM % 195)) "; done
       echo "$line."
     done
     echo
