@@ -15,7 +15,6 @@ namespace unmask::cuda {
 
 namespace {
 
-
 /// y[n, c] = act(x[n, c] + bias[c]) with kVec elements per step (1 or 16 / sizeof(T)).
 ///   x: [N, C] (ldx), y: [N, C] (ldy), bias: [C] of TB or null. y may alias x (same index).
 /// flat (no bias, ldx = ldy = C: the GEMM's in-place GELU): chunk i is elements kVec i .. of the

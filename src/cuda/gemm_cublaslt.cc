@@ -143,6 +143,10 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
 /// beta != 0 (c holds data they must not add to) and a scratch bias gradient; with beta = 0
 /// they write c, which the call that follows overwrites. Not inside a stream capture (the
 /// events' synchronisation): there the heuristic's choice stays. Returns the candidates timed.
+/// An accumulating GEMM into bf16/f16: it keeps the heuristic's algorithm under autotuning
+/// (autotune_plan says why) and so has a plan of its own (gemm_lt's PlanKey).
+bool accumulates_into_16_bits(const GemmLtParams& p) { return p.beta != 0.0f && p.c_dtype != DType::f32; }
+
 int autotune_plan(CudaState& st, GemmPlan& plan, const GemmLtParams& p, cudaStream_t stream) {
   std::vector<cublasLtMatmulAlgo_t> candidates;
   candidates.swap(plan.candidates);
@@ -153,7 +157,7 @@ int autotune_plan(CudaState& st, GemmPlan& plan, const GemmLtParams& p, cudaStre
   // (CudaGemm.AutotunedPlansMatchFloat64Reference, 215 of 393,216 elements), with f32 split-K
   // sums too; the heuristic's first choice meets the float64 rule. An f32 c (the weight
   // gradients' dW += dy^T x) is tuned: an f32 rounding of A B is within that rule.
-  if (p.beta != 0.0f && p.c_dtype != DType::f32) return 0;
+  if (accumulates_into_16_bits(p)) return 0;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) return 0;
@@ -331,9 +335,8 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                  p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, int64_t(p.ab_dtype), int64_t(p.c_dtype),
                  int64_t(p.act), p.bias ? 1 + int64_t(p.bias_dtype) : 0, align[0], align[1], align[2], align[3],
                  int64_t(st.allow_tf32), int64_t(fused), int64_t(p.bias_grad != nullptr),
-                 // an accumulating 16-bit GEMM keeps the heuristic's algorithm under autotuning
-                 // (autotune_plan): its own plan, not a tuned one of the same shape with beta = 0
-                 int64_t(p.beta != 0.0f && p.c_dtype != DType::f32)};
+                 // not a plan tuned for the same shape with beta = 0
+                 int64_t(accumulates_into_16_bits(p))};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     std::unique_ptr<GemmPlan> plan = make_plan(st, p, epi, fused, align);

@@ -123,11 +123,13 @@ void linear_forward(Context& ctx, const Tensor& x, const PV& w, const PV& b, Ten
 void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& dy, Tensor* dx,
                      bool accumulate_dx) {
   ops::linear_param_grads(ctx, dy, x, w.grad, b.defined() ? &b.grad : nullptr);
-  if (dx) {
-    ops::GemmArgs args;
-    args.beta = accumulate_dx ? 1.0f : 0.0f;
-    ops::gemm(ctx, dy, Trans::no, value_for(w, dy.dtype()), Trans::no, *dx, args);  // [M, N_out] @ [N_out, K]
-  }
+  if (dx) linear_input_grad(ctx, w, dy, *dx, accumulate_dx);
+}
+
+void linear_input_grad(Context& ctx, const PV& w, const Tensor& dy, Tensor& dx, bool accumulate_dx) {
+  ops::GemmArgs args;
+  args.beta = accumulate_dx ? 1.0f : 0.0f;
+  ops::gemm(ctx, dy, Trans::no, value_for(w, dy.dtype()), Trans::no, dx, args);  // [M, N_out] @ [N_out, K]
 }
 
 // ---- embeddings -------------------------------------------------------------------------------

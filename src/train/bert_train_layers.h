@@ -158,5 +158,7 @@ void linear_forward(Context& ctx, const Tensor& x, const PV& w, const PV& b, Ten
 /// when accumulate_dx) unless dx is null.
 void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& dy, Tensor* dx,
                      bool accumulate_dx = false);
+/// linear_backward's input gradient alone: dx = dy W (+ dx when accumulate_dx), W in dy's dtype.
+void linear_input_grad(Context& ctx, const PV& w, const Tensor& dy, Tensor& dx, bool accumulate_dx = false);
 
 }  // namespace unmask::train

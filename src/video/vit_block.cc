@@ -142,7 +142,7 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
     // f = gelu(fp), the forward's bits (the same formula on the same input), and df *= gelu'(fp);
     // then fc2's parameter gradients from f. The same ops as linear_backward + activation_backward,
     // in another order: the same bits, one read of fp fewer.
-    ops::gemm(ctx, dout, Trans::no, train::value_for(p.fc2_w, dout.dtype()), Trans::no, df, ops::GemmArgs{});
+    train::linear_input_grad(ctx, p.fc2_w, dout, df);
     Tensor f = act({N, s.I});
     ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu, &f);
     ops::linear_param_grads(ctx, dout, f, p.fc2_w.grad, p.fc2_b.defined() ? &p.fc2_b.grad : nullptr);
