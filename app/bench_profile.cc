@@ -46,13 +46,20 @@ void print_step_profile(const StepProfile& p) {
   if (p.steps <= 0) return;
   std::printf("\n  profile: %lld step(s) with every op timed, %.2f ms a step (timing adds a little to it)\n\n",
               (long long)p.steps, p.step_ms);
-  std::printf("  | op | calls/step | ms/step | %% of step |\n  |---|---:|---:|---:|\n");
-  for (const OpTime& t : p.ops)
-    std::printf("  | %s | %.1f | %.3f | %.1f%% |\n", t.op.c_str(), double(t.calls) / double(p.steps),
-                t.ms / double(p.steps), p.step_ms > 0 ? 100.0 * t.ms / double(p.steps) / p.step_ms : 0.0);
+  // host ms: the host inside the op's front-ends; gap before: outside any op just before its
+  // calls (OpTime::gap_before_ms), where the "not in an op" rest sits.
+  std::printf("  | op | calls/step | ms/step | %% of step | host ms/step | gap before, ms/step |\n"
+              "  |---|---:|---:|---:|---:|---:|\n");
+  const double n = double(p.steps);
+  double gaps = 0;
+  for (const OpTime& t : p.ops) {
+    std::printf("  | %s | %.1f | %.3f | %.1f%% | %.3f | %.3f |\n", t.op.c_str(), double(t.calls) / n, t.ms / n,
+                p.step_ms > 0 ? 100.0 * t.ms / n / p.step_ms : 0.0, t.host_ms / n, t.gap_before_ms / n);
+    gaps += t.gap_before_ms / n;
+  }
   const double other = p.step_ms - in_ops_ms(p);
-  std::printf("  | (not in an op: host work, copies, launch gaps) | | %.3f | %.1f%% |\n\n", other,
-              p.step_ms > 0 ? 100.0 * other / p.step_ms : 0.0);
+  std::printf("  | (not in an op: host work, copies, launch gaps) | | %.3f | %.1f%% | | %.3f |\n\n", other,
+              p.step_ms > 0 ? 100.0 * other / p.step_ms : 0.0, gaps);
 }
 
 std::string step_profile_json(const StepProfile& p) {
@@ -63,7 +70,9 @@ std::string step_profile_json(const StepProfile& p) {
   for (const OpTime& t : p.ops)
     j["ops"].push_back({{"op", t.op},
                         {"calls_per_step", double(t.calls) / double(std::max<int64_t>(p.steps, 1))},
-                        {"ms_per_step", t.ms / double(std::max<int64_t>(p.steps, 1))}});
+                        {"ms_per_step", t.ms / double(std::max<int64_t>(p.steps, 1))},
+                        {"host_ms_per_step", t.host_ms / double(std::max<int64_t>(p.steps, 1))},
+                        {"gap_before_ms_per_step", t.gap_before_ms / double(std::max<int64_t>(p.steps, 1))}});
   j["other_ms_per_step"] = p.steps > 0 ? p.step_ms - in_ops_ms(p) : 0.0;
   return j.dump();
 }

@@ -23,11 +23,12 @@ struct StepProfile {
 /// benchmark: the error goes to stderr and an empty profile (steps = 0) comes back.
 StepProfile profile_steps(Context& ctx, int64_t steps, const std::function<void()>& step);
 
-/// Markdown lines after a table row: op | calls/step | ms/step | % of step, and "(not in an op)".
+/// Markdown lines after a table row: op | calls/step | ms/step | % of step | host ms/step | gap
+/// before, ms/step, and "(not in an op)" with the gaps' sum.
 void print_step_profile(const StepProfile& p);
 
 /// The profile as a JSON object: {"steps", "step_ms", "ops": [{"op", "calls_per_step",
-/// "ms_per_step"}], "other_ms_per_step"}.
+/// "ms_per_step", "host_ms_per_step", "gap_before_ms_per_step"}], "other_ms_per_step"}.
 std::string step_profile_json(const StepProfile& p);
 
 }  // namespace unmask::cli

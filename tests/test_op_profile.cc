@@ -3,7 +3,9 @@
 // name, a nested op stays inside the outer one, take() empties, and off means no profiler.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
+#include <thread>
 #include <string>
 
 #include "core/op_profile.h"
@@ -47,6 +49,26 @@ TEST(OpProfile, CountsEveryFrontEndCallByName) {
   ctx.set_op_profiling(false);
   EXPECT_EQ(ctx.op_profiler(), nullptr);
   EXPECT_TRUE(ctx.take_op_profile().empty());
+}
+
+// The host time outside any op before an op's call is booked as that op's gap: a 20 ms sleep
+// between two front-end calls shows up before the second, not the first, and not inside either.
+TEST(OpProfile, BooksTheTimeBetweenOpsAsTheGapBeforeTheNext) {
+  OpProfiler p(nullptr);
+  p.begin("first");
+  p.end();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  p.begin("second");
+  p.end();
+  const auto m = by_name(p.take());
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.at("first").gap_before_ms, 0.0) << "nothing timed before it";
+  EXPECT_GE(m.at("second").gap_before_ms, 19.0);
+  EXPECT_LT(m.at("second").ms, 19.0) << "the sleep is not inside an op";
+  EXPECT_EQ(m.at("second").host_ms, m.at("second").ms) << "on the CPU an op's time is host time";
+  p.begin("first");  // after take(): no gap carried over from before it
+  p.end();
+  EXPECT_EQ(by_name(p.take()).at("first").gap_before_ms, 0.0);
 }
 
 TEST(OpProfile, NestedOpsCountOnceInTheOuterOne) {

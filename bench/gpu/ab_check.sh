@@ -28,6 +28,12 @@
 #      Compute on the GELU kernels of a ViT-B step (and on the dK/dV kernels for the modes named
 #      in NCU_ATTN_MODES), when `nsys` / `ncu` are there.
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
+#
+# QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
+# profiles of the two models (no variants), old/new inference and its profile, and Nsight
+# Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
+# in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated).
+QUICK=${QUICK:-0}
 set -u
 CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
 OLD_BINS=${2:-}
@@ -98,7 +104,9 @@ ALL_VARIANTS="${VARIANTS[*]}"
 # atomic dQ it was made for.
 ROW_VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_CUDA_GEMM_AUTOTUNE=1"
               "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3")
+[ "$QUICK" = 1 ] && ROW_VARIANTS=()
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
+  [ "$QUICK" = 1 ] && break
   go "variant tests $suite" || continue
   env $ALL_VARIANTS timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite.*" \
     > "$R/variants_$suite.log" 2>&1
@@ -128,6 +136,7 @@ done
 for model in vit bert; do
   model_args "$model"
   for mode in default variants; do
+    [ "$QUICK" = 1 ] && [ "$mode" = variants ] && continue
     go "$model profile $mode" || continue
     envs="UNMASK_UNUSED=0"
     [ "$mode" = variants ] && envs=${ROW_VARIANTS[2]}
@@ -153,6 +162,7 @@ done
 go "infer profile" && timeout -k 5 "$(lim 40)" "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off \
   --batch 256 --seq 128 --min-time 0.3 --iters 10 --profile 3 --format json > "$R/profile_infer.jsonl" 2>> "$R/infer.err" &&
   python3 bench/gpu/profile_table.py "$R/profile_infer.jsonl" 2>&1 | head -16 | tee -a "$summary"
+if [ "$QUICK" != 1 ]; then  # (up to section 5: the variants and the PyTorch peers)
 for shape in UNMASK_FLASH_BLOCK_M=64 UNMASK_FLASH_BLOCK_M=128 UNMASK_FLASH_WARP_ROWS=32 UNMASK_CUDA_GEMM_AUTOTUNE=1; do
   go "infer $shape" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new $shape" env \
     $shape "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
@@ -192,6 +202,7 @@ go "pytorch bert-large" && row "$R/torch_bert_large.jsonl" "$(lim 60)" "pytorch 
 model_args vit
 go "vit new recompute-gelu off" && row "$R/train_vit.jsonl" "$(lim 60)" "vit new --recompute-gelu off" "$BIN/unmask" \
   "${A[@]}" --steps 5 --warmup 2 --recompute-gelu off
+fi  # QUICK
 
 # 5a. Nsight Systems on ViT-B batch 128 and BERT-large (when `nsys` is there): the CUDA API calls
 #     that block the host (synchronisations, allocations, pageable copies) and the kernels' share
@@ -234,11 +245,16 @@ if command -v ncu > /dev/null; then
   # forward's first LayerNorms are the encoder's, 32 x 160 rows of 768)
   # (changed since 2026-11-26 22:31 UTC: the GELU backward, tubelet_target, the LayerNorm dx kernel's
   # register cache, the optimizer passes' loads (AdamW in this step); bias_act_kernel is the GELU forward)
-  for k in activation_backward bias_act_kernel tubelet_target_kernel layernorm_backward_dx adamw_many_kernel; do
+  # NCU_KERNELS entries are NAME or NAME@SKIP (launches of it to skip first: @25 reaches the
+  # decoder's LayerNorms, after the encoder's 12 blocks x 2 and its final norm)
+  for spec in ${NCU_KERNELS:-activation_backward bias_act_kernel tubelet_target_kernel layernorm_backward_dx adamw_many_kernel}; do
+    k=${spec%@*}
+    skip=0
+    [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu $k" || continue
     knob=UNMASK_UNUSED=0
     [ "$k" = layernorm_backward_fused ] && knob=UNMASK_CUDA_LN_BWD_FUSED=1  # the opt-in kernel
-    env "$knob" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip 0 --launch-count 2 \
+    env "$knob" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
       --section SpeedOfLight --section LaunchStats "$BIN/unmask" bench videomae --device cuda --precision bf16 \
       --model vit-b --batch 32 --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$k.txt" 2>&1
     note "ncu $k: rc $? at $(at)s"

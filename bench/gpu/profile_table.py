@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the op profile of `unmask bench ... --profile N --format json` rows as a markdown table:
-op | calls/step | ms/step | % of step, and what no op accounts for (host work, copies, launch
-gaps). Lines that are not JSON, or rows without a profile, are skipped.
+op | calls/step | ms/step | % of step (| host ms/step | gap before, ms/step where the build reports
+them), and what no op accounts for (host work, copies, launch gaps). Lines that are not JSON, or rows without a profile, are skipped.
 
   python3 bench/gpu/profile_table.py ROWS.jsonl
 """
@@ -23,12 +23,19 @@ def main(path):
                                                      "optimizer") if k in row)
         step = p["step_ms"]
         print(f"\nprofile ({what}): {p['steps']} step(s), {step:.2f} ms a step with every op timed\n")
-        print("| op | calls/step | ms/step | % of step |\n|---|---:|---:|---:|")
+        # host ms and gap before: columns of builds from 2026-11-27 on (OpTime in context.h)
+        extra = "host_ms_per_step" in (p["ops"][0] if p["ops"] else {})
+        print("| op | calls/step | ms/step | % of step |" + (" host ms/step | gap before, ms/step |" if extra else "")
+              + "\n|---|---:|---:|---:|" + ("---:|---:|" if extra else ""))
+        gaps = 0.0
         for o in p["ops"]:
+            cols = (f" {o['host_ms_per_step']:.3f} | {o['gap_before_ms_per_step']:.3f} |" if extra else "")
+            gaps += o.get("gap_before_ms_per_step", 0.0)
             print(f"| {o['op']} | {o['calls_per_step']:.1f} | {o['ms_per_step']:.3f} | "
-                  f"{100 * o['ms_per_step'] / step if step else 0:.1f}% |")
+                  f"{100 * o['ms_per_step'] / step if step else 0:.1f}% |" + cols)
         other = p.get("other_ms_per_step", 0.0)
-        print(f"| (not in an op) | | {other:.3f} | {100 * other / step if step else 0:.1f}% |")
+        print(f"| (not in an op) | | {other:.3f} | {100 * other / step if step else 0:.1f}% |"
+              + (f" | {gaps:.3f} |" if extra else ""))
         printed += 1
     return 0 if printed else 1
 

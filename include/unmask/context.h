@@ -29,6 +29,15 @@ struct OpTime {
   std::string op;
   int64_t calls = 0;
   double ms = 0;
+  /// Host wall clock inside the front-end calls (validation, planning, launches). On the CPU the
+  /// same as ms; on CUDA, host_ms above ms where the device waited for the host.
+  double host_ms = 0;
+  /// Time outside any op just before this op's calls began, on the op's own timeline (CUDA: the
+  /// device time from the previous timed op's end event to this op's start event, i.e. copies,
+  /// memsets, kernels no front-end launched, and the device idle while the host caught up after a
+  /// synchronisation; CPU: host time between the two front-end calls). Where the "not in an op"
+  /// rest of a step sits.
+  double gap_before_ms = 0;
 };
 
 struct ContextOptions {

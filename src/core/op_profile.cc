@@ -66,7 +66,7 @@ void OpProfiler::begin(const char* op) {
       ++depth_;
       return;
     }
-    Pending p{op, nullptr, nullptr};
+    Pending p{op, nullptr, nullptr, 0.0};
     try {
       p.start = event();
       p.stop = event();
@@ -78,6 +78,7 @@ void OpProfiler::begin(const char* op) {
     }
     pending_.push_back(p);
     op_ = op;
+    t0_ = now_ms();
     timing_ = true;
     ++depth_;
     return;
@@ -85,6 +86,11 @@ void OpProfiler::begin(const char* op) {
 #endif
   op_ = op;
   t0_ = now_ms();
+  if (last_end_ >= 0) {
+    OpTime& t = totals_[op_];
+    t.op = op_;
+    t.gap_before_ms += t0_ - last_end_;
+  }
   timing_ = true;
   ++depth_;
 }
@@ -94,6 +100,7 @@ void OpProfiler::end() {
   timing_ = false;
 #ifdef UNMASK_WITH_CUDA
   if (stream_) {
+    pending_.back().host_ms = now_ms() - t0_;
     // Never throws (called from OpScope's destructor): a failed record leaves the pair unread.
     if (cudaEventRecord(static_cast<cudaEvent_t>(pending_.back().stop), static_cast<cudaStream_t>(stream_)) !=
         cudaSuccess) {
@@ -103,27 +110,39 @@ void OpProfiler::end() {
     return;
   }
 #endif
+  last_end_ = now_ms();
   OpTime& t = totals_[op_];
   t.op = op_;
   ++t.calls;
-  t.ms += now_ms() - t0_;
+  t.ms += last_end_ - t0_;
+  t.host_ms += last_end_ - t0_;
 }
 
 std::vector<OpTime> OpProfiler::take() {
 #ifdef UNMASK_WITH_CUDA
   if (stream_) {
     CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+    const Pending* previous = nullptr;  // the last call read, for the gap before the next
     for (const Pending& p : pending_) {
-      float ms = 0;
+      float ms = 0, gap = 0;
       if (p.op && cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(p.start), static_cast<cudaEvent_t>(p.stop)) ==
                       cudaSuccess) {
         OpTime& t = totals_[p.op];
         t.op = p.op;
         ++t.calls;
         t.ms += ms;
+        t.host_ms += p.host_ms;
+        if (previous && cudaEventElapsedTime(&gap, static_cast<cudaEvent_t>(previous->stop),
+                                             static_cast<cudaEvent_t>(p.start)) == cudaSuccess)
+          t.gap_before_ms += gap;
+        (void)cudaGetLastError();
+        previous = &p;
       } else {
         (void)cudaGetLastError();
+        previous = nullptr;  // no end event to measure from
       }
+    }
+    for (const Pending& p : pending_) {
       spare_events_.push_back(p.start);
       spare_events_.push_back(p.stop);
     }
@@ -131,8 +150,10 @@ std::vector<OpTime> OpProfiler::take() {
   }
 #endif
   std::vector<OpTime> out;
-  for (auto& [name, t] : totals_) out.push_back(t);
+  for (auto& [name, t] : totals_)
+    if (t.calls > 0) out.push_back(t);  // (a CPU op's gap is booked at begin(), its call at end())
   totals_.clear();
+  last_end_ = -1;
   std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
   return out;
 }

@@ -9,6 +9,12 @@
 // profiled step is slower than a plain one, so benchmarks time their rows without it. Ops
 // queued while the stream is being captured into a CUDA graph are not timed (a replay runs no
 // op front-end either: profile eager runs).
+//
+// Beside each op's time, the host's time inside its front-end calls (host_ms) and the time
+// outside any op just before it (gap_before_ms: on CUDA, from the previous timed op's end event
+// to this one's start event), so the rest of a step is located: a gap before the op that follows
+// a synchronisation (loss read-back, gradient norm, a pageable upload) is the device waiting for
+// the host.
 #pragma once
 #include <map>
 #include <string>
@@ -37,12 +43,14 @@ class OpProfiler {
     const char* op;
     void* start;
     void* stop;
+    double host_ms;
   };
   void* stream_;
   int depth_ = 0;
   bool timing_ = false;  // the outermost open op is being timed (not during a graph capture)
   const char* op_ = nullptr;
   double t0_ = 0;
+  double last_end_ = -1;  // CPU: the host clock at the last timed op's end (< 0: none since take())
   std::map<std::string, OpTime> totals_;
   std::vector<Pending> pending_;
   std::vector<void*> spare_events_;

@@ -98,7 +98,8 @@ void embedding_layernorm_launch(void* out, int64_t ldo, const int32_t* ids, cons
                                 const void* gamma, const void* beta, float eps, int64_t N, int64_t C,
                                 cudaStream_t stream) {
   constexpr int V = Packed128<T>::size;
-  const bool vec = rows_vectorizable<T>(C, {{out, ldo}, {word, C}, {pos, C}, {type, C}});  // table rows of C
+  // table rows of C; gamma and beta: the kVec path reads them 16 bytes at a time (load_floats)
+  const bool vec = rows_vectorizable<T>(C, {{out, ldo}, {word, C}, {pos, C}, {type, C}, {gamma, 0}, {beta, 0}});
   const dim3 block(kEmbWarpsPerBlock * kWarpSize), grid(unsigned(ceil_div(N, kEmbWarpsPerBlock)));
   auto run = [&](auto kernel) {
     kernel<<<grid, block, 0, stream>>>(static_cast<T*>(out), ldo, ids, pos_ids, type_ids, static_cast<const T*>(word),

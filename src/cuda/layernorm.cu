@@ -45,7 +45,8 @@ template <typename T, typename TP>
 void layernorm_launch(void* y, int64_t ldy, const void* x, int64_t ldx, const void* residual, int64_t ldr,
                       const void* gamma, const void* beta, float eps, int64_t N, int64_t C, cudaStream_t stream) {
   constexpr int V = Packed128<T>::size;
-  const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}});
+  // gamma and beta in the list: the kVec path reads them 16 bytes at a time (load_floats)
+  const bool vec = rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}, {gamma, 0}, {beta, 0}});
   const dim3 block(kLnWarpsPerBlock * kWarpSize);
   const dim3 grid(unsigned(ceil_div(N, kLnWarpsPerBlock)));
   auto args = [&](auto kernel) {

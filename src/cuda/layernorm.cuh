@@ -55,15 +55,17 @@ __device__ __forceinline__ void store_chunk(T* row, int c, const float* v) {
 template <int kVec, typename T, typename TP>
 __device__ __forceinline__ void layernorm_store_chunk(T* y, const float* v, const TP* gamma, const TP* beta, int c,
                                                       float mean, float rstd) {
-  float out[kVec];
+  float g[kVec], b[kVec], out[kVec];
+  load_floats<kVec>(gamma, c, g);  // 16-byte loads on the kVec > 1 path (gamma, beta aligned)
+  load_floats<kVec>(beta, c, b);
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) out[j] = (v[j] - mean) * rstd * to_float(gamma[c + j]) + to_float(beta[c + j]);
+  for (int j = 0; j < kVec; ++j) out[j] = (v[j] - mean) * rstd * g[j] + b[j];
   store_chunk<kVec>(y, c, out);
 }
 
 /// Writes one normalised row y[0..C) (T storage) and returns its statistics (every lane).
-/// gamma, beta: [C] of TP. kVec: 1 or Packed128<T>::size (then C % kVec == 0 and y is 16-byte
-/// aligned). kIeeeRstd: rstd = 1 / sqrtf(var + eps), IEEE-rounded as the CPU's training kernel
+/// gamma, beta: [C] of TP. kVec: 1 or Packed128<T>::size (then C % kVec == 0 and y, gamma and
+/// beta are 16-byte aligned). kIeeeRstd: rstd = 1 / sqrtf(var + eps), IEEE-rounded as the CPU's training kernel
 /// (train_ops.cu); otherwise the faster rsqrtf (inference).
 /// Lane l owns chunks c = (l + 32 i) kVec, i = 0, 1, ...; its sums run over i then j in both
 /// paths (cached in registers, or re-read), so both give the same bits.

@@ -115,13 +115,15 @@ __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* x
                                                               bool accumulate, OnElement&& on_element) {
   float xh[kChunks][kVec], g[kChunks][kVec];
   for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
+    float gm[kVec];
     load_sum<T, kVec>(xh[i], xr, rr, c);
     load_row<T, kVec>(g[i], dyr, c);
+    load_floats<kVec>(gamma, c, gm);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       xh[i][j] = (xh[i][j] - mu) * rs;
       on_element(i, j, g[i][j], xh[i][j]);
-      g[i][j] *= gamma[c + j];
+      g[i][j] *= gm[j];
     }
   });
   float sum_g = 0.0f, sum_gx = 0.0f;
@@ -160,12 +162,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   const T* dyr = dy + row * lddy;
   const float mu = mean[row], rs = rstd[row];
   auto load = [&](float* xh, float* g, int c) {  // xhat and g = dy gamma of one chunk
+    float gm[kVec];
     load_sum<T, kVec>(xh, xr, rr, c);
     load_row<T, kVec>(g, dyr, c);
+    load_floats<kVec>(gamma, c, gm);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       xh[j] = (xh[j] - mu) * rs;
-      g[j] *= gamma[c + j];
+      g[j] *= gm[j];
     }
   };
   T* dxr = dx + row * lddx;
@@ -509,7 +513,8 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
   if (N == 0 || C == 0) return;
   dispatch_storage("layernorm", dtype, [&](auto tag) {
     using T = decltype(tag);
-    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}}), [&](auto kvec) {
+    // gamma and beta in the list: the kVec path reads them 16 bytes at a time (load_floats)
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}, {gamma, 0}, {beta, 0}}), [&](auto kvec) {
       layernorm_stats_kernel<T, decltype(kvec)::value>
           <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
               static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual), ldr,
@@ -539,7 +544,8 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     ScratchBuffer partial(size_t(chunks * 2 * C) * sizeof(float), stream);
     dispatch_storage("layernorm_backward", dtype, [&](auto tag) {
       using T = decltype(tag);
-      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}}), [&](auto kvec) {
+      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}}),
+                  [&](auto kvec) {
         layernorm_backward_fused_kernel<T, decltype(kvec)::value>
             <<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
                 static_cast<T*>(dx), lddx, block_partial.as<float>(), static_cast<const T*>(x), ldx,
@@ -564,7 +570,7 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
     column_partials<T, true>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows, chunks,
                              stream);
-    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}}), [&](auto kvec) {
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}}), [&](auto kvec) {
       constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
       static_assert(kHalf >= 1, "half the row cache is at least one chunk");
       const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));

@@ -9,7 +9,10 @@
 // Without a CUDA device every test skips.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
+#include <map>
+#include <thread>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -185,4 +188,32 @@ TEST(CudaContext, OpProfileTimesDeviceWork) {
   }
   ctx.set_op_profiling(false);
   EXPECT_TRUE(ctx.take_op_profile().empty());
+}
+
+// The gap before an op: the device idles while the host sleeps between a synchronisation and
+// the next op, and that idle time is booked before that op, not spread or lost; host_ms is the
+// front-end's own host time, not the sleep.
+TEST(CudaContext, OpProfileBooksTheIdleGapBeforeTheNextOp) {
+  REQUIRE_CUDA_DEVICE();
+  Context& ctx = gpu();
+  const Tensor a = Tensor::zeros({256, 512}, DType::f32).to(Device::cuda), b = Tensor::zeros({512, 384}, DType::f32).to(Device::cuda);
+  Tensor c = Tensor::empty({256, 384}, DType::f32, Device::cuda);
+  ops::gemm(ctx, a, ops::Trans::no, b, ops::Trans::no, c);  // plan made before timing
+  const Tensor gamma = Tensor::zeros({384}, DType::f32).to(Device::cuda), beta = Tensor::zeros({384}, DType::f32).to(Device::cuda);
+  ops::layernorm(ctx, c, nullptr, gamma, beta, 1e-5f, c);
+  ctx.synchronize();
+  ctx.set_op_profiling(true);
+  ops::gemm(ctx, a, ops::Trans::no, b, ops::Trans::no, c);
+  ctx.synchronize();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ops::layernorm(ctx, c, nullptr, gamma, beta, 1e-5f, c);
+  std::map<std::string, OpTime> m;
+  for (const OpTime& t : ctx.take_op_profile()) m[t.op] = t;
+  ctx.set_op_profiling(false);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.at("gemm").gap_before_ms, 0.0) << "the first op timed has nothing before it";
+  EXPECT_GE(m.at("layernorm").gap_before_ms, 29.0) << "the device idled through the host's 30 ms sleep";
+  EXPECT_LT(m.at("layernorm").gap_before_ms, 1000.0);
+  EXPECT_LT(m.at("layernorm").host_ms, 29.0) << "the sleep was outside the front-end";
+  EXPECT_GT(m.at("layernorm").host_ms, 0.0);
 }

@@ -287,7 +287,7 @@ void run_gemm_case(const GemmCase& g, DType dt, Rng& rng) {
   const bool fused = cuda::gemm_lt_last_used_fused_epilogue(*ctx.cuda_state());
   std::vector<double> got = to_host(c);
 
-  std::vector<double> ref(got.size()), pre(got.size()), S2(got.size());
+  std::vector<double> ref(got.size()), pre(got.size()), S2(got.size()), product(got.size());
   for (int64_t bi = 0; bi < Bt; ++bi) {
     const double* Ab = A.data() + bi * ar * ac;
     const double* Bb_ = B.data() + (g.shared_b ? 0 : bi) * br * bc;
@@ -303,6 +303,7 @@ void run_gemm_case(const GemmCase& g, DType dt, Rng& rng) {
         const size_t o = size_t((bi * g.M + i) * g.N + j);
         double p = double(g.alpha) * acc + (g.bias ? bias[size_t(j)] : 0.0) + (g.beta != 0.0f ? g.beta * C0[o] : 0.0);
         pre[o] = p;
+        product[o] = double(g.alpha) * acc + (g.bias ? bias[size_t(j)] : 0.0);
         ref[o] = act_ref(p, g.act);
         S2[o] = std::sqrt(s2) * std::fabs(g.alpha);
       }
@@ -312,10 +313,24 @@ void run_gemm_case(const GemmCase& g, DType dt, Rng& rng) {
   // result) + fp32 accumulation (~1e-5 relative to the terms' scale) + cuBLASLt's GELU epilogue
   // (tanh form; its internal tanh may be approximate: 2e-3 of the pre-activation).
   const double gelu_epi = fused && g.act == Activation::gelu_tanh ? 2e-3 : 0.0;
-  CloseReport r = compare(got, ref, [&](size_t i) {
+  auto strict_tol = [&](size_t i) {
     return 2 * u * (std::fabs(ref[i]) + std::fabs(pre[i])) + 1e-5 * (std::fabs(pre[i]) + S2[i] + 1.0) +
            gelu_epi * std::fabs(pre[i]);
+  };
+  // Accumulating into bf16/f16 (beta != 0): cuBLASLt may round alpha A B (+ bias) to c's type
+  // before beta C is added (H200, 2026-11-26: 768x512x1024, ~1e-2 where A B and C cancel), the
+  // same two roundings as a 16-bit GEMM followed by an add (PyTorch's linear + residual). One
+  // more rounding of the product is allowed there; a GEMM that added A B twice, or into the
+  // wrong c, is off by |A B| and still fails. How often the stricter rule misses is printed.
+  const bool product_may_round = g.beta != 0.0f && dt != DType::f32;
+  CloseReport r = compare(got, ref, [&](size_t i) {
+    return strict_tol(i) + (product_may_round ? u * std::fabs(product[i]) : 0.0);
   });
+  if (product_may_round)
+    std::printf("  [ %s beta=%g M=%lld N=%lld K=%lld ] elements off by more than one rounding of the result: %lld of "
+                "%zu (the product rounded to 16 bits before C was added)\n",
+                dtype_name(dt), double(g.beta), (long long)g.M, (long long)g.N, (long long)g.K,
+                (long long)compare(got, ref, strict_tol).bad, got.size());
   EXPECT_EQ(r.bad, 0) << dtype_name(dt) << " batch=" << g.batch << " M=" << g.M << " N=" << g.N << " K=" << g.K
                       << " ta=" << int(g.ta) << " tb=" << int(g.tb) << " bias=" << g.bias
                       << " act=" << act_name(g.act) << " alpha=" << g.alpha << " beta=" << g.beta
@@ -338,6 +353,7 @@ TEST(CudaGemm, MatchesFloat64Reference) {
       {1, 37, 768, 3072, Trans::no, Trans::yes, true, Activation::none, 1.0f, 0.0f, false, false}, // FFN out, f32 bias
       {1, 16, 24, 40, Trans::no, Trans::no, true, Activation::tanh, 1.0f, 0.0f, false, true},      // pooler
       {1, 20, 30, 50, Trans::no, Trans::yes, false, Activation::none, 1.0f, 0.75f, false, true},   // accumulate
+      {1, 384, 256, 1024, Trans::yes, Trans::no, false, Activation::none, 1.0f, 1.0f, false, true}, // dx += dy W, residual
       {3, 17, 19, 23, Trans::no, Trans::no, false, Activation::none, 1.0f, 0.0f, false, true},     // batched
       {4, 32, 16, 64, Trans::no, Trans::yes, true, Activation::gelu_tanh, 1.0f, 0.0f, true, true}, // shared b
   };
@@ -370,8 +386,8 @@ TEST(CudaGemm, AutotunedPlansMatchFloat64Reference) {
       {1, 300, 3072, 768, Trans::no, Trans::yes, true, Activation::gelu, 1.0f, 0.0f, false, true},  // FFN in
       {4, 128, 128, 64, Trans::no, Trans::yes, false, Activation::none, 0.125f, 0.5f, false, true}, // batched
   };
-  // All three types: an accumulating GEMM into bf16/f16 keeps the heuristic's algorithm (a timed
-  // candidate rounded A B to 16 bits before adding C, H200 2026-11-26); into f32 it is tuned.
+  // All three types; into bf16/f16 with beta != 0 the product may be rounded before C is added
+  // (run_gemm_case allows that rounding and prints how often it shows).
   for (DType dt : kFloatTypes)
     for (const GemmCase& g : cases) run_gemm_case(g, dt, rng);
   // The weight GEMM with the bias gradient in its epilogue (BGRADB: the timing runs write a
