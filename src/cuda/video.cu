@@ -173,11 +173,12 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   block_sum_double_n(stat);
-  if (threadIdx.x < kMaxChannels) {
-    const int c = int(threadIdx.x);
-    mu[c] = mean[c];
-    inv_sd[c] = 1.0 / (sqrt(stat[c] / double(P - 1)) + 1e-6);  // unbiased, as torch .var()
-  }
+#pragma unroll
+  for (int c = 0; c < kMaxChannels; ++c)  // (constant indices: mean and stat stay in registers)
+    if (int(threadIdx.x) == c) {
+      mu[c] = mean[c];
+      inv_sd[c] = 1.0 / (sqrt(stat[c] / double(P - 1)) + 1e-6);  // unbiased, as torch .var()
+    }
   __syncthreads();
   const int step_i = step / C, step_c = step % C;
   int c = int(threadIdx.x) % C, i = int(threadIdx.x) / C;  // k = i C + c

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/philox.h"
@@ -431,6 +432,71 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
     EXPECT_EQ(max_err(atomic.out, recompute.out), 0.0) << c.name << ": the forward does not depend on the variant";
     std::printf("[ %s ] atomic vs recompute: dq %.3g, dk %.3g, dv %.3g\n", c.name.c_str(),
                 max_err(atomic.dq, recompute.dq), max_err(atomic.dk, recompute.dk), max_err(atomic.dv, recompute.dv));
+  }
+}
+
+// The default dQ scheme (UNMASK_CUDA_ATTN_BWD unset): atomic up to 128 keys, where each dQ
+// element gets at most two adds (one per 64-key CTA) and 0 + a + b = 0 + b + a exactly, so it is
+// as reproducible as the recompute kernel; recompute past that. Per case: which scheme ran (the
+// atomic one allocates its accumulator), two default runs equal bit for bit, and equal to the
+// forced scheme's bits. BERT's shapes (128 keys, dropout, padding masks and packed lengths).
+TEST(CudaAttentionTc, DqDefaultsToAtomicUpToTwoKeyBlocksAndStaysReproducible) {
+  REQUIRE_CUDA_DEVICE();
+  struct Want {
+    Case c;
+    bool atomic;
+  };
+  std::vector<Want> cases;
+  Case padded;
+  padded.name = "default dq padded 128";
+  padded.NH = 3;
+  padded.lens = {128, 128, 128};
+  padded.key_real.assign(3, std::vector<uint8_t>(128, 1));
+  for (int j : {0, 63, 64, 127}) padded.key_real[0][size_t(j)] = 0;
+  for (int j = 90; j < 128; ++j) padded.key_real[1][size_t(j)] = 0;
+  padded.dropout = 0.1f;
+  padded.dropout_offset = 8;  // four-aligned: BERT's shared Philox blocks
+  cases.push_back({padded, true});
+  Case packed;
+  packed.name = "default dq packed <= 128";
+  packed.packed = true;
+  packed.lens = {128, 77, 20, 1, 65};
+  packed.dropout = 0.1f;
+  cases.push_back({packed, true});
+  Case longer;
+  longer.name = "default dq packed 129";  // three key blocks: the recompute kernel
+  longer.packed = true;
+  longer.lens = {129, 40};
+  cases.push_back({longer, false});
+  uint64_t salt = 0xb00;
+  for (const Want& w : cases) {
+    const Case& c = w.c;
+    const Inputs in = random_inputs(c, base_seed() ^ ++salt);
+    auto run = [&](const char* mode, uint64_t& allocs) {
+      const ScopedEnv env("UNMASK_CUDA_ATTN_BWD", mode);  // nullptr: unset, the default
+      const uint64_t before = cuda::allocator_stats().num_allocs;
+      Grads g = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+      allocs = cuda::allocator_stats().num_allocs - before;
+      return g;
+    };
+    uint64_t a_default = 0, a_again = 0, a_atomic = 0, a_recompute = 0;
+    const Grads first = run(nullptr, a_default), again = run(nullptr, a_again);
+    const Grads atomic = run("atomic", a_atomic), recompute = run("recompute", a_recompute);
+    EXPECT_EQ(a_atomic, a_recompute + 1) << c.name << ": the forced atomic scheme did not allocate its accumulator";
+    EXPECT_EQ(a_default, w.atomic ? a_atomic : a_recompute)
+        << c.name << ": the default should be " << (w.atomic ? "atomic" : "recompute");
+    EXPECT_EQ(a_again, a_default) << c.name;
+    const Grads& forced = w.atomic ? atomic : recompute;
+    for (auto [name, got, rerun, want] :
+         {std::tuple{"dq", &first.dq, &again.dq, &forced.dq}, std::tuple{"dk", &first.dk, &again.dk, &forced.dk},
+          std::tuple{"dv", &first.dv, &again.dv, &forced.dv}}) {
+      EXPECT_TRUE(*got == *rerun) << c.name << ": " << name << " differs between two default runs";
+      EXPECT_TRUE(*got == *want) << c.name << ": " << name << " differs from the forced scheme's";
+    }
+    // and the two schemes agree within rounding (AtomicDqMatchesNaiveBf16AndTheRecomputeKernels)
+    EXPECT_LE(max_err(first.dq, recompute.dq), 1e-4 * (1 + max_abs(recompute.dq))) << c.name;
+    std::printf("[ %s ] default dq scheme: %s; vs recompute: dq %.3g\n", c.name.c_str(),
+                a_default == a_atomic ? "atomic" : "recompute", max_err(first.dq, recompute.dq));
   }
 }
 

@@ -1,7 +1,8 @@
 // cuda/flash/flash_bwd.cu: the checked entry of the tensor-core attention backward (bwd_kernel.cuh).
 // Instances: bf16, head sizes 64 (BERT-base/large, ViT-S/B/L and their decoders), 80, 88 and 128
 // (the forward's set); other head sizes keep the f32 kernels (attention_train.cu). dQ by the
-// deterministic recompute kernel, or by atomics in the dK/dV kernel (FlashBwdDq).
+// deterministic recompute kernel, or by atomics in the dK/dV kernel (FlashBwdDq): the default up
+// to 128 keys, where at most two adds per element keep it bitwise reproducible.
 #include <algorithm>
 #include <atomic>
 #include <optional>
@@ -37,17 +38,26 @@ __global__ void dq_from_accum_kernel(void* dq, int64_t ld, bool bf16, const floa
   }
 }
 
-/// The dQ scheme for p: its own choice, else UNMASK_CUDA_ATTN_BWD, else recompute (the
-/// deterministic kernels); atomic needs the batch's row count.
+/// The longest sequence for which the atomic dQ is the default: two 64-key blocks. Each dQ
+/// element then gets at most two atomic adds (one per key-block CTA; within a CTA each warp adds
+/// its own 16 queries) into a zeroed f32 accumulator, and 0 + a + b = 0 + b + a exactly
+/// (IEEE addition is commutative): the same bits on every run, like the recompute kernel, with
+/// 5 MMAs a tile pair instead of 7 and one launch fewer. Three or more adds depend on their order.
+constexpr int kDeterministicAtomicDqMaxSeqlen = 128;
+
+/// The dQ scheme for p: its own choice, else UNMASK_CUDA_ATTN_BWD, else atomic where it is
+/// bitwise reproducible (max_seqlen <= kDeterministicAtomicDqMaxSeqlen: BERT's phase 1 and its
+/// fine-tuning at 128) and recompute (the deterministic second kernel) elsewhere; atomic needs
+/// the batch's row count.
 FlashBwdDq resolve_dq_mode(const FlashBwdParams& p) {
   FlashBwdDq mode = p.dq_mode;
   if (mode == FlashBwdDq::automatic) {
-    mode = FlashBwdDq::recompute;
+    mode = p.max_seqlen <= kDeterministicAtomicDqMaxSeqlen ? FlashBwdDq::atomic : FlashBwdDq::recompute;
     if (const char* env = std::getenv("UNMASK_CUDA_ATTN_BWD")) {
       const std::string v = env;
       UNMASK_CHECK(v == "atomic" || v == "recompute", "UNMASK_CUDA_ATTN_BWD=", v,
-                   " is not a dQ scheme of the tensor-core attention backward: use atomic (faster, run-to-run rounding "
-                   "differences) or recompute (deterministic, the default)");
+                   " is not a dQ scheme of the tensor-core attention backward: use atomic (faster; run-to-run "
+                   "rounding differences past 128 keys) or recompute (deterministic; the default past 128 keys)");
       mode = v == "atomic" ? FlashBwdDq::atomic : FlashBwdDq::recompute;
     }
   }
