@@ -32,7 +32,8 @@
 # QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
 # profiles of the two models (no variants), old/new inference and its profile, and Nsight
 # Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
-# in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated).
+# in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated; NAME@SKIP
+# skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128.
 QUICK=${QUICK:-0}
 set -u
 CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
@@ -260,6 +261,20 @@ if command -v ncu > /dev/null; then
     note "ncu $k: rc $? at $(at)s"
     grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Grid Size" "$R/ncu_$k.txt" |
       head -14 | tee -a "$summary"
+  done
+  # NCU_INFER_KERNELS: the same for BERT-base inference at batch 256 seq 128 (bf16, eager: no
+  # graph, so ncu sees each launch): the forward attention and the LayerNorm rows there
+  for spec in ${NCU_INFER_KERNELS:-}; do
+    k=${spec%@*}
+    skip=0
+    [[ "$spec" == *@* ]] && skip=${spec#*@}
+    go "ncu infer $k" || continue
+    timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy "$BIN/unmask" bench infer --device cuda \
+      --precision bf16 --cuda-graph off --batch 256 --seq 128 --iters 1 --min-time 0 > "$R/ncu_infer_$k.txt" 2>&1
+    note "ncu infer $k: rc $? at $(at)s"
+    grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Grid Size|Achieved Occupancy|Theoretical Occupancy" \
+      "$R/ncu_infer_$k.txt" | head -18 | tee -a "$summary"
   done
 else
   note "ncu: not on this machine"
