@@ -8,8 +8,7 @@
 //   tubelet_target  one block per token row: its C tt p p pixels read once into shared memory,
 //                   per channel two passes over them (mean, then the sum of squared deviations),
 //                   both in double like the CPU, then the row written in column order
-//                   (columns (dt, dy, dx, c)) as (value - mean) / (stdev + 1e-6), the division a
-//                   float64 reciprocal once per channel.
+//                   (columns (dt, dy, dx, c)).
 //   mse_rows        one block per row: double sum of squared differences and the gradient
 //                   float(grad_scale * d); then one block adds the row sums over a fixed stride
 //                   and a fixed tree (the same bits every run) and the total comes back in one copy.
@@ -49,29 +48,6 @@ __device__ double block_sum_double(double x) {
   return x;
 }
 
-/// block_sum_double for N values at once (one pair of barriers instead of N): component j of the
-/// result is block_sum_double(x[j]), the same additions in the same order, so the same bits.
-template <int N>
-__device__ void block_sum_double_n(double (&x)[N]) {
-  __shared__ double partial[N][32];
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, nwarps = blockDim.x / kWarpSize;
-#pragma unroll
-  for (int j = 0; j < N; ++j)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], o);
-  __syncthreads();  // a previous call may still be reading `partial`
-  if (lane == 0)
-#pragma unroll
-    for (int j = 0; j < N; ++j) partial[j][warp] = x[j];
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    x[j] = lane < nwarps ? partial[j][lane] : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x[j] += __shfl_xor_sync(0xffffffffu, x[j], o);
-  }
-}
-
 /// Block r: cols[r, k] = the pixel (c, dt, dy, dx) of token ids[r], k = ((c tt + dt) p + dy) p + dx,
 /// or 0 for an id outside the batch. The token's corner offset once per block (g.pixel: int64
 /// divisions), each value in 32-bit index math from it. (The grid-stride kernel before did ~10
@@ -104,8 +80,8 @@ __host__ __device__ constexpr int64_t tubelet_target_offset_table_floats(int64_t
 
 /// Block r: target[r, i C + c] for token ids[r], i = (dt p + dy) p + dx. The token's C x P pixels
 /// are read once into shared memory (float, vals[c P + i]), the statistics come from there, and
-/// the row is written in column order. The double sums keep the per-thread order of the kernels
-/// before (the same mean and stdev bits); the row is a product with the reciprocal (see below).
+/// the row is written in column order. The arithmetic is the old kernels', value by value: the
+/// same per-thread order of the double sums, so the same bits.
 ///
 /// No integer division per value: the tt p pixel rows' offsets from the token's corner are a
 /// table (row_offset[dt p + dy], one division each per block), and each thread walks its indices
@@ -113,11 +89,14 @@ __host__ __device__ constexpr int64_t tubelet_target_offset_table_floats(int64_t
 /// over columns k = i C + c). The kernel before divided by the runtime p and C 5 times per value
 /// (~25 instructions each): 3.4 ms of a ViT-B batch-128 step on an H200 for 1.1 GB read and 1.1
 /// GB written. (Before that, ~10 int64 divisions per value in each of three passes: 7.6 ms.)
+/// Tried on an H200 (2026-11-27) and reverted: the three channels' block sums in one reduction
+/// each and a reciprocal instead of the float64 division per value made it slower (Nsight
+/// Compute, 45,056 rows: 664 -> 772 us, SM throughput 75 -> 68%), so neither binds it.
 __global__ void __launch_bounds__(kRowThreads)
     tubelet_target_kernel(float* target, const float* videos, const int32_t* ids, TubeletGeometry g,
                           ChannelNorm norm) {
   extern __shared__ __align__(16) float vals[];  // [C, P] floats, then row_offset: [tt p] int64 (tubelet_target_offset_table_floats)
-  __shared__ double mu[kMaxChannels], inv_sd[kMaxChannels];
+  __shared__ double mu[kMaxChannels], sd[kMaxChannels];
   const int64_t r = blockIdx.x;
   float* row = target + r * g.K;
   const int64_t id = ids[r];
@@ -141,50 +120,26 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   __syncthreads();
-  // Per channel: the mean, then the sum of squared deviations from it, each thread's share in
-  // the same order as before and all channels' block sums in one reduction each (the same bits
-  // as one reduction per channel). The row is then (value - mean) times 1 / (stdev + 1e-6), the
-  // reciprocal once per channel (ops/video_ops.cc does the same): a float64 division per value
-  // made this kernel compute-bound (Nsight Compute, H200: 664 us for 45,056 rows at 75% SM and
-  // 17% DRAM throughput, 2.7 ms of a ViT-B batch-128 step).
-  double stat[kMaxChannels];
-#pragma unroll
-  for (int c = 0; c < kMaxChannels; ++c) {
-    stat[c] = 0;
-    if (c < C) {
-      const double m = double(norm.mean[c]), s = double(norm.stdev[c]);
-      const float* v = vals + c * P;
-      for (int i = threadIdx.x; i < P; i += blockDim.x) stat[c] += double(v[i]) * s + m;
+  for (int c = 0; c < C; ++c) {
+    const double m = double(norm.mean[c]), s = double(norm.stdev[c]);
+    const float* v = vals + c * P;
+    double sum = 0;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) sum += double(v[i]) * s + m;
+    const double mean = block_sum_double(sum) / double(P);
+    double ss = 0;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+      const double d = (double(v[i]) * s + m) - mean;
+      ss += d * d;
     }
+    const double stdev = sqrt(block_sum_double(ss) / double(P - 1));  // unbiased, as torch .var()
+    if (threadIdx.x == 0) mu[c] = mean, sd[c] = stdev;
   }
-  block_sum_double_n(stat);
-  double mean[kMaxChannels];
-#pragma unroll
-  for (int c = 0; c < kMaxChannels; ++c) {
-    mean[c] = stat[c] / double(P);
-    stat[c] = 0;
-    if (c < C) {
-      const double m = double(norm.mean[c]), s = double(norm.stdev[c]);
-      const float* v = vals + c * P;
-      for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const double d = (double(v[i]) * s + m) - mean[c];
-        stat[c] += d * d;
-      }
-    }
-  }
-  block_sum_double_n(stat);
-#pragma unroll
-  for (int c = 0; c < kMaxChannels; ++c)  // (constant indices: mean and stat stay in registers)
-    if (int(threadIdx.x) == c) {
-      mu[c] = mean[c];
-      inv_sd[c] = 1.0 / (sqrt(stat[c] / double(P - 1)) + 1e-6);  // unbiased, as torch .var()
-    }
   __syncthreads();
   const int step_i = step / C, step_c = step % C;
   int c = int(threadIdx.x) % C, i = int(threadIdx.x) / C;  // k = i C + c
   for (int k = threadIdx.x; k < K; k += step) {
     const double value = double(vals[c * P + i]) * double(norm.stdev[c]) + double(norm.mean[c]);
-    row[k] = float((value - mu[c]) * inv_sd[c]);
+    row[k] = float((value - mu[c]) / (sd[c] + 1e-6));
     i += step_i, c += step_c;
     if (c >= C) c -= C, ++i;
   }

@@ -126,10 +126,7 @@ void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
             double ss = 0;
             for (int64_t i = 0; i < P; ++i) ss += (x[size_t(i)] - mu) * (x[size_t(i)] - mu);
             const double sd = std::sqrt(ss / double(P - 1));  // unbiased, as torch .var()
-            // (x - mu) / (sd + 1e-6) as a product with the reciprocal, as the CUDA kernel does
-            // (a float64 division per value made it compute-bound): within a float64 ulp.
-            const double inv_sd = 1.0 / (sd + 1e-6);
-            for (int64_t i = 0; i < P; ++i) row[i * g.C + c] = float((x[size_t(i)] - mu) * inv_sd);
+            for (int64_t i = 0; i < P; ++i) row[i * g.C + c] = float((x[size_t(i)] - mu) / (sd + 1e-6));
           }
         }
       },

@@ -142,8 +142,7 @@ Tensor videomae_target(const Tensor& videos, int64_t tt, int64_t p, const std::a
       double ss = 0;
       for (int64_t i = 0; i < P; ++i) ss += (x[size_t(i)] - mu) * (x[size_t(i)] - mu);
       const double sd = std::sqrt(ss / double(P - 1));  // unbiased, as torch .var()
-      const double inv_sd = 1.0 / (sd + 1e-6);  // as ops::tubelet_target (CPU and CUDA): a product
-      for (int64_t i = 0; i < P; ++i) o[r * K + i * d.C + c] = float((x[size_t(i)] - mu) * inv_sd);
+      for (int64_t i = 0; i < P; ++i) o[r * K + i * d.C + c] = float((x[size_t(i)] - mu) / (sd + 1e-6));
     }
   return out;
 }

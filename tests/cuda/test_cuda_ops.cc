@@ -329,7 +329,7 @@ void run_gemm_case(const GemmCase& g, DType dt, Rng& rng) {
   if (product_may_round)
     std::printf("  [ %s beta=%g M=%lld N=%lld K=%lld ] elements off by more than one rounding of the result: %lld of "
                 "%zu (the product rounded to 16 bits before C was added)\n",
-                dtype_name(dt), double(g.beta), (long long)g.M, (long long)g.N, (long long)g.K,
+                std::string(dtype_name(dt)).c_str(), double(g.beta), (long long)g.M, (long long)g.N, (long long)g.K,
                 (long long)compare(got, ref, strict_tol).bad, got.size());
   EXPECT_EQ(r.bad, 0) << dtype_name(dt) << " batch=" << g.batch << " M=" << g.M << " N=" << g.N << " K=" << g.K
                       << " ta=" << int(g.ta) << " tb=" << int(g.tb) << " bias=" << g.bias
