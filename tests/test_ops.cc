@@ -272,6 +272,54 @@ TEST(OpsGemm, FusedEpilogueEqualsUnfused) {
   }
 }
 
+// GemmArgs::addend: c = a w^T + bias + beta * addend with c only written, bit for bit what copying
+// the addend into c and accumulating gives (f32, and the bf16 emulation); the addend is left as it
+// was; an addend that is c itself is the plain accumulate; a mismatched one is an Error naming it.
+TEST(OpsGemm, AddendEqualsCopyThenAccumulate) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  const int64_t M = 37, N = 48, K = 40;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    auto rand = [&](const Shape& shape) {
+      Tensor f = Tensor::empty(shape, DType::f32);
+      rng.fill(f.data<float>(), f.numel(), Fill::normal);
+      if (dt == DType::f32) return f;
+      Tensor h = Tensor::empty(shape, dt);
+      ops::copy(ctx, f, h);
+      return h;
+    };
+    auto values = [&](const Tensor& t) {  // (to_f64 reads f32)
+      Tensor f = Tensor::empty(t.shape(), DType::f32);
+      ops::copy(ctx, t, f);
+      return to_f64(f);
+    };
+    const Tensor a = rand({M, K}), w = rand({N, K}), bias = rand({N}), residual = rand({M, N});
+    const std::vector<double> residual_before = values(residual);
+    for (float beta : {1.0f, 0.5f, 0.0f}) {
+      SCOPED_TRACE("beta " + std::to_string(beta));
+      Tensor want = Tensor::empty({M, N}, dt);
+      want.copy_from(residual);
+      ops::gemm(ctx, a, ops::Trans::no, w, ops::Trans::yes, want, {.beta = beta, .bias = &bias});
+      Tensor got = Tensor::empty({M, N}, dt);
+      ops::gemm(ctx, a, ops::Trans::no, w, ops::Trans::yes, got, {.beta = beta, .bias = &bias, .addend = &residual});
+      EXPECT_EQ(values(got), values(want));
+      EXPECT_EQ(values(residual), residual_before) << "the addend is an input";
+      Tensor self = Tensor::empty({M, N}, dt);
+      self.copy_from(residual);
+      ops::gemm(ctx, a, ops::Trans::no, w, ops::Trans::yes, self, {.beta = beta, .bias = &bias, .addend = &self});
+      EXPECT_EQ(values(self), values(want)) << "addend == c: the plain accumulate";
+    }
+    Tensor c = Tensor::empty({M, N}, dt);
+    const Tensor wrong = rand({M, N + 1});
+    const std::string msg = error_of([&] {
+      ops::gemm(ctx, a, ops::Trans::no, w, ops::Trans::yes, c, {.beta = 1.0f, .addend = &wrong});
+    });
+    EXPECT_NE(msg.find("addend"), std::string::npos) << msg;
+  }
+}
+
 // ---- layernorm -----------------------------------------------------------------------------------
 
 TEST(OpsLayerNorm, MatchesReferenceEveryIsa) {

@@ -25,17 +25,21 @@ def main(path):
         print(f"\nprofile ({what}): {p['steps']} step(s), {step:.2f} ms a step with every op timed\n")
         # host ms and gap before: columns of builds from 2026-11-27 on (OpTime in context.h)
         extra = "host_ms_per_step" in (p["ops"][0] if p["ops"] else {})
-        print("| op | calls/step | ms/step | % of step |" + (" host ms/step | gap before, ms/step |" if extra else "")
-              + "\n|---|---:|---:|---:|" + ("---:|---:|" if extra else ""))
+        print("| op | calls/step | ms/step | % of step |"
+              + (" host ms/step | gap before, ms/step | most of it after |" if extra else "")
+              + "\n|---|---:|---:|---:|" + ("---:|---:|---|" if extra else ""))
         gaps = 0.0
         for o in p["ops"]:
-            cols = (f" {o['host_ms_per_step']:.3f} | {o['gap_before_ms_per_step']:.3f} |" if extra else "")
+            after = o.get("gap_mostly_after", "")
+            if after:
+                after += f" ({o.get('gap_mostly_after_ms_per_step', 0.0):.3f})"
+            cols = (f" {o['host_ms_per_step']:.3f} | {o['gap_before_ms_per_step']:.3f} | {after} |" if extra else "")
             gaps += o.get("gap_before_ms_per_step", 0.0)
             print(f"| {o['op']} | {o['calls_per_step']:.1f} | {o['ms_per_step']:.3f} | "
                   f"{100 * o['ms_per_step'] / step if step else 0:.1f}% |" + cols)
         other = p.get("other_ms_per_step", 0.0)
         print(f"| (not in an op) | | {other:.3f} | {100 * other / step if step else 0:.1f}% |"
-              + (f" | {gaps:.3f} |" if extra else ""))
+              + (f" | {gaps:.3f} | |" if extra else ""))
         printed += 1
     return 0 if printed else 1
 

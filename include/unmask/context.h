@@ -38,6 +38,10 @@ struct OpTime {
   /// synchronisation; CPU: host time between the two front-end calls). Where the "not in an op"
   /// rest of a step sits.
   double gap_before_ms = 0;
+  /// Of those gaps, the op they most followed and their sum after it (CUDA): "attention ->
+  /// gemm" says the time sits between those two calls (a copy or host work between them).
+  std::string gap_mostly_after;
+  double gap_mostly_after_ms = 0;
 };
 
 struct ContextOptions {

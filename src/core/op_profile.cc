@@ -123,6 +123,7 @@ std::vector<OpTime> OpProfiler::take() {
   if (stream_) {
     CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
     const Pending* previous = nullptr;  // the last call read, for the gap before the next
+    std::map<std::pair<std::string, std::string>, double> pair_gaps;  // (previous op, op) -> ms
     for (const Pending& p : pending_) {
       float ms = 0, gap = 0;
       if (p.op && cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(p.start), static_cast<cudaEvent_t>(p.stop)) ==
@@ -134,7 +135,7 @@ std::vector<OpTime> OpProfiler::take() {
         t.host_ms += p.host_ms;
         if (previous && cudaEventElapsedTime(&gap, static_cast<cudaEvent_t>(previous->stop),
                                              static_cast<cudaEvent_t>(p.start)) == cudaSuccess)
-          t.gap_before_ms += gap;
+          t.gap_before_ms += gap, pair_gaps[{previous->op, p.op}] += gap;
         (void)cudaGetLastError();
         previous = &p;
       } else {
@@ -147,6 +148,10 @@ std::vector<OpTime> OpProfiler::take() {
       spare_events_.push_back(p.stop);
     }
     pending_.clear();
+    for (const auto& [ops, ms] : pair_gaps) {
+      OpTime& t = totals_[ops.second];
+      if (ms > t.gap_mostly_after_ms) t.gap_mostly_after = ops.first, t.gap_mostly_after_ms = ms;
+    }
   }
 #endif
   std::vector<OpTime> out;

@@ -232,6 +232,18 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                    p.ldc >= std::max<int64_t>(1, p.N),
                "gemm (cuda): row strides lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, " too small for M=", p.M,
                " N=", p.N, " K=", p.K);
+  if (p.c_in && (p.c_in == p.c || p.beta == 0.0f || p.K == 0 || p.batch > 1 || p.bias_grad || p.M == 0 || p.N == 0)) {
+    // Only the single cuBLASLt call below reads C apart from D; every other path accumulates in
+    // place: c becomes a copy of c_in first (unless beta ignores it).
+    UNMASK_CHECK(p.batch == 1, "gemm (cuda): a separate C operand (c_in) needs batch 1, got ", p.batch);
+    if (p.c_in != p.c && p.beta != 0.0f && p.M > 0 && p.N > 0)
+      CUDA_CHECK(cudaMemcpy2DAsync(p.c, size_t(p.ldc) * dtype_size(p.c_dtype), p.c_in,
+                                   size_t(p.ldc) * dtype_size(p.c_dtype), size_t(p.N) * dtype_size(p.c_dtype),
+                                   size_t(p.M), cudaMemcpyDeviceToDevice, stream));
+    GemmLtParams q = p;
+    q.c_in = nullptr;
+    return gemm_lt(st, q, stream);
+  }
   if (p.bias_grad && p.M > 0 && (p.N == 0 || p.K == 0)) {
     // Degenerate: the column sums of the [K, M] a (none to add when K = 0), then the GEMM.
     if (p.K > 0) bias_grad_cols(p.bias_grad, p.a, p.lda, p.K, p.M, p.ab_dtype, stream);
@@ -319,7 +331,9 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   const int64_t align[4] = {
       alignment_of(p.a, {p.lda * int64_t(es_ab), p.batch > 1 ? p.batch_stride_a * int64_t(es_ab) : 256}),
       alignment_of(p.b, {p.ldb * int64_t(es_ab), p.batch > 1 ? p.batch_stride_b * int64_t(es_ab) : 256}),
-      alignment_of(p.c, {p.ldc * int64_t(es_c), p.batch > 1 ? p.batch_stride_c * int64_t(es_c) : 256}),
+      // C and D: the smaller alignment of the two when C is a separate operand (c_in)
+      std::min(alignment_of(p.c, {p.ldc * int64_t(es_c), p.batch > 1 ? p.batch_stride_c * int64_t(es_c) : 256}),
+               p.c_in ? alignment_of(p.c_in, {p.ldc * int64_t(es_c)}) : int64_t(256)),
       p.bias ? alignment_of(p.bias, {}) : 256};
 
   if (!st.gemm_plans) st.gemm_plans.reset(new GemmPlanCache());
@@ -369,7 +383,8 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bgrad_scratch,
                                                   sizeof(bgrad_scratch)));
     }
-    CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, p.c, plan.lc, p.c,
+    const void* c_read = p.c_in ? p.c_in : p.c;  // beta's C: the addend (out of place), or c
+    CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, c_read, plan.lc, p.c,
                                 plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
     if (bgrad_scratch) axpy_n(1.0f, bgrad_scratch, p.bias_grad, p.M, stream);
   } catch (...) {

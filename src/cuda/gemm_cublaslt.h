@@ -50,6 +50,9 @@ struct GemmLtParams {
   ops::Trans tb = ops::Trans::no;
   void* c = nullptr;
   int64_t ldc = 0, batch_stride_c = 0;
+  // Optional: the C operand read by beta (D = c is written): c's layout, not partly overlapping
+  // it; null reads c (in place). ops::GemmArgs::addend.
+  const void* c_in = nullptr;
   int64_t batch = 1, M = 0, N = 0, K = 0;
   DType ab_dtype = DType::bf16;  // a and b
   DType c_dtype = DType::bf16;

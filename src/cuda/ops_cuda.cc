@@ -127,6 +127,12 @@ void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Tr
   p.alpha = args.alpha;
   p.beta = args.beta;
   p.act = args.act;
+  if (const Tensor* add = args.addend; add && add->raw() != c.raw()) {  // ops::gemm checked it
+    UNMASK_CHECK(add->device() == Device::cuda && add->dtype() == c.dtype() && add->shape() == c.shape() &&
+                     add->strides() == c.strides(),
+                 "gemm (cuda): the addend must match c ", c.describe(), ", got ", add->describe());
+    p.c_in = add->raw();
+  }
   if (args.bias) {
     check_on_cuda("gemm", "bias", *args.bias);
     p.bias = args.bias->raw();

@@ -39,9 +39,10 @@ Mat as_mat(const char* name, const Tensor& t) {
 }  // namespace
 
 void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
-          const GemmArgs& args) {
+          const GemmArgs& args_in) {
   detail::OpScope op_scope(ctx, "gemm");
   constexpr const char* op = "gemm";
+  GemmArgs args = args_in;  // addend: dropped below where it is copied into c instead
   // f32 anywhere; bf16 / f16 a and b (c: the same, or f32) on CUDA, emulated on the CPU.
   const bool half = detail::check_float_train(op, "a", a) | detail::check_float_train(op, "b", b) |
                     detail::check_float_train(op, "c", c);
@@ -69,6 +70,21 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
   UNMASK_CHECK(ma.batch == mc.batch, "gemm: a has batch ", ma.batch, " but c has batch ", mc.batch);
   UNMASK_CHECK(mb.batch == ma.batch || mb.batch == 1, "gemm: b must have batch ", ma.batch,
                " or 1 (shared), got ", b.describe());
+  if (const Tensor* add = args.addend) {
+    UNMASK_CHECK(add->defined() && add->device() == dev && add->dtype() == c.dtype() && add->shape() == c.shape() &&
+                     add->strides() == c.strides(),
+                 "gemm: the addend must have c's device, dtype, shape and strides (c ", c.describe(), "), got ",
+                 add->defined() ? add->describe() : std::string("undefined"));
+    // cuBLASLt takes it as its C operand (2-D 16-bit GEMMs on CUDA, the residual branches);
+    // anywhere else c first becomes a copy of it (same values, same roundings after).
+    const bool as_operand = dev == Device::cuda && half && c.ndim() == 2;
+    if (add->raw() == c.raw()) {
+      args.addend = nullptr;  // c itself: the plain accumulate
+    } else if (!as_operand) {
+      if (args.beta != 0.0f) c.copy_from(*add);
+      args.addend = nullptr;
+    }
+  }
   if (half) {
     if (args.bias) detail::check_param(op, "bias", *args.bias, N, c.dtype(), dev);
     if (dev == Device::cpu) {

@@ -42,9 +42,14 @@ struct GemmArgs {
   float beta = 0.0f;               // c = ... + beta * c (accumulate)
   const Tensor* bias = nullptr;    // f32 [N], added before the activation
   Activation act = Activation::none;
+  /// beta times `addend` instead of beta times c's old values: c = ... + beta * addend, c only
+  /// written (a residual branch's out = residual + x W^T + b without first copying the residual
+  /// into out). c's shape, dtype, device and strides; it may be c itself, not partly overlap it.
+  /// cuBLASLt reads it as its C operand (D = c); elsewhere it is copied into c first.
+  const Tensor* addend = nullptr;
 };
 
-/// c = act(alpha * op(a) @ op(b) + bias + beta * c).
+/// c = act(alpha * op(a) @ op(b) + bias + beta * (addend or c)).
 /// 2-D: a [M,K] ([K,M] if ta), b [K,N] ([N,K] if tb), c [M,N].
 /// 3-D: the same with a leading batch dim on a, b and c (b may have batch 1 = shared).
 /// Innermost stride must be 1; row strides may be larger (slices of wider buffers).

@@ -49,18 +49,27 @@ void check_drop_device(const float* drop, const Tensor& x) {
 }
 
 // out = residual + branch, the branch = a W^T + b scaled per clip by drop[clip] when drop path is on
-// (residual + drop * branch); without drop path the residual enters the GEMM through beta = 1.
+// (residual + drop * branch); without drop path the residual enters the GEMM through beta = 1, as
+// its addend (cuBLASLt's C operand, out its D: no copy of the residual into out first; a
+// contiguous [N, C] copy per residual GEMM, 8 of ViT-B's 32 at 154 MB, ran as legacy-stream
+// cudaMemcpy calls between ops).
 void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, const Tensor& residual,
                      const float* drop, int64_t tokens, Tensor& out) {
-  out = copy_of(residual);
   check_drop_device(drop, a);
   if (!drop) {
     ops::GemmArgs res;
     res.beta = 1.0f;
     res.bias = &train::value_for(b, a.dtype());
+    if (residual.is_contiguous()) {
+      out = Tensor::empty(residual.shape(), residual.dtype(), residual.device());
+      res.addend = &residual;
+    } else {
+      out = copy_of(residual);
+    }
     ops::gemm(ctx, a, Trans::no, train::value_for(w, a.dtype()), Trans::yes, out, res);
     return;
   }
+  out = copy_of(residual);
   UNMASK_CHECK(a.dtype() == DType::f32, "ViT block: drop path needs f32 activations, got ", a.describe());
   Tensor branch = f32({a.size(0), w.value.size(0)}, a.device());
   train::linear_forward(ctx, a, w, b, branch);

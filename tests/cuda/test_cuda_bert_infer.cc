@@ -214,6 +214,9 @@ TEST(CudaContext, OpProfileBooksTheIdleGapBeforeTheNextOp) {
   EXPECT_EQ(m.at("gemm").gap_before_ms, 0.0) << "the first op timed has nothing before it";
   EXPECT_GE(m.at("layernorm").gap_before_ms, 29.0) << "the device idled through the host's 30 ms sleep";
   EXPECT_LT(m.at("layernorm").gap_before_ms, 1000.0);
+  EXPECT_EQ(m.at("layernorm").gap_mostly_after, "gemm") << "the gap sat between the gemm and the layernorm";
+  EXPECT_EQ(m.at("layernorm").gap_mostly_after_ms, m.at("layernorm").gap_before_ms) << "its only gap";
+  EXPECT_TRUE(m.at("gemm").gap_mostly_after.empty());
   EXPECT_LT(m.at("layernorm").host_ms, 29.0) << "the sleep was outside the front-end";
   EXPECT_GT(m.at("layernorm").host_ms, 0.0);
 }

@@ -411,6 +411,41 @@ TEST(CudaGemm, AutotunedPlansMatchFloat64Reference) {
   EXPECT_GT(tuned.plans_tuned, 0);
 }
 
+// GemmArgs::addend on CUDA: cuBLASLt reads the residual as its C operand and writes D = c (the
+// ViT blocks' out = residual + x W^T + b). The same bits as copying the residual into c and
+// accumulating in place (the same epilogue arithmetic), with a fused bf16 bias; the residual is
+// left as it was; an f32 GEMM takes the copy path (ops::gemm) and agrees too.
+TEST(CudaGemm, AddendIsTheCOperandSameBitsAsCopyThenAccumulate) {
+  REQUIRE_CUDA();
+  Context& ctx = cuda_ctx();
+  Rng rng("CudaGemmAddend");
+  struct Shape3 {
+    int64_t M, N, K;
+    DType dt;
+  };
+  for (const Shape3 sh : {Shape3{300, 768, 768, DType::bf16}, Shape3{37, 96, 40, DType::f16},
+                          Shape3{33, 40, 24, DType::f32}}) {
+    SCOPED_TRACE(std::string(dtype_name(sh.dt)) + " M=" + std::to_string(sh.M) + " N=" + std::to_string(sh.N) +
+                 " K=" + std::to_string(sh.K));
+    const std::vector<double> A = rng.vec(size_t(sh.M * sh.K), sh.dt), W = rng.vec(size_t(sh.N * sh.K), sh.dt);
+    const std::vector<double> Bias = rng.vec(size_t(sh.N), sh.dt), R = rng.vec(size_t(sh.M * sh.N), sh.dt);
+    const Tensor a = device_tensor(A, {sh.M, sh.K}, sh.dt), w = device_tensor(W, {sh.N, sh.K}, sh.dt);
+    const Tensor bias = device_tensor(Bias, {sh.N}, sh.dt), residual = device_tensor(R, {sh.M, sh.N}, sh.dt);
+    ops::GemmArgs args;
+    args.beta = 1.0f;
+    args.bias = &bias;
+    Tensor want = device_tensor(R, {sh.M, sh.N}, sh.dt);
+    cuda::gemm(ctx, a, Trans::no, w, Trans::yes, want, args);
+    Tensor got = Tensor::empty({sh.M, sh.N}, sh.dt, Device::cuda);
+    poison(ctx, got);
+    args.addend = &residual;
+    ops::gemm(ctx, a, Trans::no, w, Trans::yes, got, args);
+    const std::vector<double> g = to_host(got), wv = to_host(want);
+    EXPECT_TRUE(g == wv) << "the addend GEMM differs from copy + accumulate";
+    EXPECT_TRUE(to_host(residual) == R) << "the addend was written";
+  }
+}
+
 TEST(CudaGemm, FusedEpilogueMatchesSeparateKernel) {
   REQUIRE_CUDA();
   Context& ctx = cuda_ctx();
