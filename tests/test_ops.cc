@@ -317,6 +317,13 @@ TEST(OpsGemm, AddendEqualsCopyThenAccumulate) {
       ops::gemm(ctx, a, ops::Trans::no, w, ops::Trans::yes, c, {.beta = 1.0f, .addend = &wrong});
     });
     EXPECT_NE(msg.find("addend"), std::string::npos) << msg;
+    // a view of c's buffer shifted by a row: read while written, refused
+    Tensor wide = Tensor::empty({M + 1, N}, dt);
+    Tensor top = wide.slice(0, 0, M), shifted = wide.slice(0, 1, M + 1);
+    const std::string overlap = error_of([&] {
+      ops::gemm(ctx, a, ops::Trans::no, w, ops::Trans::yes, top, {.beta = 1.0f, .addend = &shifted});
+    });
+    EXPECT_NE(overlap.find("partly overlaps"), std::string::npos) << overlap;
   }
 }
 

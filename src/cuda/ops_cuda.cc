@@ -131,7 +131,10 @@ void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Tr
     UNMASK_CHECK(add->device() == Device::cuda && add->dtype() == c.dtype() && add->shape() == c.shape() &&
                      add->strides() == c.strides(),
                  "gemm (cuda): the addend must match c ", c.describe(), ", got ", add->describe());
-    p.c_in = add->raw();
+    if (nd == 2)
+      p.c_in = add->raw();  // cuBLASLt's C operand (gemm_lt: batch 1 only)
+    else if (args.beta != 0.0f)
+      c.copy_from(*add);  // batched: accumulate in place
   }
   if (args.bias) {
     check_on_cuda("gemm", "bias", *args.bias);

@@ -75,6 +75,14 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
                      add->strides() == c.strides(),
                  "gemm: the addend must have c's device, dtype, shape and strides (c ", c.describe(), "), got ",
                  add->defined() ? add->describe() : std::string("undefined"));
+    // The same bytes, or none in common: a view shifted inside c would be read while written.
+    const auto* a0 = static_cast<const char*>(add->raw());
+    const auto* c0 = static_cast<const char*>(c.raw());
+    const size_t span = size_t((mc.batch - 1) * mc.batch_stride + (mc.rows - 1) * mc.ld + mc.cols) *
+                        dtype_size(c.dtype());
+    UNMASK_CHECK(a0 == c0 || a0 + span <= c0 || c0 + span <= a0 || c.numel() == 0,
+                 "gemm: the addend partly overlaps c (", add->describe(), " at ", add->raw(), ", c ", c.describe(),
+                 " at ", c.raw(), ")", Hint("pass c itself as the addend, or a separate tensor"));
     // cuBLASLt takes it as its C operand (2-D 16-bit GEMMs on CUDA, the residual branches);
     // anywhere else c first becomes a copy of it (same values, same roundings after).
     const bool as_operand = dev == Device::cuda && half && c.ndim() == 2;

@@ -435,7 +435,7 @@ TEST(CudaGemm, AddendIsTheCOperandSameBitsAsCopyThenAccumulate) {
     args.beta = 1.0f;
     args.bias = &bias;
     Tensor want = device_tensor(R, {sh.M, sh.N}, sh.dt);
-    cuda::gemm(ctx, a, Trans::no, w, Trans::yes, want, args);
+    ops::gemm(ctx, a, Trans::no, w, Trans::yes, want, args);  // the front-end both times (autocast alike)
     Tensor got = Tensor::empty({sh.M, sh.N}, sh.dt, Device::cuda);
     poison(ctx, got);
     args.addend = &residual;
