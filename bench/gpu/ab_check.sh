@@ -246,6 +246,10 @@ if command -v ncu > /dev/null; then
   # forward's first LayerNorms are the encoder's, 32 x 160 rows of 768)
   # (changed since 2026-11-26 22:31 UTC: the GELU backward, tubelet_target, the LayerNorm dx kernel's
   # register cache, the optimizer passes' loads (AdamW in this step); bias_act_kernel is the GELU forward)
+  # NCU_EXTRA_SECTIONS: more ncu sections for both loops, e.g. "WarpStateStats MemoryWorkloadAnalysis"
+  # (why a kernel waits: tubelet_target's compute-bound 75% SM is not its float64 division)
+  EXTRA_SECTIONS=""
+  for sec in ${NCU_EXTRA_SECTIONS:-}; do EXTRA_SECTIONS="$EXTRA_SECTIONS --section $sec"; done
   # NCU_KERNELS entries are NAME or NAME@SKIP (launches of it to skip first: @25 reaches the
   # decoder's LayerNorms, after the encoder's 12 blocks x 2 and its final norm)
   for spec in ${NCU_KERNELS:-activation_backward bias_act_kernel tubelet_target_kernel layernorm_backward_dx adamw_many_kernel}; do
@@ -256,7 +260,7 @@ if command -v ncu > /dev/null; then
     knob=UNMASK_UNUSED=0
     [ "$k" = layernorm_backward_fused ] && knob=UNMASK_CUDA_LN_BWD_FUSED=1  # the opt-in kernel
     env "$knob" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
-      --section SpeedOfLight --section LaunchStats "$BIN/unmask" bench videomae --device cuda --precision bf16 \
+      --section SpeedOfLight --section LaunchStats $EXTRA_SECTIONS "$BIN/unmask" bench videomae --device cuda --precision bf16 \
       --model vit-b --batch 32 --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$k.txt" 2>&1
     note "ncu $k: rc $? at $(at)s"
     grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Grid Size" "$R/ncu_$k.txt" |
@@ -270,7 +274,7 @@ if command -v ncu > /dev/null; then
     [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu infer $k" || continue
     timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
-      --section SpeedOfLight --section LaunchStats --section Occupancy "$BIN/unmask" bench infer --device cuda \
+      --section SpeedOfLight --section LaunchStats --section Occupancy $EXTRA_SECTIONS "$BIN/unmask" bench infer --device cuda \
       --precision bf16 --cuda-graph off --batch 256 --seq 128 --iters 1 --min-time 0 > "$R/ncu_infer_$k.txt" 2>&1
     note "ncu infer $k: rc $? at $(at)s"
     grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Grid Size|Achieved Occupancy|Theoretical Occupancy" \
