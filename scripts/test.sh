@@ -9,12 +9,12 @@
 #   5. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   6. the CUDA backend's sources compiled (sm_80, sm_90a) when nvcc is installed; its tests run on
 #      a GPU machine (bench/gpu/run_device.sh; without a GPU they print "skipped: no CUDA device")
-# Environment: JOBS (build jobs, default 2), FUZZ_SECONDS (per target, default 10),
+# Environment: JOBS (build jobs, default 2), FUZZ_SECONDS (per target, default 5),
 # UNMASK_SKIP_ASAN=1 / UNMASK_SKIP_FUZZ=1 / UNMASK_SKIP_JS=1 / UNMASK_SKIP_CUDA=1 to leave a stage out locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
-FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+FUZZ_SECONDS=${FUZZ_SECONDS:-5}
 
 bash scripts/install-deps.sh
 STAGES=0
