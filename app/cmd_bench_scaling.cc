@@ -101,7 +101,7 @@ Row run_worker(const Args& a) {
   for (int64_t i = 0; i < warmup + steps; ++i) {
     comm.barrier("the iteration start");
     const auto t0 = Clock::now();
-    if (vmodel) vmodel->zero_grad(); else bmodel->zero_grad();
+    if (vmodel) vmodel->zero_grad(ctx); else bmodel->zero_grad(ctx);
     step();
     sync.reduce_all();
     opt.step(ctx, 1e-4f);

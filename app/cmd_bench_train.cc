@@ -175,7 +175,7 @@ int bench_train(int argc, char** argv) {
         so.hidden_dropout = so.attention_dropout = float(dropout);
         so.seed = seed, so.step = step_no++;
         so.activations = activations;
-        model.zero_grad();
+        model.zero_grad(ctx);
         PretrainStats s = model.pretrain_step(ctx, b, so);
         opt.step(ctx, oc.lr);
         return s.loss;

@@ -374,7 +374,7 @@ int bench_videomae(int argc, char** argv) {
           videos = on_cuda ? cb.videos.to(Device::cuda) : cb.videos;
         }
         const double t_data = now_s() - t0;
-        model->zero_grad();
+        model->zero_grad(ctx);
         const VideoMAEStepStats st = model->pretrain_step(ctx, videos, masks[size_t(i)], so);
         opt->step(ctx, oc.lr);
         ctx.synchronize();
@@ -391,7 +391,7 @@ int bench_videomae(int argc, char** argv) {
           }
           videos = on_cuda ? cb.videos.to(Device::cuda) : cb.videos;
         }
-        model->zero_grad();
+        model->zero_grad(ctx);
         model->pretrain_step(ctx, videos, masks[size_t(warmup + k++ % steps)], so);
         opt->step(ctx, oc.lr);
       });

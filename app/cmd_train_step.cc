@@ -114,7 +114,7 @@ int cmd_train_step(int argc, char** argv) {
   }
   for (int64_t step = 0; step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    model.zero_grad();
+    model.zero_grad(ctx);
     TrainStepOptions o;
     o.hidden_dropout = o.attention_dropout = dropout;
     o.seed = seed;

@@ -245,7 +245,7 @@ int cmd_pretrain_video(int argc, char** argv) {
     const int64_t row0 = rank * batch, row1 = row0 + b.videos.size(0);
     const Tensor mask =
         video::tube_mask_batch(grid, ratio, uint64_t(seed), uint64_t(step * batch * world + row0), row1 - row0);
-    model.zero_grad();
+    model.zero_grad(ctx);
     VideoMAEStepOptions so;
     so.activations = act_name == "bf16" ? DType::bf16 : DType::f32;
     if (decoder_ratio > 0)
@@ -408,7 +408,7 @@ int cmd_finetune_video(int argc, char** argv) {
     const auto ts = Clock::now();
     const int64_t B = b.videos.size(0);
     const MixupResult mix = mixup_cutmix(b.videos, b.labels, K, mo, data::derive_key(uint64_t(seed), {uint64_t(step)}));
-    model.zero_grad();
+    model.zero_grad(ctx);
     co.step = uint64_t(step);
     const VideoMAEClassifyStats st = model.step(ctx, b.videos, mix.targets, co);
     const float lr = float(double(os.config.lr) * lr_multiplier(os.schedule, opt.step_count()));

@@ -80,7 +80,7 @@ int cmd_videomae_step(int argc, char** argv) {
     VideoMAEClassifyOptions co;
     co.drop_path_rate = float(a.get_double("drop-path"));
     co.seed = uint64_t(seed);
-    model.zero_grad();
+    model.zero_grad(ctx);
     const VideoMAEClassifyStats st = model.step(ctx, videos, mix.targets, co);
     std::filesystem::create_directories(out);
     io::write_safetensors(out + "/inputs.safetensors", {{"videos", videos},
@@ -107,7 +107,7 @@ int cmd_videomae_step(int argc, char** argv) {
         static_cast<uint8_t*>(mask.raw())[b * Np + t * HW + pos[size_t(k)]] = 1;
   }
 
-  model.zero_grad();
+  model.zero_grad(ctx);
   VideoMAEStepOptions opt;
   if (const double dr = a.get_double("decoder-mask-ratio"); dr > 0)
     opt.decoder_mask = video::running_cell_mask_batch({config.grid_t(), config.grid_hw(), config.grid_hw()}, dr,

@@ -224,6 +224,39 @@ TEST(Ops, CopyManyIsCopyItemByItemAndRefusesOverlappingItems) {
   EXPECT_EQ(cols.data<float>()[6 + 5], wide.data<float>()[9 + 2]);
 }
 
+// zero_many: every byte of each listed tensor and nothing else (slices of one filled buffer,
+// any dtype, an odd byte count); bad tensors are refused before anything is written.
+TEST(Ops, ZeroManyZeroesExactlyTheListedBytes) {
+  Context ctx({.num_threads = 2});
+  Tensor buf = Tensor::empty({64}, DType::u8);
+  std::memset(buf.raw(), 0xab, 64);
+  Tensor a = buf.slice(0, 3, 10), b = buf.slice(0, 20, 21), empty = buf.slice(0, 30, 30);
+  Tensor f = Tensor::empty({3, 5}, DType::f32), h = Tensor::empty({7}, DType::bf16);
+  for (int i = 0; i < 15; ++i) f.data<float>()[i] = 1.0f + float(i);
+  std::memset(h.raw(), 0x7f, h.nbytes());
+  ops::zero_many(ctx, {&a, &b, &empty, &f, &h});
+  const uint8_t* u = buf.data<uint8_t>();
+  for (int i = 0; i < 64; ++i) {
+    const bool listed = (i >= 3 && i < 10) || i == 20;
+    EXPECT_EQ(u[i], listed ? 0 : 0xab) << "byte " << i;
+  }
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(f.data<float>()[i], 0.0f) << i;
+  for (int i = 0; i < 14; ++i) EXPECT_EQ(static_cast<const uint8_t*>(h.raw())[i], 0) << i;
+  ops::zero_many(ctx, {});  // nothing to do
+
+  // A strided tensor or a null pointer: an error naming it, and nothing zeroed.
+  for (int i = 0; i < 15; ++i) f.data<float>()[i] = 2.0f;
+  Tensor column = f.slice(1, 1, 2);
+  std::string msg = error_of([&] { ops::zero_many(ctx, {&f, &column}); });
+  EXPECT_NE(msg.find("tensor 1 must be contiguous"), std::string::npos) << msg;
+  EXPECT_EQ(f.data<float>()[0], 2.0f) << "the first tensor was zeroed before the second was checked";
+  msg = error_of([&] { ops::zero_many(ctx, {&f, nullptr}); });
+  EXPECT_NE(msg.find("tensor 1 is null"), std::string::npos) << msg;
+  Tensor undefined;
+  msg = error_of([&] { ops::zero_many(ctx, {&undefined}); });
+  EXPECT_NE(msg.find("tensor 0 is undefined"), std::string::npos) << msg;
+}
+
 // bf16 / f16 tensors on the CPU: the ops of the bf16 training path emulate them (tests in
 // test_train_bf16.cc); the others say the CPU kernels are f32.
 TEST(Ops, LowPrecisionOnCpuIsUnsupported) {

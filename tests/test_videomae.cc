@@ -7,7 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "error_test_util.h"
 #include "grad_error_util.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
@@ -65,6 +69,90 @@ TEST(VideoMAE, ConfigPresets) {
   VideoMAEConfig bad = VideoMAEConfig::tiny();
   bad.heads = 3;
   EXPECT_THROW(bad.validate(), Error);
+}
+
+// A u8 [B, Np] mask whose every row sets `count` random positions.
+Tensor random_rows_mask(TestRng& rng, int64_t B, int64_t Np, int64_t count) {
+  Tensor m = Tensor::zeros({B, Np}, DType::u8);
+  std::vector<int64_t> pos(static_cast<size_t>(Np));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t j = 0; j < Np; ++j) pos[size_t(j)] = j;
+    for (int64_t k = 0; k < count; ++k) {  // a partial Fisher-Yates shuffle
+      std::swap(pos[size_t(k)], pos[size_t(rng.integer(k, Np - 1))]);
+      static_cast<uint8_t*>(m.raw())[b * Np + pos[size_t(k)]] = 1;
+    }
+  }
+  return m;
+}
+
+// ops::videomae_index against its documented layout, rebuilt from per-clip position lists;
+// with a decoder mask (v2: some decoded tokens visible, loss_weight 0 there) and without (v1);
+// rows with other counts are refused.
+TEST(VideoMAE, IndexListsFollowTheDocumentedLayout) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  const int64_t B = 5, Np = 37, Nm = 23, Nv = Np - Nm;
+  const Tensor mask = random_rows_mask(rng, B, Np, Nm);
+  for (const bool v2 : {false, true}) {
+    SCOPED_TRACE(v2 ? "with a decoder mask" : "without a decoder mask");
+    const Tensor dmask = v2 ? random_rows_mask(rng, B, Np, Np - 11) : Tensor();  // 11 decoded per clip
+    const int64_t Nd = v2 ? 11 : Nm, Nt = Nv + Nd, nv = B * Nv, nd = B * Nd, nt = B * Nt;
+    Tensor lists = Tensor::empty({3 * nv + 2 * nd + 3 * nt}, DType::i32);
+    Tensor weight = Tensor::empty({nd}, DType::u8);
+    ops::videomae_index(ctx, mask, v2 ? &dmask : nullptr, Nv, Nd, lists, &weight);
+    std::vector<int32_t> want(static_cast<size_t>(lists.numel()), -1);
+    std::vector<uint8_t> want_weight(static_cast<size_t>(nd));
+    const size_t o_vis_pos = size_t(nv), o_dec_src = o_vis_pos + size_t(nv), o_dec_tok = o_dec_src + size_t(nt),
+                 o_dec_rows = o_dec_tok + size_t(nt), o_dec_id = o_dec_rows + size_t(nd),
+                 o_grad_src = o_dec_id + size_t(nd), o_vis_rows = o_grad_src + size_t(nt);
+    const uint8_t* mk = static_cast<const uint8_t*>(mask.raw());
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<int64_t> vis, dec;
+      for (int64_t j = 0; j < Np; ++j) {
+        if (!mk[b * Np + j]) vis.push_back(j);
+        const bool decoded = v2 ? !static_cast<const uint8_t*>(dmask.raw())[b * Np + j] : mk[b * Np + j] != 0;
+        if (decoded) dec.push_back(j);
+      }
+      ASSERT_EQ(int64_t(vis.size()), Nv);
+      ASSERT_EQ(int64_t(dec.size()), Nd);
+      for (int64_t i = 0; i < Nt; ++i) {
+        const size_t t = size_t(b * Nt + i);
+        want[o_dec_src + t] = int32_t(i < Nv ? b * Nv + i : nv);
+        want[o_dec_tok + t] = int32_t(i < Nv ? vis[size_t(i)] : dec[size_t(i - Nv)]);
+        want[o_grad_src + t] = int32_t(i < Nv ? nd : b * Nd + i - Nv);
+      }
+      for (int64_t i = 0; i < Nv; ++i) {
+        const size_t r = size_t(b * Nv + i);
+        want[r] = int32_t(b * Np + vis[size_t(i)]);
+        want[o_vis_pos + r] = int32_t(vis[size_t(i)]);
+        want[o_vis_rows + r] = int32_t(b * Nt + i);
+      }
+      for (int64_t i = 0; i < Nd; ++i) {
+        const size_t r = size_t(b * Nd + i);
+        want[o_dec_rows + r] = int32_t(b * Nt + Nv + i);
+        want[o_dec_id + r] = int32_t(b * Np + dec[size_t(i)]);
+        want_weight[r] = mk[b * Np + dec[size_t(i)]] != 0;
+      }
+    }
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(lists.data<int32_t>()[i], want[i]) << "entry " << i;
+    int64_t out_of_loss = 0;
+    for (size_t r = 0; r < want_weight.size(); ++r) {
+      ASSERT_EQ(static_cast<const uint8_t*>(weight.raw())[r], want_weight[r]) << "loss weight " << r;
+      out_of_loss += want_weight[r] == 0;
+    }
+    EXPECT_EQ(out_of_loss > 0, v2) << "v2 decodes some visible tokens, v1 only masked ones";
+  }
+  // A clip with another count; lists of the wrong size.
+  Tensor bad = Tensor::empty(mask.shape(), DType::u8);
+  bad.copy_from(mask);
+  static_cast<uint8_t*>(bad.raw())[3 * Np] ^= 1;  // clip 3 masks one token more or fewer
+  Tensor lists = Tensor::empty({3 * B * Nv + 2 * B * Nm + 3 * B * Np}, DType::i32);
+  std::string msg = test::error_of([&] { ops::videomae_index(ctx, bad, nullptr, Nv, Nm, lists, nullptr); });
+  EXPECT_NE(msg.find("clip 3 has"), std::string::npos) << msg;
+  Tensor short_lists = Tensor::empty({lists.numel() - 1}, DType::i32);
+  msg = test::error_of([&] { ops::videomae_index(ctx, mask, nullptr, Nv, Nm, short_lists, nullptr); });
+  EXPECT_NE(msg.find("lists must be"), std::string::npos) << msg;
 }
 
 TEST(VideoMAE, ParamNamesAndShapes) {
@@ -269,7 +357,8 @@ TEST(VideoMAE, RecomputedGeluGivesTheSameBits) {
   auto run = [&](bool recompute) {
     VideoMAEStepOptions o;
     o.recompute_gelu = recompute;
-    m.zero_grad();
+    if (recompute) m.zero_grad(ctx);  // the context's variant (ops::zero_many) on the second call
+    else m.zero_grad();
     const double loss = m.pretrain_step(ctx, v, mask, o).loss;
     return std::make_pair(loss, test::grads_of(m.params()));
   };

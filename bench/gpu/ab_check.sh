@@ -13,9 +13,11 @@
 #      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue;
 #      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing;
 #      UNMASK_FLASH_BWD_CTAS_PER_SM=3: the dK/dV kernel with K and V in shared memory, 3 CTAs/SM;
-#      UNMASK_CUDA_LN_BWD_FUSED=1: the LayerNorm backward's dx and parameter sums in one pass);
+#      UNMASK_CUDA_LN_BWD_FUSED=1: the LayerNorm backward's dx and parameter sums in one pass;
+#      UNMASK_FLASH_BWD_SHORT=1: sequences of at most 128 keys in one attention-backward kernel);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
-#      new, and new with each of ROW_VARIANTS (atomic dQ, autotuning, atomic dQ with three CTAs);
+#      new, and new with each of ROW_VARIANTS (atomic dQ, autotuning, atomic dQ with three CTAs,
+#      the short-sequence backward);
 #      then --profile 2 of new and of new with atomic dQ and three CTAs;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
 #      op profile at 256x128, its forward attention with 64- and 128-row CTAs and 32 rows per
@@ -30,10 +32,11 @@
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 #
 # QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
-# profiles of the two models (no variants), old/new inference and its profile, and Nsight
+# profiles of the two models (one row variant: UNMASK_FLASH_BWD_SHORT=1), old/new inference and its profile, and Nsight
 # Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
 # in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated; NAME@SKIP
-# skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128.
+# skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128;
+# NCU_BERT_KERNELS: on a BERT-large phase-1 training step, with the warp stall reasons.
 QUICK=${QUICK:-0}
 set -u
 CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
@@ -97,15 +100,18 @@ if go "cuda tests"; then
 fi
 # The opt-in variants, as env assignments (each alone, then all together).
 VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
-          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_CUDA_LN_BWD_FUSED=1")
+          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_CUDA_LN_BWD_FUSED=1"
+          "UNMASK_FLASH_BWD_SHORT=1")
 ALL_VARIANTS="${VARIANTS[*]}"
 # The step-time rows: the variants still in question after the H200 A/B of 2026-11-26 22:31 UTC
 # (32 rows per warp, BGRADB, the fused LayerNorm backward and the three-CTA kernel alone lost or
 # tied on both models then; their tests still run above), and the three-CTA dK/dV kernel with the
 # atomic dQ it was made for.
 ROW_VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_CUDA_GEMM_AUTOTUNE=1"
-              "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3")
-[ "$QUICK" = 1 ] && ROW_VARIANTS=()
+              "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_FLASH_BWD_SHORT=1")
+# QUICK: only the one-kernel backward of short sequences (built 2026-11-27, not yet measured;
+# it can only move BERT's rows: ViT-B's sequences are longer than 128)
+[ "$QUICK" = 1 ] && ROW_VARIANTS=("UNMASK_FLASH_BWD_SHORT=1")
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
   [ "$QUICK" = 1 ] && break
   go "variant tests $suite" || continue
@@ -265,6 +271,23 @@ if command -v ncu > /dev/null; then
     note "ncu $k: rc $? at $(at)s"
     grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Grid Size" "$R/ncu_$k.txt" |
       head -14 | tee -a "$summary"
+  done
+  # NCU_BERT_KERNELS: the same for a BERT-large phase-1 training step (batch 64, seq 128, bf16
+  # activations), with the stall reasons: e.g. "flash_bwd_dkdv attn_train_delta dq_from_accum
+  # flash_fwd" (the attention backward took ~220 us a layer there on 2026-11-27, ~10x its MMA time)
+  for spec in ${NCU_BERT_KERNELS:-}; do
+    k=${spec%@*}
+    skip=0
+    [[ "$spec" == *@* ]] && skip=${spec#*@}
+    go "ncu bert $k" || continue
+    timeout -k 5 "$(lim 50)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats $EXTRA_SECTIONS \
+      --metrics 'regex:smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio' "$BIN/unmask" bench train \
+      --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --activations bf16 --optimizer lamb \
+      --steps 1 --warmup 0 > "$R/ncu_bert_$k.txt" 2>&1
+    note "ncu bert $k: rc $? at $(at)s"
+    grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Grid Size|Achieved Occupancy|Warp Cycles Per Issued" \
+      "$R/ncu_bert_$k.txt" | head -18 | tee -a "$summary"
   done
   # NCU_INFER_KERNELS: the same for BERT-base inference at batch 256 seq 128 (bf16, eager: no
   # graph, so ncu sees each launch): the forward attention and the LayerNorm rows there

@@ -125,7 +125,10 @@ class BertTrainModel {
   const BertHeads& heads() const;
   /// Every parameter once (the tied MLM decoder is the word embedding), in a fixed order.
   std::vector<Param>& params();
+  /// Zeroes every gradient. With a context, queued on its stream as a few multi-tensor launches
+  /// (ops::zero_many); without one, a cudaMemset per tensor on the legacy default stream.
   void zero_grad();
+  void zero_grad(Context& ctx);
 
   /// Where the parameters live (load/random create them on the CPU).
   Device device() const;

@@ -113,7 +113,10 @@ class VideoMAEPretrainModel {
   /// Every parameter under its original VideoMAE state-dict name (encoder.patch_embed.proj.weight
   /// [D, 3, 2, 16, 16], encoder.blocks.0.attn.qkv.weight, ..., mask_token [1, 1, Dd]).
   std::vector<Param>& params();
+  /// Zeroes every gradient. With a context, queued on its stream as a few multi-tensor launches
+  /// (ops::zero_many); without one, a cudaMemset per tensor on the legacy default stream.
   void zero_grad();
+  void zero_grad(Context& ctx);
   /// Where the parameters live.
   Device device() const;
   /// Moves the parameters, gradients and position tables to ctx.device(). The Params are
@@ -174,7 +177,10 @@ class VideoMAEClassifier {
   const VideoMAEConfig& config() const;
   int64_t num_classes() const;
   std::vector<Param>& params();
+  /// Zeroes every gradient. With a context, queued on its stream as a few multi-tensor launches
+  /// (ops::zero_many); without one, a cudaMemset per tensor on the legacy default stream.
   void zero_grad();
+  void zero_grad(Context& ctx);
 
   /// Forward (+ backward of the soft-target cross-entropy when `targets` is defined and
   /// options.backward).

@@ -167,6 +167,10 @@ void lamb_update_many(Context& ctx, const std::vector<ops::AdamItem>& items);
 /// ops::copy_many's batched items (contiguous f32 -> bf16 / f16 on ctx's device, validated):
 /// a launch per 32 tensors of each target dtype (optim.cu's multi-tensor apply), no sync.
 void copy_many(Context& ctx, const std::vector<ops::CopyItem>& items);
+/// ops::zero_many (validated: contiguous, on ctx's device): the tensors of whole 4-byte words
+/// at 4-byte-aligned addresses in a launch per 32 (optim.cu's multi-tensor apply), any other
+/// one by cudaMemsetAsync; all on ctx's stream, no sync.
+void zero_many(Context& ctx, const std::vector<Tensor*>& tensors);
 /// LAMB stage 2 with the squared norms in device memory (ops::lamb_apply); no sync.
 void lamb_apply(Context& ctx, float lr, const double* param_sq, const double* update_sq, const float* update,
                 float* p, int64_t n);
@@ -182,5 +186,10 @@ void tubelet_target(Context& ctx, const float* videos, const ops::TubeletGeometr
 /// row_weight: u8 [R] in device memory or null; synchronises the stream (returns the host sum).
 double mse_rows(Context& ctx, const float* pred, const float* target, const uint8_t* row_weight, double grad_scale,
                 float* dpred, int64_t R, int64_t K);
+/// ops::videomae_index on device masks (u8 [B, Np]; decoder_mask null = none) whose rows the
+/// front-end has checked to hold Nv visible and Nd decoded tokens each: one block per clip.
+/// lists: i32 in ops.h's layout; loss_weight: u8 [B Nd] or null. No sync.
+void videomae_index(Context& ctx, const uint8_t* mask, const uint8_t* decoder_mask, int64_t B, int64_t Np, int64_t Nv,
+                    int64_t Nd, int32_t* lists, uint8_t* loss_weight);
 
 }  // namespace unmask::cuda

@@ -127,6 +127,21 @@ void copy_many(Context& ctx, const std::vector<ops::CopyItem>& items) {
   }
 }
 
+void zero_many(Context& ctx, const std::vector<Tensor*>& tensors) {
+  const cudaStream_t stream = cuda_state(ctx).stream;
+  std::vector<ZeroTensor> words;
+  words.reserve(tensors.size());
+  for (Tensor* t : tensors) {
+    const size_t bytes = t->nbytes();
+    if (bytes == 0) continue;
+    if (reinterpret_cast<uintptr_t>(t->raw()) % 4 == 0 && bytes % 4 == 0)
+      words.push_back({static_cast<uint32_t*>(t->raw()), int64_t(bytes / 4)});
+    else
+      CUDA_CHECK(cudaMemsetAsync(t->raw(), 0, bytes, stream));
+  }
+  if (!words.empty()) zero_many_n(words.data(), int64_t(words.size()), stream);
+}
+
 void lamb_moments_many(Context& ctx, const std::vector<ops::AdamItem>& items) {
   std::vector<LambMomentsTensor> ts;
   ts.reserve(items.size());

@@ -252,6 +252,13 @@ __global__ void __launch_bounds__(kThreads) cast_many_kernel(const ApplyBatch<Ca
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) dst[i] = from_float<Tout>(x.src[i]);
 }
 
+/// Zeroes many tensors' words (ops::zero_many: the gradients before a step's backward).
+__global__ void __launch_bounds__(kThreads) zero_many_kernel(const ApplyBatch<ZeroTensor> b) {
+  int64_t begin, end;
+  const ZeroTensor& x = b.t[apply_chunk(b, begin, end)];
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) x.p[i] = 0u;
+}
+
 /// Launches `kernel` over ts[0..count) in batches of kApplyBatch non-empty tensors.
 template <typename T, typename Kernel>
 void apply_many(const char* op, const T* ts, int64_t count, Kernel kernel, cudaStream_t stream) {
@@ -494,6 +501,10 @@ void lamb_apply_n(float lr, const double* param_sq, const double* update_sq, con
 
 void adamw_update_many_n(const AdamWTensor* ts, int64_t count, cudaStream_t stream) {
   apply_many("adamw_update_many", ts, count, adamw_many_kernel, stream);
+}
+
+void zero_many_n(const ZeroTensor* ts, int64_t count, cudaStream_t stream) {
+  apply_many("zero_many", ts, count, zero_many_kernel, stream);
 }
 
 void cast_many_n(const CastTensor* ts, int64_t count, DType dst_dtype, cudaStream_t stream) {

@@ -168,7 +168,13 @@ struct CastTensor {
   void* dst;
   int64_t n;
 };
+/// n 32-bit words at p set to 0 (ops::zero_many).
+struct ZeroTensor {
+  uint32_t* p;
+  int64_t n;
+};
 void adamw_update_many_n(const AdamWTensor* ts, int64_t count, cudaStream_t stream);
+void zero_many_n(const ZeroTensor* ts, int64_t count, cudaStream_t stream);
 void cast_many_n(const CastTensor* ts, int64_t count, DType dst_dtype, cudaStream_t stream);
 void lamb_moments_many_n(const LambMomentsTensor* ts, int64_t count, cudaStream_t stream);
 void lamb_apply_many_n(const LambApplyTensor* ts, int64_t count, cudaStream_t stream);

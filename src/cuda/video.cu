@@ -12,6 +12,9 @@
 //   mse_rows        one block per row: double sum of squared differences and the gradient
 //                   float(grad_scale * d); then one block adds the row sums over a fixed stride
 //                   and a fixed tree (the same bits every run) and the total comes back in one copy.
+//   videomae_index  one block per clip: each thread counts the visible and decoded tokens of its
+//                   run of positions, thread 0 turns the counts into offsets, then each thread
+//                   writes its run's list entries (ops.h's layout; the CPU loop's values).
 // No atomics anywhere; every output element has one writer.
 #include <cuda_runtime.h>
 
@@ -223,6 +226,80 @@ void tubelet_target(Context& ctx, const float* videos, const TubeletGeometry& g,
     norm.stdev[c] = stdev[size_t(c)];
   }
   tubelet_target_kernel<<<unsigned(R), kRowThreads, dynamic, st.stream>>>(target, videos, ids, g, norm);
+  CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+constexpr int kIndexThreads = 256;
+
+/// Clip b = blockIdx.x of videomae_index: thread t covers positions [t run, (t + 1) run).
+/// The counts were checked on the host; the guards only keep a bad row's writes in bounds.
+__global__ void __launch_bounds__(kIndexThreads)
+    videomae_index_kernel(int32_t* __restrict__ lists, uint8_t* __restrict__ loss_weight, const uint8_t* __restrict__ mask,
+                          const uint8_t* __restrict__ decoder_mask, int64_t Np, int64_t Nv, int64_t Nd, int64_t B) {
+  __shared__ int64_t vis_before[kIndexThreads], dec_before[kIndexThreads];
+  const int64_t b = blockIdx.x, Nt = Nv + Nd, nv = B * Nv, nd = B * Nd, nt = B * Nt;
+  const int64_t run = (Np + kIndexThreads - 1) / kIndexThreads;
+  const int64_t j0 = min(Np, threadIdx.x * run), j1 = min(Np, j0 + run);
+  const uint8_t* mk = mask + b * Np;
+  const uint8_t* dk = decoder_mask ? decoder_mask + b * Np : nullptr;
+  int64_t vis = 0, dec = 0;
+  for (int64_t j = j0; j < j1; ++j) {
+    vis += mk[j] == 0;
+    dec += dk ? dk[j] == 0 : mk[j] != 0;
+  }
+  vis_before[threadIdx.x] = vis, dec_before[threadIdx.x] = dec;
+  __syncthreads();
+  if (threadIdx.x == 0) {  // exclusive prefix sums, in thread order (256 adds)
+    int64_t v = 0, d = 0;
+    for (int t = 0; t < kIndexThreads; ++t) {
+      const int64_t cv = vis_before[t], cd = dec_before[t];
+      vis_before[t] = v, dec_before[t] = d;
+      v += cv, d += cd;
+    }
+  }
+  __syncthreads();
+  int32_t* vis_id = lists;
+  int32_t* vis_pos = vis_id + nv;
+  int32_t* dec_src = vis_pos + nv;
+  int32_t* dec_tok = dec_src + nt;
+  int32_t* dec_rows = dec_tok + nt;
+  int32_t* dec_id = dec_rows + nd;
+  int32_t* grad_src = dec_id + nd;
+  int32_t* vis_rows = grad_src + nt;
+  int64_t i = vis_before[threadIdx.x], k = dec_before[threadIdx.x];
+  for (int64_t j = j0; j < j1; ++j) {
+    const bool masked = mk[j] != 0;
+    if (!masked) {
+      if (i < Nv) {
+        const int64_t r = b * Nv + i, t = b * Nt + i;
+        vis_id[r] = int32_t(b * Np + j), vis_pos[r] = int32_t(j), vis_rows[r] = int32_t(t);
+        dec_src[t] = int32_t(r), dec_tok[t] = int32_t(j), grad_src[t] = int32_t(nd);
+      }
+      ++i;
+    }
+    if (dk ? dk[j] == 0 : masked) {
+      if (k < Nd) {
+        const int64_t r = b * Nd + k, t = b * Nt + Nv + k;
+        dec_rows[r] = int32_t(t), dec_id[r] = int32_t(b * Np + j);
+        dec_src[t] = int32_t(nv), dec_tok[t] = int32_t(j), grad_src[t] = int32_t(r);
+        if (loss_weight) loss_weight[r] = masked ? 1 : 0;
+      }
+      ++k;
+    }
+  }
+}
+
+}  // namespace
+
+void videomae_index(Context& ctx, const uint8_t* mask, const uint8_t* decoder_mask, int64_t B, int64_t Np, int64_t Nv,
+                    int64_t Nd, int32_t* lists, uint8_t* loss_weight) {
+  UNMASK_CHECK(B < (int64_t(1) << 31) && B * (Np + Nd) < (int64_t(1) << 31), "videomae_index (cuda): ", B,
+               " clips of ", Np, " tokens exceed the i32 lists");
+  if (B == 0) return;
+  videomae_index_kernel<<<unsigned(B), kIndexThreads, 0, cuda_state(ctx).stream>>>(lists, loss_weight, mask,
+                                                                                   decoder_mask, Np, Nv, Nd, B);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -213,7 +213,7 @@ TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, con
     std::shuffle(order.begin(), order.end(), rng);
     for (int64_t first = 0; first < N && result.steps < total; first += options.batch) {
       const std::vector<size_t> rows(order.begin() + first, order.begin() + std::min(N, first + options.batch));
-      model.zero_grad();
+      model.zero_grad(ctx);
       TrainStepOptions so;
       so.hidden_dropout = options.hidden_dropout;
       so.attention_dropout = options.attention_dropout;

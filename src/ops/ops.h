@@ -129,6 +129,12 @@ struct CopyItem {
 /// may overlap another item's src or dst (checked), so the order of the items does not matter.
 void copy_many(Context& ctx, const std::vector<CopyItem>& items);
 
+/// Every byte of every tensor set to 0 (any dtype; each contiguous, on ctx's device; null or
+/// empty tensors are an error / skipped). Queued on ctx's stream on CUDA: a launch per 32 tensors
+/// (the gradients a step zeroes before its backward: ~200-400 tensors) instead of a cudaMemset
+/// each on the legacy default stream, which serialises against the context's stream.
+void zero_many(Context& ctx, const std::vector<Tensor*>& tensors);
+
 /// out[i, :] = table[ids[i], :] (+ out[i, :] when accumulate). ids: i32 or i64 [N];
 /// table [V, C]; out [N, C]. An id outside [0, V) throws naming the position and the id.
 void embedding(Context& ctx, const Tensor& table, const Tensor& ids, Tensor& out,
@@ -363,5 +369,28 @@ void tubelet_target(Context& ctx, const Tensor& videos, const Tensor& ids, Tubel
 /// row_weight: u8 [R] on that device, or null = every row. One host sync on CUDA.
 double mse_rows(Context& ctx, const Tensor& pred, const Tensor& target, const Tensor* row_weight, double grad_scale,
                 Tensor& dpred);
+
+/// The token lists of a VideoMAE step, from its host masks: mask u8 [B, Np] (nonzero = masked by
+/// the encoder) and, optionally, decoder_mask u8 [B, Np] (nonzero = not decoded; without it the
+/// decoder reconstructs the encoder-masked tokens). Every clip must have the same numbers of
+/// visible (Nv) and decoded (Nd) tokens; Nt = Nv + Nd, nv = B Nv, nd = B Nd, nt = B Nt. Per clip
+/// b, the visible positions and the decoded ones ascending, `lists` (i32, contiguous, on ctx's
+/// device) holds, in this order:
+///   vis_id   [nv]  b Np + j of visible token i (row r = b Nv + i)        tubelet_gather ids
+///   vis_pos  [nv]  its position j                                         encoder pos table
+///   dec_src  [nt]  decoder input row b Nt + i -> row of [e2d (nv rows); mask token]: b Nv + i
+///                  for i < Nv, else nv
+///   dec_tok  [nt]  that row's position j                                  decoder pos table
+///   dec_rows [nd]  b Nt + Nv + i: the decoder output rows of the decoded tokens
+///   dec_id   [nd]  their flat ids b Np + j                                tubelet_target ids
+///   grad_src [nt]  decoder output gradient row -> row of [dln (nd rows); 0]: nd for i < Nv,
+///                  else b Nd + i - Nv
+///   vis_rows [nv]  b Nt + i: the visible rows of the decoder input gradient
+/// and loss_weight (u8 [nd] on ctx's device, optional) 1 where a decoded token is encoder-masked
+/// (in the loss). CUDA: the masks are uploaded (B Np bytes each) and one block per clip writes
+/// its lists, instead of the host writing and uploading ~16 bytes per token. Returns nothing;
+/// the counts are the caller's (it checked them); a row with other counts is an error here.
+void videomae_index(Context& ctx, const Tensor& mask, const Tensor* decoder_mask, int64_t Nv, int64_t Nd,
+                    Tensor& lists, Tensor* loss_weight);
 
 }  // namespace unmask::ops

@@ -1,6 +1,8 @@
-// ops/softmax.cc: row-wise softmax over the last dim, and its backward (training); ops::copy.
+// ops/softmax.cc: row-wise softmax over the last dim, and its backward (training); ops::copy,
+// copy_many and zero_many.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -168,6 +170,29 @@ void softmax_backward(Context& ctx, const Tensor& y, const Tensor& dy, Tensor& d
       detail::throw_unsupported(op, Device::cuda, y.dtype());
 #endif
   }
+}
+
+void zero_many(Context& ctx, const std::vector<Tensor*>& tensors) {
+  detail::OpScope op_scope(ctx, "zero_many");
+  constexpr const char* op = "zero_many";
+  for (size_t i = 0; i < tensors.size(); ++i) {  // every check before any write
+    const Tensor* t = tensors[i];
+    UNMASK_CHECK(t && t->defined(), op, ": tensor ", i, " is ", t ? "undefined" : "null");
+    UNMASK_CHECK(t->is_contiguous(), op, ": tensor ", i, " must be contiguous, got ", t->describe(),
+                 Hint("zero a contiguous copy, or each contiguous part"));
+    UNMASK_CHECK(t->device() == ctx.device(), op, ": tensor ", i, " is on ", device_name(t->device()),
+                 " but the context runs on ", device_name(ctx.device()));
+  }
+  if (ctx.device() == Device::cpu) {
+    for (Tensor* t : tensors)
+      if (t->nbytes()) std::memset(t->raw(), 0, t->nbytes());
+    return;
+  }
+#ifdef UNMASK_WITH_CUDA
+  cuda::zero_many(ctx, tensors);
+#else
+  detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
 }
 
 }  // namespace unmask::ops

@@ -6,6 +6,8 @@
 // double and then over the rows in row order: the results do not depend on the thread count.
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "ops/op_common.h"
 #include "ops/ops.h"
@@ -195,6 +197,104 @@ double mse_rows(Context& ctx, const Tensor& pred, const Tensor& target, const Te
   double total = 0;
   for (double s : row_sq) total += s;
   return total;
+}
+
+namespace {
+
+// A host u8 / bool mask [B, Np] of videomae_index, checked.
+const uint8_t* index_mask(const char* op, const char* name, const Tensor& m, int64_t B, int64_t Np) {
+  UNMASK_CHECK(m.defined() && (m.dtype() == DType::u8 || m.dtype() == DType::boolean) && m.ndim() == 2 &&
+                   m.is_contiguous() && m.device() == Device::cpu && (B < 0 || (m.size(0) == B && m.size(1) == Np)),
+               op, ": ", name, " must be a contiguous u8 [", B < 0 ? std::string("B") : std::to_string(B), ", ",
+               B < 0 ? std::string("Np") : std::to_string(Np), "] on the host, got ",
+               m.defined() ? m.describe() : std::string("undefined"),
+               Hint("the step reads its masks on the host: pass CPU tensors"));
+  return static_cast<const uint8_t*>(m.raw());
+}
+
+}  // namespace
+
+void videomae_index(Context& ctx, const Tensor& mask, const Tensor* decoder_mask, int64_t Nv, int64_t Nd,
+                    Tensor& lists, Tensor* loss_weight) {
+  detail::OpScope op_scope(ctx, "videomae_index");
+  constexpr const char* op = "videomae_index";
+  const uint8_t* mk = index_mask(op, "mask", mask, -1, -1);
+  const int64_t B = mask.size(0), Np = mask.size(1);
+  const uint8_t* dk = decoder_mask ? index_mask(op, "decoder_mask", *decoder_mask, B, Np) : nullptr;
+  UNMASK_CHECK(Nv >= 1 && Nv <= Np && Nd >= 1 && Nd <= Np, op, ": Nv = ", Nv, " and Nd = ", Nd,
+               " must lie in [1, Np = ", Np, "]");
+  for (int64_t b = 0; b < B; ++b) {  // every row's counts, before anything is written
+    int64_t visible = 0, decoded = 0;
+    for (int64_t j = 0; j < Np; ++j) {
+      visible += mk[b * Np + j] == 0;
+      decoded += dk ? dk[b * Np + j] == 0 : mk[b * Np + j] != 0;
+    }
+    UNMASK_CHECK(visible == Nv && decoded == Nd, op, ": clip ", b, " has ", visible, " visible and ", decoded,
+                 " decoded tokens; every clip must have Nv = ", Nv, " and Nd = ", Nd);
+  }
+  const int64_t Nt = Nv + Nd, nv = B * Nv, nd = B * Nd, nt = B * Nt;
+  const Device dev = ctx.device();
+  UNMASK_CHECK(lists.dtype() == DType::i32 && lists.ndim() == 1 && lists.is_contiguous() &&
+                   lists.numel() == 3 * nv + 2 * nd + 3 * nt,
+               op, ": lists must be a contiguous i32 [3 B Nv + 2 B Nd + 3 B Nt = ", 3 * nv + 2 * nd + 3 * nt, "], got ",
+               lists.describe());
+  detail::check_device(op, "lists", lists, dev);
+  if (loss_weight) {
+    UNMASK_CHECK((loss_weight->dtype() == DType::u8 || loss_weight->dtype() == DType::boolean) &&
+                     loss_weight->ndim() == 1 && loss_weight->numel() == nd && loss_weight->is_contiguous(),
+                 op, ": loss_weight must be a contiguous u8 [B Nd = ", nd, "], got ", loss_weight->describe());
+    detail::check_device(op, "loss_weight", *loss_weight, dev);
+  }
+  if (B == 0) return;
+  uint8_t* lw = loss_weight ? static_cast<uint8_t*>(loss_weight->raw()) : nullptr;
+  if (dev == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    ctx.make_current();  // the uploads' blocks are tagged with (and freed on) ctx's stream
+    Tensor enc = Tensor::empty({B, Np}, mask.dtype(), Device::cuda), dec;  // B Np bytes each
+    ops::copy(ctx, mask, enc);
+    if (dk) {
+      dec = Tensor::empty({B, Np}, decoder_mask->dtype(), Device::cuda);
+      ops::copy(ctx, *decoder_mask, dec);
+    }
+    cuda::videomae_index(ctx, static_cast<const uint8_t*>(enc.raw()),
+                         dk ? static_cast<const uint8_t*>(dec.raw()) : nullptr, B, Np, Nv, Nd, lists.data<int32_t>(), lw);
+    return;
+#else
+    detail::throw_unsupported(op, Device::cuda, DType::i32);
+#endif
+  }
+  int32_t* vis_id = lists.data<int32_t>();
+  int32_t* vis_pos = vis_id + nv;
+  int32_t* dec_src = vis_pos + nv;
+  int32_t* dec_tok = dec_src + nt;
+  int32_t* dec_rows = dec_tok + nt;
+  int32_t* dec_id = dec_rows + nd;
+  int32_t* grad_src = dec_id + nd;
+  int32_t* vis_rows = grad_src + nt;
+  ctx.parallel_for(
+      B,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          int64_t i = 0, k = 0;  // the clip's visible / decoded tokens so far
+          for (int64_t j = 0; j < Np; ++j) {
+            const bool masked = mk[b * Np + j] != 0;
+            if (!masked) {  // visible token i: row b Nv + i; decoder input row b Nt + i
+              const int64_t r = b * Nv + i, t = b * Nt + i;
+              vis_id[r] = int32_t(b * Np + j), vis_pos[r] = int32_t(j), vis_rows[r] = int32_t(t);
+              dec_src[t] = int32_t(r), dec_tok[t] = int32_t(j), grad_src[t] = int32_t(nd);
+              ++i;
+            }
+            if (dk ? dk[b * Np + j] == 0 : masked) {  // decoded token k: row b Nd + k; input row b Nt + Nv + k
+              const int64_t r = b * Nd + k, t = b * Nt + Nv + k;
+              dec_rows[r] = int32_t(t), dec_id[r] = int32_t(b * Np + j);
+              dec_src[t] = int32_t(nv), dec_tok[t] = int32_t(j), grad_src[t] = int32_t(r);
+              if (lw) lw[r] = masked ? 1 : 0;
+              ++k;
+            }
+          }
+        }
+      },
+      1);
 }
 
 }  // namespace unmask::ops

@@ -157,10 +157,13 @@ void embedding_backward(Context& ctx, EmbeddingParams& p, const PackedTokens& to
   // The scan reads the host copy of the ids; a row is zeroed on dy's device.
   const int32_t* ids = tok.host_ids.data<int32_t>();
   const int64_t C = dy.size(1);
-  for (int64_t r = 0; r < tok.N; ++r) {
-    if (ids[r] != pad_id) continue;
-    Tensor row = dy.slice(0, r, r + 1).view({C});
-    zero_tensor(row);
+  std::vector<Tensor> pad_rows;
+  for (int64_t r = 0; r < tok.N; ++r)
+    if (ids[r] == pad_id) pad_rows.push_back(dy.slice(0, r, r + 1).view({C}));
+  if (!pad_rows.empty()) {
+    std::vector<Tensor*> rows;
+    for (Tensor& row : pad_rows) rows.push_back(&row);
+    ops::zero_many(ctx, rows);
   }
   ops::embedding_backward(ctx, tok.ids, dy, p.word.grad);
 }

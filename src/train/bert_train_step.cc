@@ -429,7 +429,7 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
 
   // Backward: the heads scatter their row gradients into g [N, C], then the encoder.
   Tensor g = I.take({tok.N, C});
-  train::zero_tensor(g);
+  ops::zero_many(ctx, {&g});
   if (M > 0) {
     Tensor dtn = I.take({M, C}), dxm = I.take({M, C});
     train::linear_backward(ctx, tn, I.emb.word, I.mlm_bias, logits, &dtn);  // word grad += dlogits^T tn
@@ -594,7 +594,7 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     if (site.p > 0.0f) ops::dropout_backward(ctx, dpooled, dpooled, site.p, site.seed, site.offset);
     pooler_backward(ctx, I, cls, pre, dpooled, dcls);
     g = I.take({N, C});
-    train::zero_tensor(g);
+    ops::zero_many(ctx, {&g});
     ops::embedding_backward(ctx, crows, dcls, g);
   } else {  // tokcls: classifier(dropout(x)) on every real token
     const train::DropoutSite site = plan.site(plan.hidden, kHeadSite, N * C);

@@ -389,7 +389,7 @@ TrainResult pretrain(const TrainerOptions& options) {
     if (options.before_step) options.before_step(model, step);
 
     const double t0 = now_s();
-    model.zero_grad();
+    model.zero_grad(ctx);
     PretrainStats sum;
     double loss_sum = 0;
     std::vector<int64_t> lens;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "data/rng.h"
+#include "ops/ops.h"
 #include "unmask/error.h"
 
 namespace unmask {
@@ -280,6 +281,12 @@ const VideoMAEConfig& VideoMAEPretrainModel::config() const { return impl_->conf
 std::vector<Param>& VideoMAEPretrainModel::params() { return impl_->params; }
 void VideoMAEPretrainModel::zero_grad() {
   for (video::PV* p : impl_->storages()) train::zero_tensor(p->grad);
+}
+
+void VideoMAEPretrainModel::zero_grad(Context& ctx) {
+  std::vector<Tensor*> grads;
+  for (video::PV* p : impl_->storages()) grads.push_back(&p->grad);
+  ops::zero_many(ctx, grads);
 }
 
 }  // namespace unmask

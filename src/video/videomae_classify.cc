@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "data/rng.h"
+#include "ops/ops.h"
 #include "unmask/error.h"
 #include "video/videomae.h"
 
@@ -147,6 +148,12 @@ int64_t VideoMAEClassifier::num_classes() const { return impl_->num_classes; }
 std::vector<Param>& VideoMAEClassifier::params() { return impl_->params; }
 void VideoMAEClassifier::zero_grad() {
   for (PV* p : impl_->storages()) train::zero_tensor(p->grad);
+}
+
+void VideoMAEClassifier::zero_grad(Context& ctx) {
+  std::vector<Tensor*> grads;
+  for (PV* p : impl_->storages()) grads.push_back(&p->grad);
+  ops::zero_many(ctx, grads);
 }
 
 void VideoMAEClassifier::set_layer_decay(float decay) {

@@ -81,7 +81,7 @@ int64_t row_count(const uint8_t* mask, int64_t B, int64_t Np, bool selected, con
   return first;
 }
 
-StepIndex build_index(const Tensor& mask_host, const Tensor& dmask_host, int64_t B, int64_t Np, Device device) {
+StepIndex build_index(Context& ctx, const Tensor& mask_host, const Tensor& dmask_host, int64_t B, int64_t Np) {
   StepIndex x;
   const uint8_t* mk = static_cast<const uint8_t*>(mask_host.raw());
   x.Nm = row_count(mk, B, Np, true, "mask");
@@ -89,85 +89,37 @@ StepIndex build_index(const Tensor& mask_host, const Tensor& dmask_host, int64_t
   UNMASK_CHECK(x.Nm >= 1 && x.Nv >= 1,
                "videomae pretrain_step: the mask must leave at least one visible and one masked token per clip, got ",
                x.Nm, " masked of ", Np);
-  // Flat token ids b * Np + j, ascending per clip: the visible ones and the decoded ones. Every
-  // clip has the same counts (row_count), so clip b's ids are entries b Nv .. of vis_ids (b Nd ..
-  // of dec_ids), and a position is id - b Np: the loops below walk clips and positions without
-  // a division per entry (ViT-B batch 128: ~1M entries, 2.4 -> 1.3 ms of host time a step on
-  // this project's 2-core machine; the device idles through it at the step start).
-  std::vector<int32_t> vis_ids, dec_ids, mask_ids;
-  vis_ids.reserve(size_t(B * x.Nv));
-  mask_ids.reserve(size_t(B * x.Nm));
-  for (int64_t t = 0; t < B * Np; ++t) (mk[t] ? mask_ids : vis_ids).push_back(int32_t(t));
   // Decoded positions per clip (ascending): the encoder-masked ones (v1), or with a decoder mask
   // the kept ones (v2); loss_weight says which of them the loss counts (encoder-masked).
   if (dmask_host.defined()) {
     const uint8_t* dk = static_cast<const uint8_t*>(dmask_host.raw());
     x.Nd = row_count(dk, B, Np, false, "decoder_mask");
     UNMASK_CHECK(x.Nd >= 1, "videomae pretrain_step: the decoder mask keeps no token");
-    for (int64_t t = 0; t < B * Np; ++t)
-      if (!dk[t]) dec_ids.push_back(int32_t(t));
+    for (int64_t t = 0; t < B * Np; ++t) x.loss_rows += !dk[t] && mk[t];
   } else {
     x.Nd = x.Nm;
-    dec_ids = std::move(mask_ids);
+    x.loss_rows = B * x.Nm;
   }
-  std::vector<uint8_t> loss_weight(dec_ids.size());
-  for (size_t r = 0; r < dec_ids.size(); ++r) x.loss_rows += (loss_weight[r] = mk[dec_ids[r]] != 0);
   UNMASK_CHECK(x.loss_rows >= 1, "videomae pretrain_step: no decoded token is encoder-masked, so there is no loss");
   x.Nt = x.Nv + x.Nd;
 
+  // The lists themselves: ops::videomae_index (on a GPU from the uploaded masks, B Np bytes
+  // each, instead of ~16 host-written bytes per token: ViT-B batch 128 spent 1.3-2.4 ms of host
+  // time a step on them while the device waited).
   const int64_t nv = B * x.Nv, nd = B * x.Nd, nt = B * x.Nt;
-  std::vector<int32_t> all(size_t(3 * nv + 2 * nd + 3 * nt));
-  int32_t* vis_id = all.data();
-  int32_t* vis_pos = vis_id + nv;
-  int32_t* dec_src = vis_pos + nv;
-  int32_t* dec_tok = dec_src + nt;
-  int32_t* dec_rows = dec_tok + nt;
-  int32_t* dec_id = dec_rows + nd;
-  int32_t* grad_src = dec_id + nd;
-  int32_t* vis_rows = grad_src + nt;
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t clip = int32_t(b * Np);  // clip b's first flat id
-    const int32_t* vis_b = vis_ids.data() + b * x.Nv;
-    const int32_t* dec_b = dec_ids.data() + b * x.Nd;
-    for (int64_t j = 0; j < x.Nv; ++j) {  // visible token j of clip b: row r = b Nv + j
-      const int64_t r = b * x.Nv + j;
-      vis_id[r] = vis_b[j];
-      vis_pos[r] = vis_b[j] - clip;
-      vis_rows[r] = int32_t(b * x.Nt + j);
-    }
-    for (int64_t j = 0; j < x.Nt; ++j) {  // decoder input row r = b Nt + j: visible ones first
-      const int64_t r = b * x.Nt + j;
-      if (j < x.Nv) {
-        dec_src[r] = int32_t(b * x.Nv + j);
-        dec_tok[r] = vis_b[j] - clip;
-        grad_src[r] = int32_t(nd);  // row nd of [dln; 0] is the zero row
-      } else {
-        dec_src[r] = int32_t(nv);  // row nv of the table is the mask token
-        dec_tok[r] = dec_b[j - x.Nv] - clip;
-        grad_src[r] = int32_t(b * x.Nd + j - x.Nv);
-      }
-    }
-    for (int64_t j = 0; j < x.Nd; ++j) {  // decoded token j of clip b: row r = b Nd + j
-      dec_rows[b * x.Nd + j] = int32_t(b * x.Nt + x.Nv + j);
-      dec_id[b * x.Nd + j] = dec_b[j];
-    }
-  }
-  Tensor host = Tensor::from_blob(all.data(), {int64_t(all.size())}, DType::i32);
-  Tensor dev = device == Device::cpu ? host.contiguous() : host.to(device);
+  Tensor all = Tensor::empty({3 * nv + 2 * nd + 3 * nt}, DType::i32, ctx.device());
+  if (x.loss_rows != nd)  // v2: some decoded tokens are encoder-visible, out of the loss
+    x.loss_weight_t = Tensor::empty({nd}, DType::u8, ctx.device());
+  ops::videomae_index(ctx, mask_host, dmask_host.defined() ? &dmask_host : nullptr, x.Nv, x.Nd, all,
+                      x.loss_weight_t.defined() ? &x.loss_weight_t : nullptr);
   int64_t at = 0;
   auto take = [&](int64_t n) {
-    Tensor t = dev.slice(0, at, at + n);
+    Tensor t = all.slice(0, at, at + n);
     at += n;
     return t;
   };
   x.vis_ids_t = take(nv), x.vis_pos = take(nv), x.dec_src = take(nt), x.dec_tok = take(nt);
   x.dec_rows = take(nd), x.dec_ids_t = take(nd), x.grad_src = take(nt), x.vis_rows = take(nv);
-  UNMASK_CHECK(at == int64_t(all.size()), "videomae pretrain_step: index lists of ", at, " entries in a buffer of ",
-               all.size());
-  if (x.loss_rows != nd) {  // v2: some decoded tokens are encoder-visible, out of the loss
-    Tensor w = Tensor::from_blob(loss_weight.data(), {nd}, DType::u8);
-    x.loss_weight_t = device == Device::cpu ? w.contiguous() : w.to(device);
-  }
   return x;
 }
 
@@ -214,11 +166,10 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   const Tensor dk = options.decoder_mask.defined()
                         ? host_mask(options.decoder_mask, "decoder_mask", B, Np, "1 = not decoded")
                         : Tensor();
-  // (also on a GPU: the step's host index lists, ~4 MB at ViT-B batch 128, would be faulted in
-  // afresh every step while the device waits for them)
+  // (also on a GPU, where the host's share of a step, the masks and their counts, is small)
   video::retain_freed_memory();
   ctx.make_current();
-  const StepIndex ix = build_index(mk, dk, B, Np, dev);
+  const StepIndex ix = build_index(ctx, mk, dk, B, Np);
   const int64_t Nv = ix.Nv, Nd = ix.Nd, Nt = ix.Nt;
   const Tensor clips = videos.is_contiguous() ? videos : videos.contiguous();  // no copy of a ready batch
   const ops::Tubelet tube{c.tubelet, c.patch};
@@ -265,7 +216,8 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   Tensor e2d = e2d_table.slice(0, 0, B * Nv);
   PV no_bias;
   train::linear_forward(ctx, enc_ln, m.e2d_w, no_bias, e2d);
-  e2d_table.slice(0, B * Nv, B * Nv + 1).copy_from(m.mask_token.value.view({1, Dd}));
+  Tensor mask_token_row = e2d_table.slice(0, B * Nv, B * Nv + 1);
+  ops::copy(ctx, m.mask_token.value.view({1, Dd}), mask_token_row);  // on ctx's stream (not the legacy one)
 
   // Decoder input per clip: [e2d_vis + pos_dec[vis], mask_token + pos_dec[decoded]] (Nt rows).
   Tensor dec_in = f32({B * Nt, Dd});
@@ -317,7 +269,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
   Tensor dln_ext = f32({B * Nd + 1, Dd});
   Tensor dln = dln_ext.slice(0, 0, B * Nd);
   Tensor zero_row = dln_ext.slice(0, B * Nd, B * Nd + 1);
-  train::zero_tensor(zero_row);
+  ops::zero_many(ctx, {&zero_row});
   train::linear_backward(ctx, dec_ln, m.head_w, m.head_b, dpred, &dln);
   ops::layernorm_backward(ctx, dec_m, nullptr, m.dec_norm_g.value, dec_mean, dec_rstd, dln, dln, m.dec_norm_g.grad,
                           m.dec_norm_b.grad);

@@ -24,16 +24,14 @@ ops::AttentionArgs attention_args(const BlockShape& s) {
 }
 
 // The qkv bias VideoMAE passes to F.linear: cat(q_bias, zeros, v_bias), in the activations'
-// dtype (a bf16 GEMM output takes its bias in bf16: the fused epilogue).
-// (On a GPU, device-to-device copies: no host synchronisation.)
+// dtype (a bf16 GEMM output takes its bias in bf16: the fused epilogue). Written in place by
+// stream-ordered ops (a GPU runs q and v's conversion as one launch), none on the legacy stream.
 Tensor qkv_bias(Context& ctx, const BlockParams& p, int64_t C, DType dtype) {
-  Tensor b = Tensor::zeros({3 * C}, DType::f32, p.q_bias.value.device());
-  b.slice(0, 0, C).copy_from(p.q_bias.value);
-  b.slice(0, 2 * C, 3 * C).copy_from(p.v_bias.value);
-  if (dtype == DType::f32) return b;
-  Tensor h = Tensor::empty({3 * C}, dtype, b.device());
-  ops::copy(ctx, b, h);
-  return h;
+  Tensor b = Tensor::empty({3 * C}, dtype, p.q_bias.value.device());
+  Tensor q = b.slice(0, 0, C), k = b.slice(0, C, 2 * C), v = b.slice(0, 2 * C, 3 * C);
+  ops::copy_many(ctx, {{&p.q_bias.value, &q}, {&p.v_bias.value, &v}});
+  ops::zero_many(ctx, {&k});
+  return b;
 }
 
 Tensor copy_of(const Tensor& t) {

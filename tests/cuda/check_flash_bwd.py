@@ -349,6 +349,89 @@ def backward(Q, K, V, dO, lse, delta, key_real, scale, D, drop=0.0, seed=0, offs
     return dQ, dK, dV
 
 
+def backward_short(Q, K, V, dO, lse, delta, key_real, scale, drop=0.0, seed=0, offset=0, head=0, N=None, start=0):
+    """bwd_short_kernel.cuh: one CTA of 8 warps for a whole sequence of T <= 128 keys, head size 64;
+    warp w owns keys 16 w..; per 64-query tile the dK/dV kernel's code, then dQ = dS K over the 128
+    keys with warp w taking queries 16 (w % 4).. and columns 32 (w // 4).., stored once."""
+    T, D = Q.shape
+    assert T <= 128 and D == 64
+    N = T if N is None else N
+    LDS, LDT, KS, NT = D + 8, 64 + 8, D // 16, D // 8
+    s2 = scale * LOG2E
+    dQ, dK, dV = np.full((T, D), np.nan), np.full((T, D), np.nan), np.full((T, D), np.nan)
+    lanes = np.arange(32)
+    sK, sV = np.zeros((128, LDS)), np.zeros((128, LDS))  # load_tile<Kt, 128>: zero rows past T
+    sK[:T, :D], sV[:T, :D] = K, V
+    key_ok = [[np.array([warp * 16 + l // 4 + 8 * r < T and key_real[warp * 16 + l // 4 + 8 * r] for l in lanes])
+               for r in range(2)] for warp in range(8)]
+    kf = [load_a_frags(sK, warp, KS) for warp in range(8)]
+    vf = [load_a_frags(sV, warp, KS) for warp in range(8)]
+    acc_dk = [[np.zeros((32, 4)) for _ in range(NT)] for _ in range(8)]
+    acc_dv = [[np.zeros((32, 4)) for _ in range(NT)] for _ in range(8)]
+    for q0 in range(0, T, 64):
+        valid = min(64, T - q0)
+        sQ, sdO = tile(Q, q0, valid, D, LDS), tile(dO, q0, valid, D, LDS)
+        sLse = np.array([lse[q0 + i] if i < valid else -np.inf for i in range(64)])
+        sD = np.array([delta[q0 + i] if i < valid else 0.0 for i in range(64)])
+        sdsT = np.full((128, LDT), np.nan)  # dS^T [key][query]; the pad columns are never read
+        for warp in range(8):
+            p_frag, ds_frag = new_frags(), new_frags()
+            for part in range(2):
+                acc_p = [np.zeros((32, 4)) for _ in range(4)]
+                acc_dp = [np.zeros((32, 4)) for _ in range(4)]
+                mma_rows_nt(acc_p, kf[warp], sQ[32 * part:], KS)
+                mma_rows_nt(acc_dp, vf[warp], sdO[32 * part:], KS)
+                for th in range(4):
+                    t = 4 * part + th
+                    q_row = head * N + start + q0 + t * 8 + (lanes % 4) * 2
+                    if drop > 0 and quads_aligned(offset, T):
+                        f4 = dropout_factors_st_tile(drop, seed, offset + q_row * T, T, warp * 16 + 4 * (lanes >> 4))
+                    else:
+                        f4 = np.stack([dropout_factor(drop, seed, offset + (q_row + (e & 1)) * T + warp * 16 +
+                                                      lanes // 4 + 8 * (e >> 1)) for e in range(4)], axis=-1)
+                    for c in range(2):
+                        q = t * 8 + (lanes % 4) * 2 + c
+                        lse2 = np.where(sLse[q] == -np.inf, np.inf, sLse[q] * LOG2E)
+                        for e in (c, c + 2):
+                            pv = np.where(key_ok[warp][e >> 1], np.exp2(acc_p[th][:, e] * s2 - lse2), 0.0)
+                            acc_p[th][:, e] = pv * f4[:, e]
+                            acc_dp[th][:, e] = pv * (acc_dp[th][:, e] * f4[:, e] - sD[q])
+                    pack_acc_tile(p_frag, acc_p[th], t)
+                    pack_acc_tile(ds_frag, acc_dp[th], t)
+            mma_frags_nn(acc_dv[warp], p_frag, sdO, NT)
+            mma_frags_nn(acc_dk[warp], ds_frag, sQ, NT)
+            for t in range(8):
+                row, col = warp * 16 + lanes // 4, t * 8 + (lanes % 4) * 2
+                for r in range(2):
+                    pair = ds_frag[t // 2][:, (t % 2) * 2 + r]
+                    sdsT[row + 8 * r, col] = pair[:, 0]
+                    sdsT[row + 8 * r, col + 1] = pair[:, 1]
+        for warp in range(8):  # after the barrier: dQ of queries 16 qw.., columns c0..c0 + 31
+            qw, c0 = warp % 4, (warp // 4) * 32
+            acc_dq = [np.zeros((32, 4)) for _ in range(4)]
+            for kt in range(8):
+                af = ldmatrix_x4(sdsT, lambda l: (kt * 16 + (l % 8) + (l // 16) * 8, qw * 16 + ((l // 8) % 2) * 8),
+                                 trans=True)
+                for dp in range(2):
+                    bf = ldmatrix_x4(sK, lambda l: (kt * 16 + (l % 8) + ((l // 8) % 2) * 8,
+                                                    c0 + dp * 16 + (l // 16) * 8), trans=True)
+                    mma(acc_dq[2 * dp], af, bf[:, 0], bf[:, 1])
+                    mma(acc_dq[2 * dp + 1], af, bf[:, 2], bf[:, 3])
+            for i in range(4):
+                for r in range(2):
+                    for l in range(32):
+                        row = q0 + qw * 16 + l // 4 + 8 * r
+                        if row >= T:
+                            continue
+                        c = c0 + i * 8 + (l % 4) * 2
+                        dQ[row, c] = acc_dq[i][l, 2 * r] * scale
+                        dQ[row, c + 1] = acc_dq[i][l, 2 * r + 1] * scale
+    for warp in range(8):
+        store_rows(dK, acc_dk[warp], (0, warp * 16), T, scale, D, NT)
+        store_rows(dV, acc_dv[warp], (0, warp * 16), T, 1.0, D, NT)
+    return dQ, dK, dV
+
+
 def forward_lse(S2, key_real):
     """The forward epilogue's lse: running max m and sum l over 64-key blocks in the log2 domain
     (s = S scale log2e + 0 / -inf), lse = (m + log2 l) ln 2, or -inf when l = 0."""
@@ -364,6 +447,38 @@ def forward_lse(S2, key_real):
             m = m_new
         out[r] = (m + math.log2(l)) * math.log(2) if l > 0 else -np.inf
     return out
+
+
+def reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start):
+    """float64 autograd of dropout(softmax(scale Q K^T + mask)) V: dQ, dK, dV, lse (ref), out."""
+    T = Q.shape[0]
+    rows, keys = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    F = dropout_factor(drop, seed, offset + (head * N + start + rows) * T + keys)  # [query, key]
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (Q, K, V))
+    Sref = scale * tq @ tk.T + torch.tensor(np.where(key_real, 0.0, -np.inf))
+    out = (torch.softmax(Sref, dim=-1) * torch.tensor(F)) @ tv
+    out.backward(torch.tensor(dO))
+    return tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy(), out.detach().numpy(), F
+
+
+def check_short(drop, T, offset):
+    """bwd_short_kernel.cuh (UNMASK_FLASH_BWD_SHORT=1) against autograd: T <= 128 keys, head size 64."""
+    rng = np.random.default_rng(31 + T)
+    D, head, N, start, seed = 64, 1, 400, 40, 0x1234ABCD5678
+    scale = 1.0 / math.sqrt(D)
+    Q, K, V, dO = (rng.uniform(-1.5, 1.5, (T, D)) for _ in range(4))
+    key_real = np.ones(T, dtype=bool)
+    key_real[[k for k in (3, 64, 65, T - 1) if k < T]] = False
+    dq, dk, dv, out, F = reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start)
+    lse = forward_lse((Q @ K.T) * scale * LOG2E, key_real)
+    delta = (dO * out).sum(axis=1)
+    dQ, dK, dV = backward_short(Q, K, V, dO, lse, delta, key_real, scale, drop, seed, offset, head, N, start)
+    for name, got, want in (("dQ", dQ, dq), ("dK", dK, dk), ("dV", dV, dv)):
+        err = np.max(np.abs(got - want))
+        assert not np.isnan(got).any(), (name, "short kernel", "rows left unwritten")
+        assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, "short kernel", T, drop, err)
+    print(f"short-sequence kernel, T {T}, dropout {drop}: dQ, dK, dV match autograd"
+          + (" (a Philox block per lane and tile)" if drop > 0 and quads_aligned(offset, T) else ""))
 
 
 def check(drop, D=64, T=150, offset=977):
@@ -460,6 +575,10 @@ def main():
     # in the tiles, stores stop at 88) and 128.
     for D in (80, 88, 128):
         check(0.0, D)
+    # The one-kernel backward of short sequences: one and two query tiles, a partial one,
+    # dropout with per-element and shared Philox blocks.
+    for T, drop, offset in ((128, 0.0, 977), (100, 0.1, 977), (128, 0.1, 8), (37, 0.1, 4 << 32)):
+        check_short(drop, T, offset)
     # A row with no real key: lse = -inf -> lse2 = +inf -> P = 0, whatever the scores.
     assert forward_lse(np.zeros((3, 3)), np.zeros(3, dtype=bool))[0] == -np.inf
     assert np.exp2(5.0 * LOG2E - np.inf) == 0.0

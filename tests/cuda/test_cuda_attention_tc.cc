@@ -566,6 +566,125 @@ TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
   }
 }
 
+// UNMASK_FLASH_BWD_SHORT=1: sequences of at most 128 keys (head size 64) in one kernel per
+// (sequence, head), dQ summed inside the CTA (bwd_short_kernel.cuh). BERT's shapes (128 keys,
+// dropout with shared Philox blocks, padding masks, a sequence with no real key, packed lengths
+// of one and two query tiles): the float64 bound; dK and dV equal the default kernels' (the same
+// per-key code: only f32 noise allowed); dQ within the rounding noise of the recompute kernel;
+// the launch counter says it ran, and that 129 keys or head size 80 fall back to the default.
+TEST(CudaAttentionTc, ShortSequenceKernelMatchesNaiveBf16AndTheDefault) {
+  REQUIRE_CUDA_DEVICE();
+  std::vector<Case> cases;
+  Case padded = padded_case("short padded 128, dropout", 3, 128, {0, 63, 64, 127}, 90, true);
+  padded.dropout = 0.1f;
+  padded.dropout_offset = 8;  // four-aligned: the shared Philox blocks
+  cases.push_back(padded);
+  cases.push_back(packed_case("short packed", {128, 77, 20, 1, 65}, 0.1f));
+  cases.push_back(packed_case("short packed, no dropout", {128, 64, 63, 100}));
+  Case one_tile = padded_case("short padded 50", 2, 50, {7}, 30, false);
+  cases.push_back(one_tile);
+  uint64_t salt = 0xc00;
+  for (const Case& c : cases) {
+    const Inputs in = random_inputs(c, base_seed() ^ ++salt);
+    Grads one, pair, recompute;
+    {
+      const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", "1");
+      const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
+      check_case(c, base_seed() ^ salt);  // the float64 bound, with the same inputs
+      one = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+      EXPECT_EQ(cuda::flash_bwd_launch_stats().short_seq - before.short_seq, 2u)
+          << c.name << ": the short-sequence kernel did not run";
+    }
+    {
+      const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", "0");
+      const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
+      pair = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+      const ScopedEnv dq("UNMASK_CUDA_ATTN_BWD", "recompute");
+      recompute = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+      EXPECT_EQ(cuda::flash_bwd_launch_stats().short_seq, before.short_seq) << c.name;
+    }
+    EXPECT_LE(max_err(one.dk, pair.dk), 1e-6 * (1 + max_abs(pair.dk))) << c.name;
+    EXPECT_LE(max_err(one.dv, pair.dv), 1e-6 * (1 + max_abs(pair.dv))) << c.name;
+    // dQ: one f32 sum over the 128 keys against two partial sums (atomic) or the recompute
+    // kernel's own dS (fp32 values that may differ in the last bit before the bf16 rounding).
+    EXPECT_LE(max_err(one.dq, recompute.dq), 1e-4 * (1 + max_abs(recompute.dq))) << c.name;
+    EXPECT_LE(max_err(one.dq, pair.dq), 1e-4 * (1 + max_abs(pair.dq))) << c.name;
+    EXPECT_EQ(max_err(one.out, pair.out), 0.0) << c.name << ": the forward does not depend on the variant";
+    std::printf("[ %s ] one kernel vs the default pair: dq %.3g, dk %.3g, dv %.3g\n", c.name.c_str(),
+                max_err(one.dq, pair.dq), max_err(one.dk, pair.dk), max_err(one.dv, pair.dv));
+  }
+  // Where it does not apply: 129 keys, head size 80. Both fall back (and pass the bound).
+  const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", "1");
+  Case longer = packed_case("short requested, 129 keys", {129, 40});
+  Case hs80 = packed_case("short requested, hs 80", {97, 1, 64});
+  hs80.HS = 80;
+  for (const Case& c : {longer, hs80}) {
+    const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
+    check_case(c, base_seed() ^ ++salt);
+    EXPECT_EQ(cuda::flash_bwd_launch_stats().short_seq, before.short_seq) << c.name << ": ran where it does not apply";
+  }
+}
+
+// The short-sequence kernel with bf16 rows and bf16 gradients (BERT's bf16 activations: the
+// kernel's own bf16 stores of dQ, dK and dV), through the op front-ends: a padded batch of 128
+// with a key padding mask and dropout, q/k/v and the gradients column slices of fused [N, 3C]
+// buffers. Against the default kernel pair on the same forward: dK and dV from the same fp32
+// values, dQ from another fp32 sum order, each rounded once to bf16: at most a bf16 ulp apart
+// (a wrong or missing tile is O(1)).
+TEST(CudaAttentionTc, ShortSequenceKernelBf16GradientsMatchTheDefault) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t B = 3, T = 128, NH = 2, HS = 64, C = NH * HS, N = B * T;
+  std::mt19937_64 gen(base_seed() ^ 0xc77);
+  std::uniform_real_distribution<float> u(-1.5f, 1.5f);
+  auto random_bf16 = [&](int64_t rows, int64_t cols) {
+    Tensor h = Tensor::empty({rows, cols}, DType::f32);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = u(gen);
+    Tensor d = Tensor::empty({rows, cols}, DType::bf16, Device::cuda);
+    ops::copy(gpu(), h.to(Device::cuda), d);  // rounded once to bf16 on the device
+    return d;
+  };
+  const Tensor qkv = random_bf16(N, 3 * C), dout = random_bf16(N, C);
+  const Tensor q = qkv.slice(1, 0, C), k = qkv.slice(1, C, 2 * C), v = qkv.slice(1, 2 * C, 3 * C);
+  Tensor mask_h = Tensor::empty({B, T}, DType::u8);
+  for (int64_t i = 0; i < B * T; ++i) static_cast<uint8_t*>(mask_h.raw())[i] = !(i / T == 1 && i % T >= 90) && i != 5;
+  const Tensor mask = mask_h.to(Device::cuda);
+  ops::AttentionArgs aa;
+  aa.num_heads = int(NH);
+  aa.scale = 0.125f;
+  aa.padded_seq_len = T;
+  aa.key_padding_mask = &mask;
+  const ops::AttentionTrainArgs ta{0.1f, 1234, 8};
+  Tensor out = Tensor::empty({N, C}, DType::bf16, Device::cuda), lse = Tensor::empty({NH, N}, DType::f32, Device::cuda);
+  ops::attention_forward_train(gpu(), q, k, v, out, lse, aa, ta);
+  auto backward = [&](const char* short_kernel) {
+    const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", short_kernel);
+    Tensor dqkv = Tensor::empty({N, 3 * C}, DType::bf16, Device::cuda);
+    Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
+    ops::attention_backward(gpu(), q, k, v, out, lse, dout, dq, dk, dv, aa, ta);
+    return dqkv.to(Device::cpu).cast(DType::f32);
+  };
+  const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
+  const Tensor one = backward("1");
+  EXPECT_EQ(cuda::flash_bwd_launch_stats().short_seq - before.short_seq, 1u) << "the short-sequence kernel did not run";
+  const Tensor pair = backward("0");
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int part = 0; part < 3; ++part) {
+    double diff = 0, scale = 0;
+    int64_t nonfinite = 0;
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = part * C; c < (part + 1) * C; ++c) {
+        const float a = one.data<float>()[r * 3 * C + c], b = pair.data<float>()[r * 3 * C + c];
+        nonfinite += !std::isfinite(a);
+        diff = std::max(diff, std::fabs(double(a) - double(b)));
+        scale = std::max(scale, std::fabs(double(b)));
+      }
+    EXPECT_EQ(nonfinite, 0) << names[part];
+    EXPECT_GT(scale, 0.01) << names[part] << ": the default's gradient is ~0, the comparison says nothing";
+    EXPECT_LE(diff, std::ldexp(scale, -7)) << names[part] << ": more than a bf16 ulp of its largest value apart";
+    std::printf("[ bf16 rows ] %s: max |short - default| %.3g of max %.3g\n", names[part], diff, scale);
+  }
+}
+
 // A bad UNMASK_FLASH_BWD_CTAS_PER_SM is an error that names the variable.
 TEST(CudaAttentionTc, UnknownCtasPerSmIsAnError) {
   REQUIRE_CUDA_DEVICE();

@@ -27,6 +27,7 @@
 #include "cuda/cuda_state.h"
 #include "cuda/gemm_cublaslt.h"
 #include "cuda/ops_cuda.h"
+#include "cuda/train_kernels.h"  // kApplyChunk
 #include "ops/ops.h"
 #include "cuda_test_common.h"
 #include "test_harness.h"
@@ -391,4 +392,64 @@ TEST(CudaTrainOptim, FusedLambUpdateMatchesTheCpuSequence) {
     expect_bits(values(m3[k]), values(m5[k]), what + " m");
     expect_bits(values(v3[k]), values(v5[k]), what + " v");
   }
+}
+
+// ops::zero_many on the context's stream: 100 byte slices of one device buffer (the ~67 of whole
+// 4-byte words at aligned addresses take the multi-tensor kernel, in three 32-tensor launches,
+// some of several chunks; odd sizes or addresses take cudaMemsetAsync), plus f32 and bf16 tensors. The
+// buffer is first written by a device-to-device copy queued on the same stream without a sync:
+// only the listed bytes may read 0 afterwards, every other byte the copy's pattern.
+TEST(CudaTrainOptim, ZeroManyZeroesExactlyTheListedBytesAfterTheStreamsEarlierWork) {
+  REQUIRE_CUDA_DEVICE();
+  auto filled = [](const Shape& shape, float value) {
+    Tensor t = Tensor::empty(shape, DType::f32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = value;
+    return t;
+  };
+  const int64_t total = int64_t(1) << 24;  // 16 MiB: the copy is still running when zero_many is queued
+  Tensor pattern_host = Tensor::empty({total}, DType::u8);
+  std::memset(pattern_host.raw(), 0xcd, size_t(total));
+  const Tensor pattern = pattern_host.to(Device::cuda);
+  Tensor buf = Tensor::empty({total}, DType::u8, Device::cuda);
+  std::vector<Tensor> slices;
+  std::vector<std::pair<int64_t, int64_t>> spans;  // [begin, end) of each slice
+  int64_t at = 64;
+  for (int i = 0; i < 100; ++i) {
+    const int64_t len = i % 7 == 0 ? 4 * (2 * cuda::kApplyChunk + 5 + i) : i % 6 == 3 ? 1 + 13 * i : 4 * (1 + 97 * i);
+    at = (at + 3) / 4 * 4;
+    if (i % 6 == 1) at += 1;  // a misaligned start (the memset path)
+    spans.emplace_back(at, at + len);
+    slices.push_back(buf.slice(0, at, at + len));
+    at += len + 4 + (i % 5);  // gaps the zeroing must not touch
+  }
+  ASSERT_LT(at, total);
+  Tensor f = Tensor::empty({3, 1001}, DType::f32, Device::cuda), h = Tensor::empty({517}, DType::bf16, Device::cuda);
+  ops::copy(gpu(), filled({3, 1001}, 1.5f), f);
+  ops::copy(gpu(), filled({517}, 1.5f).cast(DType::bf16), h);
+  ops::copy(gpu(), pattern, buf);  // queued; no sync before zero_many
+  std::vector<Tensor*> list;
+  for (Tensor& s : slices) list.push_back(&s);
+  list.push_back(&f);
+  list.push_back(&h);
+  ops::zero_many(gpu(), list);
+  const Tensor got = buf.to(Device::cpu);
+  const uint8_t* g = got.data<uint8_t>();
+  std::vector<uint8_t> want(size_t(total), 0xcd);
+  for (const auto& [b, e] : spans) std::fill(want.begin() + b, want.begin() + e, uint8_t(0));
+  int64_t wrong = 0, first = -1;
+  for (int64_t i = 0; i < total; ++i)
+    if (g[i] != want[size_t(i)] && wrong++ == 0) first = i;
+  EXPECT_EQ(wrong, 0) << "first wrong byte " << first << ": got " << int(g[first < 0 ? 0 : first]) << ", want "
+                      << int(want[size_t(first < 0 ? 0 : first)]);
+  for (const Tensor& t : {f.to(Device::cpu), h.to(Device::cpu).cast(DType::f32)}) {
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) nonzero += t.data<float>()[i] != 0.0f;
+    EXPECT_EQ(nonzero, 0) << t.describe();
+  }
+  // A tensor on the wrong device is refused before anything is written.
+  Tensor host = filled({4}, 3.0f);
+  std::vector<Tensor*> mixed = {&f, &host};
+  ops::copy(gpu(), filled({3, 1001}, 1.5f), f);
+  EXPECT_THROW(ops::zero_many(gpu(), mixed), Error);
+  EXPECT_EQ(f.to(Device::cpu).data<float>()[0], 1.5f);
 }

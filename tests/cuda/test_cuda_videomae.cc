@@ -183,6 +183,45 @@ TEST(CudaVideoOps, MseRowsMatchesTheCpu) {
   }
 }
 
+// ops::videomae_index on the GPU (one block per clip from the uploaded masks) against the CPU
+// loop at ViT-B's geometry (1568 tokens a clip: runs of 7 positions a thread, a last thread
+// with none), batch 128, v1 tube mask and v2 running-cell decoder mask: the same lists and
+// loss weights, entry for entry. The device buffers start as 0xff bytes, so an entry the
+// kernel misses shows.
+TEST(CudaVideoOps, IndexListsMatchTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  const VideoMAEConfig c = VideoMAEConfig::base();
+  const int64_t B = 128, Np = c.num_patches();
+  const uint64_t seed = test_seed("index");
+  const Tensor mask = video::tube_mask_batch(grid_of(c), 0.9, seed, 0, B);
+  for (const bool v2 : {false, true}) {
+    SCOPED_TRACE(v2 ? "v2 decoder mask" : "v1");
+    const Tensor dmask = v2 ? video::running_cell_mask_batch(grid_of(c), 0.5, seed, 0, B) : Tensor();
+    const uint8_t* mk = static_cast<const uint8_t*>(mask.raw());
+    int64_t Nv = 0, Nd = 0;
+    for (int64_t j = 0; j < Np; ++j) {
+      Nv += mk[j] == 0;
+      Nd += v2 ? static_cast<const uint8_t*>(dmask.raw())[j] == 0 : mk[j] != 0;
+    }
+    const int64_t n = 3 * B * Nv + 2 * B * Nd + 3 * B * (Nv + Nd);
+    Tensor want = Tensor::empty({n}, DType::i32), want_w = Tensor::empty({B * Nd}, DType::u8);
+    ops::videomae_index(cpu(), mask, v2 ? &dmask : nullptr, Nv, Nd, want, &want_w);
+    Tensor got = Tensor::empty({n}, DType::i32, Device::cuda), got_w = Tensor::empty({B * Nd}, DType::u8, Device::cuda);
+    ASSERT_EQ(cudaMemset(got.raw(), 0xff, got.nbytes()), cudaSuccess);
+    ASSERT_EQ(cudaMemset(got_w.raw(), 0xff, got_w.nbytes()), cudaSuccess);
+    ops::videomae_index(gpu(), mask, v2 ? &dmask : nullptr, Nv, Nd, got, &got_w);
+    const Tensor g = got.to(Device::cpu), gw = got_w.to(Device::cpu);
+    int64_t wrong = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (g.data<int32_t>()[i] != want.data<int32_t>()[i] && wrong++ == 0) first = i;
+    EXPECT_EQ(wrong, 0) << "first differing entry " << first << " of " << n;
+    wrong = 0;
+    for (int64_t i = 0; i < B * Nd; ++i)
+      wrong += static_cast<const uint8_t*>(gw.raw())[i] != static_cast<const uint8_t*>(want_w.raw())[i];
+    EXPECT_EQ(wrong, 0) << "loss weights";
+  }
+}
+
 // One step on both devices from the same weights, clips and masks; v2 adds a decoder mask.
 void compare_one_step(bool dual_masking) {
   const VideoMAEConfig c = test_config();

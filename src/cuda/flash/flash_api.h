@@ -46,9 +46,10 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream);
 /// How many backward calls ran the specialised instances since the process started (for tests
 /// and benchmarks that must know which code ran; a call launches one or two kernels): head size
 /// 64 without attention dropout (kernels compiled without the dropout code), and the dK/dV
-/// kernel with K and V in shared memory (three CTAs per SM on sm_90; FlashBwdParams::ctas_per_sm).
+/// kernel with K and V in shared memory (three CTAs per SM on sm_90; FlashBwdParams::ctas_per_sm),
+/// and the one-kernel backward of sequences of at most 128 keys (UNMASK_FLASH_BWD_SHORT=1).
 struct FlashBwdLaunchStats {
-  uint64_t without_dropout = 0, kv_in_smem = 0;
+  uint64_t without_dropout = 0, kv_in_smem = 0, short_seq = 0;
 };
 FlashBwdLaunchStats flash_bwd_launch_stats();
 /// Whether the three-CTA dK/dV kernel runs on the current device when asked for (head size 64,

@@ -2,7 +2,9 @@
 // Instances: bf16, head sizes 64 (BERT-base/large, ViT-S/B/L and their decoders), 80, 88 and 128
 // (the forward's set); other head sizes keep the f32 kernels (attention_train.cu). dQ by the
 // deterministic recompute kernel, or by atomics in the dK/dV kernel (FlashBwdDq): the default up
-// to 128 keys, where at most two adds per element keep it bitwise reproducible.
+// to 128 keys, where at most two adds per element keep it bitwise reproducible. Opt-in
+// (UNMASK_FLASH_BWD_SHORT=1): sequences of at most 128 keys at head size 64 in one kernel per
+// (sequence, head), dQ summed in the CTA (bwd_short_kernel.cuh).
 #include <algorithm>
 #include <atomic>
 #include <optional>
@@ -11,6 +13,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/flash/bwd_kernel.cuh"
+#include "cuda/flash/bwd_short_kernel.cuh"
 #include "cuda/flash/flash_api.h"
 #include "cuda/train_kernels.h"  // ScratchBuffer
 
@@ -104,7 +107,32 @@ int resolve_dkdv_ctas(const FlashBwdParams& p, bool atomic) {
   return flash_bwd_three_ctas_available(atomic) ? 3 : 2;  // flash_api.h; defined below
 }
 
-std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0};
+/// Whether UNMASK_FLASH_BWD_SHORT asks for the one-kernel backward of short sequences
+/// (bwd_short_kernel.cuh: head size 64, at most 128 keys; opt-in until measured). Checked on
+/// every call, so a bad value fails on any batch.
+bool short_kernel_requested() {
+  const char* env = std::getenv("UNMASK_FLASH_BWD_SHORT");
+  if (!env) return false;
+  const std::string v = env;
+  UNMASK_CHECK(v == "0" || v == "1", "UNMASK_FLASH_BWD_SHORT=", v,
+               " is not a switch of the attention backward: 1 runs sequences of at most 128 keys (head size 64) "
+               "in one kernel with dQ summed in the CTA, 0 (the default) the dK/dV kernel pair");
+  return v == "1";
+}
+
+std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0}, g_launches_short{0};
+
+/// The one-kernel backward of sequences of at most 128 keys: a CTA of 256 threads per
+/// (sequence, head), dQ stored directly (no accumulator).
+template <bool kDropout>
+void run_flash_bwd_short(const FlashBwdParams& p, cudaStream_t stream) {
+  auto kernel = flash::flash_bwd_short_kernel<kDropout>;
+  constexpr size_t smem = FlashBwdShortSmem::kBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  g_launches_short.fetch_add(1, std::memory_order_relaxed);
+  kernel<<<dim3(1, unsigned(p.num_heads), unsigned(p.batch)), FlashBwdShortTraits::kThreads, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
 
 /// Launches kernel on grid with `smem` bytes of dynamic shared memory (opting in above 48 KB;
 /// `max_carveout` asks for the largest shared-memory carveout, which three CTAs of the kv-in-smem
@@ -139,6 +167,12 @@ void run_dkdv(const FlashBwdParams& p, bool atomic, dim3 grid, cudaStream_t stre
 template <int HD, bool kDropout>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   using Kt = FlashBwdTraits<HD>;
+  if constexpr (HD == 64) {
+    if (p.max_seqlen <= kFlashBwdShortMaxSeqlen && short_kernel_requested()) {
+      if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
+      return run_flash_bwd_short<kDropout>(p, stream);
+    }
+  }
   const dim3 grid(unsigned((p.max_seqlen + 63) / 64), unsigned(p.num_heads), unsigned(p.batch));
   const bool atomic = resolve_dq_mode(p) == FlashBwdDq::atomic;
   const bool kv_in_smem = resolve_dkdv_ctas(p, atomic) == 3;
@@ -190,7 +224,8 @@ bool flash_bwd_three_ctas_available(bool atomic_dq) {
 }
 
 FlashBwdLaunchStats flash_bwd_launch_stats() {
-  return {g_launches_without_dropout.load(std::memory_order_relaxed), g_launches_kv_in_smem.load(std::memory_order_relaxed)};
+  return {g_launches_without_dropout.load(std::memory_order_relaxed), g_launches_kv_in_smem.load(std::memory_order_relaxed),
+          g_launches_short.load(std::memory_order_relaxed)};
 }
 
 bool flash_bwd_head_dim_supported(int head_dim) {
@@ -219,6 +254,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
                "attention backward (cuda, bf16): rows = ", p.rows, " must be the batch's row count (at most B T = ",
                int64_t(p.batch) * p.max_seqlen, "), or 0");
   requested_dkdv_ctas(p);  // a bad ctas_per_sm / UNMASK_FLASH_BWD_CTAS_PER_SM fails on any batch
+  short_kernel_requested();  // and a bad UNMASK_FLASH_BWD_SHORT
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {
     case 64: return run_flash_bwd<64>(p, stream);
