@@ -30,14 +30,14 @@ __global__ void bias_act_kernel(T* y, int64_t ldy, const T* x, int64_t ldx, cons
     if constexpr (kVec == 1) {
       float v = to_float(x[n * ldx + c]);
       if (bias) v += to_float(bias[c]);
-      y[n * ldy + c] = from_float<T>(apply_act(v, act));
+      y[n * ldy + c] = from_float<T>(apply_act<T>(v, act));
     } else {
       Packed128<T> in = Packed128<T>::load(x + n * ldx + c), out;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         float v = in.f(j);
         if (bias) v += to_float(bias[c + j]);
-        out.set(j, apply_act(v, act));
+        out.set(j, apply_act<T>(v, act));
       }
       out.store(y + n * ldy + c);
     }
@@ -82,7 +82,7 @@ __global__ void bias_act_from_f32_kernel(T* y, int64_t ldy, const float* x, int6
     divmod_nonneg(i, C, n, c);
     float v = x[n * ldx + c];
     if (bias) v += to_float(bias[c]);
-    y[n * ldy + c] = from_float<T>(apply_act(v, act));
+    y[n * ldy + c] = from_float<T>(apply_act<T>(v, act));
   }
 }
 

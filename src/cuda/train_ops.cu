@@ -380,15 +380,15 @@ __global__ void activation_backward_kernel(T* dx, int64_t lddx, T* y, int64_t ld
     chunk_position<kVec>(i, chunks_per_row, flat, n, c);
     if constexpr (kVec == 1) {
       const float xf = to_float(x[n * ldx + c]);
-      if constexpr (kWithY) y[n * ldy + c] = from_float<T>(apply_act(xf, act));
-      dx[n * lddx + c] = from_float<T>(to_float(dy[n * lddy + c]) * act_grad(xf, act));
+      if constexpr (kWithY) y[n * ldy + c] = from_float<T>(apply_act<T>(xf, act));
+      dx[n * lddx + c] = from_float<T>(to_float(dy[n * lddy + c]) * act_grad<T>(xf, act));
     } else {
       const Packed128<T> xv = Packed128<T>::load(x + n * ldx + c), dyv = Packed128<T>::load(dy + n * lddy + c);
       Packed128<T> out, yv;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        if constexpr (kWithY) yv.set(j, apply_act(xv.f(j), act));  // erff(x / sqrt 2) shared with act_grad's
-        out.set(j, dyv.f(j) * act_grad(xv.f(j), act));
+        if constexpr (kWithY) yv.set(j, apply_act<T>(xv.f(j), act));  // Phi(x) shared with act_grad's
+        out.set(j, dyv.f(j) * act_grad<T>(xv.f(j), act));
       }
       if constexpr (kWithY) yv.store(y + n * ldy + c);
       out.store(dx + n * lddx + c);
