@@ -22,21 +22,23 @@ namespace unmask::cuda {
 namespace {
 
 /// dq[row, h HS + c] = accum[row, h HS + c] * scale for every row of the batch: f32, or bf16
-/// rounded once (grads_bf16). One thread per pair of columns (HS and both row strides are even).
+/// rounded once (grads_bf16). A block per row (grid-stride), a thread per pair of columns (HS
+/// and both row strides are even): no 64-bit division per pair, which the flat index took.
 __global__ void dq_from_accum_kernel(void* dq, int64_t ld, bool bf16, const float* accum, int64_t rows, int64_t C,
                                      float scale) {
   const int64_t pairs = C / 2;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * pairs;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / pairs, c = (i % pairs) * 2;
-    const float2 a = *reinterpret_cast<const float2*>(accum + row * C + c);
-    if (bf16) {
-      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(dq) + row * ld + c) =
-          __floats2bfloat162_rn(a.x * scale, a.y * scale);
-    } else {
-      float* d = static_cast<float*>(dq) + row * ld + c;
-      d[0] = a.x * scale;
-      d[1] = a.y * scale;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    for (int64_t pair = threadIdx.x; pair < pairs; pair += blockDim.x) {
+      const int64_t c = pair * 2;
+      const float2 a = *reinterpret_cast<const float2*>(accum + row * C + c);
+      if (bf16) {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(dq) + row * ld + c) =
+            __floats2bfloat162_rn(a.x * scale, a.y * scale);
+      } else {
+        float* d = static_cast<float*>(dq) + row * ld + c;
+        d[0] = a.x * scale;
+        d[1] = a.y * scale;
+      }
     }
   }
 }
@@ -196,10 +198,10 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
     run_dkdv<Kt, kDropout, false>(q, atomic, grid, stream);
   }
   if (atomic) {
-    const int64_t pairs = p.rows * (C / 2);
-    const unsigned blocks = unsigned(std::min<int64_t>((pairs + 255) / 256, 65535));
-    dq_from_accum_kernel<<<blocks, 256, 0, stream>>>(p.dq, p.dq_row_stride, p.grads_bf16, q.dq_accum, p.rows, C,
-                                                     p.scale);
+    const unsigned blocks = unsigned(std::min<int64_t>(p.rows, int64_t(1) << 20));
+    const int threads = int(std::clamp<int64_t>((C / 2 + 31) / 32 * 32, 32, 256));
+    dq_from_accum_kernel<<<blocks, threads, 0, stream>>>(p.dq, p.dq_row_stride, p.grads_bf16, q.dq_accum, p.rows, C,
+                                                         p.scale);
     CUDA_CHECK_LAUNCH();
     return;
   }
