@@ -22,7 +22,6 @@
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "models/bert_weights.h"
-#include "ops/ops.h"
 #include "train/bert_train_impl.h"
 
 namespace unmask {
@@ -269,11 +268,7 @@ void BertTrainModel::zero_grad() {
   for (PV* p : impl_->storages()) train::zero_tensor(p->grad);
 }
 
-void BertTrainModel::zero_grad(Context& ctx) {
-  std::vector<Tensor*> grads;
-  for (PV* p : impl_->storages()) grads.push_back(&p->grad);
-  ops::zero_many(ctx, grads);
-}
+void BertTrainModel::zero_grad(Context& ctx) { train::zero_grads(ctx, impl_->storages()); }
 
 Device BertTrainModel::device() const { return impl_->emb.word.value.device(); }
 

@@ -42,6 +42,13 @@ void zero_tensor(Tensor& t) {
 #endif
 }
 
+void zero_grads(Context& ctx, const std::vector<PV*>& pvs) {
+  std::vector<Tensor*> grads;
+  grads.reserve(pvs.size());
+  for (PV* p : pvs) grads.push_back(&p->grad);
+  ops::zero_many(ctx, grads);
+}
+
 void refresh_halves(Context& ctx, const std::vector<PV*>& pvs, DType dtype) {
   std::vector<ops::CopyItem> items;
   items.reserve(pvs.size());

@@ -47,6 +47,9 @@ PV pv_to(const PV& p, Device device);
 /// Zeroes a contiguous tensor on its device (CUDA: cudaMemset on the legacy default stream,
 /// ordered with a Context's blocking stream, see src/cuda/copy.h).
 void zero_tensor(Tensor& t);
+/// Zeroes the gradients of `pvs` on ctx's stream (ops::zero_many: a few multi-tensor launches on
+/// CUDA): the models' zero_grad(ctx).
+void zero_grads(Context& ctx, const std::vector<PV*>& pvs);
 
 struct EmbeddingParams {
   PV word, pos, type;    // [V, C], [P, C], [type_vocab, C]

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "data/rng.h"
-#include "ops/ops.h"
 #include "unmask/error.h"
 
 namespace unmask {
@@ -283,10 +282,6 @@ void VideoMAEPretrainModel::zero_grad() {
   for (video::PV* p : impl_->storages()) train::zero_tensor(p->grad);
 }
 
-void VideoMAEPretrainModel::zero_grad(Context& ctx) {
-  std::vector<Tensor*> grads;
-  for (video::PV* p : impl_->storages()) grads.push_back(&p->grad);
-  ops::zero_many(ctx, grads);
-}
+void VideoMAEPretrainModel::zero_grad(Context& ctx) { train::zero_grads(ctx, impl_->storages()); }
 
 }  // namespace unmask

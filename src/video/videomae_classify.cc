@@ -150,11 +150,7 @@ void VideoMAEClassifier::zero_grad() {
   for (PV* p : impl_->storages()) train::zero_tensor(p->grad);
 }
 
-void VideoMAEClassifier::zero_grad(Context& ctx) {
-  std::vector<Tensor*> grads;
-  for (PV* p : impl_->storages()) grads.push_back(&p->grad);
-  ops::zero_many(ctx, grads);
-}
+void VideoMAEClassifier::zero_grad(Context& ctx) { train::zero_grads(ctx, impl_->storages()); }
 
 void VideoMAEClassifier::set_layer_decay(float decay) {
   UNMASK_CHECK(std::isfinite(decay) && decay > 0.0f && decay <= 1.0f, "layer decay must be in (0, 1], got ", decay);
