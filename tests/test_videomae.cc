@@ -149,7 +149,15 @@ TEST(VideoMAE, IndexListsFollowTheDocumentedLayout) {
   static_cast<uint8_t*>(bad.raw())[3 * Np] ^= 1;  // clip 3 masks one token more or fewer
   Tensor lists = Tensor::empty({3 * B * Nv + 2 * B * Nm + 3 * B * Np}, DType::i32);
   std::string msg = test::error_of([&] { ops::videomae_index(ctx, bad, nullptr, Nv, Nm, lists, nullptr); });
-  EXPECT_NE(msg.find("clip 3 has"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("of clip 3's 37 tokens visible"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Nv = 14"), std::string::npos) << msg;
+  // A decoder mask whose clip 2 keeps one token more or fewer than clip 0.
+  Tensor bad_dmask = random_rows_mask(rng, B, Np, Np - 11);
+  static_cast<uint8_t*>(bad_dmask.raw())[2 * Np] ^= 1;
+  Tensor v2_lists = Tensor::empty({3 * B * Nv + 2 * B * 11 + 3 * B * (Nv + 11)}, DType::i32);
+  msg = test::error_of([&] { ops::videomae_index(ctx, mask, &bad_dmask, Nv, 11, v2_lists, nullptr); });
+  EXPECT_NE(msg.find("clip 2 has"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kept by the decoder mask"), std::string::npos) << msg;
   Tensor short_lists = Tensor::empty({lists.numel() - 1}, DType::i32);
   msg = test::error_of([&] { ops::videomae_index(ctx, mask, nullptr, Nv, Nm, short_lists, nullptr); });
   EXPECT_NE(msg.find("lists must be"), std::string::npos) << msg;

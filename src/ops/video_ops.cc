@@ -229,8 +229,11 @@ void videomae_index(Context& ctx, const Tensor& mask, const Tensor* decoder_mask
       visible += mk[b * Np + j] == 0;
       decoded += dk ? dk[b * Np + j] == 0 : mk[b * Np + j] != 0;
     }
-    UNMASK_CHECK(visible == Nv && decoded == Nd, op, ": clip ", b, " has ", visible, " visible and ", decoded,
-                 " decoded tokens; every clip must have Nv = ", Nv, " and Nd = ", Nd);
+    UNMASK_CHECK(visible == Nv, op, ": the mask leaves ", visible, " of clip ", b, "'s ", Np,
+                 " tokens visible; every clip must leave the same number, Nv = ", Nv);
+    UNMASK_CHECK(decoded == Nd, op, ": clip ", b, " has ", decoded, " decoded tokens (",
+                 dk ? "kept by the decoder mask" : "masked by the mask", "); every clip must have the same number, Nd = ",
+                 Nd);
   }
   const int64_t Nt = Nv + Nd, nv = B * Nv, nd = B * Nd, nt = B * Nt;
   const Device dev = ctx.device();

@@ -450,7 +450,8 @@ def forward_lse(S2, key_real):
 
 
 def reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start):
-    """float64 autograd of dropout(softmax(scale Q K^T + mask)) V: dQ, dK, dV, lse (ref), out."""
+    """float64 autograd of dropout(softmax(scale Q K^T + mask)) V, dropout after the softmax
+    (ops.h): dQ, dK, dV, out, the log-sum-exp of the scores and the dropout factors F [query, key]."""
     T = Q.shape[0]
     rows, keys = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
     F = dropout_factor(drop, seed, offset + (head * N + start + rows) * T + keys)  # [query, key]
@@ -458,7 +459,8 @@ def reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start):
     Sref = scale * tq @ tk.T + torch.tensor(np.where(key_real, 0.0, -np.inf))
     out = (torch.softmax(Sref, dim=-1) * torch.tensor(F)) @ tv
     out.backward(torch.tensor(dO))
-    return tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy(), out.detach().numpy(), F
+    lse = torch.logsumexp(Sref, dim=-1).detach().numpy()
+    return tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy(), out.detach().numpy(), lse, F
 
 
 def check_short(drop, T, offset):
@@ -469,7 +471,7 @@ def check_short(drop, T, offset):
     Q, K, V, dO = (rng.uniform(-1.5, 1.5, (T, D)) for _ in range(4))
     key_real = np.ones(T, dtype=bool)
     key_real[[k for k in (3, 64, 65, T - 1) if k < T]] = False
-    dq, dk, dv, out, F = reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start)
+    dq, dk, dv, out, _, _ = reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start)
     lse = forward_lse((Q @ K.T) * scale * LOG2E, key_real)
     delta = (dO * out).sum(axis=1)
     dQ, dK, dV = backward_short(Q, K, V, dO, lse, delta, key_real, scale, drop, seed, offset, head, N, start)
@@ -492,19 +494,10 @@ def check(drop, D=64, T=150, offset=977):
     Q, K, V, dO = (rng.uniform(-1.5, 1.5, (T, D)) for _ in range(4))
     key_real = np.ones(T, dtype=bool)
     key_real[[3, 64, 65, 100, T - 1]] = False  # masked keys inside every tile
-    rows, keys = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-    F = dropout_factor(drop, seed, offset + (head * N + start + rows) * T + keys)  # [query, key]
-    # Reference: float64 autograd, dropout after the softmax (ops.h)
-    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (Q, K, V))
-    bias = torch.tensor(np.where(key_real, 0.0, -np.inf))
-    Sref = scale * tq @ tk.T + bias
-    P = torch.softmax(Sref, dim=-1)
-    out = (P * torch.tensor(F)) @ tv
-    out.backward(torch.tensor(dO))
-    lse_ref = torch.logsumexp(Sref, dim=-1).detach().numpy()
+    dq, dk, dv, out, lse_ref, F = reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start)
     lse = forward_lse((Q @ K.T) * scale * LOG2E, key_real)
     assert np.max(np.abs(lse - lse_ref)) < 1e-12, ("lse", np.max(np.abs(lse - lse_ref)))
-    delta = (dO * out.detach().numpy()).sum(axis=1)
+    delta = (dO * out).sum(axis=1)
     # flash_bwd.cu's instances: recompute or atomic dQ; at head size 64 without dropout also the
     # three-CTA dK/dV kernel (K, V from smem, one part) and the dQ kernel of one part.
     dq_parts = 1 if D == 64 and drop == 0 else 2  # flash_bwd_dq_min_ctas: one part at three CTAs
@@ -516,8 +509,7 @@ def check(drop, D=64, T=150, offset=977):
                               atomic_dq, kv_in_smem, dq_parts)
         how = ("atomic dQ" if atomic_dq else f"recompute dQ ({dq_parts} part{'s' if dq_parts > 1 else ''})") + (
             ", K and V in smem" if kv_in_smem else "")
-        for name, got, want in (("dQ", dQ, tq.grad), ("dK", dK, tk.grad), ("dV", dV, tv.grad)):
-            want = want.numpy()
+        for name, got, want in (("dQ", dQ, dq), ("dK", dK, dk), ("dV", dV, dv)):
             err = np.max(np.abs(got - want))
             assert not np.isnan(got).any(), (name, how, "rows left unwritten")
             assert err < 1e-10 * (1 + np.max(np.abs(want))), (name, how, drop, err)
