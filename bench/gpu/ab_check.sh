@@ -14,10 +14,13 @@
 #      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing;
 #      UNMASK_FLASH_BWD_CTAS_PER_SM=3: the dK/dV kernel with K and V in shared memory, 3 CTAs/SM;
 #      UNMASK_CUDA_LN_BWD_FUSED=1: the LayerNorm backward's dx and parameter sums in one pass;
-#      UNMASK_FLASH_BWD_SHORT=1: sequences of at most 128 keys in one attention-backward kernel);
+#      UNMASK_FLASH_BWD_SHORT=1: sequences of at most 128 keys in one attention-backward kernel;
+#      UNMASK_FLASH_WGMMA=1 / UNMASK_FLASH_BWD_WGMMA=1: the attention forward / backward on
+#      Hopper's wgmma, head size 64);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
 #      new, and new with each of ROW_VARIANTS (atomic dQ, autotuning, atomic dQ with three CTAs,
-#      the short-sequence backward);
+#      the short-sequence backward, the wgmma attention forward, backward, both, both with
+#      128-row forward CTAs);
 #      then --profile 2 of new and of new with atomic dQ and three CTAs;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
 #      op profile at 256x128, its forward attention with 64- and 128-row CTAs and 32 rows per
@@ -32,7 +35,8 @@
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 #
 # QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
-# profiles of the two models (one row variant: UNMASK_FLASH_BWD_SHORT=1), old/new inference and its profile, and Nsight
+# profiles of the two models (row variants: the wgmma attention, forward and backward together;
+# UNMASK_FLASH_BWD_SHORT=1), old/new inference with the wgmma forward, its profile, and Nsight
 # Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
 # in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated; NAME@SKIP
 # skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128;
@@ -101,17 +105,20 @@ fi
 # The opt-in variants, as env assignments (each alone, then all together).
 VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
           "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_CUDA_LN_BWD_FUSED=1"
-          "UNMASK_FLASH_BWD_SHORT=1")
+          "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1")
 ALL_VARIANTS="${VARIANTS[*]}"
 # The step-time rows: the variants still in question after the H200 A/B of 2026-11-26 22:31 UTC
 # (32 rows per warp, BGRADB, the fused LayerNorm backward and the three-CTA kernel alone lost or
 # tied on both models then; their tests still run above), and the three-CTA dK/dV kernel with the
 # atomic dQ it was made for.
 ROW_VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_CUDA_GEMM_AUTOTUNE=1"
-              "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_FLASH_BWD_SHORT=1")
-# QUICK: only the one-kernel backward of short sequences (built 2026-11-27, not yet measured;
-# it can only move BERT's rows: ViT-B's sequences are longer than 128)
-[ "$QUICK" = 1 ] && ROW_VARIANTS=("UNMASK_FLASH_BWD_SHORT=1")
+              "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_FLASH_BWD_SHORT=1"
+              "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1"
+              "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=m128n128 UNMASK_FLASH_BWD_WGMMA=1")
+# QUICK: the variants built 2026-11-27 and not yet measured: the wgmma attention (forward and
+# backward; both models) and the one-kernel backward of short sequences (BERT only: ViT-B's
+# sequences are longer than 128)
+[ "$QUICK" = 1 ] && ROW_VARIANTS=("UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_FLASH_BWD_SHORT=1")
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
   [ "$QUICK" = 1 ] && break
   go "variant tests $suite" || continue
@@ -160,6 +167,16 @@ for b in 256 1; do
     exe="$BIN/unmask"
     [ "$side" = old ] && { [ -n "$OLD" ] || continue; exe=$OLD; }
     go "infer $side $b" && row "$R/infer.jsonl" "$(lim 40)" "infer ${b}x128 $side" "$exe" bench infer --device cuda \
+      --precision bf16 --cuda-graph on --batch "$b" --seq 128 --min-time 0.5 --iters 20 --format json
+  done
+done
+
+# 3a. the wgmma forward attention (opt-in, not yet measured) at both shapes, each tile shape
+for b in 256 1; do
+  for shape in m64n128 m64n64 m128n128; do
+    [ "$QUICK" = 1 ] && [ "$shape" != m64n128 ] && continue
+    go "infer wgmma $shape $b" && row "$R/infer.jsonl" "$(lim 40)" "infer ${b}x128 new UNMASK_FLASH_WGMMA=1 $shape" \
+      env UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=$shape "$BIN/unmask" bench infer --device cuda \
       --precision bf16 --cuda-graph on --batch "$b" --seq 128 --min-time 0.5 --iters 20 --format json
   done
 done

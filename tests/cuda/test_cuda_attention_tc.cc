@@ -343,6 +343,30 @@ TEST(CudaAttentionTc, DropoutAlignedCountersMatchNaiveBf16) {
   check_case(c, base_seed() ^ 0x57);
 }
 
+// The wgmma forward (UNMASK_FLASH_WGMMA=1; sm_90, head size 64) as the training forward: the f32
+// output, the log-sum-exp the backward reads, attention dropout, in each tile shape; the
+// backward is the default one.
+TEST(CudaAttentionTc, WgmmaForwardMatchesNaiveBf16) {
+  REQUIRE_CUDA_DEVICE();
+  REQUIRE_WGMMA_DEVICE();
+  for (const char* shape : {"m64n128", "m64n64", "m128n128"}) {
+    const ScopedEnv on("UNMASK_FLASH_WGMMA", "1"), tiles("UNMASK_FLASH_WGMMA_SHAPE", shape);
+    const ScopedEnv block_m("UNMASK_FLASH_BLOCK_M", nullptr), warp_rows("UNMASK_FLASH_WARP_ROWS", nullptr);
+    const uint64_t launches = cuda::flash_fwd_wgmma_launches();
+    const std::string tag = std::string(" wgmma ") + shape;
+    check_case(padded_case(("padded" + tag).c_str(), 3, 200, {0, 63, 64, 127, 128, 199}, 150, true), base_seed() ^ 0x91);
+    check_case(packed_case(("packed dropout" + tag).c_str(), {129, 128, 33, 1, 260}, 0.1f), base_seed() ^ 0x92);
+    check_case(packed_case(("packed dropout, aligned counters" + tag).c_str(), {128, 76, 20, 4}, 0.1f, uint64_t(7) << 32),
+               base_seed() ^ 0x93);
+    Case vit;
+    vit.name = "vit" + tag;
+    vit.NH = 3;
+    vit.lens = {157, 157};
+    check_case(vit, base_seed() ^ 0x94);
+    EXPECT_GE(cuda::flash_fwd_wgmma_launches(), launches + 4) << shape << ": the wgmma kernel did not run every case";
+  }
+}
+
 TEST(CudaAttentionTc, VideoMAEEncoderShapeMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
   Case c;
@@ -739,6 +763,66 @@ TEST(CudaAttentionTc, HostCuSeqlensUploadedWhenTheyChange) {
 }
 
 // A bad UNMASK_CUDA_ATTN_BWD is an error that names the variable, not a silent default.
+// The wgmma backward pair (UNMASK_FLASH_BWD_WGMMA=1; sm_90, head size 64): padded with masked keys
+// and a sequence without a real key, packed lengths around the 64-row tiles and one of ten
+// tiles, VideoMAE's encoder shape, attention dropout; with the wgmma forward too; and the same
+// bits on a second run (every gradient element is written once, in a fixed order).
+TEST(CudaAttentionTc, WgmmaBackwardMatchesNaiveBf16AndIsReproducible) {
+  REQUIRE_CUDA_DEVICE();
+  REQUIRE_WGMMA_DEVICE();
+  const ScopedEnv bwd("UNMASK_FLASH_BWD_WGMMA", "1"), short_kernel("UNMASK_FLASH_BWD_SHORT", nullptr);
+  const uint64_t before = cuda::flash_bwd_launch_stats().wgmma;
+  check_case(padded_case("padded wgmma bwd", 3, 200, {0, 63, 64, 127, 128, 199}, 150, true), base_seed() ^ 0xa1);
+  check_case(packed_case("packed wgmma bwd", {150, 37, 64, 1, 600}), base_seed() ^ 0xa2);
+  Case vit;
+  vit.name = "vit wgmma bwd";
+  vit.NH = 3;
+  vit.lens = {157, 157};
+  check_case(vit, base_seed() ^ 0xa3);
+  // BERT's attention dropout: the counters per element, and shared per lane (four-aligned).
+  check_case(packed_case("packed dropout wgmma bwd", {128, 77, 20, 200}, 0.1f), base_seed() ^ 0xa6);
+  check_case(packed_case("packed dropout, aligned counters, wgmma bwd", {128, 76, 20, 4}, 0.1f, uint64_t(7) << 32),
+             base_seed() ^ 0xa7);
+  EXPECT_GE(cuda::flash_bwd_launch_stats().wgmma, before + 5) << "the wgmma backward did not run every case";
+  {
+    const ScopedEnv fwd("UNMASK_FLASH_WGMMA", "1");
+    const uint64_t fwd_before = cuda::flash_fwd_wgmma_launches(), bwd_before = cuda::flash_bwd_launch_stats().wgmma;
+    check_case(packed_case("packed wgmma fwd + bwd", {129, 300, 5}), base_seed() ^ 0xa4);
+    EXPECT_GT(cuda::flash_fwd_wgmma_launches(), fwd_before) << "the wgmma forward did not run";
+    EXPECT_GT(cuda::flash_bwd_launch_stats().wgmma, bwd_before) << "the wgmma backward did not run";
+  }
+  const Case c = packed_case("reproducible", {300, 77});
+  const Inputs in = random_inputs(c, base_seed() ^ 0xa5);
+  const uint64_t repro_before = cuda::flash_bwd_launch_stats().wgmma;
+  const Grads g1 = run_cuda(c, in.q, in.k, in.v, in.dout, true), g2 = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+  EXPECT_EQ(cuda::flash_bwd_launch_stats().wgmma, repro_before + 2) << "the wgmma backward did not run both times";
+  EXPECT_TRUE(g1.dq == g2.dq && g1.dk == g2.dk && g1.dv == g2.dv) << "two wgmma backward runs differ";
+}
+
+TEST(CudaAttentionTc, UnknownWgmmaBwdSwitchIsAnError) {
+  REQUIRE_CUDA_DEVICE();
+  Case c;
+  c.name = "bad env";
+  c.packed = true;
+  c.lens = {64};
+  std::vector<double> x(size_t(64 * c.NH * c.HS), 0.25);
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  const bool saved = st.attention_bf16;  // run_cuda restores it only when it returns
+  bool threw = false;
+  {
+    const ScopedEnv bad("UNMASK_FLASH_BWD_WGMMA", "yes");
+    try {
+      run_cuda(c, x, x, x, x, true);
+    } catch (const Error& e) {
+      threw = true;
+      EXPECT_NE(std::string(e.what()).find("UNMASK_FLASH_BWD_WGMMA"), std::string::npos) << e.what();
+    }
+  }
+  st.attention_bf16 = saved;
+  gpu().synchronize();
+  EXPECT_TRUE(threw) << "UNMASK_FLASH_BWD_WGMMA=yes was accepted";
+}
+
 TEST(CudaAttentionTc, UnknownAttnBwdVariantIsAnError) {
   REQUIRE_CUDA_DEVICE();
   Case c;

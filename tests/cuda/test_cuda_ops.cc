@@ -35,6 +35,7 @@
 #include "cuda/kernels.h"
 #include "cuda/ops_cuda.h"
 #include "cuda_test_common.h"
+#include "../scoped_env.h"
 #include "test_harness.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"
@@ -42,6 +43,7 @@
 using namespace unmask;
 using ops::Activation;
 using ops::Trans;
+using unmask::test::ScopedEnv;
 
 namespace {
 
@@ -822,6 +824,72 @@ TEST(CudaAttention, FlashFollowsTheTwiceNaiveRule) {
   unsetenv("UNMASK_FLASH_WARP_ROWS");
 }
 
+// The wgmma forward (fwd_wgmma_kernel.cuh; UNMASK_FLASH_WGMMA=1 where it applies: head size 64
+// on a compute capability 9.x GPU), in each tile shape, by the same rule as the mma.sync kernel:
+// packed lengths around the 64-row and 128-key blocks, padded with masked keys and a sequence
+// without a real key, and one sequence of several key blocks with the last one cut short.
+TEST(CudaAttention, WgmmaFlashFollowsTheTwiceNaiveRule) {
+  REQUIRE_CUDA();
+  REQUIRE_WGMMA_DEVICE();
+  Context& ctx = cuda_ctx();
+  Rng rng("CudaAttentionWgmma");
+  const AttnLayout layouts[] = {
+      {{1, 17, 64, 65, 127, 128, 129, 200}, 0},
+      {{100, 37, 0}, 100},
+      {{600}, 0},
+  };
+  const ScopedEnv on("UNMASK_FLASH_WGMMA", "1"), block_m("UNMASK_FLASH_BLOCK_M", nullptr),
+      warp_rows("UNMASK_FLASH_WARP_ROWS", nullptr);
+  for (const char* shape : {"m64n128", "m64n64", "m128n128"}) {
+    const ScopedEnv tiles("UNMASK_FLASH_WGMMA_SHAPE", shape);
+    for (DType dt : {DType::bf16, DType::f16})
+      for (const AttnLayout& L : layouts) {
+        const int NH = 3, HS = 64;
+        const int64_t C = int64_t(NH) * HS, N = L.rows();
+        std::vector<double> QKV = rng.vec(size_t(N * 3 * C), dt, 1.0);
+        Tensor qkv = device_tensor(QKV, {N, 3 * C}, dt);
+        const float scale = 0.125f;
+        const uint64_t launches = cuda::flash_fwd_wgmma_launches();
+        const std::vector<double> got = run_attention(ctx, qkv, L, NH, HS, scale, false, false);
+        EXPECT_GT(cuda::flash_fwd_wgmma_launches(), launches) << "the wgmma kernel did not run";
+        const std::vector<double> ref = attention_ref(QKV, L, NH, HS, scale, false, dt);
+        const std::vector<double> naive = attention_ref(QKV, L, NH, HS, scale, true, dt);
+        const double err = max_abs_diff(got, ref), err_naive = max_abs_diff(naive, ref);
+        EXPECT_LE(err, 2 * err_naive + 1e-4) << dtype_name(dt) << " B=" << L.lens.size() << " T=" << L.T
+                                             << " shape=" << shape << " (wgmma err " << err
+                                             << ", naive same-precision err " << err_naive << ")";
+        std::printf("[ wgmma %s %s B=%zu T=%d ] max error %.3g, naive %.3g\n", shape, dtype_name(dt), L.lens.size(),
+                    L.T, err, err_naive);
+      }
+  }
+}
+
+// One m64n64k16 wgmma (f16) on a one-hot A and a [64][64] tile whose elements name their own
+// position (exact in f16), read through the attention kernels' descriptors (K-major: LBO 128,
+// SBO 1024, k-step s at column chunk 2s; MN-major: LBO 1024, SBO 128, k-step s at row group 2s):
+// D[m][n] must be B[m % 16][n] = 64 (m % 16) + n + 1 for every k-step. A failure here points at
+// the descriptors or fragment layouts rather than at the attention's arithmetic.
+TEST(CudaAttention, WgmmaDescriptorProbeReadsTheCoreMatrixTiles) {
+  REQUIRE_CUDA();
+  REQUIRE_WGMMA_DEVICE();
+  for (bool trans_b : {false, true})
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<float> d = cuda::flash_wgmma_probe(trans_b, step);
+      ASSERT_EQ(d.size(), size_t(64 * 64));
+      int bad = 0;
+      for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n) {
+          const float want = float(64 * (m % 16) + n + 1), got = d[size_t(m * 64 + n)];
+          if (got == want) continue;
+          if (++bad <= 4)
+            ADD_FAILURE() << (trans_b ? "MN-major" : "K-major") << " k-step " << step << ": D[" << m << "][" << n
+                          << "] = " << got << " (k " << int(got - 1) / 64 << ", n " << int(got - 1) % 64
+                          << "), want " << want;
+        }
+      EXPECT_EQ(bad, 0) << (trans_b ? "MN-major" : "K-major") << " k-step " << step << ": " << bad << " of 4096 wrong";
+    }
+}
+
 TEST(CudaAttention, Float32NaiveKernelMatchesFloat64) {
   REQUIRE_CUDA();
   Context& ctx = cuda_ctx();
@@ -919,6 +987,20 @@ TEST(CudaAttention, FlashAgreesWithNaiveKernel) {
     EXPECT_EQ(r.bad, 0) << "block_m=" << block_m << " warp_rows=" << warp_rows << "\n" << r.first;
   }
   EXPECT_THROW(cuda::attention_forward(p, s, cuda::AttentionKernel::flash, 128, 24), Error);  // 16 or 32 only
+  // Forced, the wgmma kernel runs on sm_90 and is refused (an Error, not a launch) elsewhere.
+  if (cuda::flash_fwd_wgmma_device()) {
+    poison(ctx, o1);
+    p.o = o1.raw();
+    cuda::attention_forward(p, s, cuda::AttentionKernel::flash_wgmma);
+    const std::vector<double> a = to_host(o1);
+    double vmax = 0;
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) vmax = std::max(vmax, std::fabs(QKV[size_t(r * 3 * C + 2 * C + c)]));
+    CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * (std::fabs(b[i]) + vmax) + 4e-3; });
+    EXPECT_EQ(r.bad, 0) << "wgmma\n" << r.first;
+  } else {
+    EXPECT_THROW(cuda::attention_forward(p, s, cuda::AttentionKernel::flash_wgmma), Error);
+  }
 }
 
 int main(int argc, char** argv) {

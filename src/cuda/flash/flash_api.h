@@ -5,17 +5,23 @@
 //
 // attention_forward picks the tensor-core flash kernel (fwd_kernel.cuh) for bf16/fp16 with
 // head size 64, 80, 88 or 128 and 16-byte aligned rows, and the naive kernel otherwise
-// (f32, other head sizes, odd strides). Both follow the semantics of params.h.
+// (f32, other head sizes, odd strides). Both follow the semantics of params.h. On sm_90 the
+// forward can run on Hopper's wgmma instead (fwd_wgmma_kernel.cuh, head size 64; opt-in
+// UNMASK_FLASH_WGMMA=1 until measured), and so can the backward (UNMASK_FLASH_BWD_WGMMA=1).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "cuda/flash/params.h"
 
 namespace unmask::cuda {
 
-enum class AttentionKernel : uint8_t { flash, naive };
+/// flash: the tensor-core kernel (mma.sync, fwd_kernel.cuh; with UNMASK_FLASH_WGMMA=1 the wgmma
+/// kernel where it applies); flash_wgmma: the wgmma kernel (fwd_wgmma_kernel.cuh: sm_90, head
+/// size 64, bf16/f16), forced; naive: the reference kernel.
+enum class AttentionKernel : uint8_t { flash, naive, flash_wgmma };
 
 /// Which kernel attention_forward would use for p.
 AttentionKernel attention_kernel_for(const FlashFwdParams& p);
@@ -36,6 +42,26 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
 /// size up to 256, any row strides. Slow; for f32, unusual shapes and tests.
 void attention_naive_forward(const FlashFwdParams& p, cudaStream_t stream);
 
+/// Tile shapes of the wgmma forward (flash/flash_fwd_wgmma.cu): query rows per CTA x keys a step.
+enum class WgmmaFwdShape : uint8_t { m64n128, m64n64, m128n128 };
+/// UNMASK_FLASH_WGMMA_SHAPE (m64n128, m64n64, m128n128), default m64n128; throws on another value.
+WgmmaFwdShape flash_fwd_wgmma_shape();
+/// Whether the current device runs the wgmma kernels: compute capability 9.x, and a build with
+/// sm_90a code (UNMASK_CUDA_HAS_SM90A, set by CMake when UNMASK_CUDA_ARCHS lists 90a).
+bool flash_fwd_wgmma_device();
+/// Whether p fits the wgmma forward: bf16/f16, head size 64, 16-byte aligned rows (the flash
+/// kernel's conditions), on a device flash_fwd_wgmma_device() accepts.
+bool flash_fwd_wgmma_applies(const FlashFwdParams& p);
+/// Launches the wgmma forward (unchecked: attention_forward checks p first).
+void flash_fwd_wgmma(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t stream);
+/// Test hook: one m64n64k16 wgmma through the attention kernels' K-major (trans_b false) or
+/// MN-major (true) descriptor at k-step `step` (0..3) of a position-coded [64][64] core-matrix
+/// tile and a one-hot A; returns D [64][64] row-major, which must be 64 (m % 16) + n + 1
+/// (flash_fwd_wgmma.cu). Synchronous; throws where flash_fwd_wgmma_device() is false.
+std::vector<float> flash_wgmma_probe(bool trans_b, int step);
+/// How many wgmma forward launches the process made (tests and benchmarks: which kernel ran).
+uint64_t flash_fwd_wgmma_launches();
+
 struct FlashBwdParams;  // flash/bwd_kernel.cuh
 /// Whether the tensor-core backward (flash/flash_bwd.cu) has an instance for this head size.
 bool flash_bwd_head_dim_supported(int head_dim);
@@ -48,10 +74,16 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream);
 /// 64 without attention dropout (kernels compiled without the dropout code), and the dK/dV
 /// kernel with K and V in shared memory (three CTAs per SM on sm_90; FlashBwdParams::ctas_per_sm),
 /// and the one-kernel backward of sequences of at most 128 keys (UNMASK_FLASH_BWD_SHORT=1).
+/// wgmma: backward calls that ran the wgmma pair (UNMASK_FLASH_BWD_WGMMA=1, bwd_wgmma_kernel.cuh).
 struct FlashBwdLaunchStats {
-  uint64_t without_dropout = 0, kv_in_smem = 0, short_seq = 0;
+  uint64_t without_dropout = 0, kv_in_smem = 0, short_seq = 0, wgmma = 0;
 };
 FlashBwdLaunchStats flash_bwd_launch_stats();
+/// The wgmma backward pair (flash/flash_bwd_wgmma.cu; head size 64, bf16, sm_90a): the recompute
+/// scheme whatever FlashBwdParams::dq_mode and ctas_per_sm ask (UNMASK_FLASH_BWD_WGMMA=1 wins),
+/// unchecked: flash_attention_backward checks p and decides. flash_bwd_wgmma_launches: its calls.
+void flash_bwd_wgmma(const FlashBwdParams& p, cudaStream_t stream);
+uint64_t flash_bwd_wgmma_launches();
 /// Whether the three-CTA dK/dV kernel runs on the current device when asked for (head size 64,
 /// no dropout): three of its CTAs must fit an SM's shared memory (sm_90 yes, sm_80 no).
 bool flash_bwd_three_ctas_available(bool atomic_dq);

@@ -4,7 +4,8 @@
 // deterministic recompute kernel, or by atomics in the dK/dV kernel (FlashBwdDq): the default up
 // to 128 keys, where at most two adds per element keep it bitwise reproducible. Opt-in
 // (UNMASK_FLASH_BWD_SHORT=1): sequences of at most 128 keys at head size 64 in one kernel per
-// (sequence, head), dQ summed in the CTA (bwd_short_kernel.cuh).
+// (sequence, head), dQ summed in the CTA (bwd_short_kernel.cuh). Opt-in (UNMASK_FLASH_BWD_WGMMA=1):
+// head size 64 on Hopper's wgmma (bwd_wgmma_kernel.cuh, the recompute pair).
 #include <algorithm>
 #include <atomic>
 #include <optional>
@@ -122,6 +123,18 @@ bool short_kernel_requested() {
   return v == "1";
 }
 
+/// Whether UNMASK_FLASH_BWD_WGMMA asks for the wgmma pair (bwd_wgmma_kernel.cuh: head size 64
+/// on sm_90; opt-in until measured). Checked on every call, as above.
+bool wgmma_kernels_requested() {
+  const char* env = std::getenv("UNMASK_FLASH_BWD_WGMMA");
+  if (!env) return false;
+  const std::string v = env;
+  UNMASK_CHECK(v == "0" || v == "1", "UNMASK_FLASH_BWD_WGMMA=", v,
+               " is not a switch of the attention backward: 1 runs head size 64 on the wgmma "
+               "kernels (H100/H200), 0 (the default) on the mma.sync kernels");
+  return v == "1";
+}
+
 std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0}, g_launches_short{0};
 
 /// The one-kernel backward of sequences of at most 128 keys: a CTA of 256 threads per
@@ -173,6 +186,10 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
     if (p.max_seqlen <= kFlashBwdShortMaxSeqlen && short_kernel_requested()) {
       if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
       return run_flash_bwd_short<kDropout>(p, stream);
+    }
+    if (wgmma_kernels_requested() && flash_fwd_wgmma_device()) {
+      if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
+      return flash_bwd_wgmma(p, stream);  // the recompute scheme: no accumulator, bitwise reproducible
     }
   }
   const dim3 grid(unsigned((p.max_seqlen + 63) / 64), unsigned(p.num_heads), unsigned(p.batch));
@@ -227,7 +244,7 @@ bool flash_bwd_three_ctas_available(bool atomic_dq) {
 
 FlashBwdLaunchStats flash_bwd_launch_stats() {
   return {g_launches_without_dropout.load(std::memory_order_relaxed), g_launches_kv_in_smem.load(std::memory_order_relaxed),
-          g_launches_short.load(std::memory_order_relaxed)};
+          g_launches_short.load(std::memory_order_relaxed), flash_bwd_wgmma_launches()};
 }
 
 bool flash_bwd_head_dim_supported(int head_dim) {
@@ -257,6 +274,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
                int64_t(p.batch) * p.max_seqlen, "), or 0");
   requested_dkdv_ctas(p);  // a bad ctas_per_sm / UNMASK_FLASH_BWD_CTAS_PER_SM fails on any batch
   short_kernel_requested();  // and a bad UNMASK_FLASH_BWD_SHORT
+  wgmma_kernels_requested();  // and UNMASK_FLASH_BWD_WGMMA
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {
     case 64: return run_flash_bwd<64>(p, stream);

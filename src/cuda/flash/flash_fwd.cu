@@ -1,6 +1,7 @@
 // cuda/flash/flash_fwd.cu: attention_forward, the checked entry of the attention kernels.
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "cuda/common.cuh"
 #include "cuda/flash/flash_api.h"
@@ -45,6 +46,10 @@ AttentionKernel attention_kernel_for(const FlashFwdParams& p) {
   return ok ? AttentionKernel::flash : AttentionKernel::naive;
 }
 
+bool flash_fwd_wgmma_applies(const FlashFwdParams& p) {
+  return attention_kernel_for(p) == AttentionKernel::flash && p.head_dim == 64 && flash_fwd_wgmma_device();
+}
+
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream) {
   attention_forward(p, stream, attention_kernel_for(p));
 }
@@ -53,16 +58,29 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
                        int warp_rows) {
   check_params(p);
   if (p.batch == 0 || p.max_seqlen == 0) return;
-  UNMASK_CHECK(!(p.o_f32 || p.lse) || force == AttentionKernel::flash,
-               "attention (cuda): an f32 output and the log-sum-exp are written by the flash kernel only");
+  const bool flash_kernel = force == AttentionKernel::flash || force == AttentionKernel::flash_wgmma;
+  UNMASK_CHECK(!(p.o_f32 || p.lse) || flash_kernel,
+               "attention (cuda): an f32 output and the log-sum-exp are written by the flash kernels only");
   UNMASK_CHECK(!p.lse || p.lse_head_stride >= 1, "attention (cuda): lse_head_stride must be >= 1 with an lse");
-  UNMASK_CHECK(p.dropout_p == 0.0f || (p.dropout_p > 0.0f && p.dropout_p < 1.0f && p.lse && force == AttentionKernel::flash),
+  UNMASK_CHECK(p.dropout_p == 0.0f || (p.dropout_p > 0.0f && p.dropout_p < 1.0f && p.lse && flash_kernel),
                "attention (cuda): dropout (p = ", p.dropout_p, ") is a training feature of the flash kernel: p in "
                "[0, 1) with an lse");
   if (force == AttentionKernel::naive) return attention_naive_forward(p, stream);
   UNMASK_CHECK(attention_kernel_for(p) == AttentionKernel::flash, "attention (cuda): the flash kernel needs bf16/f16, ",
                "head size 64, 80, 88 or 128 and 16-byte aligned rows; got ", dtype_name(p.dtype), " HS=", p.head_dim,
                " strides q/k/v/o=", p.q_row_stride, "/", p.k_row_stride, "/", p.v_row_stride, "/", p.o_row_stride);
+  if (force == AttentionKernel::flash_wgmma) {
+    UNMASK_CHECK(flash_fwd_wgmma_applies(p), "attention (cuda): the wgmma kernel needs head size 64 (got ", p.head_dim,
+                 ") on a compute capability 9.x GPU (H100/H200)");
+    return flash_fwd_wgmma(p, flash_fwd_wgmma_shape(), stream);
+  }
+  // Opt-in (not yet measured): UNMASK_FLASH_WGMMA=1 runs the wgmma kernel wherever it applies,
+  // unless the caller asked for an mma.sync CTA shape.
+  if (block_m == 0 && warp_rows == 0) {
+    const char* env = std::getenv("UNMASK_FLASH_WGMMA");
+    if (env && std::string(env) == "1" && flash_fwd_wgmma_applies(p))
+      return flash_fwd_wgmma(p, flash_fwd_wgmma_shape(), stream);
+  }
   UNMASK_CHECK(block_m == 0 || block_m == 64 || block_m == 128, "attention (cuda): block_m must be 0, 64 or 128, got ",
                block_m);
   UNMASK_CHECK(warp_rows == 0 || warp_rows == 16 || warp_rows == 32,
