@@ -274,15 +274,17 @@ if command -v ncu > /dev/null; then
   EXTRA_SECTIONS=""
   for sec in ${NCU_EXTRA_SECTIONS:-}; do EXTRA_SECTIONS="$EXTRA_SECTIONS --section $sec"; done
   # NCU_KERNELS entries are NAME or NAME@SKIP (launches of it to skip first: @25 reaches the
-  # decoder's LayerNorms, after the encoder's 12 blocks x 2 and its final norm)
+  # decoder's LayerNorms, after the encoder's 12 blocks x 2 and its final norm; @12 the decoder's
+  # forward attention). A name with "wgmma" runs with the wgmma attention on (forward and backward).
   for spec in ${NCU_KERNELS:-activation_backward bias_act_kernel tubelet_target_kernel layernorm_backward_dx adamw_many_kernel}; do
     k=${spec%@*}
     skip=0
     [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu $k" || continue
-    knob=UNMASK_UNUSED=0
-    [ "$k" = layernorm_backward_fused ] && knob=UNMASK_CUDA_LN_BWD_FUSED=1  # the opt-in kernel
-    env "$knob" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+    knob=(UNMASK_UNUSED=0)
+    [ "$k" = layernorm_backward_fused ] && knob=(UNMASK_CUDA_LN_BWD_FUSED=1)  # the opt-in kernels
+    [[ "$k" == *wgmma* ]] && knob=(UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1)
+    env "${knob[@]}" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
       --section SpeedOfLight --section LaunchStats $EXTRA_SECTIONS "$BIN/unmask" bench videomae --device cuda --precision bf16 \
       --model vit-b --batch 32 --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$k.txt" 2>&1
     note "ncu $k: rc $? at $(at)s"
@@ -297,7 +299,9 @@ if command -v ncu > /dev/null; then
     skip=0
     [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu bert $k" || continue
-    timeout -k 5 "$(lim 50)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+    knob=(UNMASK_UNUSED=0)
+    [[ "$k" == *wgmma* ]] && knob=(UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1)
+    env "${knob[@]}" timeout -k 5 "$(lim 50)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats $EXTRA_SECTIONS \
       --metrics 'regex:smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio' "$BIN/unmask" bench train \
       --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --activations bf16 --optimizer lamb \

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from check_wgmma_fwd import D, a_matrix, ldmatrix_q, load_q_tile, load_tile_core, read_b, scatter_d
+from check_wgmma_fwd import D, a_matrix, ldmatrix_q, load_padded_tile, load_tile_core, read_b, scatter_d
 
 KEY_GROUP_BYTES = 128 * (D // 8)
 
@@ -77,7 +77,7 @@ def dkdv_kernel(Q, K, V, dO, lse, delta, real, T, scale, dK, dV):
     lane = np.arange(32)
     for k0 in range(0, T, 64):
         kv = min(64, T - k0)
-        sK, sV = load_q_tile(tile(K, k0, kv), kv, 64), load_q_tile(tile(V, k0, kv), kv, 64)
+        sK, sV = load_padded_tile(tile(K, k0, kv), kv, 64), load_padded_tile(tile(V, k0, kv), kv, 64)
         key_ok = np.array([[[k0 + w * 16 + l // 4 + 8 * h < T and real[k0 + w * 16 + l // 4 + 8 * h] for h in range(2)]
                             for l in range(32)] for w in range(4)])
         acc_dk, acc_dv = np.zeros((4, 32, 32)), np.zeros((4, 32, 32))
@@ -105,7 +105,7 @@ def dq_kernel(Q, K, V, dO, lse, delta, real, T, scale, dQ):
     lane = np.arange(32)
     for q0 in range(0, T, 64):
         qv = min(64, T - q0)
-        sQ, sdO = load_q_tile(tile(Q, q0, qv), qv, 64), load_q_tile(tile(dO, q0, qv), qv, 64)
+        sQ, sdO = load_padded_tile(tile(Q, q0, qv), qv, 64), load_padded_tile(tile(dO, q0, qv), qv, 64)
         rows = np.array([[[q0 + w * 16 + l // 4 + 8 * r for r in range(2)] for l in range(32)] for w in range(4)])
         l2 = np.vectorize(lambda row: lse2_of(lse[row]) if row < T else math.inf)(rows)
         dl = np.vectorize(lambda row: delta[row] if row < T else 0.0)(rows)

@@ -3,7 +3,7 @@
 
 Emulates one CTA after another of the kernel in float64, the way the hardware sees it:
   - cp.async of Q into padded rows and of K/V into the no-swizzle core-matrix layout, with the
-    kernel's thread-to-chunk mapping and zero-fill (load_q_tile, load_tile_core);
+    kernel's thread-to-chunk mapping and zero-fill (fwd_kernel.cuh load_tile, load_tile_core);
   - ldmatrix.x4 of the Q fragments (the PTX per-lane layout, as check_fragment_layout.py);
   - wgmma.mma_async m64nNk16 with A from registers (each warp's 16 rows in the mma.sync A layout)
     and B read through a shared-memory matrix descriptor: start address, LBO, SBO, K-major or
@@ -37,7 +37,7 @@ def load_tile_core(G, rows_valid, BN):
     return s
 
 
-def load_q_tile(G, rows_valid, BM):
+def load_padded_tile(G, rows_valid, BM):
     s = np.full((BM, QSTRIDE), np.nan)
     for i in range(BM * CPR):
         r, c = i // CPR, (i % CPR) * 8
@@ -115,7 +115,7 @@ def run_cta(Q, K, V, real, q0, seqlen, WG, BN, scale_log2):
     """One CTA (query rows q0 .. q0 + 64 WG - 1); returns (out rows, lse rows) of its valid rows."""
     BM = 64 * WG
     n_blocks = (seqlen + BN - 1) // BN
-    sQ = load_q_tile(Q[q0:q0 + BM] if q0 + BM <= len(Q) else np.vstack([Q[q0:], np.zeros((BM - (len(Q) - q0), D))]),
+    sQ = load_padded_tile(Q[q0:q0 + BM] if q0 + BM <= len(Q) else np.vstack([Q[q0:], np.zeros((BM - (len(Q) - q0), D))]),
                      min(BM, seqlen - q0), BM)
     key_group_bytes = 128 * CPR
     outs, lses = [], []

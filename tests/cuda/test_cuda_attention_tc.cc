@@ -799,8 +799,10 @@ TEST(CudaAttentionTc, WgmmaBackwardMatchesNaiveBf16AndIsReproducible) {
   EXPECT_TRUE(g1.dq == g2.dq && g1.dk == g2.dk && g1.dv == g2.dv) << "two wgmma backward runs differ";
 }
 
-TEST(CudaAttentionTc, UnknownWgmmaBwdSwitchIsAnError) {
-  REQUIRE_CUDA_DEVICE();
+namespace {
+
+/// Runs a small tensor-core backward with `var`=`value` and expects an Error that names `var`.
+void expect_env_value_rejected(const char* var, const char* value) {
   Case c;
   c.name = "bad env";
   c.packed = true;
@@ -810,38 +812,27 @@ TEST(CudaAttentionTc, UnknownWgmmaBwdSwitchIsAnError) {
   const bool saved = st.attention_bf16;  // run_cuda restores it only when it returns
   bool threw = false;
   {
-    const ScopedEnv bad("UNMASK_FLASH_BWD_WGMMA", "yes");
+    const ScopedEnv bad(var, value);
     try {
       run_cuda(c, x, x, x, x, true);
     } catch (const Error& e) {
       threw = true;
-      EXPECT_NE(std::string(e.what()).find("UNMASK_FLASH_BWD_WGMMA"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
     }
   }
   st.attention_bf16 = saved;
   gpu().synchronize();
-  EXPECT_TRUE(threw) << "UNMASK_FLASH_BWD_WGMMA=yes was accepted";
+  EXPECT_TRUE(threw) << var << "=" << value << " was accepted";
 }
+
+}  // namespace
 
 TEST(CudaAttentionTc, UnknownAttnBwdVariantIsAnError) {
   REQUIRE_CUDA_DEVICE();
-  Case c;
-  c.name = "bad env";
-  c.packed = true;
-  c.lens = {64};
-  std::vector<double> x(size_t(64 * c.NH * c.HS), 0.25);
-  cuda::CudaState& st = cuda::cuda_state(gpu());
-  const bool saved = st.attention_bf16;  // run_cuda restores it only when it returns
-  setenv("UNMASK_CUDA_ATTN_BWD", "fast", 1);
-  bool threw = false;
-  try {
-    run_cuda(c, x, x, x, x, true);
-  } catch (const Error& e) {
-    threw = true;
-    EXPECT_NE(std::string(e.what()).find("UNMASK_CUDA_ATTN_BWD"), std::string::npos) << e.what();
-  }
-  unsetenv("UNMASK_CUDA_ATTN_BWD");
-  st.attention_bf16 = saved;
-  gpu().synchronize();
-  EXPECT_TRUE(threw) << "UNMASK_CUDA_ATTN_BWD=fast was accepted";
+  expect_env_value_rejected("UNMASK_CUDA_ATTN_BWD", "fast");
+}
+
+TEST(CudaAttentionTc, UnknownWgmmaBwdSwitchIsAnError) {
+  REQUIRE_CUDA_DEVICE();
+  expect_env_value_rejected("UNMASK_FLASH_BWD_WGMMA", "yes");
 }

@@ -354,6 +354,66 @@ __device__ __forceinline__ void atomic_add_rows(float* accum, int64_t ld, const 
   });
 }
 
+/// The dK/dV kernels' elementwise step on n8 tile t (queries q0 + 8 t ..) of S^T and dP^T: 16
+/// keys x 8 queries in the C-fragment layout (element e: key k0 + 16 warp + lane / 4 + 8 (e / 2),
+/// query t 8 + 2 (lane % 4) + e % 2), in place: pt becomes (P f)^T, dpt dS^T = P^T (dP^T f -
+/// delta). The dropout factors f: a Philox block per lane with four-aligned counters, else one
+/// per element. One copy for the three kernels that share this layout per warp: the mma.sync
+/// dK/dV kernel (head sizes up to 80), the short-sequence one (k0 = 0) and the wgmma one.
+template <bool kDropout>
+__device__ __forceinline__ void dkdv_tile_elementwise(float (&pt)[4], float (&dpt)[4], const FlashBwdParams& p,
+                                                      int head, int64_t start, int q0, int k0, int warp, int lane,
+                                                      int t, const bool (&key_ok)[2], const float* lse_j,
+                                                      const float* delta_j, bool quad_dropout) {
+  float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  if (kDropout && p.dropout_p > 0.0f) {
+    const int64_t q_row = head * p.lse_head_stride + start + q0 + t * 8 + (lane % 4) * 2;
+    if (quad_dropout) {
+      dropout_factors_st_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(q_row * p.max_seqlen),
+                              uint64_t(p.max_seqlen), k0 + warp * 16 + 4 * (lane >> 4), lane);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        f[e] = dropout_factor(p.dropout_p, p.dropout_seed,
+                              p.dropout_offset + uint64_t((q_row + (e & 1)) * p.max_seqlen) +
+                                  uint64_t(k0 + warp * 16 + lane / 4 + 8 * (e >> 1)));
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
+    const int q = t * 8 + (lane % 4) * 2 + c;
+    const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
+#pragma unroll
+    for (int e = c; e < 4; e += 2) {
+      const float pv = key_ok[e >> 1] ? exp2f(pt[e] * p.scale_log2 - lse2) : 0.0f;
+      pt[e] = pv * f[e];                          // (P f)^T, for dV
+      dpt[e] = pv * (dpt[e] * f[e] - row_delta);  // dS^T
+    }
+  }
+}
+
+/// The dQ kernels' elementwise step on n8 tile t (keys k0 + 8 t ..) of S and dP: 16 queries x 8
+/// keys (element e: row g + 8 (e / 2) of the warp's queries, whose lse2 and delta are lse2[e / 2],
+/// delta[e / 2]; key t 8 + 2 (lane % 4) + e % 2 of the tile, key bias bias_j), in place: dpt
+/// becomes dS = P (dP f - delta), P = exp2(S scale log2e + bias - lse2). row_g: the dropout
+/// counters' row of element 0 (h lse_head_stride + the sequence's row of query g).
+template <bool kDropout>
+__device__ __forceinline__ void dq_tile_elementwise(const float (&st)[4], float (&dpt)[4], const FlashBwdParams& p,
+                                                    int64_t row_g, int k0, int lane, int t, const float* bias_j,
+                                                    const float (&lse2)[2], const float (&delta)[2],
+                                                    bool quad_dropout) {
+  float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  if (kDropout && p.dropout_p > 0.0f)
+    dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
+                      uint64_t(p.max_seqlen), k0 + t * 8, quad_dropout, lane);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int key = t * 8 + (lane % 4) * 2 + (e & 1);
+    const float pv = exp2f(st[e] * p.scale_log2 + bias_j[key] - lse2[e >> 1]);
+    dpt[e] = pv * (dpt[e] * f[e] - delta[e >> 1]);  // dS
+  }
+}
+
 /// CTAs per SM the dK/dV kernel is compiled for (__launch_bounds__): 3 with K and V in shared
 /// memory (168 registers), else 1 (no limit below the 255 a thread may have; 2 fit by registers).
 template <bool kKvInSmem>
@@ -481,37 +541,12 @@ __global__ void __launch_bounds__(Kt::kThreads, flash_bwd_dkdv_min_ctas<kKvInSme
 #pragma unroll
       for (int th = 0; th < kTiles; ++th) {
         const int t = kTiles * part + th;  // n8 tile of the 64 queries
-        // Dropout factors of the tile's four elements (e = c + 2h: query t*8 + 2(lane % 4) + c,
-        // key row + 8h): a Philox block per lane with four-aligned counters, else per element.
-        // The two head-size branches are the same math; ptxas allocates registers better for
-        // each this way (sm_90a, spill bytes: HS 64 none in either kernel, HS 88 / 128 as before
-        // the shared blocks).
+        // The two head-size branches are the same math (dkdv_tile_elementwise, with one Philox
+        // evaluation per element past 80); ptxas allocates registers better for each this way
+        // (sm_90a, spill bytes: HS 64 none in either kernel, HS 88 / 128 as before the shared blocks).
         if constexpr (Kt::kHeadDim <= 80) {
-          float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-          if (kDropout && p.dropout_p > 0.0f) {
-            const int64_t q_row = head * p.lse_head_stride + start + q0 + t * 8 + (lane % 4) * 2;
-            if (quad_dropout) {
-              dropout_factors_st_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(q_row * p.max_seqlen),
-                                      uint64_t(p.max_seqlen), k0 + warp * 16 + 4 * (lane >> 4), lane);
-            } else {
-#pragma unroll
-              for (int e = 0; e < 4; ++e)
-                f[e] = dropout_factor(p.dropout_p, p.dropout_seed,
-                                      p.dropout_offset + uint64_t((q_row + (e & 1)) * p.max_seqlen) +
-                                          uint64_t(k0 + warp * 16 + lane / 4 + 8 * (e >> 1)));
-            }
-          }
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
-            const int q = t * 8 + (lane % 4) * 2 + c;
-            const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
-#pragma unroll
-            for (int e = c; e < 4; e += 2) {
-              const float pv = key_ok[e >> 1] ? exp2f(acc_p[th][e] * p.scale_log2 - lse2) : 0.0f;
-              acc_p[th][e] = pv * f[e];                                 // (P f)^T, for dV
-              acc_dp[th][e] = pv * (acc_dp[th][e] * f[e] - row_delta);  // dS^T
-            }
-          }
+          dkdv_tile_elementwise<kDropout>(acc_p[th], acc_dp[th], p, head, start, q0, k0, warp, lane, t, key_ok, lse_j,
+                                          delta_j, quad_dropout);
           pack_acc_tile<T>(p_frag, acc_p[th], t);
           pack_acc_tile<T>(ds_frag, acc_dp[th], t);
         } else {
@@ -663,18 +698,9 @@ __global__ void __launch_bounds__(Kt::kThreads, flash_bwd_dq_min_ctas<Kt, kDropo
         // Elements 2h and 2h + 1 are keys `key` and `key + 1` of row + 8h: adjacent dropout
         // counters, one Philox evaluation for both (dropout_factor_pair), or one for all four with
         // four-aligned counters (dropout_factors_s_tile).
-        float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        if (kDropout && p.dropout_p > 0.0f) {
-          const int64_t row_g = head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4;
-          dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
-                            uint64_t(p.max_seqlen), k0 + t * 8, quad_dropout, lane);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = t * 8 + (lane % 4) * 2 + (e & 1);
-          const float pv = exp2f(acc_p[th][e] * p.scale_log2 + bias_j[key] - lse2[e >> 1]);
-          acc_dp[th][e] = pv * (acc_dp[th][e] * f[e] - delta[e >> 1]);  // dS
-        }
+        dq_tile_elementwise<kDropout>(acc_p[th], acc_dp[th], p,
+                                      head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4, k0, lane, t, bias_j,
+                                      lse2, delta, quad_dropout);
         pack_acc_tile<T>(ds_frag, acc_dp[th], t);
       }
     }

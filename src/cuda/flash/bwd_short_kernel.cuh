@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(FlashBwdShortTraits::kThreads, 1)
     const float* lse_j = sLse + (j % 2) * 64;
     const float* delta_j = sDelta + (j % 2) * 64;
 
-    // (P f)^T and dS^T in bf16, two query ranges at a time: flash_bwd_dkdv_kernel's code (head
-    // size <= 80 branch) with k0 = 0.
+    // (P f)^T and dS^T in bf16, two query ranges at a time: flash_bwd_dkdv_kernel's elementwise
+    // step (dkdv_tile_elementwise) with k0 = 0.
     constexpr int kParts = 2, kTiles = 8 / kParts;
     uint32_t p_frag[4][4], ds_frag[4][4];
 #pragma unroll
@@ -157,31 +157,8 @@ __global__ void __launch_bounds__(FlashBwdShortTraits::kThreads, 1)
 #pragma unroll
       for (int th = 0; th < kTiles; ++th) {
         const int t = kTiles * part + th;  // n8 tile of the 64 queries
-        float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        if (kDropout && p.dropout_p > 0.0f) {
-          const int64_t q_row = head * p.lse_head_stride + start + q0 + t * 8 + (lane % 4) * 2;
-          if (quad_dropout) {
-            dropout_factors_st_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(q_row * p.max_seqlen),
-                                    uint64_t(p.max_seqlen), warp * 16 + 4 * (lane >> 4), lane);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              f[e] = dropout_factor(p.dropout_p, p.dropout_seed,
-                                    p.dropout_offset + uint64_t((q_row + (e & 1)) * p.max_seqlen) +
-                                        uint64_t(warp * 16 + lane / 4 + 8 * (e >> 1)));
-          }
-        }
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
-          const int q = t * 8 + (lane % 4) * 2 + c;
-          const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
-#pragma unroll
-          for (int e = c; e < 4; e += 2) {
-            const float pv = key_ok[e >> 1] ? exp2f(acc_p[th][e] * p.scale_log2 - lse2) : 0.0f;
-            acc_p[th][e] = pv * f[e];                                 // (P f)^T, for dV
-            acc_dp[th][e] = pv * (acc_dp[th][e] * f[e] - row_delta);  // dS^T
-          }
-        }
+        dkdv_tile_elementwise<kDropout>(acc_p[th], acc_dp[th], p, head, start, q0, 0, warp, lane, t, key_ok, lse_j,
+                                        delta_j, quad_dropout);
         pack_acc_tile<T>(p_frag, acc_p[th], t);
         pack_acc_tile<T>(ds_frag, acc_dp[th], t);
       }

@@ -209,35 +209,9 @@ __global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dkdv_wgmma_kernel(c
     wgmma::keep(s);
     wgmma::keep(dp);
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      // Dropout factors of the tile's four elements (bwd_kernel.cuh's code: the same element
-      // layout per warp): a Philox block per lane with four-aligned counters, else per element.
-      float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-      if (kDropout && p.dropout_p > 0.0f) {
-        const int64_t q_row = head * p.lse_head_stride + start + q0 + t * 8 + (lane % 4) * 2;
-        if (quad_dropout) {
-          dropout_factors_st_tile(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(q_row * p.max_seqlen),
-                                  uint64_t(p.max_seqlen), k0 + warp * 16 + 4 * (lane >> 4), lane);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            f[e] = dropout_factor(p.dropout_p, p.dropout_seed,
-                                  p.dropout_offset + uint64_t((q_row + (e & 1)) * p.max_seqlen) +
-                                      uint64_t(k0 + warp * 16 + lane / 4 + 8 * (e >> 1)));
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {  // query column q of elements c and c + 2 (keys row, row + 8)
-        const int q = t * 8 + (lane % 4) * 2 + c;
-        const float lse2 = bwd_lse2(lse_j[q]), row_delta = delta_j[q];
-#pragma unroll
-        for (int e = c; e < 4; e += 2) {
-          const float pv = key_ok[e >> 1] ? exp2f(s[4 * t + e] * p.scale_log2 - lse2) : 0.0f;
-          s[4 * t + e] = pv * f[e];                                 // (P f)^T, for dV
-          dp[4 * t + e] = pv * (dp[4 * t + e] * f[e] - row_delta);  // dS^T
-        }
-      }
-    }
+    for (int t = 0; t < 8; ++t)  // bwd_kernel.cuh's elementwise step: the same layout per warp
+      dkdv_tile_elementwise<kDropout>(reinterpret_cast<float(&)[4]>(s[4 * t]), reinterpret_cast<float(&)[4]>(dp[4 * t]),
+                                      p, head, start, q0, k0, warp, lane, t, key_ok, lse_j, delta_j, quad_dropout);
     uint32_t p_frag[4][4], ds_frag[4][4];
     pack_acc_frags(p_frag, s);
     pack_acc_frags(ds_frag, dp);
@@ -339,21 +313,12 @@ __global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dq_wgmma_kernel(con
     wgmma::wait<0>();
     wgmma::keep(s);
     wgmma::keep(dp);
+    const int64_t row_g = head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4;
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};  // dropout factors (bwd_kernel.cuh's dQ kernel)
-      if (kDropout && p.dropout_p > 0.0f) {
-        const int64_t row_g = head * p.lse_head_stride + start + q0 + warp * 16 + lane / 4;
-        dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
-                          uint64_t(p.max_seqlen), k0 + t * 8, quad_dropout, lane);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = t * 8 + (lane % 4) * 2 + (e & 1);
-        const float pv = exp2f(s[4 * t + e] * p.scale_log2 + bias_j[key] - lse2[e >> 1]);
-        dp[4 * t + e] = pv * (dp[4 * t + e] * f[e] - delta[e >> 1]);  // dS
-      }
-    }
+    for (int t = 0; t < 8; ++t)  // bwd_kernel.cuh's elementwise step: the same layout per warp
+      dq_tile_elementwise<kDropout>(reinterpret_cast<const float(&)[4]>(s[4 * t]),
+                                    reinterpret_cast<float(&)[4]>(dp[4 * t]), p, row_g, k0, lane, t, bias_j, lse2, delta,
+                                    quad_dropout);
     uint32_t ds_frag[4][4];
     pack_acc_frags(ds_frag, dp);
     wgmma::keep(ds_frag);

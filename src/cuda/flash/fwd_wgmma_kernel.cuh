@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common.cuh"
+#include "cuda/flash/fwd_kernel.cuh"  // load_tile, load_key_bias
 #include "cuda/flash/mma.cuh"
 #include "cuda/flash/params.h"
 #include "cuda/flash/wgmma.cuh"
@@ -51,14 +52,15 @@ struct FlashFwdWgmmaTraits {
   static constexpr int kThreads = 128 * kWarpGroups;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks of a head row
-  static constexpr int kQStride = kHeadDim + 8;       // elements per padded Q row (ldmatrix, no conflicts)
+  static constexpr int kSmemStride = kHeadDim + 8;    // elements per padded Q row (ldmatrix, no conflicts;
+                                                      // fwd_kernel.cuh's load_tile fills it)
   static constexpr int kKSteps = kHeadDim / 16;       // k-steps of S = Q K^T
   static constexpr int kSRegs = kBlockN / 2;          // S accumulators per thread (64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;         // O accumulators per thread
   static constexpr uint32_t kCoreBytes = 128;                                // one 8 x 8 core matrix
   static constexpr uint32_t kKeyGroupBytes = kCoreBytes * kChunksPerRow;     // 8 keys x 64 columns
   static constexpr size_t kSmemKV = size_t(kBlockN) * kHeadDim * sizeof(Element);  // one tile
-  static constexpr size_t kSmemQ = size_t(kBlockM) * kQStride * sizeof(Element);
+  static constexpr size_t kSmemQ = size_t(kBlockM) * kSmemStride * sizeof(Element);
   static constexpr size_t kSmemBias = 2 * kBlockN * sizeof(float);
   static constexpr size_t kSmemBytes = 4 * kSmemKV + kSmemQ + kSmemBias;  // 2 x K, 2 x V, Q, masks
 
@@ -87,36 +89,6 @@ __device__ __forceinline__ void load_tile_core(typename Wt::Element* s, const ty
       cp_async_16(dst, g + int64_t(r) * ld + c);
     else
       *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
-  }
-}
-
-/// Rows [0, rows_valid) of a [Wt::kBlockM][64] global Q tile into padded smem rows (kQStride).
-template <typename Wt>
-__device__ __forceinline__ void load_q_tile(typename Wt::Element* s, const typename Wt::Element* g, int64_t ld,
-                                            int rows_valid, int tid) {
-  constexpr int kChunks = Wt::kBlockM * Wt::kChunksPerRow;
-  static_assert(kChunks % Wt::kThreads == 0, "every thread moves the same number of chunks");
-#pragma unroll
-  for (int i0 = 0; i0 < kChunks; i0 += Wt::kThreads) {
-    const int i = i0 + tid;
-    const int r = i / Wt::kChunksPerRow, c = (i % Wt::kChunksPerRow) * 8;
-    typename Wt::Element* dst = s + r * Wt::kQStride + c;
-    if (r < rows_valid)
-      cp_async_16(dst, g + int64_t(r) * ld + c);
-    else
-      *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
-  }
-}
-
-/// 0 for a real key, -inf for a masked one or one past the sequence end; bias: [kBlockN].
-template <typename Wt>
-__device__ __forceinline__ void load_key_bias_wg(float* bias, const FlashFwdParams& p, int b, int kv0, int seqlen,
-                                                 int tid) {
-  for (int i = tid; i < Wt::kBlockN; i += Wt::kThreads) {
-    const int key = kv0 + i;
-    const bool real =
-        key < seqlen && (!p.key_mask || mask_is_set(p.key_mask, p.mask_elem_bytes, int64_t(b) * p.mask_batch_stride + key));
-    bias[i] = real ? 0.0f : -INFINITY;
   }
 }
 
@@ -151,7 +123,7 @@ template <typename Wt, int kMinBlocks>
 __global__ void __launch_bounds__(Wt::kThreads, kMinBlocks) flash_fwd_wgmma_kernel(const __grid_constant__ FlashFwdParams p) {
 #ifdef UNMASK_WGMMA_ENABLED
   using T = typename Wt::Element;
-  constexpr int BM = Wt::kBlockM, BN = Wt::kBlockN, D = Wt::kHeadDim, LDQ = Wt::kQStride;
+  constexpr int BM = Wt::kBlockM, BN = Wt::kBlockN, D = Wt::kHeadDim, LDQ = Wt::kSmemStride;
   constexpr int kNT = BN / 8;  // 8-key tiles of S per row
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -174,11 +146,11 @@ __global__ void __launch_bounds__(Wt::kThreads, kMinBlocks) flash_fwd_wgmma_kern
   const T* gV = static_cast<const T*>(p.v) + seq_start * p.v_row_stride + head * D;
   const int n_blocks = (seqlen + BN - 1) / BN;
 
-  load_q_tile<Wt>(sQ, gQ, p.q_row_stride, min(BM, seqlen - q0), tid);
+  load_tile<Wt, BM>(sQ, gQ, p.q_row_stride, min(BM, seqlen - q0), tid);  // padded rows (fwd_kernel.cuh)
   load_tile_core<Wt>(sK, gK, p.k_row_stride, min(BN, seqlen), tid);
   load_tile_core<Wt>(sV, gV, p.v_row_stride, min(BN, seqlen), tid);
   cp_async_commit();
-  load_key_bias_wg<Wt>(sBias, p, b, 0, seqlen, tid);
+  load_key_bias<Wt>(sBias, p, b, 0, seqlen, tid);
 
   uint32_t q_frag[Wt::kKSteps][4];
   float acc_o[Wt::kORegs];
@@ -196,7 +168,7 @@ __global__ void __launch_bounds__(Wt::kThreads, kMinBlocks) flash_fwd_wgmma_kern
       load_tile_core<Wt>(sV + (buf ^ 1) * BN * D, gV + int64_t(kv1) * p.v_row_stride, p.v_row_stride,
                          min(BN, seqlen - kv1), tid);
       cp_async_commit();
-      load_key_bias_wg<Wt>(sBias + (buf ^ 1) * BN, p, b, kv1, seqlen, tid);
+      load_key_bias<Wt>(sBias + (buf ^ 1) * BN, p, b, kv1, seqlen, tid);
       cp_async_wait<1>();  // tile j (and Q) landed; tile j+1 may still be in flight
     } else {
       cp_async_wait<0>();
