@@ -887,6 +887,15 @@ TEST(CudaAttention, WgmmaDescriptorProbeReadsTheCoreMatrixTiles) {
                           << "), want " << want;
         }
       EXPECT_EQ(bad, 0) << (trans_b ? "MN-major" : "K-major") << " k-step " << step << ": " << bad << " of 4096 wrong";
+      if (bad == 0) continue;
+      // Diagnosis for the next edit: does the descriptor with LBO and SBO exchanged read right?
+      const std::vector<float> swapped = cuda::flash_wgmma_probe(trans_b, step, true);
+      int bad_swapped = 0;
+      for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n) bad_swapped += swapped[size_t(m * 64 + n)] != float(64 * (m % 16) + n + 1);
+      std::printf("[ wgmma probe %s k-step %d ] with LBO and SBO exchanged: %d of 4096 wrong%s\n",
+                  trans_b ? "MN-major" : "K-major", step, bad_swapped,
+                  bad_swapped == 0 ? " (exchange them in the kernels' descriptors)" : "");
     }
 }
 

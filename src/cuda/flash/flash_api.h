@@ -57,8 +57,9 @@ void flash_fwd_wgmma(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t 
 /// Test hook: one m64n64k16 wgmma through the attention kernels' K-major (trans_b false) or
 /// MN-major (true) descriptor at k-step `step` (0..3) of a position-coded [64][64] core-matrix
 /// tile and a one-hot A; returns D [64][64] row-major, which must be 64 (m % 16) + n + 1
-/// (flash_fwd_wgmma.cu). Synchronous; throws where flash_fwd_wgmma_device() is false.
-std::vector<float> flash_wgmma_probe(bool trans_b, int step);
+/// (flash_fwd_wgmma.cu). swap_strides: LBO and SBO exchanged (a diagnostic for a failing probe).
+/// Synchronous; throws where flash_fwd_wgmma_device() is false.
+std::vector<float> flash_wgmma_probe(bool trans_b, int step, bool swap_strides = false);
 /// How many wgmma forward launches the process made (tests and benchmarks: which kernel ran).
 uint64_t flash_fwd_wgmma_launches();
 

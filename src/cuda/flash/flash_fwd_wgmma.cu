@@ -45,8 +45,10 @@ void launch(const FlashFwdParams& p, cudaStream_t stream) {
 /// element (r, c) is 64 (c % 16) + r + 1 in the 16 columns of the k-step (K-major: rows are n,
 /// columns k) or 64 (r % 16) + c + 1 in its 16 rows (MN-major: rows are k), else 0; so D[m][n]
 /// = 64 (m % 16) + n + 1 exactly (integers below 2048 are exact in f16).
+/// swap: the descriptor with LBO and SBO exchanged (a diagnostic: if the probe fails as the
+/// kernels build it and passes swapped, the PTX ISA's LBO/SBO roles were read the wrong way).
 template <int TransB>
-__global__ void __launch_bounds__(128) wgmma_probe_kernel(float* out, int step) {
+__global__ void __launch_bounds__(128) wgmma_probe_kernel(float* out, int step, bool swap) {
 #ifdef UNMASK_WGMMA_ENABLED
   __shared__ __align__(128) __half tile[64 * 64];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -67,8 +69,9 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(float* out, int step) 
   a[0][1] = pair(2 * t == g + 8, 2 * t + 1 == g + 8);
   a[0][2] = pair(2 * t + 8 == g, 2 * t + 9 == g);
   a[0][3] = pair(2 * t + 8 == g + 8, 2 * t + 9 == g + 8);
-  const uint64_t desc = TransB ? wgmma::smem_desc(tile + step * 2 * 8 * 64, 1024, 128)  // fwd_wgmma_kernel.cuh's V
-                               : wgmma::smem_desc(tile + step * 2 * 64, 128, 1024);     // and K descriptors
+  const uint32_t lbo = TransB ? 1024 : 128, sbo = TransB ? 128 : 1024;  // fwd_wgmma_kernel.cuh's V and K strides
+  const uint64_t desc = wgmma::smem_desc(tile + (TransB ? step * 2 * 8 * 64 : step * 2 * 64), swap ? sbo : lbo,
+                                         swap ? lbo : sbo);
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) d[i] = 0.0f;
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(float* out, int step) 
 #pragma unroll
     for (int e = 0; e < 4; ++e) out[(warp * 16 + g + 8 * (e / 2)) * 64 + 8 * j + 2 * t + e % 2] = d[4 * j + e];
 #else
-  (void)out, (void)step;
+  (void)out, (void)step, (void)swap;
   __trap();
 #endif
 }
@@ -136,15 +139,15 @@ void flash_fwd_wgmma(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t 
     flash::run<__half>(p, shape, stream);
 }
 
-std::vector<float> flash_wgmma_probe(bool trans_b, int step) {
+std::vector<float> flash_wgmma_probe(bool trans_b, int step, bool swap_strides) {
   UNMASK_CHECK(flash_fwd_wgmma_device(), "flash_wgmma_probe: needs a compute capability 9.x GPU and sm_90a code");
   UNMASK_CHECK(step >= 0 && step < 4, "flash_wgmma_probe: step must be in [0, 4), got ", step);
   float* out = nullptr;
   CUDA_CHECK(cudaMalloc(&out, 64 * 64 * sizeof(float)));
   if (trans_b)
-    flash::wgmma_probe_kernel<1><<<1, 128>>>(out, step);
+    flash::wgmma_probe_kernel<1><<<1, 128>>>(out, step, swap_strides);
   else
-    flash::wgmma_probe_kernel<0><<<1, 128>>>(out, step);
+    flash::wgmma_probe_kernel<0><<<1, 128>>>(out, step, swap_strides);
   std::vector<float> host(64 * 64);
   const cudaError_t launch = cudaGetLastError();
   const cudaError_t copy = launch == cudaSuccess
