@@ -20,7 +20,7 @@
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
 #      new, and new with each of ROW_VARIANTS (atomic dQ, autotuning, atomic dQ with three CTAs,
 #      the short-sequence backward, the wgmma attention forward, backward, both, both with
-#      128-row forward CTAs);
+#      128-row CTAs);
 #      then --profile 2 of new and of new with atomic dQ and three CTAs;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
 #      op profile at 256x128, its forward attention with 64- and 128-row CTAs and 32 rows per
@@ -35,8 +35,8 @@
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 #
 # QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
-# profiles of the two models (row variants: the wgmma attention, forward and backward together;
-# UNMASK_FLASH_BWD_SHORT=1), old/new inference with the wgmma forward, its profile, and Nsight
+# profiles of the two models (row variants: the wgmma attention, forward and backward together,
+# with 64- and with 128-row CTAs; UNMASK_FLASH_BWD_SHORT=1), old/new inference with the wgmma forward, its profile, and Nsight
 # Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
 # in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated; NAME@SKIP
 # skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128;
@@ -114,11 +114,13 @@ ALL_VARIANTS="${VARIANTS[*]}"
 ROW_VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_CUDA_GEMM_AUTOTUNE=1"
               "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_FLASH_BWD_SHORT=1"
               "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1"
-              "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=m128n128 UNMASK_FLASH_BWD_WGMMA=1")
+              "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=m128n128 UNMASK_FLASH_BWD_WGMMA=1 UNMASK_FLASH_BWD_WGMMA_SHAPE=m128")
 # QUICK: the variants built 2026-11-27 and not yet measured: the wgmma attention (forward and
 # backward; both models) and the one-kernel backward of short sequences (BERT only: ViT-B's
 # sequences are longer than 128)
-[ "$QUICK" = 1 ] && ROW_VARIANTS=("UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_FLASH_BWD_SHORT=1")
+[ "$QUICK" = 1 ] && ROW_VARIANTS=("UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1"
+  "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=m128n128 UNMASK_FLASH_BWD_WGMMA=1 UNMASK_FLASH_BWD_WGMMA_SHAPE=m128"
+  "UNMASK_FLASH_BWD_SHORT=1")
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
   [ "$QUICK" = 1 ] && break
   go "variant tests $suite" || continue

@@ -28,8 +28,9 @@ def tile(X, r0, valid, rows=64, fill=5.0):
     return out
 
 
-def frags(padded, ks):
-    return [ldmatrix_q(padded, w, ks) for w in range(4)]
+def frags(padded, ks, wg):
+    """The A fragments of warpgroup wg (warps 4 wg .. 4 wg + 3: rows 64 wg .. of the padded tile)."""
+    return [ldmatrix_q(padded, 4 * wg + w, ks) for w in range(4)]
 
 
 def pack(acc):
@@ -39,11 +40,11 @@ def pack(acc):
               for l in range(32)] for kt in range(4)] for w in range(4)]
 
 
-def rows_nt(a_padded, sB):
-    """wgmma_rows_nt: 64 x 64 = A (4 k-steps of fragments) times the K-major core tile sB."""
+def rows_nt(a_padded, sB, wg):
+    """wgmma_rows_nt: 64 x 64 = A (4 k-steps of warpgroup wg's fragments) times the K-major core tile sB."""
     C = np.zeros((64, 64))
     for ks in range(4):
-        C += a_matrix(frags(a_padded, ks)) @ read_b(sB, ks * 2 * 64, 128, KEY_GROUP_BYTES, 64, mn_major=False)
+        C += a_matrix(frags(a_padded, ks, wg)) @ read_b(sB, ks * 2 * 64, 128, KEY_GROUP_BYTES, 64, mn_major=False)
     return scatter_d(C)
 
 
@@ -73,58 +74,65 @@ def lse2_of(x):
     return math.inf if x == -math.inf else x * math.log2(math.e)
 
 
-def dkdv_kernel(Q, K, V, dO, lse, delta, real, T, scale, dK, dV):
+def dkdv_kernel(Q, K, V, dO, lse, delta, real, T, scale, dK, dV, WG):
     lane = np.arange(32)
-    for k0 in range(0, T, 64):
-        kv = min(64, T - k0)
-        sK, sV = load_padded_tile(tile(K, k0, kv), kv, 64), load_padded_tile(tile(V, k0, kv), kv, 64)
-        key_ok = np.array([[[k0 + w * 16 + l // 4 + 8 * h < T and real[k0 + w * 16 + l // 4 + 8 * h] for h in range(2)]
-                            for l in range(32)] for w in range(4)])
-        acc_dk, acc_dv = np.zeros((4, 32, 32)), np.zeros((4, 32, 32))
-        for q0 in range(0, T, 64):
-            qv = min(64, T - q0)
-            sQ, sdO = load_tile_core(tile(Q, q0, qv), qv, 64), load_tile_core(tile(dO, q0, qv), qv, 64)
-            lse_j = np.array([lse[q0 + i] if i < qv else -math.inf for i in range(64)])
-            delta_j = np.array([delta[q0 + i] if i < qv else 0.0 for i in range(64)])
-            s, dp = rows_nt(sK, sQ), rows_nt(sV, sdO)
-            for t in range(8):
-                for c in range(2):
-                    q = t * 8 + (lane % 4) * 2 + c
-                    l2 = np.array([lse2_of(x) for x in lse_j[q]])
-                    for e in (c, c + 2):
-                        pv = np.where(key_ok[:, :, e >> 1], np.exp2(s[:, :, 4 * t + e] * scale * math.log2(math.e) - l2), 0.0)
-                        s[:, :, 4 * t + e] = pv
-                        dp[:, :, 4 * t + e] = pv * (dp[:, :, 4 * t + e] - delta_j[q])
-            acc_dv += frags_nn(pack(s), sdO)
-            acc_dk += frags_nn(pack(dp), sQ)
-        gather(acc_dk, k0, kv, dK, scale)
-        gather(acc_dv, k0, kv, dV, 1.0)
+    R = 64 * WG  # the CTA's keys
+    for k0 in range(0, T, R):
+        kv = min(R, T - k0)
+        sK, sV = load_padded_tile(tile(K, k0, kv, R), kv, R), load_padded_tile(tile(V, k0, kv, R), kv, R)
+        for wg in range(WG):
+            kw = k0 + 64 * wg  # this warpgroup's first key
+            key_ok = np.array([[[kw + w * 16 + l // 4 + 8 * h < T and real[kw + w * 16 + l // 4 + 8 * h]
+                                 for h in range(2)] for l in range(32)] for w in range(4)])
+            acc_dk, acc_dv = np.zeros((4, 32, 32)), np.zeros((4, 32, 32))
+            for q0 in range(0, T, 64):
+                qv = min(64, T - q0)
+                sQ, sdO = load_tile_core(tile(Q, q0, qv), qv, 64), load_tile_core(tile(dO, q0, qv), qv, 64)
+                lse_j = np.array([lse[q0 + i] if i < qv else -math.inf for i in range(64)])
+                delta_j = np.array([delta[q0 + i] if i < qv else 0.0 for i in range(64)])
+                s, dp = rows_nt(sK, sQ, wg), rows_nt(sV, sdO, wg)
+                for t in range(8):
+                    for c in range(2):
+                        q = t * 8 + (lane % 4) * 2 + c
+                        l2 = np.array([lse2_of(x) for x in lse_j[q]])
+                        for e in (c, c + 2):
+                            pv = np.where(key_ok[:, :, e >> 1],
+                                          np.exp2(s[:, :, 4 * t + e] * scale * math.log2(math.e) - l2), 0.0)
+                            s[:, :, 4 * t + e] = pv
+                            dp[:, :, 4 * t + e] = pv * (dp[:, :, 4 * t + e] - delta_j[q])
+                acc_dv += frags_nn(pack(s), sdO)
+                acc_dk += frags_nn(pack(dp), sQ)
+            gather(acc_dk, kw, kv - 64 * wg, dK, scale)
+            gather(acc_dv, kw, kv - 64 * wg, dV, 1.0)
 
 
-def dq_kernel(Q, K, V, dO, lse, delta, real, T, scale, dQ):
+def dq_kernel(Q, K, V, dO, lse, delta, real, T, scale, dQ, WG):
     lane = np.arange(32)
-    for q0 in range(0, T, 64):
-        qv = min(64, T - q0)
-        sQ, sdO = load_padded_tile(tile(Q, q0, qv), qv, 64), load_padded_tile(tile(dO, q0, qv), qv, 64)
-        rows = np.array([[[q0 + w * 16 + l // 4 + 8 * r for r in range(2)] for l in range(32)] for w in range(4)])
-        l2 = np.vectorize(lambda row: lse2_of(lse[row]) if row < T else math.inf)(rows)
-        dl = np.vectorize(lambda row: delta[row] if row < T else 0.0)(rows)
-        acc_dq = np.zeros((4, 32, 32))
-        for k0 in range(0, T, 64):
-            kv = min(64, T - k0)
-            sK, sV = load_tile_core(tile(K, k0, kv), kv, 64), load_tile_core(tile(V, k0, kv), kv, 64)
-            bias = np.array([0.0 if k0 + i < T and real[k0 + i] else -math.inf for i in range(64)])
-            s, dp = rows_nt(sQ, sK), rows_nt(sdO, sV)
-            for t in range(8):
-                for e in range(4):
-                    key = t * 8 + (lane % 4) * 2 + (e & 1)
-                    pv = np.exp2(s[:, :, 4 * t + e] * scale * math.log2(math.e) + bias[key] - l2[:, :, e >> 1])
-                    dp[:, :, 4 * t + e] = pv * (dp[:, :, 4 * t + e] - dl[:, :, e >> 1])
-            acc_dq += frags_nn(pack(dp), sK)
-        gather(acc_dq, q0, qv, dQ, scale)
+    R = 64 * WG  # the CTA's queries
+    for q0 in range(0, T, R):
+        qv = min(R, T - q0)
+        sQ, sdO = load_padded_tile(tile(Q, q0, qv, R), qv, R), load_padded_tile(tile(dO, q0, qv, R), qv, R)
+        for wg in range(WG):
+            qw = q0 + 64 * wg
+            rows = np.array([[[qw + w * 16 + l // 4 + 8 * r for r in range(2)] for l in range(32)] for w in range(4)])
+            l2 = np.vectorize(lambda row: lse2_of(lse[row]) if row < T else math.inf)(rows)
+            dl = np.vectorize(lambda row: delta[row] if row < T else 0.0)(rows)
+            acc_dq = np.zeros((4, 32, 32))
+            for k0 in range(0, T, 64):
+                kv = min(64, T - k0)
+                sK, sV = load_tile_core(tile(K, k0, kv), kv, 64), load_tile_core(tile(V, k0, kv), kv, 64)
+                bias = np.array([0.0 if k0 + i < T and real[k0 + i] else -math.inf for i in range(64)])
+                s, dp = rows_nt(sQ, sK, wg), rows_nt(sdO, sV, wg)
+                for t in range(8):
+                    for e in range(4):
+                        key = t * 8 + (lane % 4) * 2 + (e & 1)
+                        pv = np.exp2(s[:, :, 4 * t + e] * scale * math.log2(math.e) + bias[key] - l2[:, :, e >> 1])
+                        dp[:, :, 4 * t + e] = pv * (dp[:, :, 4 * t + e] - dl[:, :, e >> 1])
+                acc_dq += frags_nn(pack(dp), sK)
+            gather(acc_dq, qw, qv - 64 * wg, dQ, scale)
 
 
-def check(T, real, seed):
+def check(T, real, seed, WG):
     rng = np.random.default_rng(seed)
     Q, K, V, dO = (rng.uniform(-1.5, 1.5, (T, D)) for _ in range(4))
     scale = 1.0 / math.sqrt(D)
@@ -146,14 +154,15 @@ def check(T, real, seed):
     dS = P * (dP - delta[:, None])
     ref = {"dq": scale * dS @ K, "dk": scale * dS.T @ Q, "dv": P.T @ dO}
     got = {name: np.full((T, D), np.nan) for name in ref}
-    dkdv_kernel(Q, K, V, dO, lse, delta, real, T, scale, got["dk"], got["dv"])
-    dq_kernel(Q, K, V, dO, lse, delta, real, T, scale, got["dq"])
+    dkdv_kernel(Q, K, V, dO, lse, delta, real, T, scale, got["dk"], got["dv"], WG)
+    dq_kernel(Q, K, V, dO, lse, delta, real, T, scale, got["dq"], WG)
     ok = True
     for name in ("dq", "dk", "dv"):
         err = np.inf if np.isnan(got[name]).any() else np.max(np.abs(got[name] - ref[name]))
         good = err < 1e-9
         ok &= good
-        print(f"{'ok  ' if good else 'FAIL'} T={T} masked={int((~mask).sum())} {name}: max |kernel - float64| {err:.3g}")
+        print(f"{'ok  ' if good else 'FAIL'} m{64 * WG} T={T} masked={int((~mask).sum())} {name}: "
+              f"max |kernel - float64| {err:.3g}")
     return ok
 
 
@@ -162,9 +171,10 @@ def main():
     real = [True] * 150
     for j in (0, 5, 63, 64, 100, 149):
         real[j] = False
-    ok &= check(150, real, 11)  # three tiles each way, the last cut short; masked keys
-    ok &= check(40, [True] * 40, 12)  # shorter than a tile
-    ok &= check(70, [False] * 70, 13)  # no real key: zero gradients
+    for WG in (1, 2):  # the shapes m64 and m128 (UNMASK_FLASH_BWD_WGMMA_SHAPE)
+        ok &= check(150, real, 11, WG)  # several tiles each way, the last cut short; masked keys
+        ok &= check(40, [True] * 40, 12, WG)  # shorter than a tile
+        ok &= check(70, [False] * 70, 13, WG)  # no real key: zero gradients
     sys.exit(0 if ok else 1)
 
 

@@ -763,27 +763,33 @@ TEST(CudaAttentionTc, HostCuSeqlensUploadedWhenTheyChange) {
 }
 
 // A bad UNMASK_CUDA_ATTN_BWD is an error that names the variable, not a silent default.
-// The wgmma backward pair (UNMASK_FLASH_BWD_WGMMA=1; sm_90, head size 64): padded with masked keys
-// and a sequence without a real key, packed lengths around the 64-row tiles and one of ten
-// tiles, VideoMAE's encoder shape, attention dropout; with the wgmma forward too; and the same
-// bits on a second run (every gradient element is written once, in a fixed order).
+// The wgmma backward pair (UNMASK_FLASH_BWD_WGMMA=1; sm_90, head size 64), with 64- and 128-row
+// CTAs: padded with masked keys and a sequence without a real key, packed lengths around the
+// 64-row tiles and one of ten tiles, VideoMAE's encoder shape, attention dropout; with the wgmma
+// forward too; and the same bits on a second run (every gradient element is written once, in a
+// fixed order).
 TEST(CudaAttentionTc, WgmmaBackwardMatchesNaiveBf16AndIsReproducible) {
   REQUIRE_CUDA_DEVICE();
   REQUIRE_WGMMA_DEVICE();
   const ScopedEnv bwd("UNMASK_FLASH_BWD_WGMMA", "1"), short_kernel("UNMASK_FLASH_BWD_SHORT", nullptr);
-  const uint64_t before = cuda::flash_bwd_launch_stats().wgmma;
-  check_case(padded_case("padded wgmma bwd", 3, 200, {0, 63, 64, 127, 128, 199}, 150, true), base_seed() ^ 0xa1);
-  check_case(packed_case("packed wgmma bwd", {150, 37, 64, 1, 600}), base_seed() ^ 0xa2);
-  Case vit;
-  vit.name = "vit wgmma bwd";
-  vit.NH = 3;
-  vit.lens = {157, 157};
-  check_case(vit, base_seed() ^ 0xa3);
-  // BERT's attention dropout: the counters per element, and shared per lane (four-aligned).
-  check_case(packed_case("packed dropout wgmma bwd", {128, 77, 20, 200}, 0.1f), base_seed() ^ 0xa6);
-  check_case(packed_case("packed dropout, aligned counters, wgmma bwd", {128, 76, 20, 4}, 0.1f, uint64_t(7) << 32),
-             base_seed() ^ 0xa7);
-  EXPECT_GE(cuda::flash_bwd_launch_stats().wgmma, before + 5) << "the wgmma backward did not run every case";
+  for (const char* shape : {"m64", "m128"}) {  // 64 or 128 rows a CTA (UNMASK_FLASH_BWD_WGMMA_SHAPE)
+    const ScopedEnv rows("UNMASK_FLASH_BWD_WGMMA_SHAPE", shape);
+    const std::string tag = std::string(" wgmma bwd ") + shape;
+    const uint64_t before = cuda::flash_bwd_launch_stats().wgmma;
+    check_case(padded_case(("padded" + tag).c_str(), 3, 200, {0, 63, 64, 127, 128, 199}, 150, true), base_seed() ^ 0xa1);
+    check_case(packed_case(("packed" + tag).c_str(), {150, 37, 64, 1, 600}), base_seed() ^ 0xa2);
+    Case vit;
+    vit.name = "vit" + tag;
+    vit.NH = 3;
+    vit.lens = {157, 157};
+    check_case(vit, base_seed() ^ 0xa3);
+    // BERT's attention dropout: the counters per element, and shared per lane (four-aligned).
+    check_case(packed_case(("packed dropout" + tag).c_str(), {128, 77, 20, 200}, 0.1f), base_seed() ^ 0xa6);
+    check_case(packed_case(("packed dropout, aligned counters" + tag).c_str(), {128, 76, 20, 4}, 0.1f,
+                           uint64_t(7) << 32),
+               base_seed() ^ 0xa7);
+    EXPECT_GE(cuda::flash_bwd_launch_stats().wgmma, before + 5) << shape << ": the wgmma backward did not run every case";
+  }
   {
     const ScopedEnv fwd("UNMASK_FLASH_WGMMA", "1");
     const uint64_t fwd_before = cuda::flash_fwd_wgmma_launches(), bwd_before = cuda::flash_bwd_launch_stats().wgmma;
@@ -835,4 +841,6 @@ TEST(CudaAttentionTc, UnknownAttnBwdVariantIsAnError) {
 TEST(CudaAttentionTc, UnknownWgmmaBwdSwitchIsAnError) {
   REQUIRE_CUDA_DEVICE();
   expect_env_value_rejected("UNMASK_FLASH_BWD_WGMMA", "yes");
+  const ScopedEnv on("UNMASK_FLASH_BWD_WGMMA", "1");
+  expect_env_value_rejected("UNMASK_FLASH_BWD_WGMMA_SHAPE", "m96");
 }

@@ -5,11 +5,12 @@
 // bwd_kernel.cuh; the MMAs read their B operands straight from shared memory (descriptors,
 // flash/wgmma.cuh) instead of through ldmatrix, and a warpgroup multiplies 64-row tiles.
 //
-// One warpgroup (128 threads) per CTA; warp w owns rows 16 w .. +15 of the CTA's 64 (keys in
-// dK/dV, queries in dQ): the same row ownership as the mma.sync kernels, so the elementwise code
-// and the A fragments (ldmatrix of padded rows, or accumulators packed pairwise) carry over.
+// One or two warpgroups (128 threads each) per CTA, 64 rows each; warp w owns rows 16 w .. +15 of
+// the CTA's (keys in dK/dV, queries in dQ): the same row ownership as the mma.sync kernels, so the
+// elementwise code and the A fragments (ldmatrix of padded rows, or accumulators packed pairwise)
+// carry over. Two warpgroups share each streamed tile (FlashBwdWgmmaTraits).
 //
-//   dK/dV, grid (key blocks of 64, NH, B); K and V as A fragments (registers), loop over query
+//   dK/dV, grid (key blocks of 64 or 128, NH, B); K and V as A fragments (registers), loop over query
 //   tiles of 64 (Q, dO double-buffered in shared memory in the core-matrix layout of
 //   fwd_wgmma_kernel.cuh; lse, delta beside them):
 //     S^T  = K Q^T     B = Q,  K-major (n = queries, k = head columns)
@@ -17,7 +18,7 @@
 //     P^T = exp2(S^T scale log2e - lse2[q]) (0 for a masked key), dS^T = P^T (dP^T f - delta[q])
 //     dV  += (P f)^T dO  A = (P f)^T packed, B = dO, MN-major (k = queries, n = head columns)
 //     dK  += dS^T Q    A = dS^T packed, B = Q, MN-major;  dK *= scale at the end
-//   dQ, grid (query blocks of 64, NH, B); Q and dO as A fragments, loop over key tiles of 64
+//   dQ, grid (query blocks of 64 or 128, NH, B); Q and dO as A fragments, loop over key tiles of 64
 //   (K, V double-buffered, core-matrix layout; the key bias beside them):
 //     S = Q K^T, dP = dO V^T (B = K, V, K-major), dS = P (dP f - delta[row]),
 //     dQ += dS K (B = K, MN-major);  dQ *= scale at the end
@@ -33,23 +34,31 @@
 
 namespace unmask::cuda::flash {
 
-/// The streamed 64-row tiles of the wgmma backward (load_tile_core's parameters) and the
-/// descriptor strides of its core-matrix layout.
+/// The tiles of the wgmma backward. A CTA owns kRows = 64 kWarpGroups rows (keys in dK/dV,
+/// queries in dQ), held as padded tiles (fwd_kernel.cuh's load_tile; ldmatrix into A fragments),
+/// and streams the other side in 64-row tiles in the core-matrix layout (load_tile_core; the
+/// descriptors' strides below). Two warpgroups share every streamed tile: half the tile traffic
+/// from L2 per row of the CTA's side (for ViT-B's decoder, 1,568 keys of 64 columns, a 64-row
+/// CTA streams ~400 KB of Q and dO).
+template <int kWarpGroups_>
 struct FlashBwdWgmmaTraits {
   using Element = __nv_bfloat16;
+  static constexpr int kWarpGroups = kWarpGroups_;
+  static constexpr int kRows = 64 * kWarpGroups;       // the CTA's own rows
+  static constexpr int kThreads = 128 * kWarpGroups;
   static constexpr int kHeadDim = 64;
-  static constexpr int kBlockN = 64;  // rows of a streamed tile (load_tile_core)
-  static constexpr int kThreads = 128;
+  static constexpr int kBlockN = 64;                   // rows of a streamed tile (load_tile_core)
   static constexpr int kChunksPerRow = kHeadDim / 8;
   static constexpr int kKSteps = kHeadDim / 16;
-  static constexpr int kTileElems = 64 * kHeadDim;  // one core-matrix tile
+  static constexpr int kSmemStride = kHeadDim + 8;     // padded rows (load_tile, load_a_frags)
+  static constexpr int kTileElems = 64 * kHeadDim;     // one streamed core-matrix tile
   static constexpr uint32_t kCoreBytes = 128, kRowGroupBytes = kCoreBytes * kChunksPerRow;
-  using Padded = FlashBwdTraits<64>;  // the padded tiles the A fragments are read from (ldmatrix)
-  static constexpr size_t kPaddedTileBytes = Padded::kSmemTile;
+  static constexpr size_t kPaddedTileBytes = size_t(kRows) * kSmemStride * sizeof(Element);
   // dK/dV: Q and dO [2][64 x 64] core tiles, own K and V padded, lse and delta [2][64]; dQ: K and
   // V [2][64 x 64], own Q and dO padded, key bias [2][64].
   static constexpr size_t kSmemDkdv = 4 * kTileElems * sizeof(Element) + 2 * kPaddedTileBytes + 4 * 64 * sizeof(float);
   static constexpr size_t kSmemDq = 4 * kTileElems * sizeof(Element) + 2 * kPaddedTileBytes + 2 * 64 * sizeof(float);
+  static_assert(kWarpGroups == 1 || kWarpGroups == 2, "64 or 128 rows per CTA");
   static_assert(kPaddedTileBytes % 16 == 0, "padded tiles keep 16-byte alignment (cp.async, ldmatrix)");
   static_assert(kSmemDkdv <= 113 * 1024 && kSmemDq <= 113 * 1024, "two CTAs per SM fit sm_90's shared memory");
 };
@@ -95,7 +104,7 @@ __device__ __forceinline__ void store_rows_wgmma(void* g, bool bf16, int64_t off
 /// acc (64 x 64) = A (registers, 4 k-steps over the head columns) B^T, B a core-matrix tile
 /// whose rows are the n index (K-major B).
 __device__ __forceinline__ void wgmma_rows_nt(float (&acc)[32], const uint32_t (&a)[4][4], const __nv_bfloat16* sB) {
-  using Bt = FlashBwdWgmmaTraits;
+  using Bt = FlashBwdWgmmaTraits<1>;  // (the strides of a streamed tile, the same for every shape)
 #pragma unroll
   for (int ks = 0; ks < Bt::kKSteps; ++ks)
     wgmma::mma_m64n64k16_rs<__nv_bfloat16, 0>(acc, a[ks], wgmma::smem_desc(sB + ks * 2 * 64, Bt::kCoreBytes, Bt::kRowGroupBytes),
@@ -105,7 +114,7 @@ __device__ __forceinline__ void wgmma_rows_nt(float (&acc)[32], const uint32_t (
 /// acc (64 x 64) += A (registers, 4 k-steps over the tile's 64 rows) B, B a core-matrix tile
 /// whose rows are the k index (MN-major B).
 __device__ __forceinline__ void wgmma_frags_nn(float (&acc)[32], const uint32_t (&a)[4][4], const __nv_bfloat16* sB) {
-  using Bt = FlashBwdWgmmaTraits;
+  using Bt = FlashBwdWgmmaTraits<1>;
 #pragma unroll
   for (int kt = 0; kt < 4; ++kt)
     wgmma::mma_m64n64k16_rs<__nv_bfloat16, 1>(
@@ -125,19 +134,18 @@ __device__ __forceinline__ void pack_acc_frags(uint32_t (&frags)[4][4], const fl
 }
 
 /// kDropout false: compiled without the dropout code (p.dropout_p must be 0), as bwd_kernel.cuh.
-template <bool kDropout, int kMinBlocks>
-__global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dkdv_wgmma_kernel(const __grid_constant__ FlashBwdParams p) {
+template <typename Bt, bool kDropout, int kMinBlocks>
+__global__ void __launch_bounds__(Bt::kThreads, kMinBlocks)
+    flash_bwd_dkdv_wgmma_kernel(const __grid_constant__ FlashBwdParams p) {
 #ifdef UNMASK_WGMMA_ENABLED
-  using Bt = FlashBwdWgmmaTraits;
-  using Kt = Bt::Padded;
   using T = __nv_bfloat16;
-  constexpr int D = Bt::kHeadDim, kTile = Bt::kTileElems;
+  constexpr int D = Bt::kHeadDim, kTile = Bt::kTileElems, kRows = Bt::kRows;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sQ = reinterpret_cast<T*>(smem_raw);  // [2][kTile], core matrices
   T* const sdO = sQ + 2 * kTile;                  // [2][kTile]
-  T* const sK = sdO + 2 * kTile;                  // [64][LDS], padded
-  T* const sV = sK + 64 * Kt::kSmemStride;        // [64][LDS]
-  float* const sLse = reinterpret_cast<float*>(sV + 64 * Kt::kSmemStride);  // [2][64], raw lse
+  T* const sK = sdO + 2 * kTile;                  // [kRows][LDS], padded
+  T* const sV = sK + kRows * Bt::kSmemStride;     // [kRows][LDS]
+  float* const sLse = reinterpret_cast<float*>(sV + kRows * Bt::kSmemStride);  // [2][64], raw lse
   float* const sDelta = sLse + 2 * 64;                                       // [2][64]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -145,7 +153,7 @@ __global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dkdv_wgmma_kernel(c
   int64_t start;
   int seqlen;
   sequence_bounds(p.cu_seqlens, p.max_seqlen, b, start, seqlen);
-  const int k0 = blockIdx.x * 64;
+  const int k0 = blockIdx.x * kRows;
   if (k0 >= seqlen) return;
 
   const T* gQ = static_cast<const T*>(p.q) + start * p.q_row_stride + head * D;
@@ -171,19 +179,19 @@ __global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dkdv_wgmma_kernel(c
     cp_async_commit();
   };
 
-  load_tile<Kt, 64>(sK, static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D, p.k_row_stride,
-                    min(64, seqlen - k0), tid);
-  load_tile<Kt, 64>(sV, static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D, p.v_row_stride,
-                    min(64, seqlen - k0), tid);
+  load_tile<Bt, kRows>(sK, static_cast<const T*>(p.k) + (start + k0) * p.k_row_stride + head * D, p.k_row_stride,
+                       min(kRows, seqlen - k0), tid);
+  load_tile<Bt, kRows>(sV, static_cast<const T*>(p.v) + (start + k0) * p.v_row_stride + head * D, p.v_row_stride,
+                       min(kRows, seqlen - k0), tid);
   cp_async_commit();
   load_query_tile(0);
   const bool key_ok[2] = {bwd_key_real(p, b, k0 + warp * 16 + lane / 4, seqlen),
                           bwd_key_real(p, b, k0 + warp * 16 + lane / 4 + 8, seqlen)};
   cp_async_wait<1>();  // K and V have landed
   __syncthreads();
-  uint32_t k_frag[4][4], v_frag[4][4];
-  load_a_frags<Kt>(k_frag, sK, warp, lane);
-  load_a_frags<Kt>(v_frag, sV, warp, lane);
+  uint32_t k_frag[4][4], v_frag[4][4];  // this warp's 16 keys (rows 16 warp .. of the CTA's)
+  load_a_frags<Bt>(k_frag, sK, warp, lane);
+  load_a_frags<Bt>(v_frag, sV, warp, lane);
 
   float acc_dk[32], acc_dv[32];
 #pragma unroll
@@ -238,26 +246,25 @@ __global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dkdv_wgmma_kernel(c
 #endif
 }
 
-template <bool kDropout, int kMinBlocks>
-__global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dq_wgmma_kernel(const __grid_constant__ FlashBwdParams p) {
+template <typename Bt, bool kDropout, int kMinBlocks>
+__global__ void __launch_bounds__(Bt::kThreads, kMinBlocks)
+    flash_bwd_dq_wgmma_kernel(const __grid_constant__ FlashBwdParams p) {
 #ifdef UNMASK_WGMMA_ENABLED
-  using Bt = FlashBwdWgmmaTraits;
-  using Kt = Bt::Padded;
   using T = __nv_bfloat16;
-  constexpr int D = Bt::kHeadDim, kTile = Bt::kTileElems;
+  constexpr int D = Bt::kHeadDim, kTile = Bt::kTileElems, kRows = Bt::kRows;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sK = reinterpret_cast<T*>(smem_raw);  // [2][kTile], core matrices
   T* const sV = sK + 2 * kTile;                   // [2][kTile]
-  T* const sQ = sV + 2 * kTile;                   // [64][LDS], padded
-  T* const sdO = sQ + 64 * Kt::kSmemStride;       // [64][LDS]
-  float* const sBias = reinterpret_cast<float*>(sdO + 64 * Kt::kSmemStride);  // [2][64]: 0 or -inf
+  T* const sQ = sV + 2 * kTile;                   // [kRows][LDS], padded
+  T* const sdO = sQ + kRows * Bt::kSmemStride;    // [kRows][LDS]
+  float* const sBias = reinterpret_cast<float*>(sdO + kRows * Bt::kSmemStride);  // [2][64]: 0 or -inf
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int head = blockIdx.y, b = blockIdx.z;
   int64_t start;
   int seqlen;
   sequence_bounds(p.cu_seqlens, p.max_seqlen, b, start, seqlen);
-  const int q0 = blockIdx.x * 64;
+  const int q0 = blockIdx.x * kRows;
   if (q0 >= seqlen) return;
 
   const T* gK = static_cast<const T*>(p.k) + start * p.k_row_stride + head * D;
@@ -271,10 +278,10 @@ __global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dq_wgmma_kernel(con
       sBias[(j % 2) * 64 + i] = bwd_key_real(p, b, k0 + i, seqlen) ? 0.0f : -INFINITY;
   };
 
-  load_tile<Kt, 64>(sQ, static_cast<const T*>(p.q) + (start + q0) * p.q_row_stride + head * D, p.q_row_stride,
-                    min(64, seqlen - q0), tid);
-  load_tile<Kt, 64>(sdO, static_cast<const T*>(p.dout) + (start + q0) * p.dout_row_stride + head * D,
-                    p.dout_row_stride, min(64, seqlen - q0), tid);
+  load_tile<Bt, kRows>(sQ, static_cast<const T*>(p.q) + (start + q0) * p.q_row_stride + head * D, p.q_row_stride,
+                       min(kRows, seqlen - q0), tid);
+  load_tile<Bt, kRows>(sdO, static_cast<const T*>(p.dout) + (start + q0) * p.dout_row_stride + head * D,
+                       p.dout_row_stride, min(kRows, seqlen - q0), tid);
   cp_async_commit();
   load_key_tile(0);
   float lse2[2], delta[2];
@@ -287,9 +294,9 @@ __global__ void __launch_bounds__(128, kMinBlocks) flash_bwd_dq_wgmma_kernel(con
   }
   cp_async_wait<1>();  // Q and dO have landed
   __syncthreads();
-  uint32_t q_frag[4][4], do_frag[4][4];
-  load_a_frags<Kt>(q_frag, sQ, warp, lane);
-  load_a_frags<Kt>(do_frag, sdO, warp, lane);
+  uint32_t q_frag[4][4], do_frag[4][4];  // this warp's 16 queries (rows 16 warp .. of the CTA's)
+  load_a_frags<Bt>(q_frag, sQ, warp, lane);
+  load_a_frags<Bt>(do_frag, sdO, warp, lane);
 
   float acc_dq[32];
 #pragma unroll

@@ -83,7 +83,10 @@ FlashBwdLaunchStats flash_bwd_launch_stats();
 /// The wgmma backward pair (flash/flash_bwd_wgmma.cu; head size 64, bf16, sm_90a): the recompute
 /// scheme whatever FlashBwdParams::dq_mode and ctas_per_sm ask (UNMASK_FLASH_BWD_WGMMA=1 wins),
 /// unchecked: flash_attention_backward checks p and decides. flash_bwd_wgmma_launches: its calls.
+/// Rows per CTA (UNMASK_FLASH_BWD_WGMMA_SHAPE=m64, the default, or m128: two warpgroups sharing
+/// each streamed tile); throws on another value.
 void flash_bwd_wgmma(const FlashBwdParams& p, cudaStream_t stream);
+int flash_bwd_wgmma_rows();
 uint64_t flash_bwd_wgmma_launches();
 /// Whether the three-CTA dK/dV kernel runs on the current device when asked for (head size 64,
 /// no dropout): three of its CTAs must fit an SM's shared memory (sm_90 yes, sm_80 no).

@@ -274,7 +274,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
                int64_t(p.batch) * p.max_seqlen, "), or 0");
   requested_dkdv_ctas(p);  // a bad ctas_per_sm / UNMASK_FLASH_BWD_CTAS_PER_SM fails on any batch
   short_kernel_requested();  // and a bad UNMASK_FLASH_BWD_SHORT
-  wgmma_kernels_requested();  // and UNMASK_FLASH_BWD_WGMMA
+  if (wgmma_kernels_requested()) flash_bwd_wgmma_rows();  // and UNMASK_FLASH_BWD_WGMMA(_SHAPE)
   (void)resolve_dq_mode(p);   // and UNMASK_CUDA_ATTN_BWD, which the short and wgmma kernels do not read
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {

@@ -2,10 +2,13 @@
 // (bwd_wgmma_kernel.cuh: head size 64, bf16, sm_90a). flash_bwd.cu decides when it
 // runs (UNMASK_FLASH_BWD_WGMMA=1, opt-in until measured) and has checked p.
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/check.h"
 #include "cuda/flash/bwd_wgmma_kernel.cuh"
 #include "cuda/flash/flash_api.h"
+#include "unmask/error.h"
 
 namespace unmask::cuda {
 
@@ -14,27 +17,46 @@ namespace {
 std::atomic<uint64_t> g_wgmma_bwd_launches{0};
 
 template <typename Kernel>
-void launch(Kernel kernel, dim3 grid, size_t smem, const FlashBwdParams& p, cudaStream_t stream) {
+void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const FlashBwdParams& p, cudaStream_t stream) {
   if (smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<grid, flash::FlashBwdWgmmaTraits::kThreads, smem, stream>>>(p);
+  kernel<<<grid, threads, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+/// The pair for CTAs of Bt::kRows rows; without dropout, instances compiled without its code
+/// (fewer registers), as flash_bwd.cu does. One warpgroup: two CTAs per SM (8 warps; 255
+/// registers a thread); two: one CTA of 8 warps.
+template <typename Bt>
+void run(const FlashBwdParams& p, cudaStream_t stream) {
+  constexpr int kMin = Bt::kWarpGroups == 1 ? 2 : 1;
+  const dim3 grid(unsigned((p.max_seqlen + Bt::kRows - 1) / Bt::kRows), unsigned(p.num_heads), unsigned(p.batch));
+  if (p.dropout_p == 0.0f) {
+    launch(flash::flash_bwd_dkdv_wgmma_kernel<Bt, false, kMin>, grid, Bt::kThreads, Bt::kSmemDkdv, p, stream);
+    launch(flash::flash_bwd_dq_wgmma_kernel<Bt, false, kMin>, grid, Bt::kThreads, Bt::kSmemDq, p, stream);
+  } else {
+    launch(flash::flash_bwd_dkdv_wgmma_kernel<Bt, true, kMin>, grid, Bt::kThreads, Bt::kSmemDkdv, p, stream);
+    launch(flash::flash_bwd_dq_wgmma_kernel<Bt, true, kMin>, grid, Bt::kThreads, Bt::kSmemDq, p, stream);
+  }
 }
 
 }  // namespace
 
+int flash_bwd_wgmma_rows() {
+  const char* env = std::getenv("UNMASK_FLASH_BWD_WGMMA_SHAPE");
+  if (!env || !*env) return 64;
+  const std::string v = env;
+  if (v == "m64") return 64;
+  if (v == "m128") return 128;
+  throw Error("UNMASK_FLASH_BWD_WGMMA_SHAPE=", v, " is not a shape of the wgmma attention backward: use m64 (64 rows a ",
+              "CTA, the default) or m128 (two warpgroups sharing each streamed tile)");
+}
+
 void flash_bwd_wgmma(const FlashBwdParams& p, cudaStream_t stream) {
-  using Bt = flash::FlashBwdWgmmaTraits;
-  const dim3 grid(unsigned((p.max_seqlen + 63) / 64), unsigned(p.num_heads), unsigned(p.batch));
-  // Two CTAs per SM (8 warps): the register budget of each kernel is 255 per thread. Without
-  // dropout, instances compiled without its code (fewer registers), as flash_bwd.cu does.
-  if (p.dropout_p == 0.0f) {
-    launch(flash::flash_bwd_dkdv_wgmma_kernel<false, 2>, grid, Bt::kSmemDkdv, p, stream);
-    launch(flash::flash_bwd_dq_wgmma_kernel<false, 2>, grid, Bt::kSmemDq, p, stream);
-  } else {
-    launch(flash::flash_bwd_dkdv_wgmma_kernel<true, 2>, grid, Bt::kSmemDkdv, p, stream);
-    launch(flash::flash_bwd_dq_wgmma_kernel<true, 2>, grid, Bt::kSmemDq, p, stream);
-  }
+  if (flash_bwd_wgmma_rows() == 128)
+    run<flash::FlashBwdWgmmaTraits<2>>(p, stream);
+  else
+    run<flash::FlashBwdWgmmaTraits<1>>(p, stream);
   g_wgmma_bwd_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
