@@ -36,7 +36,8 @@
 #
 # QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
 # profiles of the two models (row variants: the wgmma attention, forward and backward together,
-# with 64- and with 128-row CTAs; UNMASK_FLASH_BWD_SHORT=1), old/new inference with the wgmma forward, its profile, and Nsight
+# with 64- and with 128-row CTAs; UNMASK_FLASH_BWD_SHORT=1; UNMASK_CUDA_LN_BWD_FUSED=1, last, whose
+# kernel holds half the row cache for rows of up to 512 columns since 2026-11-27), old/new inference with the wgmma forward, its profile, and Nsight
 # Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
 # in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated; NAME@SKIP
 # skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128;
@@ -120,7 +121,7 @@ ROW_VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_CUDA_GEMM_AUTOTUNE=1"
 # sequences are longer than 128)
 [ "$QUICK" = 1 ] && ROW_VARIANTS=("UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1"
   "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=m128n128 UNMASK_FLASH_BWD_WGMMA=1 UNMASK_FLASH_BWD_WGMMA_SHAPE=m128"
-  "UNMASK_FLASH_BWD_SHORT=1")
+  "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_CUDA_LN_BWD_FUSED=1")
 for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
   [ "$QUICK" = 1 ] && break
   go "variant tests $suite" || continue

@@ -233,12 +233,16 @@ int64_t fused_rows_per_warp(int64_t N) { return std::max<int64_t>(4, ceil_div(N,
 /// (dgamma | dbeta), which column sums of their own reduce (layernorm_backward_rows). Reads x,
 /// the residual and dy once where the two-kernel path reads them twice. dx may alias dy (each
 /// lane loads its chunks of the row before storing any).
-template <typename T, int kVec>
+/// kChunks: the chunks of kVec columns a lane keeps (rows of up to 32 kChunks kVec columns); the
+/// launcher takes half the row cache when the row fits, as for layernorm_backward_dx_kernel (the
+/// lane's columns and the sums' order do not depend on it: for_cached_chunks skips the chunks
+/// past C): ViT-B's decoder rows of 384 need 12 values a lane of 32, and the four per-chunk
+/// arrays (xhat, g and the two column sums) are most of the kernel's registers.
+template <typename T, int kVec, int kChunks>
 __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
     layernorm_backward_fused_kernel(T* dx, int64_t lddx, float* partial, const T* x, int64_t ldx, const T* residual,
                                     int64_t ldr, const float* gamma, const float* mean, const float* rstd, const T* dy,
                                     int64_t lddy, int64_t N, int C, int64_t rows_per_warp, bool accumulate) {
-  constexpr int kChunks = kRowCacheFloats / kVec;
   extern __shared__ float sbuf[];  // [2C]: dgamma | dbeta partials of the warps folded so far
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   float acc_a[kChunks][kVec], acc_b[kChunks][kVec];  // this lane's columns: sum dy xhat, sum dy
@@ -575,11 +579,18 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
       using T = decltype(tag);
       with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}}),
                   [&](auto kvec) {
-        layernorm_backward_fused_kernel<T, decltype(kvec)::value>
-            <<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
-                static_cast<T*>(dx), lddx, block_partial.as<float>(), static_cast<const T*>(x), ldx,
-                static_cast<const T*>(residual), ldr, gamma, mean, rstd, static_cast<const T*>(dy), lddy, N, int(C),
-                rows_per_warp, accumulate_dx);
+        constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
+        static_assert(kHalf >= 1, "half the row cache is at least one chunk");
+        const auto launch = [&](auto kernel) {
+          kernel<<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
+              static_cast<T*>(dx), lddx, block_partial.as<float>(), static_cast<const T*>(x), ldx,
+              static_cast<const T*>(residual), ldr, gamma, mean, rstd, static_cast<const T*>(dy), lddy, N, int(C),
+              rows_per_warp, accumulate_dx);
+        };
+        if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
+          launch(layernorm_backward_fused_kernel<T, V, kHalf>);
+        else
+          launch(layernorm_backward_fused_kernel<T, V, kFull>);
       });
       CUDA_CHECK_LAUNCH();
     });
