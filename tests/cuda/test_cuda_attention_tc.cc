@@ -25,6 +25,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/philox.h"
@@ -349,10 +350,13 @@ TEST(CudaAttentionTc, DropoutAlignedCountersMatchNaiveBf16) {
 TEST(CudaAttentionTc, WgmmaForwardMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
   REQUIRE_WGMMA_DEVICE();
-  for (const char* shape : {"m64n128", "m64n64", "m128n128"}) {
+  const std::pair<const char*, cuda::WgmmaFwdShape> shapes[] = {{"m64n128", cuda::WgmmaFwdShape::m64n128},
+                                                                  {"m64n64", cuda::WgmmaFwdShape::m64n64},
+                                                                  {"m128n128", cuda::WgmmaFwdShape::m128n128}};
+  for (const auto& [shape, shape_id] : shapes) {
     const ScopedEnv on("UNMASK_FLASH_WGMMA", "1"), tiles("UNMASK_FLASH_WGMMA_SHAPE", shape);
     const ScopedEnv block_m("UNMASK_FLASH_BLOCK_M", nullptr), warp_rows("UNMASK_FLASH_WARP_ROWS", nullptr);
-    const uint64_t launches = cuda::flash_fwd_wgmma_launches();
+    const uint64_t launches = cuda::flash_fwd_wgmma_launches(shape_id);
     const std::string tag = std::string(" wgmma ") + shape;
     check_case(padded_case(("padded" + tag).c_str(), 3, 200, {0, 63, 64, 127, 128, 199}, 150, true), base_seed() ^ 0x91);
     check_case(packed_case(("packed dropout" + tag).c_str(), {129, 128, 33, 1, 260}, 0.1f), base_seed() ^ 0x92);
@@ -363,7 +367,8 @@ TEST(CudaAttentionTc, WgmmaForwardMatchesNaiveBf16) {
     vit.NH = 3;
     vit.lens = {157, 157};
     check_case(vit, base_seed() ^ 0x94);
-    EXPECT_GE(cuda::flash_fwd_wgmma_launches(), launches + 4) << shape << ": the wgmma kernel did not run every case";
+    EXPECT_GE(cuda::flash_fwd_wgmma_launches(shape_id), launches + 4) << shape << ": the wgmma kernel of this shape "
+                                                                        "did not run every case";
   }
 }
 
@@ -772,10 +777,11 @@ TEST(CudaAttentionTc, WgmmaBackwardMatchesNaiveBf16AndIsReproducible) {
   REQUIRE_CUDA_DEVICE();
   REQUIRE_WGMMA_DEVICE();
   const ScopedEnv bwd("UNMASK_FLASH_BWD_WGMMA", "1"), short_kernel("UNMASK_FLASH_BWD_SHORT", nullptr);
-  for (const char* shape : {"m64", "m128"}) {  // 64 or 128 rows a CTA (UNMASK_FLASH_BWD_WGMMA_SHAPE)
-    const ScopedEnv rows("UNMASK_FLASH_BWD_WGMMA_SHAPE", shape);
-    const std::string tag = std::string(" wgmma bwd ") + shape;
-    const uint64_t before = cuda::flash_bwd_launch_stats().wgmma;
+  for (const int rows_per_cta : {64, 128}) {  // UNMASK_FLASH_BWD_WGMMA_SHAPE
+    const std::string shape = "m" + std::to_string(rows_per_cta);
+    const ScopedEnv rows("UNMASK_FLASH_BWD_WGMMA_SHAPE", shape.c_str());
+    const std::string tag = " wgmma bwd " + shape;
+    const uint64_t before = cuda::flash_bwd_wgmma_launches(rows_per_cta);
     check_case(padded_case(("padded" + tag).c_str(), 3, 200, {0, 63, 64, 127, 128, 199}, 150, true), base_seed() ^ 0xa1);
     check_case(packed_case(("packed" + tag).c_str(), {150, 37, 64, 1, 600}), base_seed() ^ 0xa2);
     Case vit;
@@ -788,7 +794,16 @@ TEST(CudaAttentionTc, WgmmaBackwardMatchesNaiveBf16AndIsReproducible) {
     check_case(packed_case(("packed dropout, aligned counters" + tag).c_str(), {128, 76, 20, 4}, 0.1f,
                            uint64_t(7) << 32),
                base_seed() ^ 0xa7);
-    EXPECT_GE(cuda::flash_bwd_launch_stats().wgmma, before + 5) << shape << ": the wgmma backward did not run every case";
+    EXPECT_GE(cuda::flash_bwd_wgmma_launches(rows_per_cta), before + 5)
+        << shape << ": the wgmma backward of this shape did not run every case";
+    // The same bits on a second run (every gradient element is written once, in a fixed order).
+    const Case c = packed_case(("reproducible" + tag).c_str(), {300, 77});
+    const Inputs in = random_inputs(c, base_seed() ^ 0xa5);
+    const uint64_t repro_before = cuda::flash_bwd_wgmma_launches(rows_per_cta);
+    const Grads g1 = run_cuda(c, in.q, in.k, in.v, in.dout, true), g2 = run_cuda(c, in.q, in.k, in.v, in.dout, true);
+    EXPECT_EQ(cuda::flash_bwd_wgmma_launches(rows_per_cta), repro_before + 2)
+        << shape << ": the wgmma backward did not run both times";
+    EXPECT_TRUE(g1.dq == g2.dq && g1.dk == g2.dk && g1.dv == g2.dv) << shape << ": two wgmma backward runs differ";
   }
   {
     const ScopedEnv fwd("UNMASK_FLASH_WGMMA", "1");
@@ -797,12 +812,6 @@ TEST(CudaAttentionTc, WgmmaBackwardMatchesNaiveBf16AndIsReproducible) {
     EXPECT_GT(cuda::flash_fwd_wgmma_launches(), fwd_before) << "the wgmma forward did not run";
     EXPECT_GT(cuda::flash_bwd_launch_stats().wgmma, bwd_before) << "the wgmma backward did not run";
   }
-  const Case c = packed_case("reproducible", {300, 77});
-  const Inputs in = random_inputs(c, base_seed() ^ 0xa5);
-  const uint64_t repro_before = cuda::flash_bwd_launch_stats().wgmma;
-  const Grads g1 = run_cuda(c, in.q, in.k, in.v, in.dout, true), g2 = run_cuda(c, in.q, in.k, in.v, in.dout, true);
-  EXPECT_EQ(cuda::flash_bwd_launch_stats().wgmma, repro_before + 2) << "the wgmma backward did not run both times";
-  EXPECT_TRUE(g1.dq == g2.dq && g1.dk == g2.dk && g1.dv == g2.dv) << "two wgmma backward runs differ";
 }
 
 namespace {

@@ -840,7 +840,10 @@ TEST(CudaAttention, WgmmaFlashFollowsTheTwiceNaiveRule) {
   };
   const ScopedEnv on("UNMASK_FLASH_WGMMA", "1"), block_m("UNMASK_FLASH_BLOCK_M", nullptr),
       warp_rows("UNMASK_FLASH_WARP_ROWS", nullptr);
-  for (const char* shape : {"m64n128", "m64n64", "m128n128"}) {
+  const std::pair<const char*, cuda::WgmmaFwdShape> shapes[] = {{"m64n128", cuda::WgmmaFwdShape::m64n128},
+                                                                  {"m64n64", cuda::WgmmaFwdShape::m64n64},
+                                                                  {"m128n128", cuda::WgmmaFwdShape::m128n128}};
+  for (const auto& [shape, shape_id] : shapes) {
     const ScopedEnv tiles("UNMASK_FLASH_WGMMA_SHAPE", shape);
     for (DType dt : {DType::bf16, DType::f16})
       for (const AttnLayout& L : layouts) {
@@ -849,9 +852,9 @@ TEST(CudaAttention, WgmmaFlashFollowsTheTwiceNaiveRule) {
         std::vector<double> QKV = rng.vec(size_t(N * 3 * C), dt, 1.0);
         Tensor qkv = device_tensor(QKV, {N, 3 * C}, dt);
         const float scale = 0.125f;
-        const uint64_t launches = cuda::flash_fwd_wgmma_launches();
+        const uint64_t launches = cuda::flash_fwd_wgmma_launches(shape_id);
         const std::vector<double> got = run_attention(ctx, qkv, L, NH, HS, scale, false, false);
-        EXPECT_GT(cuda::flash_fwd_wgmma_launches(), launches) << "the wgmma kernel did not run";
+        EXPECT_GT(cuda::flash_fwd_wgmma_launches(shape_id), launches) << "the wgmma kernel of " << shape << " did not run";
         const std::vector<double> ref = attention_ref(QKV, L, NH, HS, scale, false, dt);
         const std::vector<double> naive = attention_ref(QKV, L, NH, HS, scale, true, dt);
         const double err = max_abs_diff(got, ref), err_naive = max_abs_diff(naive, ref);

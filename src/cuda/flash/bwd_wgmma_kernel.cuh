@@ -60,7 +60,8 @@ struct FlashBwdWgmmaTraits {
   static constexpr size_t kSmemDq = 4 * kTileElems * sizeof(Element) + 2 * kPaddedTileBytes + 2 * 64 * sizeof(float);
   static_assert(kWarpGroups == 1 || kWarpGroups == 2, "64 or 128 rows per CTA");
   static_assert(kPaddedTileBytes % 16 == 0, "padded tiles keep 16-byte alignment (cp.async, ldmatrix)");
-  static_assert(kSmemDkdv <= 113 * 1024 && kSmemDq <= 113 * 1024, "two CTAs per SM fit sm_90's shared memory");
+  static_assert(kWarpGroups == 2 || (kSmemDkdv <= 113 * 1024 && kSmemDq <= 113 * 1024),
+                "two 64-row CTAs per SM fit sm_90's shared memory (a 128-row CTA runs alone)");
 };
 
 /// Waits for tile j (starting tile j + 1 first, as stream_next_tile), then makes every thread's

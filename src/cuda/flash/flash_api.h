@@ -60,8 +60,10 @@ void flash_fwd_wgmma(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t 
 /// (flash_fwd_wgmma.cu). swap_strides: LBO and SBO exchanged (a diagnostic for a failing probe).
 /// Synchronous; throws where flash_fwd_wgmma_device() is false.
 std::vector<float> flash_wgmma_probe(bool trans_b, int step, bool swap_strides = false);
-/// How many wgmma forward launches the process made (tests and benchmarks: which kernel ran).
+/// How many wgmma forward launches the process made (tests and benchmarks: which kernel ran), of
+/// every shape, or of one.
 uint64_t flash_fwd_wgmma_launches();
+uint64_t flash_fwd_wgmma_launches(WgmmaFwdShape shape);
 
 struct FlashBwdParams;  // flash/bwd_kernel.cuh
 /// Whether the tensor-core backward (flash/flash_bwd.cu) has an instance for this head size.
@@ -87,7 +89,8 @@ FlashBwdLaunchStats flash_bwd_launch_stats();
 /// each streamed tile); throws on another value.
 void flash_bwd_wgmma(const FlashBwdParams& p, cudaStream_t stream);
 int flash_bwd_wgmma_rows();
-uint64_t flash_bwd_wgmma_launches();
+/// Calls of flash_bwd_wgmma with `rows` rows a CTA (64 or 128), or of both shapes (rows = 0).
+uint64_t flash_bwd_wgmma_launches(int rows = 0);
 /// Whether the three-CTA dK/dV kernel runs on the current device when asked for (head size 64,
 /// no dropout): three of its CTAs must fit an SM's shared memory (sm_90 yes, sm_80 no).
 bool flash_bwd_three_ctas_available(bool atomic_dq);

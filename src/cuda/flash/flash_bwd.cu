@@ -55,17 +55,23 @@ constexpr int kDeterministicAtomicDqMaxSeqlen = 128;
 /// bitwise reproducible (max_seqlen <= kDeterministicAtomicDqMaxSeqlen: BERT's phase 1 and its
 /// fine-tuning at 128) and recompute (the deterministic second kernel) elsewhere; atomic needs
 /// the batch's row count.
+/// UNMASK_CUDA_ATTN_BWD's dQ scheme, automatic when unset; throws on another value (checked on
+/// every backward, whatever scheme or kernel the call then takes).
+FlashBwdDq env_dq_mode() {
+  const char* env = std::getenv("UNMASK_CUDA_ATTN_BWD");
+  if (!env) return FlashBwdDq::automatic;
+  const std::string v = env;
+  UNMASK_CHECK(v == "atomic" || v == "recompute", "UNMASK_CUDA_ATTN_BWD=", v,
+               " is not a dQ scheme of the tensor-core attention backward: use atomic (faster; run-to-run "
+               "rounding differences past 128 keys) or recompute (deterministic; the default past 128 keys)");
+  return v == "atomic" ? FlashBwdDq::atomic : FlashBwdDq::recompute;
+}
+
 FlashBwdDq resolve_dq_mode(const FlashBwdParams& p) {
   FlashBwdDq mode = p.dq_mode;
   if (mode == FlashBwdDq::automatic) {
     mode = p.max_seqlen <= kDeterministicAtomicDqMaxSeqlen ? FlashBwdDq::atomic : FlashBwdDq::recompute;
-    if (const char* env = std::getenv("UNMASK_CUDA_ATTN_BWD")) {
-      const std::string v = env;
-      UNMASK_CHECK(v == "atomic" || v == "recompute", "UNMASK_CUDA_ATTN_BWD=", v,
-                   " is not a dQ scheme of the tensor-core attention backward: use atomic (faster; run-to-run "
-                   "rounding differences past 128 keys) or recompute (deterministic; the default past 128 keys)");
-      mode = v == "atomic" ? FlashBwdDq::atomic : FlashBwdDq::recompute;
-    }
+    if (const FlashBwdDq env = env_dq_mode(); env != FlashBwdDq::automatic) mode = env;
   }
   return mode == FlashBwdDq::atomic && p.rows > 0 ? FlashBwdDq::atomic : FlashBwdDq::recompute;
 }
@@ -275,7 +281,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
   requested_dkdv_ctas(p);  // a bad ctas_per_sm / UNMASK_FLASH_BWD_CTAS_PER_SM fails on any batch
   short_kernel_requested();  // and a bad UNMASK_FLASH_BWD_SHORT
   if (wgmma_kernels_requested()) flash_bwd_wgmma_rows();  // and UNMASK_FLASH_BWD_WGMMA(_SHAPE)
-  (void)resolve_dq_mode(p);   // and UNMASK_CUDA_ATTN_BWD, which the short and wgmma kernels do not read
+  env_dq_mode();  // and UNMASK_CUDA_ATTN_BWD, which an explicit dq_mode and the short and wgmma kernels skip
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {
     case 64: return run_flash_bwd<64>(p, stream);

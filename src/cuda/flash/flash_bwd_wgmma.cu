@@ -14,7 +14,7 @@ namespace unmask::cuda {
 
 namespace {
 
-std::atomic<uint64_t> g_wgmma_bwd_launches{0};
+std::atomic<uint64_t> g_wgmma_bwd_launches[2];  // 64-row, 128-row CTAs
 
 template <typename Kernel>
 void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const FlashBwdParams& p, cudaStream_t stream) {
@@ -53,13 +53,17 @@ int flash_bwd_wgmma_rows() {
 }
 
 void flash_bwd_wgmma(const FlashBwdParams& p, cudaStream_t stream) {
-  if (flash_bwd_wgmma_rows() == 128)
+  const bool m128 = flash_bwd_wgmma_rows() == 128;
+  if (m128)
     run<flash::FlashBwdWgmmaTraits<2>>(p, stream);
   else
     run<flash::FlashBwdWgmmaTraits<1>>(p, stream);
-  g_wgmma_bwd_launches.fetch_add(1, std::memory_order_relaxed);
+  g_wgmma_bwd_launches[m128 ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
 }
 
-uint64_t flash_bwd_wgmma_launches() { return g_wgmma_bwd_launches.load(std::memory_order_relaxed); }
+uint64_t flash_bwd_wgmma_launches(int rows) {
+  if (rows == 64 || rows == 128) return g_wgmma_bwd_launches[rows == 128 ? 1 : 0].load(std::memory_order_relaxed);
+  return g_wgmma_bwd_launches[0].load(std::memory_order_relaxed) + g_wgmma_bwd_launches[1].load(std::memory_order_relaxed);
+}
 
 }  // namespace unmask::cuda

@@ -25,18 +25,18 @@ namespace flash {
 
 namespace {
 
-std::atomic<uint64_t> g_wgmma_launches{0};
+std::atomic<uint64_t> g_wgmma_launches[3];  // per WgmmaFwdShape
 
 /// Launches the kernel of traits Wt (kMinBlocks CTAs per SM asked of the register allocator).
 template <typename Wt, int kMinBlocks>
-void launch(const FlashFwdParams& p, cudaStream_t stream) {
+void launch(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t stream) {
   auto kernel = flash_fwd_wgmma_kernel<Wt, kMinBlocks>;
   if constexpr (Wt::kSmemBytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Wt::kSmemBytes)));
   const dim3 grid(unsigned((p.max_seqlen + Wt::kBlockM - 1) / Wt::kBlockM), unsigned(p.num_heads), unsigned(p.batch));
   kernel<<<grid, Wt::kThreads, Wt::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
-  g_wgmma_launches.fetch_add(1, std::memory_order_relaxed);
+  g_wgmma_launches[int(shape)].fetch_add(1, std::memory_order_relaxed);
 }
 
 /// The descriptor probe (flash_wgmma_probe): one warpgroup, one m64n64k16 f16 wgmma with a
@@ -50,8 +50,11 @@ void launch(const FlashFwdParams& p, cudaStream_t stream) {
 template <int TransB>
 __global__ void __launch_bounds__(128) wgmma_probe_kernel(float* out, int step, bool swap) {
 #ifdef UNMASK_WGMMA_ENABLED
-  __shared__ __align__(128) __half tile[64 * 64];
+  // Twice the tile, the upper half zeros: with LBO and SBO exchanged (the diagnosis) an MN-major
+  // read reaches past the first 8 KB, which must stay inside the array.
+  __shared__ __align__(128) __half tile[2 * 64 * 64];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  for (int i = 64 * 64 + tid; i < 2 * 64 * 64; i += 128) tile[i] = __float2half(0.0f);
   for (int i = tid; i < 64 * 64; i += 128) {
     const int r = i / 64, c = i % 64;  // element (r, c) of the tile, stored as load_tile_core stores it
     const int k_coord = TransB ? r : c, n_coord = TransB ? c : r;
@@ -95,9 +98,9 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(float* out, int step, 
 template <typename T>
 void run(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t stream) {
   switch (shape) {
-    case WgmmaFwdShape::m64n128: return launch<FlashFwdWgmmaTraits<T, 1, 128>, 2>(p, stream);
-    case WgmmaFwdShape::m64n64: return launch<FlashFwdWgmmaTraits<T, 1, 64>, 3>(p, stream);
-    case WgmmaFwdShape::m128n128: return launch<FlashFwdWgmmaTraits<T, 2, 128>, 1>(p, stream);
+    case WgmmaFwdShape::m64n128: return launch<FlashFwdWgmmaTraits<T, 1, 128>, 2>(p, shape, stream);
+    case WgmmaFwdShape::m64n64: return launch<FlashFwdWgmmaTraits<T, 1, 64>, 3>(p, shape, stream);
+    case WgmmaFwdShape::m128n128: return launch<FlashFwdWgmmaTraits<T, 2, 128>, 1>(p, shape, stream);
   }
 }
 
@@ -143,6 +146,7 @@ std::vector<float> flash_wgmma_probe(bool trans_b, int step, bool swap_strides) 
   UNMASK_CHECK(flash_fwd_wgmma_device(), "flash_wgmma_probe: needs a compute capability 9.x GPU and sm_90a code");
   UNMASK_CHECK(step >= 0 && step < 4, "flash_wgmma_probe: step must be in [0, 4), got ", step);
   float* out = nullptr;
+  CUDA_CHECK(cudaGetLastError());  // an earlier call's error is not the probe's
   CUDA_CHECK(cudaMalloc(&out, 64 * 64 * sizeof(float)));
   if (trans_b)
     flash::wgmma_probe_kernel<1><<<1, 128>>>(out, step, swap_strides);
@@ -158,6 +162,13 @@ std::vector<float> flash_wgmma_probe(bool trans_b, int step, bool swap_strides) 
   return host;
 }
 
-uint64_t flash_fwd_wgmma_launches() { return flash::g_wgmma_launches.load(std::memory_order_relaxed); }
+uint64_t flash_fwd_wgmma_launches(WgmmaFwdShape shape) {
+  return flash::g_wgmma_launches[int(shape)].load(std::memory_order_relaxed);
+}
+
+uint64_t flash_fwd_wgmma_launches() {
+  return flash_fwd_wgmma_launches(WgmmaFwdShape::m64n128) + flash_fwd_wgmma_launches(WgmmaFwdShape::m64n64) +
+         flash_fwd_wgmma_launches(WgmmaFwdShape::m128n128);
+}
 
 }  // namespace unmask::cuda
