@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <thread>
 #include <string>
@@ -49,6 +50,45 @@ TEST(OpProfile, CountsEveryFrontEndCallByName) {
   ctx.set_op_profiling(false);
   EXPECT_EQ(ctx.op_profiler(), nullptr);
   EXPECT_TRUE(ctx.take_op_profile().empty());
+}
+
+// UNMASK_PROFILE_SHAPES=1 (read when profiling starts): each GEMM shape and epilogue gets its
+// own row, named M x N x K (from c and a, whatever the transposes), dtypes and transposes; other
+// ops keep their names; without the variable every GEMM is one "gemm" row.
+TEST(OpProfile, ShapeModeSplitsGemmsByShape) {
+  const Tensor a = Tensor::zeros({64, 48}, DType::f32), b = Tensor::zeros({48, 32}, DType::f32);
+  const Tensor at = Tensor::zeros({48, 64}, DType::f32), bias = Tensor::zeros({32}, DType::f32);
+  Tensor c = Tensor::empty({64, 32}, DType::f32), c2 = Tensor::empty({16, 32}, DType::f32);
+  const Tensor a2 = Tensor::zeros({16, 48}, DType::f32);
+  const auto run = [&](Context& ctx) {
+    ops::gemm(ctx, a, ops::Trans::no, b, ops::Trans::no, c);
+    ops::gemm(ctx, a, ops::Trans::no, b, ops::Trans::no, c);
+    ops::gemm(ctx, at, ops::Trans::yes, b, ops::Trans::no, c);  // the same M, N, K, a transposed
+    ops::GemmArgs args;
+    args.bias = &bias;
+    args.act = ops::Activation::gelu;
+    ops::gemm(ctx, a2, ops::Trans::no, b, ops::Trans::no, c2, args);
+    ops::activation(ctx, c, c, ops::Activation::gelu);
+  };
+  {
+    setenv("UNMASK_PROFILE_SHAPES", "1", 1);
+    Context ctx({.num_threads = 2});
+    ctx.set_op_profiling(true);
+    unsetenv("UNMASK_PROFILE_SHAPES");  // read once, when the profiler was made
+    run(ctx);
+    const auto m = by_name(ctx.take_op_profile());
+    ASSERT_EQ(m.size(), 4u);
+    EXPECT_EQ(m.at("gemm 64x32x48 f32->f32 NN").calls, 2);
+    EXPECT_EQ(m.at("gemm 64x32x48 f32->f32 TN").calls, 1);
+    EXPECT_EQ(m.at("gemm 16x32x48 f32->f32 NN +bias gelu").calls, 1);
+    EXPECT_EQ(m.at("activation").calls, 1);
+  }
+  Context ctx({.num_threads = 2});
+  ctx.set_op_profiling(true);
+  run(ctx);
+  const auto m = by_name(ctx.take_op_profile());
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.at("gemm").calls, 4);
 }
 
 // The host time outside any op before an op's call is booked as that op's gap: a 20 ms sleep

@@ -161,6 +161,19 @@ for model in vit bert; do
   done
 done
 
+# 2b. the GEMMs of each step by shape (UNMASK_PROFILE_SHAPES=1; profile_table.py adds TFLOP/s):
+#     which of the largest op category's shapes run below the rest (GEMMs were 33 of ViT-B's 111
+#     ms and 22.7 of BERT-large's 46 on 2026-11-27)
+for model in vit bert; do
+  model_args "$model"
+  go "gemm shapes $model" || continue
+  UNMASK_PROFILE_SHAPES=1 timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 \
+    > "$R/profile_${model}_shapes.jsonl" 2>> "$R/profile.err"
+  note "gemm shapes $model: rc $? at $(at)s"
+  python3 bench/gpu/profile_table.py "$R/profile_${model}_shapes.jsonl" 2>&1 | grep -E "^\| gemm" | head -14 |
+    tee -a "$summary"
+done
+
 # 3. inference (LayerNorm rows now read once): old vs new
 for b in 256 1; do
   for side in old new; do

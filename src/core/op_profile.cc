@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "unmask/error.h"
 #ifdef UNMASK_WITH_CUDA
@@ -19,7 +21,12 @@ double now_ms() {
 }
 }  // namespace
 
-OpProfiler::OpProfiler(void* cuda_stream) : stream_(cuda_stream) {}
+OpProfiler::OpProfiler(void* cuda_stream) : stream_(cuda_stream) {
+  const char* env = std::getenv("UNMASK_PROFILE_SHAPES");
+  details_ = env && std::string(env) == "1";
+}
+
+const char* OpProfiler::intern(const std::string& name) { return names_.insert(name).first->c_str(); }
 
 OpProfiler::~OpProfiler() {
 #ifdef UNMASK_WITH_CUDA

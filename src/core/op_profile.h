@@ -17,6 +17,7 @@
 // the host.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,15 @@ class OpProfiler {
   OpProfiler& operator=(const OpProfiler&) = delete;
 
   void begin(const char* op);
+  /// begin(op) booked as "op detail" (e.g. a GEMM's shape) when detail mode is on
+  /// (UNMASK_PROFILE_SHAPES=1 at construction), as plain op otherwise. `detail` is called only
+  /// in detail mode and only for an outermost op (its string is the cost).
+  template <typename DetailFn>
+  void begin(const char* op, DetailFn&& detail) {
+    if (!details_ || depth_ > 0) return begin(op);
+    begin(intern(std::string(op) + " " + detail()));
+  }
+  bool details() const { return details_; }
   void end();
   /// The per-op totals since construction or the last take() (synchronises the stream), most
   /// time first; resets them.
@@ -45,7 +55,11 @@ class OpProfiler {
     void* stop;
     double host_ms;
   };
+  /// A stable const char* for name (the pending calls keep op pointers until take()).
+  const char* intern(const std::string& name);
   void* stream_;
+  bool details_ = false;
+  std::set<std::string> names_;
   int depth_ = 0;
   bool timing_ = false;  // the outermost open op is being timed (not during a graph capture)
   const char* op_ = nullptr;

@@ -1,5 +1,6 @@
 // ops/gemm.cc: c = act(alpha * op(a) @ op(b) + bias + beta * c), 2-D or batched 3-D.
 #include <cstdint>
+#include <string>
 
 #include "cpu/blas.h"
 #include "ops/op_common.h"
@@ -38,9 +39,37 @@ Mat as_mat(const char* name, const Tensor& t) {
 
 }  // namespace
 
+namespace {
+
+/// The profiler's name of a GEMM call (UNMASK_PROFILE_SHAPES=1): "MxNxK[xbatch] a->c N|T N|T
+/// epilogue", M, N from c and K from a, whatever the shapes' validity (checked after).
+std::string gemm_detail(const Tensor& a, Trans ta, Trans tb, const Tensor& c, const GemmArgs& args) {
+  const auto dim = [](const Tensor& t, int from_end) { return t.ndim() >= from_end ? t.size(-from_end) : 0; };
+  const int64_t M = dim(c, 2), N = dim(c, 1), K = ta == Trans::no ? dim(a, 1) : dim(a, 2);
+  // (appends only: GCC 12 reports a false -Wstringop-overflow on "x" + std::to_string(...))
+  std::string s = std::to_string(M);
+  for (const int64_t d : {N, K, c.ndim() == 3 ? c.size(0) : int64_t(-1)}) {
+    if (d < 0) break;
+    s += 'x';
+    s += std::to_string(d);
+  }
+  s += " ";
+  s += dtype_name(a.dtype());
+  s += "->";
+  s += dtype_name(c.dtype());
+  s += ta == Trans::no ? " N" : " T";
+  s += tb == Trans::no ? "N" : "T";
+  if (args.bias) s += " +bias";
+  if (args.act != Activation::none) s += std::string(" ") + activation_name(args.act);
+  if (args.beta != 0.0f) s += args.addend ? " +addend" : " +c";
+  return s;
+}
+
+}  // namespace
+
 void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Tensor& c,
           const GemmArgs& args_in) {
-  detail::OpScope op_scope(ctx, "gemm");
+  detail::OpScope op_scope(ctx, "gemm", [&] { return gemm_detail(a, ta, tb, c, args_in); });
   constexpr const char* op = "gemm";
   GemmArgs args = args_in;  // addend: dropped below where it is copied into c instead
   // f32 anywhere; bf16 / f16 a and b (c: the same, or f32) on CUDA, emulated on the CPU.

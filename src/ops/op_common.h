@@ -22,6 +22,11 @@ class OpScope {
   OpScope(Context& ctx, const char* op) : profiler_(ctx.op_profiler()) {
     if (profiler_) profiler_->begin(op);
   }
+  /// With a detail for the profiler's detail mode (OpProfiler::begin(op, detail)).
+  template <typename DetailFn>
+  OpScope(Context& ctx, const char* op, DetailFn&& detail) : profiler_(ctx.op_profiler()) {
+    if (profiler_) profiler_->begin(op, detail);
+  }
   ~OpScope() {
     if (profiler_) profiler_->end();
   }
