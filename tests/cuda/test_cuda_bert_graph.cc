@@ -11,15 +11,19 @@
 //   * the graph's memory is its own: tensors allocated after the capture, of the activations'
 //     and the f32 scratch's sizes, are unchanged by replays (a graph whose blocks went back to
 //     the shared cache would overwrite them);
-//   * the encoder-only form (hidden states in) and padded batches without a mask.
+//   * the encoder-only form (hidden states in) and padded batches without a mask;
+//   * the wgmma forward attention (opt-in, sm_90) eager and in a graph.
 // Without a CUDA device every test skips.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../scoped_env.h"
+#include "cuda/flash/flash_api.h"
 #include "cuda_test_common.h"
 #include "test_harness.h"
 #include "unmask/bert.h"
@@ -156,6 +160,34 @@ TEST(CudaBertGraph, ReplayGivesTheEagerBitsForEveryInput) {
     EXPECT_FALSE(same_bits(graph_a.last_hidden_state, graph_b.last_hidden_state)) << "different inputs, same output";
     // The first result is still what it was: outputs are copies, not the graph's buffers.
     EXPECT_TRUE(same_bits(graph_a.last_hidden_state, graph_a_hidden_before));
+  }
+}
+
+// The wgmma forward attention (UNMASK_FLASH_WGMMA=1, sm_90) in the bf16 model: eager within the
+// low-precision bound of the CPU's f32 forward, and captured into a graph whose replays give the
+// eager bits (its launcher's cudaFuncSetAttribute and the kernels under stream capture).
+TEST(CudaBertGraph, WgmmaAttentionEagerNearTheCpuAndReplayedBitForBit) {
+  REQUIRE_CUDA_DEVICE();
+  REQUIRE_WGMMA_DEVICE();
+  const unmask::test::ScopedEnv on("UNMASK_FLASH_WGMMA", "1");
+  const BertConfig cfg = small_config();
+  BertModel ref = BertModel::random(cfg, kHeads, base_seed() ^ 0x71);
+  BertModel m = BertModel::random(cfg, kHeads, base_seed() ^ 0x71);
+  m.to(gpu(), DType::bf16);
+  for (const auto& [what, in] : {std::pair{"padded", padded_batch(cfg, {40, 33, 7}, 40, base_seed() ^ 0x72)},
+                                 std::pair{"packed", packed_batch(cfg, {17, 40, 3, 29}, base_seed() ^ 0x73)}}) {
+    SCOPED_TRACE(what);
+    const uint64_t launches = cuda::flash_fwd_wgmma_launches();
+    const BertOutputs eager = m.forward(gpu(), in, all_outputs(false));
+    EXPECT_GE(cuda::flash_fwd_wgmma_launches(), launches + uint64_t(cfg.num_hidden_layers))
+        << "the wgmma kernel did not run in every layer";
+    const BertOutputs want = ref.forward(cpu(), in, all_outputs(false));
+    const BertOutputs graphed = m.forward(gpu(), in, all_outputs(true));
+    const auto e = outputs_of(eager), w = outputs_of(want), g = outputs_of(graphed);
+    for (size_t i = 0; i < e.size(); ++i) {
+      EXPECT_LE(cuda_test::max_relative_error(*e[i], *w[i]), 6e-2) << "output " << i;
+      EXPECT_TRUE(same_bits(*g[i], *e[i])) << "output " << i << ": replay";
+    }
   }
 }
 
