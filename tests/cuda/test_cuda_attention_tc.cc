@@ -347,7 +347,7 @@ TEST(CudaAttentionTc, DropoutAlignedCountersMatchNaiveBf16) {
 // The wgmma forward (UNMASK_FLASH_WGMMA=1; sm_90, head size 64) as the training forward: the f32
 // output, the log-sum-exp the backward reads, attention dropout, in each tile shape; the
 // backward is the default one.
-TEST(CudaAttentionTc, WgmmaForwardMatchesNaiveBf16) {
+TEST(CudaWgmmaTc, ForwardMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
   REQUIRE_WGMMA_DEVICE();
   const std::pair<const char*, cuda::WgmmaFwdShape> shapes[] = {{"m64n128", cuda::WgmmaFwdShape::m64n128},
@@ -773,7 +773,7 @@ TEST(CudaAttentionTc, HostCuSeqlensUploadedWhenTheyChange) {
 // 64-row tiles and one of ten tiles, VideoMAE's encoder shape, attention dropout; with the wgmma
 // forward too; and the same bits on a second run (every gradient element is written once, in a
 // fixed order).
-TEST(CudaAttentionTc, WgmmaBackwardMatchesNaiveBf16AndIsReproducible) {
+TEST(CudaWgmmaTc, BackwardMatchesNaiveBf16AndIsReproducible) {
   REQUIRE_CUDA_DEVICE();
   REQUIRE_WGMMA_DEVICE();
   const ScopedEnv bwd("UNMASK_FLASH_BWD_WGMMA", "1"), short_kernel("UNMASK_FLASH_BWD_SHORT", nullptr);

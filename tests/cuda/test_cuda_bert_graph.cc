@@ -166,7 +166,7 @@ TEST(CudaBertGraph, ReplayGivesTheEagerBitsForEveryInput) {
 // The wgmma forward attention (UNMASK_FLASH_WGMMA=1, sm_90) in the bf16 model: eager within the
 // low-precision bound of the CPU's f32 forward, and captured into a graph whose replays give the
 // eager bits (its launcher's cudaFuncSetAttribute and the kernels under stream capture).
-TEST(CudaBertGraph, WgmmaAttentionEagerNearTheCpuAndReplayedBitForBit) {
+TEST(CudaWgmmaBert, AttentionEagerNearTheCpuAndReplayedBitForBit) {
   REQUIRE_CUDA_DEVICE();
   REQUIRE_WGMMA_DEVICE();
   const unmask::test::ScopedEnv on("UNMASK_FLASH_WGMMA", "1");

@@ -824,11 +824,46 @@ TEST(CudaAttention, FlashFollowsTheTwiceNaiveRule) {
   unsetenv("UNMASK_FLASH_WARP_ROWS");
 }
 
+// One m64n64k16 wgmma (f16) on a one-hot A and a [64][64] tile whose elements name their own
+// position (exact in f16), read through the attention kernels' descriptors (K-major: LBO 128,
+// SBO 1024, k-step s at column chunk 2s; MN-major: LBO 1024, SBO 128, k-step s at row group 2s):
+// D[m][n] must be B[m % 16][n] = 64 (m % 16) + n + 1 for every k-step. A failure here points at
+// the descriptors or fragment layouts rather than at the attention's arithmetic.
+TEST(CudaWgmmaProbe, DescriptorProbeReadsTheCoreMatrixTiles) {
+  REQUIRE_CUDA();
+  REQUIRE_WGMMA_DEVICE();
+  for (bool trans_b : {false, true})
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<float> d = cuda::flash_wgmma_probe(trans_b, step);
+      ASSERT_EQ(d.size(), size_t(64 * 64));
+      int bad = 0;
+      for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n) {
+          const float want = float(64 * (m % 16) + n + 1), got = d[size_t(m * 64 + n)];
+          if (got == want) continue;
+          if (++bad <= 4)
+            ADD_FAILURE() << (trans_b ? "MN-major" : "K-major") << " k-step " << step << ": D[" << m << "][" << n
+                          << "] = " << got << " (k " << int(got - 1) / 64 << ", n " << int(got - 1) % 64
+                          << "), want " << want;
+        }
+      EXPECT_EQ(bad, 0) << (trans_b ? "MN-major" : "K-major") << " k-step " << step << ": " << bad << " of 4096 wrong";
+      if (bad == 0) continue;
+      // Diagnosis for the next edit: does the descriptor with LBO and SBO exchanged read right?
+      const std::vector<float> swapped = cuda::flash_wgmma_probe(trans_b, step, true);
+      int bad_swapped = 0;
+      for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n) bad_swapped += swapped[size_t(m * 64 + n)] != float(64 * (m % 16) + n + 1);
+      std::printf("[ wgmma probe %s k-step %d ] with LBO and SBO exchanged: %d of 4096 wrong%s\n",
+                  trans_b ? "MN-major" : "K-major", step, bad_swapped,
+                  bad_swapped == 0 ? " (exchange them in the kernels' descriptors)" : "");
+    }
+}
+
 // The wgmma forward (fwd_wgmma_kernel.cuh; UNMASK_FLASH_WGMMA=1 where it applies: head size 64
 // on a compute capability 9.x GPU), in each tile shape, by the same rule as the mma.sync kernel:
 // packed lengths around the 64-row and 128-key blocks, padded with masked keys and a sequence
 // without a real key, and one sequence of several key blocks with the last one cut short.
-TEST(CudaAttention, WgmmaFlashFollowsTheTwiceNaiveRule) {
+TEST(CudaWgmma, FlashFollowsTheTwiceNaiveRule) {
   REQUIRE_CUDA();
   REQUIRE_WGMMA_DEVICE();
   Context& ctx = cuda_ctx();
@@ -867,40 +902,6 @@ TEST(CudaAttention, WgmmaFlashFollowsTheTwiceNaiveRule) {
   }
 }
 
-// One m64n64k16 wgmma (f16) on a one-hot A and a [64][64] tile whose elements name their own
-// position (exact in f16), read through the attention kernels' descriptors (K-major: LBO 128,
-// SBO 1024, k-step s at column chunk 2s; MN-major: LBO 1024, SBO 128, k-step s at row group 2s):
-// D[m][n] must be B[m % 16][n] = 64 (m % 16) + n + 1 for every k-step. A failure here points at
-// the descriptors or fragment layouts rather than at the attention's arithmetic.
-TEST(CudaAttention, WgmmaDescriptorProbeReadsTheCoreMatrixTiles) {
-  REQUIRE_CUDA();
-  REQUIRE_WGMMA_DEVICE();
-  for (bool trans_b : {false, true})
-    for (int step = 0; step < 4; ++step) {
-      const std::vector<float> d = cuda::flash_wgmma_probe(trans_b, step);
-      ASSERT_EQ(d.size(), size_t(64 * 64));
-      int bad = 0;
-      for (int m = 0; m < 64; ++m)
-        for (int n = 0; n < 64; ++n) {
-          const float want = float(64 * (m % 16) + n + 1), got = d[size_t(m * 64 + n)];
-          if (got == want) continue;
-          if (++bad <= 4)
-            ADD_FAILURE() << (trans_b ? "MN-major" : "K-major") << " k-step " << step << ": D[" << m << "][" << n
-                          << "] = " << got << " (k " << int(got - 1) / 64 << ", n " << int(got - 1) % 64
-                          << "), want " << want;
-        }
-      EXPECT_EQ(bad, 0) << (trans_b ? "MN-major" : "K-major") << " k-step " << step << ": " << bad << " of 4096 wrong";
-      if (bad == 0) continue;
-      // Diagnosis for the next edit: does the descriptor with LBO and SBO exchanged read right?
-      const std::vector<float> swapped = cuda::flash_wgmma_probe(trans_b, step, true);
-      int bad_swapped = 0;
-      for (int m = 0; m < 64; ++m)
-        for (int n = 0; n < 64; ++n) bad_swapped += swapped[size_t(m * 64 + n)] != float(64 * (m % 16) + n + 1);
-      std::printf("[ wgmma probe %s k-step %d ] with LBO and SBO exchanged: %d of 4096 wrong%s\n",
-                  trans_b ? "MN-major" : "K-major", step, bad_swapped,
-                  bad_swapped == 0 ? " (exchange them in the kernels' descriptors)" : "");
-    }
-}
 
 TEST(CudaAttention, Float32NaiveKernelMatchesFloat64) {
   REQUIRE_CUDA();
@@ -952,67 +953,85 @@ TEST(CudaAttention, PackedEqualsPaddedWithMask) {
     }
 }
 
+namespace {
+
+/// The forced-kernel comparison's case: bf16 q, k, v of B = 2 sequences of T = 200 (head size
+/// 64, 4 heads) as column slices of one [N, 3C] buffer, the naive kernel's output, and the bound
+/// two low-precision kernels must agree within.
+struct ForcedKernelCase {
+  static constexpr int NH = 4, HS = 64, T = 200, B = 2;
+  static constexpr int64_t C = NH * HS, N = int64_t(B) * T;
+  std::vector<double> qkv_values, naive;
+  Tensor qkv, out;
+  cuda::FlashFwdParams p;
+  double vmax = 0, u = 0;
+
+  explicit ForcedKernelCase(Context& ctx) {
+    const DType dt = DType::bf16;
+    Rng rng("CudaAttentionKernels");
+    qkv_values = rng.vec(size_t(N * 3 * C), dt);
+    qkv = device_tensor(qkv_values, {N, 3 * C}, dt);
+    out = Tensor::empty({N, C}, dt, Device::cuda);
+    p.q = qkv.raw();
+    p.k = static_cast<const char*>(qkv.raw()) + C * 2;
+    p.v = static_cast<const char*>(qkv.raw()) + 2 * C * 2;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = 3 * C;
+    p.o_row_stride = C;
+    p.num_heads = NH;
+    p.head_dim = HS;
+    p.batch = B;
+    p.max_seqlen = T;
+    p.scale = 0.125f;
+    p.scale_log2 = 0.125f * 1.4426950408889634f;
+    p.dtype = dt;
+    naive = run(ctx, cuda::AttentionKernel::naive);
+    u = unit_roundoff(dt);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) vmax = std::max(vmax, std::fabs(qkv_values[size_t(r * 3 * C + 2 * C + c)]));
+  }
+  /// The output of `kernel` (poisoned first), on the host.
+  std::vector<double> run(Context& ctx, cuda::AttentionKernel kernel, int block_m = 0, int warp_rows = 0) {
+    poison(ctx, out);
+    p.o = out.raw();
+    cuda::attention_forward(p, static_cast<cudaStream_t>(ctx.cuda_stream()), kernel, block_m, warp_rows);
+    return to_host(out);
+  }
+  /// Two low-precision kernels differ by their roundings of P (bf16 before P V): up to about
+  /// u * sum_j p_j |v_j| <= u * max|v| per output when one key dominates, on top of the output
+  /// rounding. (The fp64 comparison with the 2x-naive rule is FlashFollowsTheTwiceNaiveRule.)
+  CloseReport compare_with_naive(const std::vector<double>& got) const {
+    return compare(got, naive, [&](size_t i) { return 4 * u * (std::fabs(naive[i]) + vmax) + 4e-3; });
+  }
+};
+
+}  // namespace
+
 TEST(CudaAttention, FlashAgreesWithNaiveKernel) {
   REQUIRE_CUDA();
   Context& ctx = cuda_ctx();
-  Rng rng("CudaAttentionKernels");
-  const DType dt = DType::bf16;
-  const int NH = 4, HS = 64, T = 200, B = 2;
-  const int64_t C = NH * HS, N = int64_t(B) * T;
-  std::vector<double> QKV = rng.vec(size_t(N * 3 * C), dt);
-  Tensor qkv = device_tensor(QKV, {N, 3 * C}, dt);
-  Tensor o1 = Tensor::empty({N, C}, dt, Device::cuda), o2 = Tensor::empty({N, C}, dt, Device::cuda);
-  poison(ctx, o1);
-  poison(ctx, o2);
-  cuda::FlashFwdParams p;
-  p.q = qkv.raw();
-  p.k = static_cast<const char*>(qkv.raw()) + C * 2;
-  p.v = static_cast<const char*>(qkv.raw()) + 2 * C * 2;
-  p.q_row_stride = p.k_row_stride = p.v_row_stride = 3 * C;
-  p.o_row_stride = C;
-  p.num_heads = NH;
-  p.head_dim = HS;
-  p.batch = B;
-  p.max_seqlen = T;
-  p.scale = 0.125f;
-  p.scale_log2 = 0.125f * 1.4426950408889634f;
-  p.dtype = dt;
-  cudaStream_t s = static_cast<cudaStream_t>(ctx.cuda_stream());
-  ASSERT_TRUE(cuda::attention_kernel_for(p) == cuda::AttentionKernel::flash);
-  p.o = o2.raw();
-  cuda::attention_forward(p, s, cuda::AttentionKernel::naive);
-  const std::vector<double> b = to_host(o2);
-  const double u = unit_roundoff(dt);
+  ForcedKernelCase fc(ctx);
+  ASSERT_TRUE(cuda::attention_kernel_for(fc.p) == cuda::AttentionKernel::flash);
   const std::pair<int, int> shapes[] = {{64, 16}, {128, 16}, {128, 32}};  // whatever the heuristic would pick
   for (const auto& [block_m, warp_rows] : shapes) {
-    poison(ctx, o1);
-    p.o = o1.raw();
-    cuda::attention_forward(p, s, cuda::AttentionKernel::flash, block_m, warp_rows);
-    const std::vector<double> a = to_host(o1);
-    // Two low-precision kernels differ by their roundings of P (bf16 before P V): up to about
-    // u * sum_j p_j |v_j| <= u * max|v| per output when one key dominates, on top of the output
-    // rounding. (The fp64 comparison with the 2x-naive rule is FlashFollowsTheTwiceNaiveRule.)
-    double vmax = 0;
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < C; ++c) vmax = std::max(vmax, std::fabs(QKV[size_t(r * 3 * C + 2 * C + c)]));
-    CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * (std::fabs(b[i]) + vmax) + 4e-3; });
+    const CloseReport r = fc.compare_with_naive(fc.run(ctx, cuda::AttentionKernel::flash, block_m, warp_rows));
     EXPECT_EQ(r.bad, 0) << "block_m=" << block_m << " warp_rows=" << warp_rows << "\n" << r.first;
   }
-  EXPECT_THROW(cuda::attention_forward(p, s, cuda::AttentionKernel::flash, 128, 24), Error);  // 16 or 32 only
-  // Forced, the wgmma kernel runs on sm_90 and is refused (an Error, not a launch) elsewhere.
-  if (cuda::flash_fwd_wgmma_device()) {
-    poison(ctx, o1);
-    p.o = o1.raw();
-    cuda::attention_forward(p, s, cuda::AttentionKernel::flash_wgmma);
-    const std::vector<double> a = to_host(o1);
-    double vmax = 0;
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < C; ++c) vmax = std::max(vmax, std::fabs(QKV[size_t(r * 3 * C + 2 * C + c)]));
-    CloseReport r = compare(a, b, [&](size_t i) { return 4 * u * (std::fabs(b[i]) + vmax) + 4e-3; });
-    EXPECT_EQ(r.bad, 0) << "wgmma\n" << r.first;
-  } else {
-    EXPECT_THROW(cuda::attention_forward(p, s, cuda::AttentionKernel::flash_wgmma), Error);
-  }
+  EXPECT_THROW(fc.run(ctx, cuda::AttentionKernel::flash, 128, 24), Error);  // 16 or 32 only
+  // Forced, the wgmma kernel is refused (an Error, not a launch) where it cannot run; where it
+  // can, CudaWgmma.ForcedKernelAgreesWithTheNaiveKernel runs it (its own suite: a process of its own).
+  if (!cuda::flash_fwd_wgmma_device()) EXPECT_THROW(fc.run(ctx, cuda::AttentionKernel::flash_wgmma), Error);
+}
+
+// The wgmma tests have suites of their own (CudaWgmmaProbe, CudaWgmma, CudaWgmmaTc,
+// CudaWgmmaBert): bench/gpu/run_test_suites.sh runs a suite a process, so a kernel that faults
+// on its first run (built without a GPU) cannot take the proven kernels' suites down with it.
+TEST(CudaWgmma, ForcedKernelAgreesWithTheNaiveKernel) {
+  REQUIRE_CUDA();
+  REQUIRE_WGMMA_DEVICE();
+  Context& ctx = cuda_ctx();
+  ForcedKernelCase fc(ctx);
+  const CloseReport r = fc.compare_with_naive(fc.run(ctx, cuda::AttentionKernel::flash_wgmma));
+  EXPECT_EQ(r.bad, 0) << "wgmma\n" << r.first;
 }
 
 int main(int argc, char** argv) {
