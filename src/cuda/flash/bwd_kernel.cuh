@@ -172,6 +172,23 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 
+/// The lse and delta of a query tile's 64 rows into l[64] and d[64] (shared memory): cp.async
+/// for the `valid` rows (part of the caller's commit group), lse -inf (P = 0) and delta 0 past
+/// them. lse, delta: the tile's first row. Shared by the dK/dV kernels (mma.sync, short, wgmma).
+template <int kThreads>
+__device__ __forceinline__ void stage_lse_delta(float* l, float* d, const float* lse, const float* delta, int valid,
+                                                int tid) {
+  for (int i = tid; i < 64; i += kThreads) {
+    if (i < valid) {
+      cp_async_4(l + i, lse + i);
+      cp_async_4(d + i, delta + i);
+    } else {
+      l[i] = -INFINITY;
+      d[i] = 0.0f;
+    }
+  }
+}
+
 /// Whether key `key` of sequence b takes part (inside the sequence and not masked).
 __device__ __forceinline__ bool bwd_key_real(const FlashBwdParams& p, int b, int key, int seqlen) {
   if (key >= seqlen) return false;
@@ -464,17 +481,7 @@ __global__ void __launch_bounds__(Kt::kThreads, flash_bwd_dkdv_min_ctas<kKvInSme
     const int q0 = j * 64, valid = min(64, seqlen - q0);
     load_tile<Kt, 64>(slot((j + 1) % 2, 0), gQ + int64_t(q0) * p.q_row_stride, p.q_row_stride, valid, tid);
     load_tile<Kt, 64>(slot((j + 1) % 2, 1), gdO + int64_t(q0) * p.dout_row_stride, p.dout_row_stride, valid, tid);
-    for (int i = tid; i < 64; i += Kt::kThreads) {
-      float* l = sLse + (j % 2) * 64 + i;
-      float* d = sDelta + (j % 2) * 64 + i;
-      if (i < valid) {
-        cp_async_4(l, lse + q0 + i);
-        cp_async_4(d, delta + q0 + i);
-      } else {
-        *l = -INFINITY;
-        *d = 0.0f;
-      }
-    }
+    stage_lse_delta<Kt::kThreads>(sLse + (j % 2) * 64, sDelta + (j % 2) * 64, lse + q0, delta + q0, valid, tid);
     cp_async_commit();
   };
 

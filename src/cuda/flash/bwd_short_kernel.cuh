@@ -92,17 +92,7 @@ __global__ void __launch_bounds__(FlashBwdShortTraits::kThreads, 1)
     const int q0 = j * 64, valid = min(64, seqlen - q0);
     load_tile<Kt, 64>(slot(j % 2, 0), gQ + int64_t(q0) * p.q_row_stride, p.q_row_stride, valid, tid);
     load_tile<Kt, 64>(slot(j % 2, 1), gdO + int64_t(q0) * p.dout_row_stride, p.dout_row_stride, valid, tid);
-    for (int i = tid; i < 64; i += Kt::kThreads) {
-      float* l = sLse + (j % 2) * 64 + i;
-      float* d = sDelta + (j % 2) * 64 + i;
-      if (i < valid) {
-        cp_async_4(l, lse + q0 + i);
-        cp_async_4(d, delta + q0 + i);
-      } else {
-        *l = -INFINITY;
-        *d = 0.0f;
-      }
-    }
+    stage_lse_delta<Kt::kThreads>(sLse + (j % 2) * 64, sDelta + (j % 2) * 64, lse + q0, delta + q0, valid, tid);
     cp_async_commit();
   };
 

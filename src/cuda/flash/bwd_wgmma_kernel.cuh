@@ -166,17 +166,7 @@ __global__ void __launch_bounds__(Bt::kThreads, kMinBlocks)
     const int q0 = j * 64, valid = min(64, seqlen - q0);
     load_tile_core<Bt>(sQ + (j % 2) * kTile, gQ + int64_t(q0) * p.q_row_stride, p.q_row_stride, valid, tid);
     load_tile_core<Bt>(sdO + (j % 2) * kTile, gdO + int64_t(q0) * p.dout_row_stride, p.dout_row_stride, valid, tid);
-    for (int i = tid; i < 64; i += Bt::kThreads) {
-      float* l = sLse + (j % 2) * 64 + i;
-      float* d = sDelta + (j % 2) * 64 + i;
-      if (i < valid) {
-        cp_async_4(l, lse + q0 + i);
-        cp_async_4(d, delta + q0 + i);
-      } else {
-        *l = -INFINITY;
-        *d = 0.0f;
-      }
-    }
+    stage_lse_delta<Bt::kThreads>(sLse + (j % 2) * 64, sDelta + (j % 2) * 64, lse + q0, delta + q0, valid, tid);
     cp_async_commit();
   };
 
