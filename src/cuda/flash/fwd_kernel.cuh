@@ -62,6 +62,48 @@ __device__ __forceinline__ void load_key_bias(float* bias, const FlashFwdParams&
   }
 }
 
+/// The online-softmax step of one 16-row tile over a block of keys (log2 domain), shared by the
+/// mma.sync and wgmma forwards: s holds the tile's scores in the mma C layout per n8 tile
+/// (element e of tile t: row g + 8 (e / 2), key 8 t + 2 (lane % 4) + e % 2), scaled here by
+/// scale_log2 plus the key bias (0 or -inf) and turned into P = exp2(s - m_new) in place; the
+/// rows' running max and (this thread's partial) sums are updated, and corr = exp2(m_old - m_new),
+/// the factor of O, is returned per row half. A row with no real key so far keeps m = -inf and
+/// subtracts 0 (P = 0).
+template <int NT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&row_max)[2], float (&row_sum)[2],
+                                                    float (&corr)[2], const float* bias, float scale_log2, int lane) {
+  float blk_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = s[t][e] * scale_log2 + bias[t * 8 + (lane % 4) * 2 + (e & 1)];
+      s[t][e] = x;
+      blk_max[e >> 1] = fmaxf(blk_max[e >> 1], x);
+    }
+  }
+  float sub[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // the 4 threads of a quad share a row
+    blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 1));
+    blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 2));
+    const float m_new = fmaxf(row_max[r], blk_max[r]);
+    sub[r] = m_new == -INFINITY ? 0.0f : m_new;  // all keys masked so far: keep P = 0
+    corr[r] = exp2f(row_max[r] - sub[r]);
+    row_max[r] = m_new;
+    row_sum[r] *= corr[r];
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pe = exp2f(s[t][e] - sub[e >> 1]);
+      s[t][e] = pe;
+      row_sum[e >> 1] += pe;
+    }
+  }
+}
+
 template <typename Kt>
 __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_constant__ FlashFwdParams p) {
   using T = typename Kt::Element;
@@ -162,36 +204,8 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
     const float* bias = sBias + buf * BN;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      float blk_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int t = 0; t < Kt::kNTilesS; ++t) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float s = acc_s[mt][t][e] * p.scale_log2 + bias[t * 8 + (lane % 4) * 2 + (e & 1)];
-          acc_s[mt][t][e] = s;
-          blk_max[e >> 1] = fmaxf(blk_max[e >> 1], s);
-        }
-      }
-      float corr[2], sub[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {  // the 4 threads of a quad share a row
-        blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 1));
-        blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 2));
-        const float m_new = fmaxf(row_max[mt][r], blk_max[r]);
-        sub[r] = m_new == -INFINITY ? 0.0f : m_new;  // all keys masked so far: keep P = 0
-        corr[r] = exp2f(row_max[mt][r] - sub[r]);
-        row_max[mt][r] = m_new;
-        row_sum[mt][r] *= corr[r];
-      }
-#pragma unroll
-      for (int t = 0; t < Kt::kNTilesS; ++t) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = exp2f(acc_s[mt][t][e] - sub[e >> 1]);
-          acc_s[mt][t][e] = pe;
-          row_sum[mt][e >> 1] += pe;
-        }
-      }
+      float corr[2];
+      online_softmax_tile(acc_s[mt], row_max[mt], row_sum[mt], corr, bias, p.scale_log2, lane);
       if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
         const int64_t row_g =
             (int64_t(head) * p.lse_head_stride + seq_start + q0 + (warp * MT + mt) * 16 + lane / 4);

@@ -35,7 +35,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common.cuh"
-#include "cuda/flash/fwd_kernel.cuh"  // load_tile, load_key_bias
+#include "cuda/flash/fwd_kernel.cuh"  // load_tile, load_key_bias, online_softmax_tile
 #include "cuda/flash/mma.cuh"
 #include "cuda/flash/params.h"
 #include "cuda/flash/wgmma.cuh"
@@ -193,38 +193,11 @@ __global__ void __launch_bounds__(Wt::kThreads, kMinBlocks) flash_fwd_wgmma_kern
     wgmma::wait<0>();
     wgmma::keep(s);
 
-    // ---- online softmax (log2 domain): element 4t + e of s is row g + 8 (e / 2), key 8t + 2(lane % 4) + e % 2 ----
+    // ---- online softmax (fwd_kernel.cuh's online_softmax_tile): element 4t + e of s is tile t's
+    // element e, row g + 8 (e / 2), key 8t + 2(lane % 4) + e % 2 ----
     const float* bias = sBias + buf * BN;
-    float blk_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int t = 0; t < kNT; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float x = s[4 * t + e] * p.scale_log2 + bias[t * 8 + (lane % 4) * 2 + (e & 1)];
-        s[4 * t + e] = x;
-        blk_max[e >> 1] = fmaxf(blk_max[e >> 1], x);
-      }
-    }
-    float corr[2], sub[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // the 4 threads of a quad share a row
-      blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 1));
-      blk_max[r] = fmaxf(blk_max[r], __shfl_xor_sync(0xffffffffu, blk_max[r], 2));
-      const float m_new = fmaxf(row_max[r], blk_max[r]);
-      sub[r] = m_new == -INFINITY ? 0.0f : m_new;  // all keys masked so far: keep P = 0
-      corr[r] = exp2f(row_max[r] - sub[r]);
-      row_max[r] = m_new;
-      row_sum[r] *= corr[r];
-    }
-#pragma unroll
-    for (int t = 0; t < kNT; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pe = exp2f(s[4 * t + e] - sub[e >> 1]);
-        s[4 * t + e] = pe;
-        row_sum[e >> 1] += pe;
-      }
-    }
+    float corr[2];
+    online_softmax_tile(reinterpret_cast<float(&)[kNT][4]>(s), row_max, row_sum, corr, bias, p.scale_log2, lane);
     if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
       const int64_t row_g = int64_t(head) * p.lse_head_stride + seq_start + q0 + warp * 16 + lane / 4;
 #pragma unroll
