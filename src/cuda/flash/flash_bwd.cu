@@ -80,14 +80,7 @@ FlashBwdDq resolve_dq_mode(const FlashBwdParams& p) {
 /// (sm_90: 228 KB per SM; sm_80: 164 KB, too little for the three-CTA dK/dV kernel, which would
 /// then run two CTAs held to 168 registers: slower than the default). Cached per device.
 bool three_ctas_fit(size_t smem_bytes) {
-  static std::atomic<int> per_sm[64];  // bytes of shared memory per SM + 1, 0 = not read yet
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  int bytes = dev < 64 ? per_sm[dev].load(std::memory_order_relaxed) - 1 : -1;
-  if (bytes < 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    if (dev < 64) per_sm[dev].store(bytes + 1, std::memory_order_relaxed);
-  }
+  const int bytes = current_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>();
   return 3 * (smem_bytes + 1024) <= size_t(bytes);  // 1 KB a CTA reserved by the driver
 }
 
@@ -116,29 +109,31 @@ int resolve_dkdv_ctas(const FlashBwdParams& p, bool atomic) {
   return flash_bwd_three_ctas_available(atomic) ? 3 : 2;  // flash_api.h; defined below
 }
 
-/// Whether UNMASK_FLASH_BWD_SHORT asks for the one-kernel backward of short sequences
-/// (bwd_short_kernel.cuh: head size 64, at most 128 keys; opt-in until measured). Checked on
-/// every call, so a bad value fails on any batch.
-bool short_kernel_requested() {
-  const char* env = std::getenv("UNMASK_FLASH_BWD_SHORT");
+/// A 0/1 switch of the attention backward from the environment (unset: 0); `on` and `off` say
+/// what each value runs, for the message that rejects another value. Read on every call, so a
+/// bad value fails on any batch.
+bool env_switch(const char* name, const char* on, const char* off) {
+  const char* env = std::getenv(name);
   if (!env) return false;
   const std::string v = env;
-  UNMASK_CHECK(v == "0" || v == "1", "UNMASK_FLASH_BWD_SHORT=", v,
-               " is not a switch of the attention backward: 1 runs sequences of at most 128 keys (head size 64) "
-               "in one kernel with dQ summed in the CTA, 0 (the default) the dK/dV kernel pair");
+  UNMASK_CHECK(v == "0" || v == "1", name, "=", v, " is not a switch of the attention backward: 1 runs ", on,
+               ", 0 (the default) ", off);
   return v == "1";
 }
 
-/// Whether UNMASK_FLASH_BWD_WGMMA asks for the wgmma pair (bwd_wgmma_kernel.cuh: head size 64
-/// on sm_90; opt-in until measured). Checked on every call, as above.
+/// UNMASK_FLASH_BWD_SHORT: the one-kernel backward of short sequences (bwd_short_kernel.cuh:
+/// head size 64, at most 128 keys; opt-in until measured).
+bool short_kernel_requested() {
+  return env_switch("UNMASK_FLASH_BWD_SHORT",
+                    "sequences of at most 128 keys (head size 64) in one kernel with dQ summed in the CTA",
+                    "the dK/dV kernel pair");
+}
+
+/// UNMASK_FLASH_BWD_WGMMA: the wgmma pair (bwd_wgmma_kernel.cuh: head size 64 on sm_90; opt-in
+/// until measured).
 bool wgmma_kernels_requested() {
-  const char* env = std::getenv("UNMASK_FLASH_BWD_WGMMA");
-  if (!env) return false;
-  const std::string v = env;
-  UNMASK_CHECK(v == "0" || v == "1", "UNMASK_FLASH_BWD_WGMMA=", v,
-               " is not a switch of the attention backward: 1 runs head size 64 on the wgmma "
-               "kernels (H100/H200), 0 (the default) on the mma.sync kernels");
-  return v == "1";
+  return env_switch("UNMASK_FLASH_BWD_WGMMA", "head size 64 on the wgmma kernels (H100/H200)",
+                    "on the mma.sync kernels");
 }
 
 std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0}, g_launches_short{0};

@@ -97,12 +97,7 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
   // 32 rows per warp come in 128-row CTAs (4 warps): asked for with no CTA height asked for,
   // they take that height instead of the heuristic's.
   if (block_m == 0 && warp_rows == 32 && flash::flash_fwd_has_two_tile_warps(p.head_dim, 128)) block_m = 128;
-  if (block_m == 0) {
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    block_m = flash::flash_fwd_block_m(p, sms);
-  }
+  if (block_m == 0) block_m = flash::flash_fwd_block_m(p, current_device_attribute<cudaDevAttrMultiProcessorCount>());
   const bool ran = flash::flash_fwd_switch(p, block_m, warp_rows, stream);
   UNMASK_CHECK(ran, "attention (cuda): no flash instance for HS=", p.head_dim, " ", dtype_name(p.dtype));
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/common.cuh"
 #include "cuda/flash/flash_api.h"
 #include "cuda/flash/fwd_wgmma_kernel.cuh"
 #include "unmask/error.h"
@@ -123,14 +124,7 @@ bool flash_fwd_wgmma_device() {
 #ifndef UNMASK_CUDA_HAS_SM90A
   return false;  // no sm_90a code in this build (UNMASK_CUDA_ARCHS without 90a; CMakeLists.txt)
 #else
-  static std::atomic<int> major_of[64];  // compute capability major + 1, 0 = not read yet
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  int major = dev < 64 ? major_of[dev].load(std::memory_order_relaxed) - 1 : -1;
-  if (major < 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (dev < 64) major_of[dev].store(major + 1, std::memory_order_relaxed);
-  }
+  const int major = current_device_attribute<cudaDevAttrComputeCapabilityMajor>();
   return major == 9;  // the sm_90a cubin; other majors have no wgmma
 #endif
 }
