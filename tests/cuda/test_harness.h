@@ -193,4 +193,7 @@ inline void InitGoogleTest(int* argc, char** argv) { ::mini_test::args() = {*arg
     MINI_TEST_EXPECT_(mini_test_caught_, "Expected " #stmt " to throw " #E);               \
   } while (0)
 #define GTEST_SKIP() return ::mini_test::SkipHelper() = ::mini_test::Message()
+#define ADD_FAILURE() MINI_TEST_EXPECT_(false, "Failure")
+#define FAIL() MINI_TEST_ASSERT_(false, "Failure")
+#define SCOPED_TRACE(message) ((void)0)  // (a failure here names its file and line, not the trace)
 #endif
