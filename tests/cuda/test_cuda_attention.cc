@@ -373,6 +373,10 @@ TEST(CudaAttention, FlashAgreesWithNaiveKernel) {
     EXPECT_EQ(r.bad, 0) << "block_m=" << block_m << " warp_rows=" << warp_rows << "\n" << r.first;
   }
   EXPECT_THROW(fc.run(ctx, cuda::AttentionKernel::flash, 128, 24), Error);  // 16 or 32 only
+  {  // the switch of the wgmma forward takes 0 or 1, and nothing else, on any device
+    const ScopedEnv bad("UNMASK_FLASH_WGMMA", "yes");
+    EXPECT_THROW(fc.run(ctx, cuda::AttentionKernel::flash), Error);
+  }
   // Forced, the wgmma kernel is refused (an Error, not a launch) where it cannot run; where it
   // can, CudaWgmma.ForcedKernelAgreesWithTheNaiveKernel runs it (its own suite: a process of its own).
   if (!cuda::flash_fwd_wgmma_device()) EXPECT_THROW(fc.run(ctx, cuda::AttentionKernel::flash_wgmma), Error);

@@ -65,6 +65,10 @@ std::vector<float> flash_wgmma_probe(bool trans_b, int step, bool swap_strides =
 uint64_t flash_fwd_wgmma_launches();
 uint64_t flash_fwd_wgmma_launches(WgmmaFwdShape shape);
 
+/// A 0/1 switch of the attention kernels from the environment (unset: false), read on every
+/// call; another value throws an Error naming the variable, `op` and what `on` and `off` run.
+bool flash_env_switch(const char* name, const char* op, const char* on, const char* off);
+
 struct FlashBwdParams;  // flash/bwd_kernel.cuh
 /// Whether the tensor-core backward (flash/flash_bwd.cu) has an instance for this head size.
 bool flash_bwd_head_dim_supported(int head_dim);

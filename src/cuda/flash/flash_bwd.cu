@@ -109,31 +109,19 @@ int resolve_dkdv_ctas(const FlashBwdParams& p, bool atomic) {
   return flash_bwd_three_ctas_available(atomic) ? 3 : 2;  // flash_api.h; defined below
 }
 
-/// A 0/1 switch of the attention backward from the environment (unset: 0); `on` and `off` say
-/// what each value runs, for the message that rejects another value. Read on every call, so a
-/// bad value fails on any batch.
-bool env_switch(const char* name, const char* on, const char* off) {
-  const char* env = std::getenv(name);
-  if (!env) return false;
-  const std::string v = env;
-  UNMASK_CHECK(v == "0" || v == "1", name, "=", v, " is not a switch of the attention backward: 1 runs ", on,
-               ", 0 (the default) ", off);
-  return v == "1";
-}
-
 /// UNMASK_FLASH_BWD_SHORT: the one-kernel backward of short sequences (bwd_short_kernel.cuh:
 /// head size 64, at most 128 keys; opt-in until measured).
 bool short_kernel_requested() {
-  return env_switch("UNMASK_FLASH_BWD_SHORT",
-                    "sequences of at most 128 keys (head size 64) in one kernel with dQ summed in the CTA",
-                    "the dK/dV kernel pair");
+  return flash_env_switch("UNMASK_FLASH_BWD_SHORT", "the attention backward",
+                          "sequences of at most 128 keys (head size 64) in one kernel with dQ summed in the CTA",
+                          "the dK/dV kernel pair");
 }
 
 /// UNMASK_FLASH_BWD_WGMMA: the wgmma pair (bwd_wgmma_kernel.cuh: head size 64 on sm_90; opt-in
 /// until measured).
 bool wgmma_kernels_requested() {
-  return env_switch("UNMASK_FLASH_BWD_WGMMA", "head size 64 on the wgmma kernels (H100/H200)",
-                    "on the mma.sync kernels");
+  return flash_env_switch("UNMASK_FLASH_BWD_WGMMA", "the attention backward",
+                          "head size 64 on the wgmma kernels (H100/H200)", "on the mma.sync kernels");
 }
 
 std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0}, g_launches_short{0};
@@ -237,6 +225,15 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool flash_env_switch(const char* name, const char* op, const char* on, const char* off) {
+  const char* env = std::getenv(name);
+  if (!env) return false;
+  const std::string v = env;
+  UNMASK_CHECK(v == "0" || v == "1", name, "=", v, " is not a switch of ", op, ": 1 runs ", on, ", 0 (the default) ",
+               off);
+  return v == "1";
+}
 
 bool flash_bwd_three_ctas_available(bool atomic_dq) {
   using Kt = FlashBwdTraits<64>;

@@ -76,11 +76,10 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
   }
   // Opt-in (not yet measured): UNMASK_FLASH_WGMMA=1 runs the wgmma kernel wherever it applies,
   // unless the caller asked for an mma.sync CTA shape.
-  if (block_m == 0 && warp_rows == 0) {
-    const char* env = std::getenv("UNMASK_FLASH_WGMMA");
-    if (env && std::string(env) == "1" && flash_fwd_wgmma_applies(p))
-      return flash_fwd_wgmma(p, flash_fwd_wgmma_shape(), stream);
-  }
+  const bool wgmma = flash_env_switch("UNMASK_FLASH_WGMMA", "the attention forward",
+                                     "head size 64 on the wgmma kernel (H100/H200)", "on the mma.sync kernel");
+  if (wgmma && block_m == 0 && warp_rows == 0 && flash_fwd_wgmma_applies(p))
+    return flash_fwd_wgmma(p, flash_fwd_wgmma_shape(), stream);
   UNMASK_CHECK(block_m == 0 || block_m == 64 || block_m == 128, "attention (cuda): block_m must be 0, 64 or 128, got ",
                block_m);
   UNMASK_CHECK(warp_rows == 0 || warp_rows == 16 || warp_rows == 32,
