@@ -74,6 +74,7 @@ int bench_train(int argc, char** argv) {
       {"model", "bert-base|bert-large|random:SIZE", "random weights of that size (random:tiny|mini|small|medium too)", "bert-base"},
       {"seq", "LIST", "sequence lengths, e.g. 128,512", "128"},
       {"batch", "LIST", "micro-batch sizes, e.g. 8,16", "8"},
+      {"accumulate", "N", "micro-batches per timed optimizer step (gradient accumulation; DLE's phase 1: 128 of 64)", "1"},
       {"masked", "N", "masked positions per sequence (default: 20 at seq 128, 80 at 512, else round(0.15 seq))", ""},
       {"steps", "N", "timed steps per row (the median is reported)", "5"},
       {"warmup", "N", "untimed steps per row", "1"},
@@ -101,6 +102,9 @@ int bench_train(int argc, char** argv) {
   const auto seqs = args->get_int_list("seq");
   const auto batches = args->get_int_list("batch");
   const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup"), profile = args->get_int("profile");
+  const int64_t accumulate = args->get_int("accumulate");
+  if (accumulate < 1 || accumulate > 65536)
+    throw Error("--accumulate must be in [1, 65536] (micro-batches per optimizer step), got ", args->get("accumulate"));
   if (profile < 0) throw Error("--profile must be >= 0, got ", profile);
   if (steps < 1) throw Error("--steps must be at least 1, got ", steps);
   if (warmup < 0) throw Error("--warmup must be >= 0, got ", warmup);
@@ -150,10 +154,10 @@ int bench_train(int argc, char** argv) {
                 fixed_peak ? " (given)"
                 : on_cuda  ? gpu_peak(ctx, "bf16").label.c_str()
                            : " (FMA loop; measured again after each row, the best is used)");
-    std::printf("| devices | seq | batch | masked | precision | sequences/s | step (ms) | GFLOP/s | MFU |\n");
-    std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|\n");
+    std::printf("| devices | seq | batch | accumulation | masked | precision | sequences/s | step (ms) | GFLOP/s | MFU |\n");
+    std::printf("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n");
   } else if (format == "csv") {
-    std::printf("devices,seq,batch,masked,precision,seq_per_s,step_ms,gflop_per_s,mfu_pct,threads,optimizer\n");
+    std::printf("devices,seq,batch,masked,precision,seq_per_s,step_ms,gflop_per_s,mfu_pct,threads,optimizer,accumulation\n");
   }
   std::fflush(stdout);
 
@@ -170,15 +174,19 @@ int bench_train(int argc, char** argv) {
       std::vector<double> times;
       double last_loss = 0;
       int64_t step_no = 0;
-      auto one_step = [&]() -> double {  // the step's loss
-        TrainStepOptions so;
-        so.hidden_dropout = so.attention_dropout = float(dropout);
-        so.seed = seed, so.step = step_no++;
-        so.activations = activations;
+      auto one_step = [&]() -> double {  // the step's loss, the mean over its micro-batches
         model.zero_grad(ctx);
-        PretrainStats s = model.pretrain_step(ctx, b, so);
+        double loss = 0;
+        for (int64_t micro = 0; micro < accumulate; ++micro) {
+          TrainStepOptions so;
+          so.hidden_dropout = so.attention_dropout = float(dropout);
+          so.seed = seed, so.step = step_no++;  // the dropout masks' counter: new for each micro-batch
+          so.activations = activations;
+          so.loss_scale = float(1.0 / double(accumulate));  // the trainer's scaling of accumulated gradients
+          loss += model.pretrain_step(ctx, b, so).loss;
+        }
         opt.step(ctx, oc.lr);
-        return s.loss;
+        return loss / double(accumulate);
       };
       for (int64_t i = 0; i < warmup + steps; ++i) {
         ctx.synchronize();  // no-op on the CPU; CUDA: the step's work is timed whole
@@ -192,8 +200,8 @@ int bench_train(int argc, char** argv) {
       std::sort(times.begin(), times.end());
       if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];
-      const double flops = bert_train_flops(cfg, std::vector<int64_t>(size_t(batch), seq), batch * P);
-      const double gflops = flops / med / 1e9, sps = double(batch) / med;
+      const double flops = double(accumulate) * bert_train_flops(cfg, std::vector<int64_t>(size_t(batch), seq), batch * P);
+      const double gflops = flops / med / 1e9, sps = double(batch * accumulate) / med;
       const double mfu = peak > 0 ? 100.0 * gflops / peak : 0;
       // CUDA: MFU against the GEMM rate this GPU measurably reaches too (issue 6's definition)
       // The step's memory peaks are read before the GEMM measurement allocates its operands.
@@ -202,24 +210,26 @@ int bench_train(int argc, char** argv) {
       const double matmul_peak = on_cuda && !fixed_peak ? gpu_matmul_peak(ctx, gemm_precision) : 0.0;
       const double mfu_matmul = matmul_peak > 0 ? 100.0 * gflops / matmul_peak : 0.0;
       if (format == "table") {
-        std::printf("| %s | %lld | %lld | %lld | %s | %.2f | %.1f | %.1f | %.1f%% |\n", devices, (long long)seq,
-                    (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu);
+        std::printf("| %s | %lld | %lld | %lld | %lld | %s | %.2f | %.1f | %.1f | %.1f%% |\n", devices, (long long)seq,
+                    (long long)batch, (long long)accumulate, (long long)P, prec, sps, med * 1e3, gflops, mfu);
         if (matmul_peak > 0)
           std::printf("#   MFU %.1f%% against the measured GEMM peak, %.0f GFLOP/s (8192^3 %s, mean of 10)\n",
                       mfu_matmul, matmul_peak, gemm_precision.c_str());
         print_step_profile(prof);
       } else if (format == "csv")
-        std::printf("%s,%lld,%lld,%lld,%s,%.4f,%.3f,%.2f,%.2f,%d,%s\n", devices, (long long)seq, (long long)batch,
-                    (long long)P, prec, sps, med * 1e3, gflops, mfu, ctx.num_threads(), opt_name.c_str());
+        std::printf("%s,%lld,%lld,%lld,%s,%.4f,%.3f,%.2f,%.2f,%d,%s,%lld\n", devices, (long long)seq, (long long)batch,
+                    (long long)P, prec, sps, med * 1e3, gflops, mfu, ctx.num_threads(), opt_name.c_str(),
+                    (long long)accumulate);
       else {
-        std::printf("{\"engine\": \"unmask\", \"model\": \"%s\", \"seq\": %lld, \"batch\": %lld, \"masked\": %lld, "
+        std::printf("{\"engine\": \"unmask\", \"model\": \"%s\", \"seq\": %lld, \"batch\": %lld, \"accumulation\": %lld, \"masked\": %lld, "
                     "\"precision\": \"%s\", \"seq_per_s\": %.4f, \"step_ms\": %.3f, \"gflop_per_s\": %.2f, "
                     "\"mfu_pct\": %.2f, \"peak_gflops\": %.1f, \"mfu_matmul_pct\": %.2f, \"matmul_peak_gflops\": %.1f, "
                     "\"threads\": %d, \"optimizer\": \"%s\", \"steps\": %lld, "
                     "\"loss\": %.4f, \"peak_rss_mb\": %.1f, \"peak_gpu_mb\": %.1f, \"peak_gpu_requested_mb\": %.1f, "
                     "\"peak_gpu_reserved_mb\": %.1f, \"devices\": \"%s\", "
                     "\"attention\": \"%s\", \"activations\": \"%s\", \"mlm_head\": \"masked\"%s}\n",
-                    model_arg.c_str(), (long long)seq, (long long)batch, (long long)P, prec, sps, med * 1e3, gflops, mfu,
+                    model_arg.c_str(), (long long)seq, (long long)batch, (long long)accumulate, (long long)P, prec, sps,
+                    med * 1e3, gflops, mfu,
                     peak, mfu_matmul, matmul_peak, ctx.num_threads(), opt_name.c_str(), (long long)steps, last_loss, peak_rss_mb(),
                     gpu_mb, gpu_mem.requested_mb, gpu_mem.reserved_mb, devices, attention_mode(ctx).c_str(),
                     act_name.c_str(), prof.steps > 0 ? (", \"profile\": " + step_profile_json(prof)).c_str() : "");

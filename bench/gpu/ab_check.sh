@@ -18,7 +18,7 @@
 #      UNMASK_FLASH_WGMMA=1 / UNMASK_FLASH_BWD_WGMMA=1: the attention forward / backward on
 #      Hopper's wgmma, head size 64);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
-#      new, and new with each of ROW_VARIANTS (the wgmma attention forward + backward with 64- and
+#      new (BERT-large also with 16 micro-batches of gradient accumulation a step), and new with each of ROW_VARIANTS (the wgmma attention forward + backward with 64- and
 #      128-row CTAs, each alone, the short-sequence backward, the fused LayerNorm backward, atomic
 #      dQ with three CTAs); then --profile 2 of new and of new with the wgmma attention;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
@@ -26,7 +26,8 @@
 #      warp, its GEMMs autotuned, and the tanh GELU in the GEMM epilogue; then PyTorch (HF
 #      BertModel: eager SDPA and torch.compile, exact GELU; eager with the tanh GELU) on the same
 #      two shapes in the same call;
-#   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py), and ViT-B without
+#   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py; with and without
+#      --accumulate 16), and ViT-B without
 #      the GELU recompute;
 #   5. Nsight Systems on ViT-B and BERT-large steps (blocking API calls, kernel time), then Nsight
 #      Compute on the GELU kernels of a ViT-B step (and on the dK/dV kernels for the modes named
@@ -143,6 +144,10 @@ for model in vit bert; do
   f="$R/train_$model.jsonl"
   [ -n "$OLD" ] && go "$model old" && row "$f" "$(lim 60)" "$model old" "$OLD" "${A[@]}" --steps 5 --warmup 2
   go "$model new" && row "$f" "$(lim 60)" "$model new" "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  # BERT-large as DLE's phase 1 runs it: gradient accumulation (128 micro-batches of 64 there; 16
+  # here, to fit the call: the LAMB pass, 3.7 of the 46 ms step above, is paid once per 16)
+  [ "$model" = bert ] && go "bert new accumulate 16" && row "$f" "$(lim 60)" "bert new --accumulate 16" \
+    "$BIN/unmask" "${A[@]}" --steps 3 --warmup 1 --accumulate 16
   for v in "${ROW_VARIANTS[@]}"; do
     go "$model new $v" && row "$f" "$(lim 60)" "$model new $v" env $v "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
   done
@@ -234,6 +239,9 @@ for line in sys.stdin:
 # 4. the PyTorch peer of BERT-large, again (it gave 1,067 and 713 seq/s in two calls of 2026-11-26)
 go "pytorch bert-large" && row "$R/torch_bert_large.jsonl" "$(lim 60)" "pytorch bert-large bf16 adamw" python3 \
   bench/gpu/torch_bert_train_gpu.py --model large --seq 128 --batch 64 --precision bf16 --mlm-head masked
+go "pytorch bert-large accumulate 16" && row "$R/torch_bert_large.jsonl" "$(lim 90)" \
+  "pytorch bert-large bf16 adamw --accumulate 16" python3 bench/gpu/torch_bert_train_gpu.py --model large --seq 128 \
+  --batch 64 --precision bf16 --mlm-head masked --accumulate 16 --steps 3 --warmup 1
 
 # 4a. ViT-B keeping each block's GELU output instead of recomputing it (more memory, one pass less)
 model_args vit

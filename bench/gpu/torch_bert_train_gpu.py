@@ -3,8 +3,10 @@
 (random weights, BERT-base or --model large: 24 x 1024, 16 heads, the issue's phase-1 benchmark),
 MLM + NSP with labels on 20 (seq 128) / 80 (seq 512) masked positions per sequence, dropout 0.1,
 torch.optim.AdamW, fp32, TF32 or bf16 (torch.autocast, fp32 master weights), eager. A step =
-zero_grad + forward + backward + optimizer step; prints one JSON row per (seq, batch, precision,
-MLM head) with the median of --steps.
+zero_grad + --accumulate x (forward + backward of loss / accumulate) + optimizer step, as
+`unmask bench train --accumulate` (DLE's phase 1: 128 micro-batches of 64 a step); prints one
+JSON row per (seq, batch, precision, MLM head) with the median of --steps, sequences/s counting
+every micro-batch.
 
 --mlm-head (a comma list):
   masked  the MLM head (transform + tied decoder + cross-entropy) on the masked positions only,
@@ -29,9 +31,12 @@ ap.add_argument("--batch", default="32")
 ap.add_argument("--precision", default="fp32,tf32")  # any of fp32, tf32, bf16
 ap.add_argument("--model", default="base", choices=["base", "large"])
 ap.add_argument("--mlm-head", default="masked,all")  # any of masked, all
+ap.add_argument("--accumulate", type=int, default=1)  # micro-batches per optimizer step
 ap.add_argument("--steps", type=int, default=5)
 ap.add_argument("--warmup", type=int, default=2)
 a = ap.parse_args()
+if a.accumulate < 1:
+    ap.error(f"--accumulate must be at least 1, got {a.accumulate}")
 for h in a.mlm_head.split(","):
     if h not in ("masked", "all"):
         ap.error(f"--mlm-head: {h!r} is not masked or all")
@@ -71,20 +76,21 @@ for prec in a.precision.split(","):
         for head in a.mlm_head.split(","):
             row = {"engine": "pytorch", "model": a.model, "torch": torch.__version__,
                    "gpu": torch.cuda.get_device_name(), "seq": seq, "batch": batch, "precision": prec,
-                   "mlm_head": head, "optimizer": "adamw"}
+                   "mlm_head": head, "optimizer": "adamw", "accumulation": a.accumulate}
             try:
                 times = []
                 for i in range(a.warmup + a.steps):
                     torch.cuda.synchronize(); t0 = time.perf_counter()
                     opt.zero_grad(set_to_none=True)
-                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=prec == "bf16"):
-                        loss = step_loss(head, ids, tt, labels, nsp, flat_pos, targets)
-                    loss.backward()
+                    for _ in range(a.accumulate):
+                        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=prec == "bf16"):
+                            loss = step_loss(head, ids, tt, labels, nsp, flat_pos, targets)
+                        (loss / a.accumulate).backward()
                     opt.step()
                     torch.cuda.synchronize(); dt = time.perf_counter() - t0
                     if i >= a.warmup: times.append(dt)
                 med = statistics.median(times)
-                row.update({"seq_per_s": batch / med, "step_ms": med * 1e3, "loss": float(loss),
+                row.update({"seq_per_s": batch * a.accumulate / med, "step_ms": med * 1e3, "loss": float(loss),
                             "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20})
             except Exception as e:  # OOM or an API change: a failed row, and on to the next
                 row.update({"failed": True, "error": f"{type(e).__name__}: {e}"[:300]})

@@ -162,6 +162,28 @@ total = sum(o["ms_per_step"] for o in p["ops"]) + p["other_ms_per_step"]
 assert abs(total - p["step_ms"]) < 1e-6 * max(1.0, p["step_ms"]), (total, p["step_ms"])
 ' "$W/profile.json"
 expect 1 "--profile must be >= 0" -- "$U" bench train --model random:tiny --profile -1
+# --accumulate N: a timed step is N forward + backward passes and one optimizer update (DLE's
+# phase 1 accumulates 128 micro-batches of 64): 3x the GEMMs of a step, the same one LAMB call,
+# and sequences/s counting all 3 micro-batches.
+for n in 1 3; do
+  "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --profile 1 \
+    --format json --accumulate $n > "$W/accum$n.json" 2>&1
+done
+check "bench train --accumulate 3: 3x the forward/backward ops, one optimizer update, 3 micro-batches counted" \
+  /usr/bin/python3 -c '
+import json, sys
+one, three = (json.loads(open(f).read()) for f in sys.argv[1:3])
+assert one["accumulation"] == 1 and three["accumulation"] == 3, (one.get("accumulation"), three.get("accumulation"))
+ops1 = {o["op"]: o["calls_per_step"] for o in one["profile"]["ops"]}
+ops3 = {o["op"]: o["calls_per_step"] for o in three["profile"]["ops"]}
+assert ops3["gemm"] == 3 * ops1["gemm"], (ops1["gemm"], ops3["gemm"])
+assert ops3["attention_backward"] == 3 * ops1["attention_backward"], (ops1, ops3)
+assert ops1["lamb_update_many"] == ops3["lamb_update_many"] == 1, (ops1, ops3)
+assert abs(three["seq_per_s"] - 2 * 3 / (three["step_ms"] / 1e3)) < 1e-3 * three["seq_per_s"], three
+assert abs(three["gflop_per_s"] / three["seq_per_s"] - one["gflop_per_s"] / one["seq_per_s"]) < 1e-3 * one["gflop_per_s"] / one["seq_per_s"], (one, three)
+' "$W/accum1.json" "$W/accum3.json"
+expect 1 "--accumulate must be in [1, 65536]" -- "$U" bench train --model random:tiny --accumulate 0
+expect 0 "| 2 | 2 | 5 |" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --accumulate 2
 expect 0 "| gemm_packed | " -- "$U" bench infer --batch 1 --seq 16 --iters 1 --min-time 0 --profile 1 --threads 2
 expect 1 "--activations must be f32 or bf16" -- "$U" bench train --activations f16
 expect 1 "--optimizer must be adamw or lamb" -- "$U" bench train --optimizer sgd
