@@ -180,12 +180,14 @@ int bench_train(int argc, char** argv) {
         for (int64_t micro = 0; micro < accumulate; ++micro) {
           TrainStepOptions so;
           so.hidden_dropout = so.attention_dropout = float(dropout);
-          so.seed = seed, so.step = step_no++;  // the dropout masks' counter: new for each micro-batch
+          so.seed = seed, so.step = step_no, so.micro = micro;  // the dropout masks' counters, as the trainer's
+          so.reuse_weight_copies = true;  // micro > 0: micro-batch 0's bf16 weight copies (no update since)
           so.activations = activations;
           so.loss_scale = float(1.0 / double(accumulate));  // the trainer's scaling of accumulated gradients
           loss += model.pretrain_step(ctx, b, so).loss;
         }
         opt.step(ctx, oc.lr);
+        ++step_no;
         return loss / double(accumulate);
       };
       for (int64_t i = 0; i < warmup + steps; ++i) {

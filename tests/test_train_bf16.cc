@@ -4,7 +4,8 @@
 //   - the emulated training ops equal "widen, f32 op, round" bit for bit (the dispatch is right);
 //   - a bf16 step is close to the f32 step (loss and every gradient) but not identical to it
 //     (the layers really ran in bf16);
-//   - the bf16 weight copies follow the fp32 master weights between steps (no stale copy);
+//   - the bf16 weight copies follow the fp32 master weights between steps (no stale copy), and
+//     micro-batches after a step's first may keep its copies (reuse_weight_copies);
 //   - the fine-tuning heads (qa, seqcls, tokcls) over bf16 layers;
 //   - an activation dtype other than f32 / bf16 is refused with a clear error.
 // tests/cuda/test_cuda_bert_train.cc runs the same bf16 step on a GPU against this emulation.
@@ -257,6 +258,68 @@ TEST(TrainBf16, WeightCopiesFollowMasterWeights) {
   const StepResult ra = run_step(a, ctx, batch, DType::bf16), rb = run_step(b, ctx, batch, DType::bf16);
   EXPECT_EQ(ra.loss, rb.loss);
   EXPECT_EQ(ra.grads, rb.grads);
+}
+
+// TrainStepOptions::reuse_weight_copies: micro-batches after the first of a step keep the bf16
+// weight copies of micro-batch 0 (one rounding pass a step, not one a micro-batch), with the same
+// gradients bit for bit; a new step (another `step`) or micro-batch 0 rounds them again, so an
+// update between steps is never missed.
+TEST(TrainBf16, ReusedWeightCopiesOnlyWithinAStep) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  const uint64_t seed = rng.seed();
+  BertTrainModel a = BertTrainModel::random(small_config(), kPretraining, seed);  // reuse requested
+  BertTrainModel b = BertTrainModel::random(small_config(), kPretraining, seed);  // never
+  Context ctx_a({.num_threads = 2}), ctx_b({.num_threads = 2});
+  ctx_a.set_op_profiling(true);
+  ctx_b.set_op_profiling(true);
+  const PretrainBatch batches[2] = {make_batch(rng, {20, 13}, 20, a.config().vocab_size),
+                                    make_batch(rng, {17, 20}, 20, a.config().vocab_size)};
+  const auto copies = [](Context& ctx) {  // copy_many calls since the last look (refresh_halves)
+    int64_t n = 0;
+    for (const OpTime& t : ctx.take_op_profile()) n += t.op == "copy_many" ? t.calls : 0;
+    return n;
+  };
+  // One optimizer step of two micro-batches (no update: the gradients are compared).
+  const auto step = [&](BertTrainModel& m, Context& ctx, int64_t step_no, bool reuse) {
+    m.zero_grad();
+    double loss = 0;
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      TrainStepOptions o;
+      o.seed = 11, o.step = step_no, o.micro = micro;
+      o.activations = DType::bf16;
+      o.loss_scale = 0.5f;
+      o.reuse_weight_copies = reuse;
+      loss += m.pretrain_step(ctx, batches[micro], o).loss;
+    }
+    return std::make_pair(loss, test::grads_of(m.params()));
+  };
+  const auto ra = step(a, ctx_a, 4, true), rb = step(b, ctx_b, 4, false);
+  EXPECT_EQ(ra.first, rb.first);
+  EXPECT_EQ(ra.second, rb.second);
+  EXPECT_EQ(copies(ctx_a), 1) << "the second micro-batch should keep the first one's bf16 copies";
+  EXPECT_EQ(copies(ctx_b), 2);
+  // An "update" on both models, then the next step: a's micro-batch 0 rounds the new weights.
+  for (BertTrainModel* m : {&a, &b})
+    for (Param& p : m->params())
+      if (p.name.find("encoder.layer.") != std::string::npos)
+        for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] *= 1.5f;
+  const auto ra2 = step(a, ctx_a, 5, true), rb2 = step(b, ctx_b, 5, false);
+  EXPECT_EQ(ra2.first, rb2.first);
+  EXPECT_EQ(ra2.second, rb2.second);
+  EXPECT_NE(ra2.second, ra.second) << "the update changed nothing: the test cannot tell stale copies";
+  EXPECT_EQ(copies(ctx_a), 1);
+  // A micro-batch > 0 of another step than the copies' (no micro-batch 0 in between) rounds too.
+  for (Param& p : a.params())
+    if (p.name.find("encoder.layer.") != std::string::npos)
+      for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] *= 0.5f;
+  TrainStepOptions o;
+  o.seed = 11, o.step = 6, o.micro = 1;
+  o.activations = DType::bf16;
+  o.reuse_weight_copies = true;
+  a.zero_grad();
+  a.pretrain_step(ctx_a, batches[1], o);
+  EXPECT_EQ(copies(ctx_a), 1) << "copies made for step 5 were reused at step 6";
 }
 
 // The fine-tuning heads over bf16 encoder layers: every task's loss and gradients near the f32

@@ -59,11 +59,19 @@ struct TrainStepOptions {
   bool backward = true;          // false: forward and loss only (evaluation)
   /// The encoder layers' activations: f32, or bf16 (saved activations, their gradients and the
   /// layer GEMMs in bf16 with fp32 accumulation; bf16 copies of the layer weights rounded from
-  /// the fp32 master weights at the start of every forward, i.e. each micro-batch; LayerNorm
+  /// the fp32 master weights at the start of every forward, i.e. each micro-batch, unless
+  /// reuse_weight_copies below; LayerNorm
   /// statistics, parameter gradients, embeddings and heads stay f32). bf16 halves the activation memory and traffic.
   /// On CUDA it needs head size 64, 80, 88 or 128; on the CPU it is emulated (f32 arithmetic,
   /// rounded on every store: for checking, not speed).
   DType activations = DType::f32;
+  /// bf16 activations: take the bf16 weight copies the previous forward of this model rounded
+  /// instead of rounding the fp32 masters again (one pass over the layer weights: ~0.7 ms a
+  /// micro-batch for BERT-large on an H200). Only for micro-batches after the first of one
+  /// optimizer step, whose weights cannot have changed: it is honoured when micro > 0 and the
+  /// copies were made for this same `step` (and seed), and ignored (the copies are remade)
+  /// otherwise. The trainer and `bench train --accumulate` set it on every micro-batch.
+  bool reuse_weight_copies = false;
   /// Data parallelism: divide the summed MLM / NSP losses by these counts instead of the
   /// micro-batch's own (0 = own). Ranks holding slices of one batch pass the batch's global counts
   /// (pretrain_counts summed over ranks), so the SUM of their gradients is the gradient of the

@@ -279,6 +279,7 @@ void BertTrainModel::to(Context& ctx) {
   ctx.make_current();  // new device memory is tagged with ctx's stream
   for (PV* p : I.storages()) *p = train::pv_to(*p, device);
   I.build_params();  // the Params are views of the storages: rebuild them over the new copies
+  I.weight_copies_made = false;  // (pv_to dropped the bf16 copies too)
   // Saved activations point into the old workspace; the next step re-takes them.
   I.emb_saved = {};
   for (train::LayerSaved& s : I.saved) s = {};

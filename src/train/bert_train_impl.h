@@ -35,6 +35,11 @@ struct BertTrainModel::Impl {
   train::EmbeddingSaved emb_saved;
   std::vector<train::LayerSaved> saved;  // one per layer
   train::LayerScratch scratch;
+  /// The dropout key (seed and step, DropoutPlan::key) the layers' bf16 weight copies were last
+  /// rounded for; weight_copies_made false until the first rounding and after anything that
+  /// replaces the masters (to(), loading). TrainStepOptions::reuse_weight_copies checks both.
+  uint64_t weight_copies_key = 0;
+  bool weight_copies_made = false;
 
   /// A fresh workspace view for this step (see Workspace: one slot per request).
   Tensor take(const Shape& shape, DType dtype = DType::f32) { return ws.get(next_slot++, shape, dtype); }

@@ -181,8 +181,11 @@ struct Encoder {
   train::EncoderShape s;
   ops::AttentionArgs aa;
 
-  Encoder(BertTrainModel::Impl& impl, const PackedTokens& t, const DropoutPlan& p, DType activations)
-      : I(impl), tok(t), plan(p) {
+  bool reuse_weight_copies = false;  // TrainStepOptions::reuse_weight_copies
+
+  Encoder(BertTrainModel::Impl& impl, const PackedTokens& t, const DropoutPlan& p, const TrainStepOptions& o)
+      : I(impl), tok(t), plan(p), reuse_weight_copies(o.reuse_weight_copies) {
+    const DType activations = o.activations;
     UNMASK_CHECK(activations == DType::f32 || activations == DType::bf16,
                  "train: activations must be f32 or bf16, got ", dtype_name(activations));
     s.activations = activations;
@@ -219,7 +222,18 @@ struct Encoder {
         for (train::PV* pv : {&p.qkv_w, &p.qkv_b, &p.attn_out_w, &p.attn_out_b, &p.ffn_in_w, &p.ffn_in_b,
                               &p.ffn_out_w, &p.ffn_out_b})
           pvs.push_back(pv);
-      train::refresh_halves(ctx, pvs, adt);
+      // Micro-batches 2..N of a step may keep the copies rounded for the step's first: same step
+      // key, copies of this dtype and device present. Anything else rounds them again.
+      bool reuse = reuse_weight_copies && plan.micro > 0 && I.weight_copies_made && I.weight_copies_key == plan.key;
+      for (const train::PV* pv : pvs)
+        reuse = reuse && pv->half.defined() && pv->half.dtype() == adt && pv->half.device() == pv->value.device() &&
+                pv->half.shape() == pv->value.shape();
+      if (!reuse) {
+        I.weight_copies_made = false;  // until the rounding below has been queued
+        train::refresh_halves(ctx, pvs, adt);
+        I.weight_copies_key = plan.key;
+        I.weight_copies_made = true;
+      }
     }
     train::EmbeddingSaved& es = I.emb_saved;
     es.e = I.take({N, C});
@@ -367,7 +381,7 @@ PretrainStats BertTrainModel::pretrain_step(Context& ctx, const PretrainBatch& b
   }
 
   const DropoutPlan plan(options);
-  Encoder enc(I, tok, plan, options.activations);
+  Encoder enc(I, tok, plan, options);
   Tensor x = enc.forward(ctx);  // [N, C]
   const Activation act = enc.s.act;
   const float eps = enc.s.eps;
@@ -489,7 +503,7 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
   const int64_t B = tok.B, T = batch.input_ids.size(1), N = tok.N, C = cfg.hidden_size, L = cfg.num_labels;
   const int32_t* cu = tok.cu_seqlens.data<int32_t>();
   const DropoutPlan plan(options);
-  Encoder enc(I, tok, plan, options.activations);
+  Encoder enc(I, tok, plan, options);
   Tensor x = enc.forward(ctx);
   const bool bwd = options.backward;
   TaskResult res;

@@ -423,6 +423,7 @@ TrainResult pretrain(const TrainerOptions& options) {
       so.seed = cfg.seed;
       so.step = step;
       so.micro = micro;
+      so.reuse_weight_copies = true;  // micro > 0: the bf16 weight copies of micro-batch 0 (no update since)
       PretrainStats s = model.pretrain_step(ctx, b, so);
       loss_sum += s.loss;
       if (world > 1) {
