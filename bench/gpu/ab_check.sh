@@ -189,6 +189,12 @@ for b in 256 1; do
   done
 done
 
+# 3'. the residual in the LayerNorm as before (UNMASK_CUDA_RESIDUAL_GEMM=0) against the default
+#     residual in the projection GEMM's C operand (built 2026-11-27, not yet measured)
+go "infer residual in layernorm 256" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_CUDA_RESIDUAL_GEMM=0" \
+  env UNMASK_CUDA_RESIDUAL_GEMM=0 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
+  --seq 128 --min-time 0.5 --iters 20 --format json
+
 # 3a. the wgmma forward attention (opt-in, not yet measured) at both shapes, each tile shape
 for b in 256 1; do
   for shape in m64n128 m64n64 m128n128; do

@@ -18,6 +18,11 @@ std::atomic<uint64_t> g_next_state_id{1};
 }  // namespace
 
 CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_next_state_id++), device(dev) {
+  if (const char* rg = std::getenv("UNMASK_CUDA_RESIDUAL_GEMM")) {  // checked before anything is created
+    UNMASK_CHECK(std::strcmp(rg, "0") == 0 || std::strcmp(rg, "1") == 0,
+                 "UNMASK_CUDA_RESIDUAL_GEMM must be 0 or 1, got '", rg, "'");
+    residual_in_gemm = rg[0] == '1';
+  }
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

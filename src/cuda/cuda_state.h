@@ -83,6 +83,11 @@ class CudaState {
   /// pass and a row pass. Same dx, parameter sums in another deterministic order. Off until
   /// measured against the two passes on a GPU.
   bool layernorm_backward_fused = false;
+  /// BERT inference in bf16 / f16: the residual of each post-LN block as the projection GEMM's C
+  /// operand (h = x + attn Wo^T + bo rounded once), so that its LayerNorm reads one tensor, not
+  /// two (models/bert.cc). On by default (2026-11-27, not yet measured on a GPU);
+  /// UNMASK_CUDA_RESIDUAL_GEMM=0 adds the residual in the LayerNorm as before, for A/B runs.
+  bool residual_in_gemm = true;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
   /// until measured against the heuristic on a GPU. The winner depends on timings, so two

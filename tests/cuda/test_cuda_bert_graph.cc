@@ -12,9 +12,12 @@
 //     and the f32 scratch's sizes, are unchanged by replays (a graph whose blocks went back to
 //     the shared cache would overwrite them);
 //   * the encoder-only form (hidden states in) and padded batches without a mask;
-//   * the wgmma forward attention (opt-in, sm_90) eager and in a graph.
+//   * the wgmma forward attention (opt-in, sm_90) eager and in a graph;
+//   * the residual in the projection GEMM (default) against the residual in the LayerNorm.
 // Without a CUDA device every test skips.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -131,6 +134,42 @@ TEST(CudaBertLowPrecision, Bf16AndFp16StayNearTheCpuForward) {
   BertModel m = BertModel::random(cfg, kHeads, 1);
   m.to(gpu(), DType::bf16);
   EXPECT_THROW(m.to(gpu(), DType::f16), Error);
+}
+
+// The residual of each post-LN block as the projection GEMM's C operand (the default,
+// CudaState::residual_in_gemm) against the LayerNorm adding it (UNMASK_CUDA_RESIDUAL_GEMM=0):
+// both within the same bound of the CPU's f32 forward, and not the same bits (the switch took
+// the other path). A value other than 0 or 1 is refused when the context is made.
+TEST(CudaBertLowPrecision, ResidualInTheGemmOrInTheLayerNorm) {
+  REQUIRE_CUDA_DEVICE();
+  const BertConfig cfg = small_config();
+  BertModel ref = BertModel::random(cfg, kHeads, base_seed() ^ 0x61);
+  const BertInput packed = packed_batch(cfg, {17, 40, 3, 29}, base_seed() ^ 0x62);
+  const BertOutputs want = ref.forward(cpu(), packed, all_outputs(false));
+  for (const auto& [dt, bound] : {std::pair{DType::bf16, 6e-2}, std::pair{DType::f16, 8e-3}}) {
+    SCOPED_TRACE(dtype_name(dt));
+    BertOutputs got[2];
+    double worst[2] = {0, 0};
+    for (int in_gemm = 0; in_gemm < 2; ++in_gemm) {
+      test::ScopedEnv env("UNMASK_CUDA_RESIDUAL_GEMM", in_gemm ? "1" : "0");
+      Context ctx({.device = Device::cuda});
+      BertModel m = BertModel::random(cfg, kHeads, base_seed() ^ 0x61);
+      m.to(ctx, dt);
+      got[in_gemm] = m.forward(ctx, packed, all_outputs(false));
+      const auto g = outputs_of(got[in_gemm]), w = outputs_of(want);
+      for (size_t i = 0; i < g.size(); ++i) {
+        const double e = cuda_test::max_relative_error(*g[i], *w[i]);
+        EXPECT_LE(e, bound) << (in_gemm ? "in the GEMM" : "in the LayerNorm") << ", output " << i;
+        worst[in_gemm] = std::max(worst[in_gemm], e);
+      }
+    }
+    EXPECT_FALSE(same_bits(got[0].last_hidden_state, got[1].last_hidden_state))
+        << "UNMASK_CUDA_RESIDUAL_GEMM=0 and =1 gave the same bits: one path is not taken";
+    std::printf("[residual %s] worst relative error: in the LayerNorm %.3g, in the GEMM %.3g\n", dtype_name(dt),
+                worst[0], worst[1]);
+  }
+  test::ScopedEnv bad("UNMASK_CUDA_RESIDUAL_GEMM", "yes");
+  EXPECT_THROW(Context({.device = Device::cuda}), Error);
 }
 
 TEST(CudaBertGraph, ReplayGivesTheEagerBitsForEveryInput) {
