@@ -209,10 +209,36 @@ TEST(CudaWgmmaProbe, DescriptorProbeReadsTheCoreMatrixTiles) {
       int bad_swapped = 0;
       for (int m = 0; m < 64; ++m)
         for (int n = 0; n < 64; ++n) bad_swapped += swapped[size_t(m * 64 + n)] != float(64 * (m % 16) + n + 1);
+      // (bench/gpu/ab_check.sh reads these lines and sets UNMASK_FLASH_WGMMA_EXCHANGE from them.)
       std::printf("[ wgmma probe %s k-step %d ] with LBO and SBO exchanged: %d of 4096 wrong%s\n",
                   trans_b ? "MN-major" : "K-major", step, bad_swapped,
-                  bad_swapped == 0 ? " (exchange them in the kernels' descriptors)" : "");
+                  bad_swapped == 0 ? (trans_b ? " (the kernels run right with UNMASK_FLASH_WGMMA_EXCHANGE=mn; then "
+                                                "exchange them in the kernels' descriptors)"
+                                              : " (the kernels run right with UNMASK_FLASH_WGMMA_EXCHANGE=k; then "
+                                                "exchange them in the kernels' descriptors)")
+                                   : "");
     }
+}
+
+// UNMASK_FLASH_WGMMA_EXCHANGE (flash_wgmma_exchange: the descriptors' LBO and SBO exchanged
+// per operand form, for a GPU whose probe passes only that way): its four spellings, and an
+// Error naming the variable for anything else. Host parsing only: no device needed.
+TEST(CudaWgmmaProbe, ExchangeSwitchIsStrict) {
+  const std::pair<const char*, int> good[] = {{nullptr, 0}, {"", 0}, {"none", 0}, {"k", 1},
+                                              {"mn", 2},    {"k,mn", 3}, {"mn,k", 3}};
+  for (const auto& [value, want] : good) {
+    ScopedEnv env("UNMASK_FLASH_WGMMA_EXCHANGE", value);
+    EXPECT_EQ(cuda::flash_wgmma_exchange(), want) << (value ? value : "(unset)");
+  }
+  for (const char* bad : {"K", "both", "1", "k mn"}) {
+    ScopedEnv env("UNMASK_FLASH_WGMMA_EXCHANGE", bad);
+    try {
+      cuda::flash_wgmma_exchange();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("UNMASK_FLASH_WGMMA_EXCHANGE"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The wgmma forward (fwd_wgmma_kernel.cuh; UNMASK_FLASH_WGMMA=1 where it applies: head size 64

@@ -92,6 +92,8 @@ struct FlashBwdParams {
   int ctas_per_sm = 0;
   // Set by flash_attention_backward for the atomic variant: f32 [rows, NH HS], zeroed.
   float* dq_accum = nullptr;
+  // The wgmma pair's descriptors with LBO and SBO exchanged (params.h's FlashFwdParams).
+  int wgmma_exchange = 0;
 };
 
 template <int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 64>

@@ -104,22 +104,24 @@ __device__ __forceinline__ void store_rows_wgmma(void* g, bool bf16, int64_t off
 
 /// acc (64 x 64) = A (registers, 4 k-steps over the head columns) B^T, B a core-matrix tile
 /// whose rows are the n index (K-major B).
-__device__ __forceinline__ void wgmma_rows_nt(float (&acc)[32], const uint32_t (&a)[4][4], const __nv_bfloat16* sB) {
+__device__ __forceinline__ void wgmma_rows_nt(float (&acc)[32], const uint32_t (&a)[4][4], const __nv_bfloat16* sB,
+                                              int exchange) {
   using Bt = FlashBwdWgmmaTraits<1>;  // (the strides of a streamed tile, the same for every shape)
 #pragma unroll
   for (int ks = 0; ks < Bt::kKSteps; ++ks)
-    wgmma::mma_m64n64k16_rs<__nv_bfloat16, 0>(acc, a[ks], wgmma::smem_desc(sB + ks * 2 * 64, Bt::kCoreBytes, Bt::kRowGroupBytes),
-                                              ks > 0);
+    wgmma::mma_m64n64k16_rs<__nv_bfloat16, 0>(
+        acc, a[ks], wgmma::smem_desc(sB + ks * 2 * 64, Bt::kCoreBytes, Bt::kRowGroupBytes, exchange & 1), ks > 0);
 }
 
 /// acc (64 x 64) += A (registers, 4 k-steps over the tile's 64 rows) B, B a core-matrix tile
 /// whose rows are the k index (MN-major B).
-__device__ __forceinline__ void wgmma_frags_nn(float (&acc)[32], const uint32_t (&a)[4][4], const __nv_bfloat16* sB) {
+__device__ __forceinline__ void wgmma_frags_nn(float (&acc)[32], const uint32_t (&a)[4][4], const __nv_bfloat16* sB,
+                                               int exchange) {
   using Bt = FlashBwdWgmmaTraits<1>;
 #pragma unroll
   for (int kt = 0; kt < 4; ++kt)
     wgmma::mma_m64n64k16_rs<__nv_bfloat16, 1>(
-        acc, a[kt], wgmma::smem_desc(sB + kt * 2 * 8 * Bt::kHeadDim, Bt::kRowGroupBytes, Bt::kCoreBytes), 1);
+        acc, a[kt], wgmma::smem_desc(sB + kt * 2 * 8 * Bt::kHeadDim, Bt::kRowGroupBytes, Bt::kCoreBytes, exchange & 2), 1);
 }
 
 /// The A fragments of k-step kt of a 64 x 64 accumulator packed pairwise to bf16: n8 tiles 2 kt
@@ -201,8 +203,8 @@ __global__ void __launch_bounds__(Bt::kThreads, kMinBlocks)
     wgmma::keep(k_frag);
     wgmma::keep(v_frag);
     wgmma::fence();
-    wgmma_rows_nt(s, k_frag, sQb);    // S^T = K Q^T
-    wgmma_rows_nt(dp, v_frag, sdOb);  // dP^T = V dO^T
+    wgmma_rows_nt(s, k_frag, sQb, p.wgmma_exchange);    // S^T = K Q^T
+    wgmma_rows_nt(dp, v_frag, sdOb, p.wgmma_exchange);  // dP^T = V dO^T
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(s);
@@ -219,8 +221,8 @@ __global__ void __launch_bounds__(Bt::kThreads, kMinBlocks)
     wgmma::keep(acc_dv);
     wgmma::keep(acc_dk);
     wgmma::fence();
-    wgmma_frags_nn(acc_dv, p_frag, sdOb);  // dV += P^T dO
-    wgmma_frags_nn(acc_dk, ds_frag, sQb);  // dK += dS^T Q
+    wgmma_frags_nn(acc_dv, p_frag, sdOb, p.wgmma_exchange);  // dV += P^T dO
+    wgmma_frags_nn(acc_dk, ds_frag, sQb, p.wgmma_exchange);  // dK += dS^T Q
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(acc_dv);
@@ -305,8 +307,8 @@ __global__ void __launch_bounds__(Bt::kThreads, kMinBlocks)
     wgmma::keep(q_frag);
     wgmma::keep(do_frag);
     wgmma::fence();
-    wgmma_rows_nt(s, q_frag, sKb);    // S = Q K^T
-    wgmma_rows_nt(dp, do_frag, sVb);  // dP = dO V^T
+    wgmma_rows_nt(s, q_frag, sKb, p.wgmma_exchange);    // S = Q K^T
+    wgmma_rows_nt(dp, do_frag, sVb, p.wgmma_exchange);  // dP = dO V^T
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(s);
@@ -322,7 +324,7 @@ __global__ void __launch_bounds__(Bt::kThreads, kMinBlocks)
     wgmma::keep(ds_frag);
     wgmma::keep(acc_dq);
     wgmma::fence();
-    wgmma_frags_nn(acc_dq, ds_frag, sKb);  // dQ += dS K
+    wgmma_frags_nn(acc_dq, ds_frag, sKb, p.wgmma_exchange);  // dQ += dS K
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(acc_dq);

@@ -60,6 +60,13 @@ void flash_fwd_wgmma(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t 
 /// (flash_fwd_wgmma.cu). swap_strides: LBO and SBO exchanged (a diagnostic for a failing probe).
 /// Synchronous; throws where flash_fwd_wgmma_device() is false.
 std::vector<float> flash_wgmma_probe(bool trans_b, int step, bool swap_strides = false);
+/// UNMASK_FLASH_WGMMA_EXCHANGE, read at each wgmma launch: which operand forms' descriptors the
+/// wgmma kernels (forward and backward) build with LBO and SBO exchanged: unset / "none" 0, "k"
+/// 1 (K-major: K in the forward's S = Q K^T, the streamed tiles of the backward's row products),
+/// "mn" 2 (MN-major: V, and the backward's accumulating products), "k,mn" 3. For a GPU whose
+/// probe (CudaWgmmaProbe) passes only with the fields exchanged: the kernels then run right
+/// without a rebuild. Anything else is an Error naming the variable.
+int flash_wgmma_exchange();
 /// How many wgmma forward launches the process made (tests and benchmarks: which kernel ran), of
 /// every shape, or of one.
 uint64_t flash_fwd_wgmma_launches();

@@ -52,8 +52,10 @@ int flash_bwd_wgmma_rows() {
               "CTA, the default) or m128 (two warpgroups sharing each streamed tile)");
 }
 
-void flash_bwd_wgmma(const FlashBwdParams& p, cudaStream_t stream) {
+void flash_bwd_wgmma(const FlashBwdParams& p_in, cudaStream_t stream) {
   const bool m128 = flash_bwd_wgmma_rows() == 128;
+  FlashBwdParams p = p_in;
+  p.wgmma_exchange = flash_wgmma_exchange();
   if (m128)
     run<flash::FlashBwdWgmmaTraits<2>>(p, stream);
   else

@@ -129,7 +129,21 @@ bool flash_fwd_wgmma_device() {
 #endif
 }
 
-void flash_fwd_wgmma(const FlashFwdParams& p, WgmmaFwdShape shape, cudaStream_t stream) {
+int flash_wgmma_exchange() {
+  const char* env = std::getenv("UNMASK_FLASH_WGMMA_EXCHANGE");
+  if (!env || !*env) return 0;
+  const std::string v = env;
+  if (v == "none") return 0;
+  if (v == "k") return 1;
+  if (v == "mn") return 2;
+  if (v == "k,mn" || v == "mn,k") return 3;
+  throw Error("UNMASK_FLASH_WGMMA_EXCHANGE=", v, " is not a set of operand forms: use k (the K-major descriptors' LBO "
+              "and SBO exchanged), mn (the MN-major ones'), k,mn (both) or none (the default)");
+}
+
+void flash_fwd_wgmma(const FlashFwdParams& p_in, WgmmaFwdShape shape, cudaStream_t stream) {
+  FlashFwdParams p = p_in;
+  p.wgmma_exchange = flash_wgmma_exchange();
   if (p.dtype == DType::bf16)
     flash::run<__nv_bfloat16>(p, shape, stream);
   else

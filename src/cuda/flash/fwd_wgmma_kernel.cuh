@@ -95,11 +95,11 @@ __device__ __forceinline__ void load_tile_core(typename Wt::Element* s, const ty
 /// S (64 x kBlockN) = Q K^T for this warpgroup: k-step ks reads column chunks 2 ks, 2 ks + 1.
 template <typename Wt>
 __device__ __forceinline__ void wgmma_qk(float (&s)[Wt::kSRegs], const uint32_t (&q_frag)[Wt::kKSteps][4],
-                                         const typename Wt::Element* sK) {
+                                         const typename Wt::Element* sK, int exchange) {
   using T = typename Wt::Element;
 #pragma unroll
   for (int ks = 0; ks < Wt::kKSteps; ++ks) {
-    const uint64_t desc = wgmma::smem_desc(sK + ks * 2 * 64, Wt::kCoreBytes, Wt::kKeyGroupBytes);
+    const uint64_t desc = wgmma::smem_desc(sK + ks * 2 * 64, Wt::kCoreBytes, Wt::kKeyGroupBytes, exchange & 1);
     if constexpr (Wt::kBlockN == 128)
       wgmma::mma_m64n128k16_rs<T, 0>(s, q_frag[ks], desc, ks > 0);
     else
@@ -110,11 +110,11 @@ __device__ __forceinline__ void wgmma_qk(float (&s)[Wt::kSRegs], const uint32_t 
 /// O (64 x 64) += P V for this warpgroup: k-step kt reads key groups 2 kt, 2 kt + 1 of V.
 template <typename Wt>
 __device__ __forceinline__ void wgmma_pv(float (&o)[Wt::kORegs], const uint32_t (&p_frag)[Wt::kBlockN / 16][4],
-                                         const typename Wt::Element* sV) {
+                                         const typename Wt::Element* sV, int exchange) {
   using T = typename Wt::Element;
 #pragma unroll
   for (int kt = 0; kt < Wt::kBlockN / 16; ++kt) {
-    const uint64_t desc = wgmma::smem_desc(sV + kt * 2 * 8 * Wt::kHeadDim, Wt::kKeyGroupBytes, Wt::kCoreBytes);
+    const uint64_t desc = wgmma::smem_desc(sV + kt * 2 * 8 * Wt::kHeadDim, Wt::kKeyGroupBytes, Wt::kCoreBytes, exchange & 2);
     wgmma::mma_m64n64k16_rs<T, 1>(o, p_frag[kt], desc, 1);
   }
 }
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(Wt::kThreads, kMinBlocks) flash_fwd_wgmma_kern
     float s[Wt::kSRegs];
     wgmma::keep(q_frag);
     wgmma::fence();
-    wgmma_qk<Wt>(s, q_frag, sK + buf * BN * D);
+    wgmma_qk<Wt>(s, q_frag, sK + buf * BN * D, p.wgmma_exchange);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(s);
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(Wt::kThreads, kMinBlocks) flash_fwd_wgmma_kern
     wgmma::keep(acc_o);
     wgmma::keep(p_frag);
     wgmma::fence();
-    wgmma_pv<Wt>(acc_o, p_frag, sV + buf * BN * D);
+    wgmma_pv<Wt>(acc_o, p_frag, sV + buf * BN * D, p.wgmma_exchange);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::keep(acc_o);

@@ -45,6 +45,14 @@ __device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo_byt
          (uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32);  // bits 62-63 = 0: no swizzle
 }
 
+/// smem_desc with the kernels' strides, or with LBO and SBO exchanged when `exchange` (the
+/// run-time diagnostic switch UNMASK_FLASH_WGMMA_EXCHANGE, flash_api.h: should the hardware read
+/// the two fields the other way round than the layouts above assume, the kernels run right with
+/// it set, without a rebuild). A select on a kernel-uniform value.
+__device__ __forceinline__ uint64_t smem_desc(const void* smem, uint32_t lbo_bytes, uint32_t sbo_bytes, bool exchange) {
+  return exchange ? smem_desc(smem, sbo_bytes, lbo_bytes) : smem_desc(smem, lbo_bytes, sbo_bytes);
+}
+
 /// Orders this thread's earlier writes of registers a wgmma reads (A, D) before the next wgmma.
 __device__ __forceinline__ void fence() {
 #ifdef UNMASK_WGMMA_ENABLED
