@@ -18,11 +18,15 @@ std::atomic<uint64_t> g_next_state_id{1};
 }  // namespace
 
 CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_next_state_id++), device(dev) {
-  if (const char* rg = std::getenv("UNMASK_CUDA_RESIDUAL_GEMM")) {  // checked before anything is created
-    UNMASK_CHECK(std::strcmp(rg, "0") == 0 || std::strcmp(rg, "1") == 0,
-                 "UNMASK_CUDA_RESIDUAL_GEMM must be 0 or 1, got '", rg, "'");
-    residual_in_gemm = rg[0] == '1';
-  }
+  // The 0/1 switches, checked before anything is created (a bad value throws with nothing to free).
+  const auto switch_env = [](const char* name, bool& flag) {
+    if (const char* v = std::getenv(name)) {
+      UNMASK_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, name, " must be 0 or 1, got '", v, "'");
+      flag = v[0] == '1';
+    }
+  };
+  switch_env("UNMASK_CUDA_RESIDUAL_GEMM", residual_in_gemm);
+  switch_env("UNMASK_CUDA_LN_DROPOUT", layernorm_dropout_fused);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

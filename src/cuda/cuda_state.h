@@ -88,6 +88,11 @@ class CudaState {
   /// two (models/bert.cc). On by default (2026-11-27, not yet measured on a GPU);
   /// UNMASK_CUDA_RESIDUAL_GEMM=0 adds the residual in the LayerNorm as before, for A/B runs.
   bool residual_in_gemm = true;
+  /// ops::layernorm / layernorm_backward with an input dropout (BERT's post-LN blocks): the
+  /// dropout inside the LayerNorm kernels (train_kernels.h LayerNormInputDropout), the same bits
+  /// as the dropout op before the LayerNorm. On by default (2026-11-27, not yet measured on a
+  /// GPU); UNMASK_CUDA_LN_DROPOUT=0 runs the separate dropout kernels, for A/B runs and tests.
+  bool layernorm_dropout_fused = true;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
   /// until measured against the heuristic on a GPU. The winner depends on timings, so two

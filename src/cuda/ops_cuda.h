@@ -116,13 +116,19 @@ void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, i
 /// The training row ops take their activations as `dtype` (f32, bf16 or f16; fp32 arithmetic
 /// inside, one rounding on the store); statistics, gamma and parameter gradients are f32.
 /// layernorm with the row statistics mean, rstd (f32 [N]); y must not alias x or residual.
+/// Whether ctx runs a LayerNorm's input dropout inside the LayerNorm kernels
+/// (CudaState::layernorm_dropout_fused) rather than as the separate dropout ops.
+bool layernorm_dropout_fused(Context& ctx);
+/// x_dropout (optional): s = dropout(x) + residual inside the kernel (ops::layernorm's).
 void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr, const float* gamma,
                      const float* beta, float eps, void* y, int64_t ldy, float* mean, float* rstd, int64_t N,
-                     int64_t C, DType dtype);
+                     int64_t C, DType dtype, const ops::InputDropout* x_dropout = nullptr);
+/// x_dropout, dx_dropped (rows of ld_dx_dropped; optional): ops::layernorm_backward's.
 void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
                         const float* gamma, const float* mean, const float* rstd, const void* dy, int64_t lddy,
                         void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
-                        bool accumulate_dx);
+                        bool accumulate_dx, const ops::InputDropout* x_dropout = nullptr, void* dx_dropped = nullptr,
+                        int64_t ld_dx_dropped = 0);
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
                          int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype, void* y = nullptr,
                          int64_t ldy = 0);

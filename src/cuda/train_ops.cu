@@ -72,20 +72,78 @@ __device__ __forceinline__ void load_sum(float* v, const T* x, const T* residual
   }
 }
 
-/// y, mean, rstd from x (+ residual): one warp per row, the two-pass statistics of
-/// warp_layernorm_row (layernorm.cuh) with an IEEE rstd, as the CPU.
-///   x, residual, y: [N, C] (ld*); gamma, beta: [C]; mean, rstd: [N].
+/// The kernels' copy of LayerNormInputDropout (train_kernels.h), by value in their parameters.
+struct LnDrop {
+  float p = 0.0f, scale = 1.0f;  // scale = 1 / (1 - p), computed as dropout_rows computes it
+  uint64_t seed = 0, offset = 0;
+};
+
+/// The Philox block numbers wrap modulo 2^62 as the element counters wrap modulo 2^64.
+constexpr uint64_t kPhiloxBlockMask = (uint64_t(1) << 62) - 1;
+
+/// Chunk v[0..kVec) of row `row` of x, columns c.., through the input dropout: kept values scaled
+/// and rounded to T, dropped ones 0 (dropout_chunks_kernel's bits for element row C + c + j).
+/// Returns the keep bits (bit j: column c + j). One Philox block per four columns where they
+/// start a block (kVec a multiple of 4, so C and c are too, and offset % 4 == 0), else one an
+/// element (the scalar path: slow, and only for rows the 16-byte path cannot take).
 template <typename T, int kVec>
+__device__ __forceinline__ uint32_t drop_chunk(float* v, const LnDrop& d, int64_t row, int C, int c) {
+  const uint64_t e = uint64_t(row) * uint64_t(C) + uint64_t(c);
+  uint32_t keep = 0;
+  if (kVec % 4 == 0 && (d.offset & 3) == 0) {
+#pragma unroll
+    for (int b = 0; b < kVec / 4; ++b) {
+      const Philox4x32 r = philox_block(d.seed, ((d.offset >> 2) + e / 4 + uint64_t(b)) & kPhiloxBlockMask);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) keep |= uint32_t(philox_uniform_from_bits(r.w[w]) >= d.p) << (4 * b + w);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) keep |= uint32_t(philox_uniform(d.seed, d.offset + e + uint64_t(j)) >= d.p) << j;
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) v[j] = to_float(from_float<T>((keep >> j) & 1u ? v[j] * d.scale : 0.0f));
+  return keep;
+}
+
+/// The LayerNorm input s = x + residual (load_sum), or with kDrop s = dropout(x) + residual
+/// (drop_chunk); returns the keep bits of the chunk (0 without kDrop).
+template <typename T, int kVec, bool kDrop>
+__device__ __forceinline__ uint32_t load_input(float* v, const T* x, const T* residual, int c, const LnDrop& d,
+                                               int64_t row, int C) {
+  if constexpr (!kDrop) {
+    load_sum<T, kVec>(v, x, residual, c);
+    return 0;
+  } else {
+    float r[kVec];
+    load_row<T, kVec>(v, x, c);
+    if (residual) load_row<T, kVec>(r, residual, c);
+    const uint32_t keep = drop_chunk<T, kVec>(v, d, row, C, c);
+    if (residual) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] += r[j];
+    }
+    return keep;
+  }
+}
+
+/// y, mean, rstd from x (+ residual): one warp per row, the two-pass statistics of
+/// warp_layernorm_row (layernorm.cuh) with an IEEE rstd, as the CPU. kDrop: x through the input
+/// dropout d first (load_input).
+///   x, residual, y: [N, C] (ld*); gamma, beta: [C]; mean, rstd: [N].
+template <typename T, int kVec, bool kDrop>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_stats_kernel(T* y, int64_t ldy, float* mean, float* rstd, const T* x, int64_t ldx, const T* residual,
-                           int64_t ldr, const float* gamma, const float* beta, float eps, int64_t N, int C) {
+                           int64_t ldr, const float* gamma, const float* beta, float eps, int64_t N, int C,
+                           const LnDrop d) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
   const T* xr = x + row * ldx;
   const T* rr = residual ? residual + row * ldr : nullptr;
   const RowStats st = warp_layernorm_row<kVec, T, float, true>(
-      [&](int c, float* v) { load_sum<T, kVec>(v, xr, rr, c); }, y + row * ldy, gamma, beta, eps, C, lane);
+      [&](int c, float* v) { load_input<T, kVec, kDrop>(v, xr, rr, c, d, row, C); }, y + row * ldy, gamma, beta, eps,
+      C, lane);
   if (lane == 0) {
     mean[row] = st.mean;
     rstd[row] = st.rstd;
@@ -95,9 +153,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 /// Stores dx = rstd (g - mg - xhat mgx) for one chunk of kVec columns at row dxr, column c (or
 /// adds it to the old dx in fp32 when accumulate: one rounding of the sum). The row kernels'
 /// common last step (layernorm_backward_dx_kernel, layernorm_backward_fused_kernel).
-template <typename T, int kVec>
+/// kDrop with dxdr: also dx through the input dropout's mask (keep bits of the chunk) into row
+/// dxdr, the bits of dropout_rows over the rounded dx (the gradient of the undropped x).
+template <typename T, int kVec, bool kDrop = false>
 __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* xh, const float* g, float rs, float mg,
-                                                   float mgx, bool accumulate) {
+                                                   float mgx, bool accumulate, T* dxdr = nullptr, uint32_t keep = 0,
+                                                   float scale = 1.0f) {
   float d[kVec];
 #pragma unroll
   for (int j = 0; j < kVec; ++j) d[j] = rs * (g[j] - mg - xh[j] * mgx);
@@ -108,6 +169,13 @@ __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* x
     for (int j = 0; j < kVec; ++j) d[j] += old[j];
   }
   store_chunk<kVec>(dxr, c, d);
+  if constexpr (kDrop) {
+    if (dxdr) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) d[j] = (keep >> j) & 1u ? to_float(from_float<T>(d[j])) * scale : 0.0f;
+      store_chunk<kVec>(dxdr, c, d);
+    }
+  }
 }
 
 /// One row of the LayerNorm backward with the row in registers (C <= 32 kChunks kVec): xhat
@@ -118,14 +186,17 @@ __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* x
 /// kGammaVec: gamma's chunk in 16-byte loads (load_floats; gamma 16-byte aligned), else one load
 /// a value (the fused kernel: the vector loads' registers took it from 165 to 170, ptxas sm_90a,
 /// and from 3 blocks per SM to 2).
-template <typename T, int kVec, int kChunks, bool kGammaVec = true, typename OnElement>
+template <typename T, int kVec, int kChunks, bool kGammaVec = true, bool kDrop = false, typename OnElement>
 __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* xr, const T* rr, const T* dyr,
                                                               const float* gamma, float mu, float rs, int C, int lane,
-                                                              bool accumulate, OnElement&& on_element) {
+                                                              bool accumulate, OnElement&& on_element,
+                                                              const LnDrop& drop = {}, int64_t row = 0,
+                                                              T* dxdr = nullptr) {
   float xh[kChunks][kVec], g[kChunks][kVec];
+  uint32_t keep[kChunks];  // the input dropout's keep bits of each chunk (kDrop)
   for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
     float gm[kVec];
-    load_sum<T, kVec>(xh[i], xr, rr, c);
+    keep[i] = load_input<T, kVec, kDrop>(xh[i], xr, rr, c, drop, row, C);
     load_row<T, kVec>(g[i], dyr, c);
     if constexpr (kGammaVec) {
       load_floats<kVec>(gamma, c, gm);
@@ -150,7 +221,7 @@ __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* x
   });
   const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
   for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
-    store_layernorm_dx<T, kVec>(dxr, c, xh[i], g[i], rs, mg, mgx, accumulate);
+    store_layernorm_dx<T, kVec, kDrop>(dxr, c, xh[i], g[i], rs, mg, mgx, accumulate, dxdr, keep[i], drop.scale);
   });
 }
 
@@ -163,21 +234,22 @@ __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* x
 /// columns; longer rows are read twice). The launcher takes half of kRowCacheFloats / kVec when
 /// the row fits: on an H200 the full cache (64 floats) made the bf16 kernel 92 registers, 2
 /// blocks (16 warps) per SM, and ViT-B's decoder rows of 384 ran at 39% of DRAM bandwidth.
-template <typename T, int kVec, int kChunks>
+template <typename T, int kVec, int kChunks, bool kDrop>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_backward_dx_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* residual, int64_t ldr,
                                  const float* gamma, const float* mean, const float* rstd, const T* dy, int64_t lddy,
-                                 int64_t N, int C, bool accumulate) {
+                                 int64_t N, int C, bool accumulate, const LnDrop drop, T* dxd, int64_t lddxd) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
   const T* xr = x + row * ldx;
   const T* rr = residual ? residual + row * ldr : nullptr;
   const T* dyr = dy + row * lddy;
+  T* dxdr = kDrop && dxd ? dxd + row * lddxd : nullptr;
   const float mu = mean[row], rs = rstd[row];
-  auto load = [&](float* xh, float* g, int c) {  // xhat and g = dy gamma of one chunk
+  auto load = [&](float* xh, float* g, int c) {  // xhat and g = dy gamma of one chunk; the keep bits
     float gm[kVec];
-    load_sum<T, kVec>(xh, xr, rr, c);
+    const uint32_t keep = load_input<T, kVec, kDrop>(xh, xr, rr, c, drop, row, C);
     load_row<T, kVec>(g, dyr, c);
     load_floats<kVec>(gamma, c, gm);
 #pragma unroll
@@ -185,15 +257,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
       xh[j] = (xh[j] - mu) * rs;
       g[j] *= gm[j];
     }
+    return keep;
   };
   T* dxr = dx + row * lddx;
-  auto store = [&](const float* xh, const float* g, int c, float mg, float mgx) {
-    store_layernorm_dx<T, kVec>(dxr, c, xh, g, rs, mg, mgx, accumulate);
-  };
   if (C <= kChunks * kVec * kWarpSize) {
     // xhat and g in registers: one read of x, residual and dy; the same sums in the same order.
-    layernorm_backward_cached_row<T, kVec, kChunks>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
-                                                    [](int, int, float, float) {});
+    layernorm_backward_cached_row<T, kVec, kChunks, true, kDrop>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
+                                                                 [](int, int, float, float) {}, drop, row, dxdr);
     return;
   }
   float sum_g = 0.0f, sum_gx = 0.0f;
@@ -208,8 +278,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   }
   const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    load(xh, g, c);
-    store(xh, g, c, mg, mgx);
+    const uint32_t keep = load(xh, g, c);
+    store_layernorm_dx<T, kVec, kDrop>(dxr, c, xh, g, rs, mg, mgx, accumulate, dxdr, keep, drop.scale);
   }
 }
 
@@ -238,11 +308,12 @@ int64_t fused_rows_per_warp(int64_t N) { return std::max<int64_t>(4, ceil_div(N,
 /// lane's columns and the sums' order do not depend on it: for_cached_chunks skips the chunks
 /// past C): ViT-B's decoder rows of 384 need 12 values a lane of 32, and the four per-chunk
 /// arrays (xhat, g and the two column sums) are most of the kernel's registers.
-template <typename T, int kVec, int kChunks>
+template <typename T, int kVec, int kChunks, bool kDrop>
 __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
     layernorm_backward_fused_kernel(T* dx, int64_t lddx, float* partial, const T* x, int64_t ldx, const T* residual,
                                     int64_t ldr, const float* gamma, const float* mean, const float* rstd, const T* dy,
-                                    int64_t lddy, int64_t N, int C, int64_t rows_per_warp, bool accumulate) {
+                                    int64_t lddy, int64_t N, int C, int64_t rows_per_warp, bool accumulate,
+                                    const LnDrop drop, T* dxd, int64_t lddxd) {
   extern __shared__ float sbuf[];  // [2C]: dgamma | dbeta partials of the warps folded so far
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   float acc_a[kChunks][kVec], acc_b[kChunks][kVec];  // this lane's columns: sum dy xhat, sum dy
@@ -258,12 +329,13 @@ __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
     const T* rr = residual ? residual + row * ldr : nullptr;
     const T* dyr = dy + row * lddy;
     const float mu = mean[row], rs = rstd[row];
-    layernorm_backward_cached_row<T, kVec, kChunks, false>(dx + row * lddx, xr, rr, dyr, gamma, mu, rs, C, lane,
-                                                           accumulate,
-                                           [&](int i, int j, float d, float xhat) {
-                                             acc_a[i][j] += d * xhat;  // column_partials_kernel's a += d ((s - mu) rs)
-                                             acc_b[i][j] += d;
-                                           });
+    layernorm_backward_cached_row<T, kVec, kChunks, false, kDrop>(
+        dx + row * lddx, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
+        [&](int i, int j, float d, float xhat) {
+          acc_a[i][j] += d * xhat;  // column_partials_kernel's a += d ((s - mu) rs)
+          acc_b[i][j] += d;
+        },
+        drop, row, kDrop && dxd ? dxd + row * lddxd : nullptr);
   }
   // The warps' sums in warp order: sbuf = w0, then sbuf += w1, ... (a warp without rows adds
   // zeros).
@@ -291,11 +363,11 @@ __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
 /// [C..2C) = sum dy (dbeta), partial rows of 2C; otherwise partial[chunk][0..C) = sum dy (dbias),
 /// rows of C. kVec = 16 / sizeof(T) moves 16 bytes per thread and row (a warp reads 512
 /// contiguous bytes of a row, not 64); each column's sum is the same sequence of adds for any kVec.
-template <typename T, bool kLayerNorm, int kVec>
+template <typename T, bool kLayerNorm, int kVec, bool kDrop>
 __global__ void __launch_bounds__(kColTile * kRowLanes)
     column_partials_kernel(float* partial, const T* dy, int64_t lddy, const T* x, int64_t ldx, const T* residual,
                            int64_t ldr, const float* mean, const float* rstd, int64_t N, int64_t C,
-                           int64_t chunk_rows) {
+                           int64_t chunk_rows, const LnDrop drop) {
   constexpr int kCols = kColTile * kVec;  // columns per block
   __shared__ float s_a[kLayerNorm ? kRowLanes : 1][kCols + 1], s_b[kRowLanes][kCols + 1];
   const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
@@ -318,7 +390,8 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
         if (n >= r1) break;
         load_row<T, kVec>(d[u], dy + n * lddy, int(c0));
         if constexpr (kLayerNorm) {
-          load_sum<T, kVec>(s[u], x + n * ldx, residual ? residual + n * ldr : nullptr, int(c0));
+          load_input<T, kVec, kDrop>(s[u], x + n * ldx, residual ? residual + n * ldr : nullptr, int(c0), drop, n,
+                                     int(C));
           mu[u] = mean[n], rs[u] = rstd[n];
         }
       }
@@ -517,17 +590,38 @@ void with_vec(bool vec, F&& f) {
 
 /// Stage 1 of the column sums (column_partials_kernel) into partial, 16 bytes a thread and row
 /// where dy (and for LayerNorm x and the residual) allow.
-template <typename T, bool kLayerNorm>
+template <typename T, bool kLayerNorm, bool kDrop = false>
 void column_partials(float* partial, const T* dy, int64_t lddy, const T* x, int64_t ldx, const T* residual, int64_t ldr,
                      const float* mean, const float* rstd, int64_t N, int64_t C, int64_t chunk_rows, int64_t chunks,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const LnDrop& drop = {}) {
   with_vec<T>(rows_vectorizable<T>(C, {{dy, lddy}, {x, ldx}, {residual, ldr}}), [&](auto kvec) {
     constexpr int V = decltype(kvec)::value;
-    column_partials_kernel<T, kLayerNorm, V>
+    column_partials_kernel<T, kLayerNorm, V, kDrop>
         <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
-            partial, dy, lddy, x, ldx, residual, ldr, mean, rstd, N, C, chunk_rows);
+            partial, dy, lddy, x, ldx, residual, ldr, mean, rstd, N, C, chunk_rows, drop);
   });
   CUDA_CHECK_LAUNCH();
+}
+
+/// The kernels' LnDrop of an input dropout (null or p = 0: none), checked.
+LnDrop ln_drop_of(const LayerNormInputDropout* drop, const char* op) {
+  LnDrop d;
+  if (!drop) return d;
+  UNMASK_CHECK(drop->p >= 0.0f && drop->p < 1.0f, op, " (cuda): the input dropout's p must be in [0, 1), got ", drop->p);
+  d.p = drop->p;
+  d.scale = 1.0f / (1.0f - drop->p);  // as dropout_rows
+  d.seed = drop->seed;
+  d.offset = drop->offset;
+  return d;
+}
+
+/// f(std::bool_constant<on>{}): one launch statement for the kernels with and without the input dropout.
+template <typename F>
+void with_drop(bool on, F&& f) {
+  if (on)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 int grid_stride_blocks(int64_t work, int threads) {
@@ -538,20 +632,24 @@ int grid_stride_blocks(int64_t work, int threads) {
 
 void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* beta, float eps,
-                             int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
+                             int64_t N, int64_t C, DType dtype, cudaStream_t stream,
+                             const LayerNormInputDropout* x_dropout) {
   check_rows("layernorm", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && ldy >= C && (!residual || ldr >= C)), "layernorm (cuda): row strides ldx=", ldx,
                " ldr=", ldr, " ldy=", ldy, " smaller than C=", C);
   UNMASK_CHECK(gamma && beta && mean && rstd, "layernorm (cuda): gamma, beta, mean and rstd are required");
+  const LnDrop drop = ln_drop_of(x_dropout, "layernorm");
   if (N == 0 || C == 0) return;
   dispatch_storage("layernorm", dtype, [&](auto tag) {
     using T = decltype(tag);
     // gamma and beta in the list: the kVec path reads them 16 bytes at a time (load_floats)
     with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}, {gamma, 0}, {beta, 0}}), [&](auto kvec) {
-      layernorm_stats_kernel<T, decltype(kvec)::value>
-          <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-              static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual), ldr,
-              gamma, beta, eps, N, int(C));
+      with_drop(drop.p > 0.0f, [&](auto kdrop) {
+        layernorm_stats_kernel<T, decltype(kvec)::value, decltype(kdrop)::value>
+            <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+                static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual),
+                ldr, gamma, beta, eps, N, int(C), drop);
+      });
     });
     CUDA_CHECK_LAUNCH();
   });
@@ -560,12 +658,26 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* mean,
                              const float* rstd, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
-                             cudaStream_t stream, bool accumulate_dx, bool fused) {
+                             cudaStream_t stream, bool accumulate_dx, bool fused,
+                             const LayerNormInputDropout* x_dropout) {
   check_rows("layernorm_backward", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && lddy >= C && lddx >= C && (!residual || ldr >= C)),
                "layernorm_backward (cuda): row strides ldx=", ldx, " ldr=", ldr, " lddy=", lddy, " lddx=", lddx,
                " smaller than C=", C);
+  const LnDrop drop = ln_drop_of(x_dropout, "layernorm_backward");
+  const bool with_drop_on = drop.p > 0.0f;
+  void* dxd = x_dropout ? x_dropout->dx_dropped : nullptr;
+  const int64_t lddxd = x_dropout ? x_dropout->ld_dx_dropped : 0;
+  UNMASK_CHECK(!dxd || !accumulate_dx, "layernorm_backward (cuda): dx_dropped with accumulate_dx");
+  UNMASK_CHECK(!dxd || N <= 1 || lddxd >= C, "layernorm_backward (cuda): dx_dropped's row stride ", lddxd,
+               " is smaller than C=", C);
   if (N == 0 || C == 0) return;
+  if (dxd && !with_drop_on) {  // p = 0: the gradient of the undropped x is dx itself, copied after
+    layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
+                            stream, accumulate_dx, fused, nullptr);
+    dropout_rows(dxd, lddxd, dx, lddx, N, C, 0.0f, 0, 0, dtype, stream);
+    return;
+  }
   if (fused && C <= kRowCacheFloats * kWarpSize) {
     // One pass: dx and per-block partials [blocks][dgamma C | dbeta C], then their column sums
     // (column_partials over the blocks' rows, deterministic) and the final adds.
@@ -577,20 +689,23 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     ScratchBuffer partial(size_t(chunks * 2 * C) * sizeof(float), stream);
     dispatch_storage("layernorm_backward", dtype, [&](auto tag) {
       using T = decltype(tag);
-      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}}),
+      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}}),
                   [&](auto kvec) {
         constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
         static_assert(kHalf >= 1, "half the row cache is at least one chunk");
-        const auto launch = [&](auto kernel) {
-          kernel<<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
-              static_cast<T*>(dx), lddx, block_partial.as<float>(), static_cast<const T*>(x), ldx,
-              static_cast<const T*>(residual), ldr, gamma, mean, rstd, static_cast<const T*>(dy), lddy, N, int(C),
-              rows_per_warp, accumulate_dx);
-        };
-        if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
-          launch(layernorm_backward_fused_kernel<T, V, kHalf>);
-        else
-          launch(layernorm_backward_fused_kernel<T, V, kFull>);
+        with_drop(with_drop_on, [&](auto kdrop) {
+          constexpr bool kD = decltype(kdrop)::value;
+          const auto launch = [&](auto kernel) {
+            kernel<<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
+                static_cast<T*>(dx), lddx, block_partial.as<float>(), static_cast<const T*>(x), ldx,
+                static_cast<const T*>(residual), ldr, gamma, mean, rstd, static_cast<const T*>(dy), lddy, N, int(C),
+                rows_per_warp, accumulate_dx, drop, static_cast<T*>(dxd), lddxd);
+          };
+          if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
+            launch(layernorm_backward_fused_kernel<T, V, kHalf, kD>);
+          else
+            launch(layernorm_backward_fused_kernel<T, V, kFull, kD>);
+        });
       });
       CUDA_CHECK_LAUNCH();
     });
@@ -607,21 +722,28 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     const T* xp = static_cast<const T*>(x);
     const T* rp = static_cast<const T*>(residual);
     const T* dyp = static_cast<const T*>(dy);
-    // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
-    column_partials<T, true>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows, chunks,
-                             stream);
-    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}}), [&](auto kvec) {
-      constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
-      static_assert(kHalf >= 1, "half the row cache is at least one chunk");
-      const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
-      if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
-        layernorm_backward_dx_kernel<T, V, kHalf><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-            static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C), accumulate_dx);
-      else
-        layernorm_backward_dx_kernel<T, V, kFull><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-            static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma, mean, rstd, dyp, lddy, N, int(C), accumulate_dx);
+    with_drop(with_drop_on, [&](auto kdrop) {
+      constexpr bool kD = decltype(kdrop)::value;
+      // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
+      column_partials<T, true, kD>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows,
+                                   chunks, stream, drop);
+      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}}),
+                  [&](auto kvec) {
+        constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
+        static_assert(kHalf >= 1, "half the row cache is at least one chunk");
+        const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
+        const auto launch = [&](auto kernel) {
+          kernel<<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma,
+                                                                    mean, rstd, dyp, lddy, N, int(C), accumulate_dx,
+                                                                    drop, static_cast<T*>(dxd), lddxd);
+        };
+        if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
+          launch(layernorm_backward_dx_kernel<T, V, kHalf, kD>);
+        else
+          launch(layernorm_backward_dx_kernel<T, V, kFull, kD>);
+      });
+      CUDA_CHECK_LAUNCH();
     });
-    CUDA_CHECK_LAUNCH();
   });
   finish_columns(dgamma, partial.as<float>(), 2 * C, chunks, C, stream);
   finish_columns(dbeta, partial.as<float>() + C, 2 * C, chunks, C, stream);

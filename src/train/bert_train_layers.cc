@@ -99,11 +99,16 @@ void dropout_inplace(Context& ctx, Tensor& x, const DropoutSite& d) {
   if (d.p > 0.0f) ops::dropout(ctx, x, x, d.p, d.seed, d.offset);
 }
 
-// The gradient through a dropout site: `dst` = dy * mask / (1 - p), or dy itself at p = 0.
-const Tensor& dropout_grad(Context& ctx, const Tensor& dy, Tensor& dst, const DropoutSite& d) {
-  if (d.p <= 0.0f) return dy;
-  ops::dropout_backward(ctx, dy, dst, d.p, d.seed, d.offset);
-  return dst;
+// A dropout site as the input dropout of the LayerNorm that follows it (ops::InputDropout): the
+// post-LN blocks' LN(dropout(h) + x) in one LayerNorm op, which on CUDA is one kernel with the
+// mask drawn inside (no dropout pass over h in the forward, none over the gradient in the
+// backward), and on the CPU the same two ops as before. p = 0: none.
+ops::InputDropout input_dropout(const DropoutSite& d) {
+  ops::InputDropout in;
+  in.p = d.p > 0.0f ? d.p : 0.0f;
+  in.seed = d.seed;
+  in.offset = d.offset;
+  return in;
 }
 
 ops::AttentionTrainArgs attention_train_args(const DropoutSite& d) {
@@ -184,32 +189,38 @@ void layer_forward(Context& ctx, const EncoderLayerParams& p, const Tensor& x, c
   ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                                sv.ctx, sv.lse, aa, attention_train_args(drop.attn_probs));
   linear_forward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, sv.h);
-  dropout_inplace(ctx, sv.h, drop.attn_out);
-  ops::layernorm(ctx, sv.h, &x, p.ln1_g.value, p.ln1_b.value, s.eps, sv.x1, &sv.mean1, &sv.rstd1);
+  // x1 = LN1(dropout(h) + x), the dropout inside the LayerNorm: sv.h keeps the undropped h
+  const ops::InputDropout attn_out_drop = input_dropout(drop.attn_out);
+  ops::layernorm(ctx, sv.h, &x, p.ln1_g.value, p.ln1_b.value, s.eps, sv.x1, &sv.mean1, &sv.rstd1, &attn_out_drop);
   linear_forward(ctx, sv.x1, p.ffn_in_w, p.ffn_in_b, sv.fp);  // pre-activation kept for the backward
   ops::activation(ctx, sv.fp, sv.f, s.act);
   linear_forward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, sv.h2);
-  dropout_inplace(ctx, sv.h2, drop.ffn_out);
-  ops::layernorm(ctx, sv.h2, &sv.x1, p.ln2_g.value, p.ln2_b.value, s.eps, sv.out, &sv.mean2, &sv.rstd2);
+  const ops::InputDropout ffn_out_drop = input_dropout(drop.ffn_out);
+  ops::layernorm(ctx, sv.h2, &sv.x1, p.ln2_g.value, p.ln2_b.value, s.eps, sv.out, &sv.mean2, &sv.rstd2, &ffn_out_drop);
 }
 
 void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const LayerSaved& sv,
                     const ops::AttentionArgs& aa, const EncoderShape& s, const LayerDropout& drop, Tensor& g,
                     LayerScratch& sc) {
   const int64_t C = s.C;
-  // out = LN2(h2 + x1): g becomes d(h2 + x1), the gradient of both h2 and the residual x1.
-  ops::layernorm_backward(ctx, sv.h2, &sv.x1, p.ln2_g.value, sv.mean2, sv.rstd2, g, g, p.ln2_g.grad, p.ln2_b.grad);
-  // h2 = dropout(f W2^T + b2)
-  const Tensor& dh2 = dropout_grad(ctx, g, sc.t1, drop.ffn_out);
+  // out = LN2(dropout(h2) + x1): g becomes the gradient of the LayerNorm's input, which is the
+  // residual x1's, and t1 (with dropout) that of the undropped h2 = f W2^T + b2, from one kernel.
+  const ops::InputDropout ffn_out_drop = input_dropout(drop.ffn_out);
+  Tensor* dh2_dropped = ffn_out_drop.p > 0.0f ? &sc.t1 : nullptr;
+  ops::layernorm_backward(ctx, sv.h2, &sv.x1, p.ln2_g.value, sv.mean2, sv.rstd2, g, g, p.ln2_g.grad, p.ln2_b.grad,
+                          false, &ffn_out_drop, dh2_dropped);
+  const Tensor& dh2 = dh2_dropped ? sc.t1 : g;
   linear_backward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, dh2, &sc.df);  // df = dh2 W2 [N, I]
   // f = act(fp)
   ops::activation_backward(ctx, sv.fp, sc.df, sc.df, s.act);
   // fp = x1 W1^T + b1; dx1 = g (residual) + df W1. dh2 may alias g: its last read was above.
   linear_backward(ctx, sv.x1, p.ffn_in_w, p.ffn_in_b, sc.df, &g, /*accumulate_dx=*/true);
-  // x1 = LN1(h + x)
-  ops::layernorm_backward(ctx, sv.h, &x, p.ln1_g.value, sv.mean1, sv.rstd1, g, g, p.ln1_g.grad, p.ln1_b.grad);
-  // h = dropout(ctx Wo^T + bo); dctx -> t2
-  const Tensor& dh = dropout_grad(ctx, g, sc.t1, drop.attn_out);
+  // x1 = LN1(dropout(h) + x); h = ctx Wo^T + bo; dctx -> t2
+  const ops::InputDropout attn_out_drop = input_dropout(drop.attn_out);
+  Tensor* dh_dropped = attn_out_drop.p > 0.0f ? &sc.t1 : nullptr;
+  ops::layernorm_backward(ctx, sv.h, &x, p.ln1_g.value, sv.mean1, sv.rstd1, g, g, p.ln1_g.grad, p.ln1_b.grad, false,
+                          &attn_out_drop, dh_dropped);
+  const Tensor& dh = dh_dropped ? sc.t1 : g;
   linear_backward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, dh, &sc.t2);
   // ctx = attention(q, k, v): dq, dk, dv land in the column slices of dqkv [N, 3C]
   Tensor dq = sc.dqkv.slice(1, 0, C), dk = sc.dqkv.slice(1, C, 2 * C), dv = sc.dqkv.slice(1, 2 * C, 3 * C);

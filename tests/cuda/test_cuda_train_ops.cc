@@ -190,6 +190,65 @@ TEST(CudaTrainLayerNorm, FusedBackwardMatchesTheTwoPasses) {
       }
 }
 
+// The LayerNorm's input dropout inside its kernels (CudaState::layernorm_dropout_fused, the
+// default) against the dropout op first (UNMASK_CUDA_LN_DROPOUT=0's path), on the same context:
+// y, mean, rstd, dx, dx_dropped, dgamma and dbeta bit for bit, in f32, bf16 and f16; the
+// 16-byte path and the scalar one (C = 13), offsets that start a Philox block and one that does
+// not (6: one block an element), a site near 2^64 whose blocks wrap, with and without a
+// residual, dx in place over dy (BERT's backward), and the one-pass backward
+// (UNMASK_CUDA_LN_BWD_FUSED=1) too. x must come back undropped.
+TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainLayerNormInputDropout");
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  const ScopedFusedLayerNorm restore{st};
+  const bool saved_drop = st.layernorm_dropout_fused;
+  const auto host_f32 = [](const Tensor& t) {  // values of a device tensor of any float dtype
+    Tensor h = Tensor::empty(t.shape(), t.dtype());
+    h.copy_from(t);
+    return values(h.dtype() == DType::f32 ? h : h.cast(DType::f32));
+  };
+  struct Case {
+    int64_t N, C;
+    uint64_t offset;
+    bool residual, one_pass_backward;
+  };
+  const Case cases[] = {{37, 1024, uint64_t(2) << 32, true, false},  {300, 768, 0, false, false},
+                        {17, 13, uint64_t(1) << 32, true, false},    {41, 64, 6, true, false},
+                        {29, 64, ~uint64_t(0) - 63, true, false},    {5000, 384, uint64_t(3) << 32, true, true},
+                        {64, 1024, uint64_t(5) << 32, true, true}};
+  for (const DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (const Case& k : cases) {
+      const int64_t N = k.N, C = k.C;
+      const ops::InputDropout d{0.1f, uint64_t(rng.integer(0, INT64_MAX)), k.offset};
+      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                               " offset=" + std::to_string(k.offset) + (k.one_pass_backward ? " one-pass" : "");
+      const Tensor x = rng.tensor({N, C}).cast(dt).to(Device::cuda), r = rng.tensor({N, C}).cast(dt).to(Device::cuda);
+      const Tensor dy = rng.tensor({N, C}).cast(dt).to(Device::cuda);
+      const Tensor g = rng.tensor({C}, 0.5f, 1.0f).to(Device::cuda), b = rng.tensor({C}).to(Device::cuda);
+      const std::vector<float> x_before = host_f32(x);
+      std::vector<std::vector<float>> out[2];
+      for (int in_kernel = 0; in_kernel < 2; ++in_kernel) {
+        st.layernorm_dropout_fused = in_kernel == 1;
+        st.layernorm_backward_fused = k.one_pass_backward;
+        Tensor y = Tensor::empty({N, C}, dt, Device::cuda), mean = nan_device({N}), rstd = nan_device({N});
+        ops::layernorm(gpu(), x, k.residual ? &r : nullptr, g, b, 1e-5f, y, &mean, &rstd, &d);
+        Tensor dx = Tensor::empty({N, C}, dt, Device::cuda), dxd = Tensor::empty({N, C}, dt, Device::cuda);
+        dx.copy_from(dy);  // in place, as BERT's backward
+        Tensor dg = Tensor::zeros({C}, DType::f32, Device::cuda), db = Tensor::zeros({C}, DType::f32, Device::cuda);
+        ops::layernorm_backward(gpu(), x, k.residual ? &r : nullptr, g, mean, rstd, dx, dx, dg, db, false, &d, &dxd);
+        out[in_kernel] = {host_f32(y), values(mean), values(rstd), host_f32(dx), host_f32(dxd), values(dg), values(db)};
+      }
+      const char* names[] = {"y", "mean", "rstd", "dx", "dx_dropped", "dgamma", "dbeta"};
+      for (size_t i = 0; i < 7; ++i) expect_bits(out[1][i], out[0][i], what + " " + names[i]);
+      expect_bits(host_f32(x), x_before, what + " x afterwards");
+      int64_t dropped = 0;
+      for (float v : out[1][4]) dropped += v == 0.0f;
+      EXPECT_GT(dropped, 0) << what << ": no element of dx_dropped is 0: the dropout did not run";
+    }
+  st.layernorm_dropout_fused = saved_drop;
+}
+
 TEST(CudaTrainActivation, BackwardMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainActivation");
