@@ -596,9 +596,14 @@ void column_partials(float* partial, const T* dy, int64_t lddy, const T* x, int6
                      cudaStream_t stream, const LnDrop& drop = {}) {
   with_vec<T>(rows_vectorizable<T>(C, {{dy, lddy}, {x, ldx}, {residual, ldr}}), [&](auto kvec) {
     constexpr int V = decltype(kvec)::value;
-    column_partials_kernel<T, kLayerNorm, V, kDrop>
-        <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
-            partial, dy, lddy, x, ldx, residual, ldr, mean, rstd, N, C, chunk_rows, drop);
+    if constexpr (kDrop && V == 1) {  // (no such instance: the launchers drop scalar rows first)
+      UNMASK_CHECK(false, "layernorm_backward (cuda): internal error: an input dropout on rows the 16-byte path "
+                   "cannot take reached the column pass");
+    } else {
+      column_partials_kernel<T, kLayerNorm, V, kDrop>
+          <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
+              partial, dy, lddy, x, ldx, residual, ldr, mean, rstd, N, C, chunk_rows, drop);
+    }
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -615,13 +620,27 @@ LnDrop ln_drop_of(const LayerNormInputDropout* drop, const char* op) {
   return d;
 }
 
-/// f(std::bool_constant<on>{}): one launch statement for the kernels with and without the input dropout.
-template <typename F>
+/// f(std::bool_constant<on>{}): one launch statement for the kernels with and without the input
+/// dropout. Only the 16-byte path (kVec > 1) has instances with it: the launchers run scalar rows
+/// with an input dropout as the dropout kernel into scratch and the plain LayerNorm (rows_drop_first).
+template <int kVec, typename F>
 void with_drop(bool on, F&& f) {
-  if (on)
-    f(std::true_type{});
-  else
+  if constexpr (kVec == 1) {
+    UNMASK_CHECK(!on, "layernorm (cuda): internal error: an input dropout on rows the 16-byte path cannot take");
     f(std::false_type{});
+  } else {
+    if (on)
+      f(std::true_type{});
+    else
+      f(std::false_type{});
+  }
+}
+
+/// Whether rows of C elements of dtype can move 16 bytes at a time (rows_vectorizable of its T).
+bool rows_vectorizable_of(DType dtype, int64_t C, std::initializer_list<std::pair<const void*, int64_t>> rows) {
+  bool vec = false;
+  dispatch_storage("layernorm", dtype, [&](auto tag) { vec = rows_vectorizable<decltype(tag)>(C, rows); });
+  return vec;
 }
 
 int grid_stride_blocks(int64_t work, int threads) {
@@ -640,11 +659,17 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
   UNMASK_CHECK(gamma && beta && mean && rstd, "layernorm (cuda): gamma, beta, mean and rstd are required");
   const LnDrop drop = ln_drop_of(x_dropout, "layernorm");
   if (N == 0 || C == 0) return;
+  // gamma and beta in the list: the kVec path reads them 16 bytes at a time (load_floats)
+  const bool vec = rows_vectorizable_of(dtype, C, {{x, ldx}, {y, ldy}, {residual, ldr}, {gamma, 0}, {beta, 0}});
+  if (drop.p > 0.0f && !vec) {  // scalar rows: the dropout kernel into scratch, then the plain LayerNorm
+    ScratchBuffer xd(size_t(N * C) * dtype_size(dtype), stream);
+    dropout_rows(xd.ptr, C, x, ldx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
+    return layernorm_forward_stats(y, ldy, mean, rstd, xd.ptr, C, residual, ldr, gamma, beta, eps, N, C, dtype, stream);
+  }
   dispatch_storage("layernorm", dtype, [&](auto tag) {
     using T = decltype(tag);
-    // gamma and beta in the list: the kVec path reads them 16 bytes at a time (load_floats)
-    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}, {gamma, 0}, {beta, 0}}), [&](auto kvec) {
-      with_drop(drop.p > 0.0f, [&](auto kdrop) {
+    with_vec<T>(vec, [&](auto kvec) {
+      with_drop<decltype(kvec)::value>(drop.p > 0.0f, [&](auto kdrop) {
         layernorm_stats_kernel<T, decltype(kvec)::value, decltype(kdrop)::value>
             <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
                 static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual),
@@ -678,6 +703,16 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     dropout_rows(dxd, lddxd, dx, lddx, N, C, 0.0f, 0, 0, dtype, stream);
     return;
   }
+  if (with_drop_on &&
+      !rows_vectorizable_of(dtype, C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}})) {
+    // Scalar rows: the dropout kernel into scratch, the plain backward, the dropout's backward.
+    ScratchBuffer xd(size_t(N * C) * dtype_size(dtype), stream);
+    dropout_rows(xd.ptr, C, x, ldx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
+    layernorm_backward_rows(dx, lddx, dgamma, dbeta, xd.ptr, C, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
+                            stream, accumulate_dx, fused, nullptr);
+    if (dxd) dropout_rows(dxd, lddxd, dx, lddx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
+    return;
+  }
   if (fused && C <= kRowCacheFloats * kWarpSize) {
     // One pass: dx and per-block partials [blocks][dgamma C | dbeta C], then their column sums
     // (column_partials over the blocks' rows, deterministic) and the final adds.
@@ -693,7 +728,7 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
                   [&](auto kvec) {
         constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
         static_assert(kHalf >= 1, "half the row cache is at least one chunk");
-        with_drop(with_drop_on, [&](auto kdrop) {
+        with_drop<V>(with_drop_on, [&](auto kdrop) {
           constexpr bool kD = decltype(kdrop)::value;
           const auto launch = [&](auto kernel) {
             kernel<<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
@@ -722,15 +757,15 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     const T* xp = static_cast<const T*>(x);
     const T* rp = static_cast<const T*>(residual);
     const T* dyp = static_cast<const T*>(dy);
-    with_drop(with_drop_on, [&](auto kdrop) {
-      constexpr bool kD = decltype(kdrop)::value;
-      // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
-      column_partials<T, true, kD>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows,
-                                   chunks, stream, drop);
-      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}}),
-                  [&](auto kvec) {
-        constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
-        static_assert(kHalf >= 1, "half the row cache is at least one chunk");
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}}),
+                [&](auto kvec) {
+      constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
+      static_assert(kHalf >= 1, "half the row cache is at least one chunk");
+      with_drop<V>(with_drop_on, [&](auto kdrop) {
+        constexpr bool kD = decltype(kdrop)::value;
+        // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
+        column_partials<T, true, kD>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows,
+                                     chunks, stream, drop);
         const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
         const auto launch = [&](auto kernel) {
           kernel<<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma,
@@ -742,8 +777,8 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
         else
           launch(layernorm_backward_dx_kernel<T, V, kFull, kD>);
       });
-      CUDA_CHECK_LAUNCH();
     });
+    CUDA_CHECK_LAUNCH();
   });
   finish_columns(dgamma, partial.as<float>(), 2 * C, chunks, C, stream);
   finish_columns(dbeta, partial.as<float>() + C, 2 * C, chunks, C, stream);
