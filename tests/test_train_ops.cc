@@ -396,6 +396,40 @@ TEST(TrainActivation, BackwardWithOutputIsTheTwoOps) {
             std::string::npos);
 }
 
+// activation_backward with dbias: dx (and y) and dbias += the column sums of dx, the bits of
+// activation_backward followed by bias_grad(dx), in f32 and emulated bf16, dx in place over dy.
+TEST(TrainActivation, BackwardWithBiasGradIsTheTwoOps) {
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  Context ctx({.num_threads = 2});
+  for (const DType dt : {DType::f32, DType::bf16})
+    for (bool with_y : {false, true}) {
+      const int64_t N = 37, C = 70;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (with_y ? " with y" : ""));
+      Tensor xf = make_rows(N, C), dyf = make_rows(N, C);
+      fill_rows(rng, xf, Fill::normal);
+      fill_rows(rng, dyf, Fill::normal);
+      const Tensor x = dt == DType::f32 ? xf : xf.cast(dt), dy = dt == DType::f32 ? dyf : dyf.cast(dt);
+      const Tensor db0 = vector_tensor(rng, C, Fill::normal);
+      Tensor dx1 = Tensor::empty({N, C}, dt), y1 = Tensor::empty({N, C}, dt), db1 = Tensor::empty({C}, DType::f32);
+      dx1.copy_from(dy);
+      db1.copy_from(db0);
+      ops::activation_backward(ctx, x, dx1, dx1, Activation::gelu, with_y ? &y1 : nullptr, &db1);
+      Tensor dx2 = Tensor::empty({N, C}, dt), y2 = Tensor::empty({N, C}, dt), db2 = Tensor::empty({C}, DType::f32);
+      dx2.copy_from(dy);
+      db2.copy_from(db0);
+      ops::activation_backward(ctx, x, dx2, dx2, Activation::gelu, with_y ? &y2 : nullptr);
+      ops::bias_grad(ctx, dx2, db2);
+      EXPECT_TRUE(bitwise_equal(dx1.cast(DType::f32), dx2.cast(DType::f32)));
+      if (with_y) EXPECT_TRUE(bitwise_equal(y1.cast(DType::f32), y2.cast(DType::f32)));
+      EXPECT_TRUE(bitwise_equal(db1.view({1, C}), db2.view({1, C})));
+      EXPECT_FALSE(bitwise_equal(db1.view({1, C}), db0.view({1, C}))) << "dbias unchanged";
+    }
+  Tensor x = Tensor::zeros({4, 8}, DType::f32), bad = Tensor::zeros({7}, DType::f32);
+  EXPECT_NE(error_of([&] { ops::activation_backward(ctx, x, x, x, Activation::gelu, nullptr, &bad); }).find("dbias"),
+            std::string::npos);
+}
+
 TEST(TrainBiasGrad, MatchesReferenceAndDoesNotDependOnThreads) {
   TestRng rng;
   SCOPED_TRACE(rng.note());

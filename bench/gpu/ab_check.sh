@@ -169,6 +169,9 @@ for model in vit bert; do
   # the LayerNorm kernels (built 2026-11-27, not yet measured; ViT-B has no dropout)
   [ "$model" = bert ] && go "bert new UNMASK_CUDA_LN_DROPOUT=0" && row "$f" "$(lim 60)" "bert new UNMASK_CUDA_LN_DROPOUT=0" \
     env UNMASK_CUDA_LN_DROPOUT=0 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  # the MLP's first bias gradient by bias_grad after the GELU backward again (both models)
+  go "$model new UNMASK_CUDA_ACT_BIAS_GRAD=0" && row "$f" "$(lim 60)" "$model new UNMASK_CUDA_ACT_BIAS_GRAD=0" \
+    env UNMASK_CUDA_ACT_BIAS_GRAD=0 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
   for v in "${ROW_VARIANTS[@]}"; do
     go "$model new $v" && row "$f" "$(lim 60)" "$model new $v" env $v "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
   done

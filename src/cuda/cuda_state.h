@@ -93,6 +93,11 @@ class CudaState {
   /// as the dropout op before the LayerNorm. On by default (2026-11-27, not yet measured on a
   /// GPU); UNMASK_CUDA_LN_DROPOUT=0 runs the separate dropout kernels, for A/B runs and tests.
   bool layernorm_dropout_fused = true;
+  /// ops::activation_backward with dbias (the MLPs' first linear layer, BERT and ViT): the bias
+  /// gradient's column sums in the activation backward's pass (activation_backward_columns_kernel),
+  /// the bits of bias_grad after it without its read of dx. On by default (2026-11-27, not yet
+  /// measured on a GPU); UNMASK_CUDA_ACT_BIAS_GRAD=0 runs bias_grad after the activation backward.
+  bool activation_bias_grad_fused = true;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
   /// until measured against the heuristic on a GPU. The winner depends on timings, so two

@@ -129,9 +129,13 @@ void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* re
                         void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
                         bool accumulate_dx, const ops::InputDropout* x_dropout = nullptr, void* dx_dropped = nullptr,
                         int64_t ld_dx_dropped = 0);
+/// dbias (optional): ops::activation_backward's (the column sums of dx in the same pass).
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
                          int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype, void* y = nullptr,
-                         int64_t ldy = 0);
+                         int64_t ldy = 0, float* dbias = nullptr);
+/// Whether ctx forms an activation backward's bias gradient in its pass
+/// (CudaState::activation_bias_grad_fused) rather than by bias_grad after it.
+bool activation_bias_grad_fused(Context& ctx);
 void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype);
 void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy, int64_t lddy, float* dx,
                       int64_t lddx, int64_t N, int64_t C);

@@ -50,10 +50,13 @@ void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* re
 }
 
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
-                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype, void* y, int64_t ldy) {
+                         int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype, void* y, int64_t ldy,
+                         float* dbias) {
   CudaState& st = cuda_state(ctx);
-  activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, dtype, st.stream, y, ldy);
+  activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, dtype, st.stream, y, ldy, dbias);
 }
+
+bool activation_bias_grad_fused(Context& ctx) { return cuda_state(ctx).activation_bias_grad_fused; }
 
 void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype) {
   CudaState& st = cuda_state(ctx);

@@ -79,10 +79,12 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
                         const LayerNormInputDropout* x_dropout = nullptr);
 
 /// dx = dy * act'(x) elementwise (x the pre-activation); dx may alias dy or x. With y (not null;
-/// overlapping none of them) also y = act(x), the bits of bias_act_forward's.
+/// overlapping none of them) also y = act(x), the bits of bias_act_forward's. With dbias (f32
+/// [C], accumulated) also dbias += the column sums of dx, the bits of bias_grad_cols over dx
+/// (the same chunks, lanes and order), from the same pass.
 void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx, const void* dy, int64_t lddy, int64_t N,
                               int64_t C, ops::Activation act, DType dtype, cudaStream_t stream, void* y = nullptr,
-                              int64_t ldy = 0);
+                              int64_t ldy = 0, float* dbias = nullptr);
 
 /// dbias[c] += sum_n dy[n, c] (f32 dbias, deterministic). dy: [N, C] of dtype (lddy).
 void bias_grad_cols(float* dbias, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream);

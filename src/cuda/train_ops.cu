@@ -434,6 +434,68 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
   }
 }
 
+/// activation_backward_kernel's dx (and y with kWithY) over the rows of column_partials_kernel's
+/// blocks, lanes and chunks, and the column partials of the rounded dx as that kernel forms them
+/// for bias_grad (each lane's rows in order, then the 8 lanes in order): the bits of
+/// activation_backward followed by bias_grad over dx, without bias_grad's read of dx. For the
+/// first linear layer of an MLP, whose bias gradient is the column sum of the activation's input
+/// gradient. dx may alias dy (each element read, then written, by one thread).
+template <typename T, int kVec, bool kWithY>
+__global__ void __launch_bounds__(kColTile * kRowLanes)
+    activation_backward_columns_kernel(float* partial, T* dx, int64_t lddx, T* y, int64_t ldy, const T* x,
+                                       int64_t ldx, const T* dy, int64_t lddy, int64_t N, int64_t C,
+                                       int64_t chunk_rows, ops::Activation act) {
+  constexpr int kCols = kColTile * kVec;
+  constexpr int kIlp = 2;  // rows whose loads go out together (the adds keep the row order whatever it is)
+  __shared__ float s_b[kRowLanes][kCols + 1];
+  const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
+  const int64_t c0 = int64_t(blockIdx.x) * kCols + tx * kVec;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * chunk_rows, r1 = min(N, r0 + chunk_rows);
+  float b[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) b[j] = 0.0f;
+  if (c0 < C) {
+    for (int64_t n0 = r0 + ty; n0 < r1; n0 += kRowLanes * kIlp) {
+      float xs[kIlp][kVec], d[kIlp][kVec];
+#pragma unroll
+      for (int u = 0; u < kIlp; ++u) {
+        const int64_t n = n0 + int64_t(u) * kRowLanes;
+        if (n >= r1) break;
+        load_row<T, kVec>(xs[u], x + n * ldx, int(c0));
+        load_row<T, kVec>(d[u], dy + n * lddy, int(c0));
+      }
+#pragma unroll
+      for (int u = 0; u < kIlp; ++u) {
+        const int64_t n = n0 + int64_t(u) * kRowLanes;
+        if (n >= r1) break;
+        float out[kVec], yv[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if constexpr (kWithY) yv[j] = apply_act<T>(xs[u][j], act);
+          out[j] = to_float(from_float<T>(d[u][j] * act_grad<T>(xs[u][j], act)));  // dx as stored
+          b[j] += out[j];
+        }
+        if constexpr (kWithY) store_chunk<kVec>(y + n * ldy, int(c0), yv);
+        store_chunk<kVec>(dx + n * lddx, int(c0), out);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) s_b[ty][j * kColTile + tx] = b[j];
+  __syncthreads();
+  if (ty != 0 || c0 >= C) return;
+  for (int k = 1; k < kRowLanes; ++k) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) b[j] += s_b[k][j * kColTile + tx];
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if (kVec == 1 && c0 + j >= C) break;
+    partial[chunk * C + c0 + j] = b[j];
+  }
+}
+
 /// Stage 2: out[c] += sum_{k < chunks} partial[k * pstride + c], in chunk order. The loads go
 /// out 8 at a time ahead of their adds (the adds keep their order): a thread waits for memory
 /// once per 8 chunks instead of once per chunk (ViT-B's decoder LayerNorms have 1,024 chunks,
@@ -786,9 +848,32 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
 
 void activation_backward_rows(void* dx, int64_t lddx, const void* x, int64_t ldx, const void* dy, int64_t lddy,
                               int64_t N, int64_t C, ops::Activation act, DType dtype, cudaStream_t stream, void* y,
-                              int64_t ldy) {
+                              int64_t ldy, float* dbias) {
   check_rows("activation_backward", N, C);
   if (N == 0 || C == 0) return;
+  if (dbias) {  // with the bias gradient's column sums: bias_grad_cols's chunks and final adds
+    const int64_t chunk_rows = chunk_rows_for(N), chunks = ceil_div(N, chunk_rows);
+    ScratchBuffer partial(size_t(chunks * C) * sizeof(float), stream);  // [chunks][C]
+    dispatch_storage("activation_backward", dtype, [&](auto tag) {
+      using T = decltype(tag);
+      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dy, lddy}, {dx, lddx}, {y, ldy}}), [&](auto kvec) {
+        constexpr int V = decltype(kvec)::value;
+        const dim3 grid(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks));
+        const auto launch = [&](auto kernel) {
+          kernel<<<grid, kColTile * kRowLanes, 0, stream>>>(partial.as<float>(), static_cast<T*>(dx), lddx,
+                                                            static_cast<T*>(y), ldy, static_cast<const T*>(x), ldx,
+                                                            static_cast<const T*>(dy), lddy, N, C, chunk_rows, act);
+        };
+        if (y)
+          launch(activation_backward_columns_kernel<T, V, true>);
+        else
+          launch(activation_backward_columns_kernel<T, V, false>);
+      });
+      CUDA_CHECK_LAUNCH();
+    });
+    finish_columns(dbias, partial.as<float>(), C, chunks, C, stream);
+    return;
+  }
   dispatch_storage("activation_backward", dtype, [&](auto tag) {
     using T = decltype(tag);
     with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dy, lddy}, {dx, lddx}, {y, ldy}}), [&](auto kvec) {

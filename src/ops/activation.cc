@@ -72,10 +72,22 @@ void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act) {
 }
 
 void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,
-                         Activation act, Tensor* y) {
+                         Activation act, Tensor* y, Tensor* dbias) {
   detail::OpScope op_scope(ctx, "activation_backward");
   constexpr const char* op = "activation_backward";
   const Device dev = x.device();
+  if (dbias) {
+    detail::check_vector(op, "dbias", *dbias, detail::as_rows(op, "dx", dx).C, dev);
+#ifdef UNMASK_WITH_CUDA
+    const bool in_pass = dev == Device::cuda && cuda::activation_bias_grad_fused(ctx);
+#else
+    const bool in_pass = false;
+#endif
+    if (!in_pass) {  // the two ops: the bits of the CUDA pass
+      activation_backward(ctx, x, dy, dx, act, y);
+      return bias_grad(ctx, dx, *dbias);
+    }
+  }
   const bool half = detail::check_float_train(op, "x", x);  // bf16 / f16: CUDA, emulated on the CPU
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"dy", &dy}, {"dx", &dx}, {"y", y}}) {
     if (!t) continue;
@@ -125,7 +137,8 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
     case Device::cuda:
 #ifdef UNMASK_WITH_CUDA
       return cuda::activation_backward(ctx, x.raw(), rx.ld, dy.raw(), rdy.ld, dx.raw(), rdx.ld, rx.N, rx.C, act,
-                                       x.dtype(), y ? y->raw() : nullptr, y ? detail::as_rows(op, "y", *y).ld : 0);
+                                       x.dtype(), y ? y->raw() : nullptr, y ? detail::as_rows(op, "y", *y).ld : 0,
+                                       dbias ? dbias->data<float>() : nullptr);
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif

@@ -2,6 +2,7 @@
 // backward (training).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -27,11 +28,10 @@ const InputDropout* active_dropout(const char* op, const InputDropout* d) {
 // otherwise (UNMASK_CUDA_LN_DROPOUT=0); elsewhere the dropout op first (the same bits).
 bool dropout_in_kernel(Context& ctx, Device dev) {
 #ifdef UNMASK_WITH_CUDA
-  return dev == Device::cuda && cuda::layernorm_dropout_fused(ctx);
-#else
+  if (dev == Device::cuda) return cuda::layernorm_dropout_fused(ctx);
+#endif
   (void)ctx, (void)dev;
   return false;
-#endif
 }
 
 // dropout(x) into a new contiguous tensor of x's dtype and device (the two-op form).
@@ -42,6 +42,16 @@ Tensor dropped_copy(Context& ctx, const Tensor& x, const InputDropout& d) {
 }
 
 }  // namespace
+
+bool layernorm_input_dropout_in_kernel(Context& ctx) {
+  // UNMASK_CPU_LN_INPUT_DROPOUT=1: the CPU answers as CUDA does, so that the callers' form with
+  // the dropout inside the op (the ops in sequence here, the same bits) is checked without a GPU.
+  if (ctx.device() == Device::cpu) {
+    const char* v = std::getenv("UNMASK_CPU_LN_INPUT_DROPOUT");
+    return v && v[0] == '1' && v[1] == 0;
+  }
+  return dropout_in_kernel(ctx, ctx.device());
+}
 
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                const Tensor& beta, float eps, Tensor& y, Tensor* mean, Tensor* rstd,

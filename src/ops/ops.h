@@ -113,6 +113,11 @@ struct InputDropout {
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                const Tensor& beta, float eps, Tensor& y, Tensor* mean = nullptr,
                Tensor* rstd = nullptr, const InputDropout* x_dropout = nullptr);
+/// Whether layernorm / layernorm_backward on ctx's device draw an input dropout inside their
+/// kernels (CUDA, unless UNMASK_CUDA_LN_DROPOUT=0) rather than as the dropout ops in sequence:
+/// a caller with the choice (BERT's layers) takes the in-place dropout op and the plain
+/// LayerNorm when this is false, which costs less than the sequence inside the op.
+bool layernorm_input_dropout_in_kernel(Context& ctx);
 
 /// y = act(x) elementwise, same shape; y may alias x.
 void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act);
@@ -206,8 +211,11 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
 /// bits of activation(x, y). For a layer that recomputes its activation output in the backward
 /// instead of keeping it (the ViT blocks' recompute_gelu): on CUDA one pass over x instead of
 /// two; on the CPU the two ops in sequence.
+/// dbias (optional; f32 [C] on x's device, accumulated): also dbias += the column sums of dx, the
+/// bits of bias_grad(dx, dbias) after this op: the bias gradient of the linear layer whose output
+/// x is (an MLP's first). On CUDA formed in the same pass (no second read of dx).
 void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor& dx,
-                         Activation act, Tensor* y = nullptr);
+                         Activation act, Tensor* y = nullptr, Tensor* dbias = nullptr);
 
 /// dbias[c] += sum_n dy[n, c].  dy: [N, C] (row stride allowed); dbias: [C].
 void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias);

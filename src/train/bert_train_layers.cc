@@ -100,15 +100,32 @@ void dropout_inplace(Context& ctx, Tensor& x, const DropoutSite& d) {
 }
 
 // A dropout site as the input dropout of the LayerNorm that follows it (ops::InputDropout): the
-// post-LN blocks' LN(dropout(h) + x) in one LayerNorm op, which on CUDA is one kernel with the
-// mask drawn inside (no dropout pass over h in the forward, none over the gradient in the
-// backward), and on the CPU the same two ops as before. p = 0: none.
+// post-LN blocks' LN(dropout(h) + x) in one LayerNorm op where its kernels draw the mask (CUDA:
+// no dropout pass over h in the forward, none over the gradient in the backward); elsewhere the
+// layers keep the in-place dropout op and the plain LayerNorm. p = 0: none.
 ops::InputDropout input_dropout(const DropoutSite& d) {
   ops::InputDropout in;
   in.p = d.p > 0.0f ? d.p : 0.0f;
   in.seed = d.seed;
   in.offset = d.offset;
   return in;
+}
+
+// Backward of y = LN(dropout(h) + r) (saved h undropped when in_kernel, else dropped in place):
+// g (in place) becomes the gradient of the LayerNorm's input, the residual r's; returns that
+// of the undropped h: `dh` (written) with dropout, g itself without.
+const Tensor& layernorm_dropout_backward(Context& ctx, const Tensor& h, const Tensor* r, PV& ln_g, PV& ln_b,
+                                         const Tensor& mean, const Tensor& rstd, const ops::InputDropout& d,
+                                         bool in_kernel, Tensor& g, Tensor& dh) {
+  const bool drop = d.p > 0.0f;
+  if (in_kernel) {
+    ops::layernorm_backward(ctx, h, r, ln_g.value, mean, rstd, g, g, ln_g.grad, ln_b.grad, false, &d,
+                            drop ? &dh : nullptr);
+  } else {
+    ops::layernorm_backward(ctx, h, r, ln_g.value, mean, rstd, g, g, ln_g.grad, ln_b.grad);
+    if (drop) ops::dropout_backward(ctx, g, dh, d.p, d.seed, d.offset);
+  }
+  return drop ? dh : g;
 }
 
 ops::AttentionTrainArgs attention_train_args(const DropoutSite& d) {
@@ -189,14 +206,19 @@ void layer_forward(Context& ctx, const EncoderLayerParams& p, const Tensor& x, c
   ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                                sv.ctx, sv.lse, aa, attention_train_args(drop.attn_probs));
   linear_forward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, sv.h);
-  // x1 = LN1(dropout(h) + x), the dropout inside the LayerNorm: sv.h keeps the undropped h
-  const ops::InputDropout attn_out_drop = input_dropout(drop.attn_out);
-  ops::layernorm(ctx, sv.h, &x, p.ln1_g.value, p.ln1_b.value, s.eps, sv.x1, &sv.mean1, &sv.rstd1, &attn_out_drop);
+  // x1 = LN1(dropout(h) + x): the dropout inside the LayerNorm's kernels where they draw it
+  // (sv.h keeps the undropped h), else in place first (the op's own sequence would copy h)
+  sv.dropout_in_layernorm = ops::layernorm_input_dropout_in_kernel(ctx);
+  const ops::InputDropout attn_out_drop = input_dropout(drop.attn_out), ffn_out_drop = input_dropout(drop.ffn_out);
+  if (!sv.dropout_in_layernorm) dropout_inplace(ctx, sv.h, drop.attn_out);
+  ops::layernorm(ctx, sv.h, &x, p.ln1_g.value, p.ln1_b.value, s.eps, sv.x1, &sv.mean1, &sv.rstd1,
+                 sv.dropout_in_layernorm ? &attn_out_drop : nullptr);
   linear_forward(ctx, sv.x1, p.ffn_in_w, p.ffn_in_b, sv.fp);  // pre-activation kept for the backward
   ops::activation(ctx, sv.fp, sv.f, s.act);
   linear_forward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, sv.h2);
-  const ops::InputDropout ffn_out_drop = input_dropout(drop.ffn_out);
-  ops::layernorm(ctx, sv.h2, &sv.x1, p.ln2_g.value, p.ln2_b.value, s.eps, sv.out, &sv.mean2, &sv.rstd2, &ffn_out_drop);
+  if (!sv.dropout_in_layernorm) dropout_inplace(ctx, sv.h2, drop.ffn_out);
+  ops::layernorm(ctx, sv.h2, &sv.x1, p.ln2_g.value, p.ln2_b.value, s.eps, sv.out, &sv.mean2, &sv.rstd2,
+                 sv.dropout_in_layernorm ? &ffn_out_drop : nullptr);
 }
 
 void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const LayerSaved& sv,
@@ -204,23 +226,20 @@ void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const 
                     LayerScratch& sc) {
   const int64_t C = s.C;
   // out = LN2(dropout(h2) + x1): g becomes the gradient of the LayerNorm's input, which is the
-  // residual x1's, and t1 (with dropout) that of the undropped h2 = f W2^T + b2, from one kernel.
+  // residual x1's, and t1 (with dropout) that of the undropped h2 = f W2^T + b2: from the
+  // LayerNorm's kernels when the forward drew the mask there, else by the dropout's backward.
   const ops::InputDropout ffn_out_drop = input_dropout(drop.ffn_out);
-  Tensor* dh2_dropped = ffn_out_drop.p > 0.0f ? &sc.t1 : nullptr;
-  ops::layernorm_backward(ctx, sv.h2, &sv.x1, p.ln2_g.value, sv.mean2, sv.rstd2, g, g, p.ln2_g.grad, p.ln2_b.grad,
-                          false, &ffn_out_drop, dh2_dropped);
-  const Tensor& dh2 = dh2_dropped ? sc.t1 : g;
+  const Tensor& dh2 = layernorm_dropout_backward(ctx, sv.h2, &sv.x1, p.ln2_g, p.ln2_b, sv.mean2, sv.rstd2,
+                                                 ffn_out_drop, sv.dropout_in_layernorm, g, sc.t1);
   linear_backward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, dh2, &sc.df);  // df = dh2 W2 [N, I]
-  // f = act(fp)
-  ops::activation_backward(ctx, sv.fp, sc.df, sc.df, s.act);
-  // fp = x1 W1^T + b1; dx1 = g (residual) + df W1. dh2 may alias g: its last read was above.
-  linear_backward(ctx, sv.x1, p.ffn_in_w, p.ffn_in_b, sc.df, &g, /*accumulate_dx=*/true);
+  // f = act(fp), fp = x1 W1^T + b1: b1's gradient, the column sums of df, from the same pass
+  ops::activation_backward(ctx, sv.fp, sc.df, sc.df, s.act, nullptr, p.ffn_in_b.defined() ? &p.ffn_in_b.grad : nullptr);
+  // dW1, and dx1 = g (residual) + df W1. dh2 may alias g: its last read was above.
+  PV bias_done;  // (b1's gradient is in)
+  linear_backward(ctx, sv.x1, p.ffn_in_w, bias_done, sc.df, &g, /*accumulate_dx=*/true);
   // x1 = LN1(dropout(h) + x); h = ctx Wo^T + bo; dctx -> t2
-  const ops::InputDropout attn_out_drop = input_dropout(drop.attn_out);
-  Tensor* dh_dropped = attn_out_drop.p > 0.0f ? &sc.t1 : nullptr;
-  ops::layernorm_backward(ctx, sv.h, &x, p.ln1_g.value, sv.mean1, sv.rstd1, g, g, p.ln1_g.grad, p.ln1_b.grad, false,
-                          &attn_out_drop, dh_dropped);
-  const Tensor& dh = dh_dropped ? sc.t1 : g;
+  const Tensor& dh = layernorm_dropout_backward(ctx, sv.h, &x, p.ln1_g, p.ln1_b, sv.mean1, sv.rstd1,
+                                                input_dropout(drop.attn_out), sv.dropout_in_layernorm, g, sc.t1);
   linear_backward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, dh, &sc.t2);
   // ctx = attention(q, k, v): dq, dk, dv land in the column slices of dqkv [N, 3C]
   Tensor dq = sc.dqkv.slice(1, 0, C), dk = sc.dqkv.slice(1, C, 2 * C), dv = sc.dqkv.slice(1, 2 * C, 3 * C);

@@ -141,9 +141,11 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   // out = x1 + fc2(gelu(fc1(LN2(x1))))
   Tensor df = act({N, s.I});
   const Tensor dout = branch_grad(g, s.drop_mlp, s.tokens);
+  // fc1's bias gradient (the column sums of df) comes from the GELU backward's pass
+  Tensor* dfc1_b = p.fc1_b.defined() ? &p.fc1_b.grad : nullptr;
   if (sv.f.defined()) {
     train::linear_backward(ctx, sv.f, p.fc2_w, p.fc2_b, dout, &df);
-    ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu);
+    ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu, nullptr, dfc1_b);
   } else {
     // recompute_gelu: df = dout W2 first (it needs no f); then one pass over fp makes both
     // f = gelu(fp), the forward's bits (the same formula on the same input), and df *= gelu'(fp);
@@ -151,11 +153,12 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
     // in another order: the same bits, one read of fp fewer.
     train::linear_input_grad(ctx, p.fc2_w, dout, df);
     Tensor f = act({N, s.I});
-    ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu, &f);
+    ops::activation_backward(ctx, sv.fp, df, df, Activation::gelu, &f, dfc1_b);
     ops::linear_param_grads(ctx, dout, f, p.fc2_w.grad, p.fc2_b.defined() ? &p.fc2_b.grad : nullptr);
   }
   Tensor dln = act({N, C});
-  train::linear_backward(ctx, sv.ln2, p.fc1_w, p.fc1_b, df, &dln);
+  PV fc1_bias_done;  // (its gradient is in)
+  train::linear_backward(ctx, sv.ln2, p.fc1_w, fc1_bias_done, df, &dln);
   // g = d x1 = g + LN2'(dln): the LayerNorm backward adds into g (one pass, no axpy)
   ops::layernorm_backward(ctx, sv.x1, nullptr, p.norm2_g.value, sv.mean2, sv.rstd2, dln, g, p.norm2_g.grad,
                           p.norm2_b.grad, /*accumulate_dx=*/true);

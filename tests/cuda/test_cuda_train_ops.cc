@@ -195,45 +195,60 @@ TEST(CudaTrainLayerNorm, FusedBackwardMatchesTheTwoPasses) {
 // y, mean, rstd, dx, dx_dropped, dgamma and dbeta bit for bit, in f32, bf16 and f16; the
 // 16-byte path and the scalar one (C = 13), offsets that start a Philox block and one that does
 // not (6: one block an element), a site near 2^64 whose blocks wrap, with and without a
-// residual, dx in place over dy (BERT's backward), and the one-pass backward
-// (UNMASK_CUDA_LN_BWD_FUSED=1) too. x must come back undropped.
+// residual, x a column slice of a wider buffer (the counters are of the logical index, not the
+// row stride), rows longer than the register cache (C = 1536: the kernels' re-reading paths),
+// dx in place over dy (BERT's backward), and the one-pass backward (UNMASK_CUDA_LN_BWD_FUSED=1)
+// too. Every output starts as NaN, the kernel form runs first, and x must come back undropped.
 TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainLayerNormInputDropout");
   cuda::CudaState& st = cuda::cuda_state(gpu());
   const ScopedFusedLayerNorm restore{st};
-  const bool saved_drop = st.layernorm_dropout_fused;
+  struct RestoreDropout {
+    cuda::CudaState& st;
+    const bool saved = st.layernorm_dropout_fused;
+    ~RestoreDropout() { st.layernorm_dropout_fused = saved; }
+  } restore_dropout{st};
   const auto host_f32 = [](const Tensor& t) {  // values of a device tensor of any float dtype
     Tensor h = Tensor::empty(t.shape(), t.dtype());
     h.copy_from(t);
     return values(h.dtype() == DType::f32 ? h : h.cast(DType::f32));
   };
+  const auto nan_rows = [](int64_t N, int64_t C, DType dt) {  // a device [N, C] of dt, all NaN
+    Tensor h = Tensor::empty({N, C}, DType::f32);
+    std::fill(h.data<float>(), h.data<float>() + h.numel(), std::numeric_limits<float>::quiet_NaN());
+    return (dt == DType::f32 ? h : h.cast(dt)).to(Device::cuda);
+  };
   struct Case {
     int64_t N, C;
     uint64_t offset;
-    bool residual, one_pass_backward;
+    bool residual, one_pass_backward, strided_x;
   };
-  const Case cases[] = {{37, 1024, uint64_t(2) << 32, true, false},  {300, 768, 0, false, false},
-                        {17, 13, uint64_t(1) << 32, true, false},    {41, 64, 6, true, false},
-                        {29, 64, ~uint64_t(0) - 63, true, false},    {5000, 384, uint64_t(3) << 32, true, true},
-                        {64, 1024, uint64_t(5) << 32, true, true}};
+  const Case cases[] = {{37, 1024, uint64_t(2) << 32, true, false, false}, {300, 768, 0, false, false, true},
+                        {17, 13, uint64_t(1) << 32, true, false, false},   {41, 64, 6, true, false, false},
+                        {29, 64, ~uint64_t(0) - 63, true, false, true},    {5000, 384, uint64_t(3) << 32, true, true, false},
+                        {64, 1024, uint64_t(5) << 32, true, true, true},   {19, 1536, uint64_t(7) << 32, true, false, true}};
   for (const DType dt : {DType::bf16, DType::f16, DType::f32})
     for (const Case& k : cases) {
       const int64_t N = k.N, C = k.C;
       const ops::InputDropout d{0.1f, uint64_t(rng.integer(0, INT64_MAX)), k.offset};
       const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
-                               " offset=" + std::to_string(k.offset) + (k.one_pass_backward ? " one-pass" : "");
-      const Tensor x = rng.tensor({N, C}).cast(dt).to(Device::cuda), r = rng.tensor({N, C}).cast(dt).to(Device::cuda);
-      const Tensor dy = rng.tensor({N, C}).cast(dt).to(Device::cuda);
+                               " offset=" + std::to_string(k.offset) + (k.one_pass_backward ? " one-pass" : "") +
+                               (k.strided_x ? " strided x" : "");
+      // x: its own [N, C], or the second half of an [N, 2C] buffer (row stride 2C)
+      const Tensor x_rows = rng.tensor({N, k.strided_x ? 2 * C : C}).cast(dt).to(Device::cuda);
+      const Tensor x = k.strided_x ? x_rows.slice(1, C, 2 * C) : x_rows;
+      const Tensor r = rng.tensor({N, C}).cast(dt).to(Device::cuda), dy = rng.tensor({N, C}).cast(dt).to(Device::cuda);
       const Tensor g = rng.tensor({C}, 0.5f, 1.0f).to(Device::cuda), b = rng.tensor({C}).to(Device::cuda);
       const std::vector<float> x_before = host_f32(x);
       std::vector<std::vector<float>> out[2];
-      for (int in_kernel = 0; in_kernel < 2; ++in_kernel) {
+      for (int in_kernel = 1; in_kernel >= 0; --in_kernel) {  // the kernels' form first
         st.layernorm_dropout_fused = in_kernel == 1;
         st.layernorm_backward_fused = k.one_pass_backward;
-        Tensor y = Tensor::empty({N, C}, dt, Device::cuda), mean = nan_device({N}), rstd = nan_device({N});
+        EXPECT_EQ(ops::layernorm_input_dropout_in_kernel(gpu()), in_kernel == 1) << what;
+        Tensor y = nan_rows(N, C, dt), mean = nan_device({N}), rstd = nan_device({N});
         ops::layernorm(gpu(), x, k.residual ? &r : nullptr, g, b, 1e-5f, y, &mean, &rstd, &d);
-        Tensor dx = Tensor::empty({N, C}, dt, Device::cuda), dxd = Tensor::empty({N, C}, dt, Device::cuda);
+        Tensor dx = nan_rows(N, C, dt), dxd = nan_rows(N, C, dt);
         dx.copy_from(dy);  // in place, as BERT's backward
         Tensor dg = Tensor::zeros({C}, DType::f32, Device::cuda), db = Tensor::zeros({C}, DType::f32, Device::cuda);
         ops::layernorm_backward(gpu(), x, k.residual ? &r : nullptr, g, mean, rstd, dx, dx, dg, db, false, &d, &dxd);
@@ -242,11 +257,11 @@ TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
       const char* names[] = {"y", "mean", "rstd", "dx", "dx_dropped", "dgamma", "dbeta"};
       for (size_t i = 0; i < 7; ++i) expect_bits(out[1][i], out[0][i], what + " " + names[i]);
       expect_bits(host_f32(x), x_before, what + " x afterwards");
-      int64_t dropped = 0;
-      for (float v : out[1][4]) dropped += v == 0.0f;
+      int64_t dropped = 0, nans = 0;
+      for (float v : out[1][4]) dropped += v == 0.0f, nans += std::isnan(v);
       EXPECT_GT(dropped, 0) << what << ": no element of dx_dropped is 0: the dropout did not run";
+      EXPECT_EQ(nans, 0) << what << ": dx_dropped has unwritten elements";
     }
-  st.layernorm_dropout_fused = saved_drop;
 }
 
 TEST(CudaTrainActivation, BackwardMatchesCpu) {
@@ -361,6 +376,51 @@ TEST(CudaTrainActivation, BackwardWithOutputIsTheTwoOps) {
           expect_bits(host(dx_flat), host(dx_two), what + " dx (flat)");
         }
       }
+}
+
+// activation_backward with dbias (the MLPs' first linear layer): dx, y and the bias gradient
+// formed in one pass (CudaState::activation_bias_grad_fused, the default) against the activation
+// backward followed by bias_grad (UNMASK_CUDA_ACT_BIAS_GRAD=0's path): the same bits, dbias
+// accumulated onto nonzero values; dx in place over dy; with and without y; the 16-byte path
+// (C = 1536, ViT-B's decoder MLP, at 5,000 rows: several row chunks) and the scalar one (C = 13,
+// and a row stride); f32 and bf16; and several runs equal (determinism).
+TEST(CudaTrainActivation, BackwardWithBiasGradIsTheTwoOps) {
+  REQUIRE_CUDA_DEVICE();
+  Rng rng("CudaTrainActivationBiasGrad");
+  cuda::CudaState& st = cuda::cuda_state(gpu());
+  const bool saved = st.activation_bias_grad_fused;
+  auto host = [](const Tensor& t) { return values(t.contiguous().to(Device::cpu).cast(DType::f32)); };
+  for (DType dt : {DType::bf16, DType::f32})
+    for (int64_t C : {int64_t(1536), int64_t(13)})
+      for (bool with_y : {false, true}) {
+        const int64_t N = C == 13 ? 301 : 5000;
+        const std::string what = std::string(dtype_name(dt)) + " C=" + std::to_string(C) + (with_y ? " with y" : "");
+        const Tensor x = rng.tensor({N, C}, 3.0f).cast(dt).to(Device::cuda), dy = rng.tensor({N, C}).cast(dt).to(Device::cuda);
+        const Tensor db0 = rng.tensor({C}).to(Device::cuda);
+        std::vector<std::vector<float>> out[3];
+        for (int run = 0; run < 3; ++run) {  // 0: the two ops; 1, 2: one pass
+          st.activation_bias_grad_fused = run > 0;
+          // in place over a copy of dy, as the layers call it; at C = 13 a column slice (row stride C + 5)
+          Tensor wide = Tensor::empty({N, C + 5}, dt, Device::cuda);
+          Tensor dx = C == 13 ? wide.slice(1, 3, 3 + C) : Tensor::empty({N, C}, dt, Device::cuda);
+          dx.copy_from(dy);
+          Tensor y = Tensor::empty({N, C}, dt, Device::cuda), db = Tensor::empty({C}, DType::f32, Device::cuda);
+          db.copy_from(db0);
+          ops::activation_backward(gpu(), x, dx, dx, Activation::gelu, with_y ? &y : nullptr, &db);
+          out[run] = {host(dx), with_y ? host(y) : std::vector<float>(), values(db)};
+        }
+        st.activation_bias_grad_fused = saved;
+        const char* names[] = {"dx", "y", "dbias"};
+        for (int i = 0; i < 3; ++i) {
+          expect_bits(out[1][size_t(i)], out[0][size_t(i)], what + " " + names[i]);
+          expect_bits(out[2][size_t(i)], out[1][size_t(i)], what + " " + names[i] + " (run 2)");
+        }
+        bool changed = false;
+        const std::vector<float> before = values(db0);
+        for (size_t c = 0; c < before.size(); ++c) changed = changed || out[1][2][c] != before[c];
+        EXPECT_TRUE(changed) << what << ": dbias unchanged";
+      }
+  st.activation_bias_grad_fused = saved;
 }
 
 TEST(CudaTrainBiasGrad, MatchesCpuAndIsDeterministic) {
