@@ -309,7 +309,8 @@ TEST(TrainBf16, ReusedWeightCopiesOnlyWithinAStep) {
   EXPECT_EQ(ra2.second, rb2.second);
   EXPECT_NE(ra2.second, ra.second) << "the update changed nothing: the test cannot tell stale copies";
   EXPECT_EQ(copies(ctx_a), 1);
-  // A micro-batch > 0 of another step than the copies' (no micro-batch 0 in between) rounds too.
+  // A micro-batch > 0 of another step than the copies' (no micro-batch 0, no zero_grad in
+  // between) rounds too.
   for (Param& p : a.params())
     if (p.name.find("encoder.layer.") != std::string::npos)
       for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] *= 0.5f;
@@ -317,9 +318,14 @@ TEST(TrainBf16, ReusedWeightCopiesOnlyWithinAStep) {
   o.seed = 11, o.step = 6, o.micro = 1;
   o.activations = DType::bf16;
   o.reuse_weight_copies = true;
-  a.zero_grad();
   a.pretrain_step(ctx_a, batches[1], o);
   EXPECT_EQ(copies(ctx_a), 1) << "copies made for step 5 were reused at step 6";
+  // zero_grad starts a new accumulation: the same step key after it rounds again (a loop that
+  // keeps `step` fixed and updates the weights between accumulations).
+  a.zero_grad();
+  o.micro = 2;
+  a.pretrain_step(ctx_a, batches[1], o);
+  EXPECT_EQ(copies(ctx_a), 1) << "copies were reused across zero_grad";
 }
 
 // The fine-tuning heads over bf16 encoder layers: every task's loss and gradients near the f32

@@ -82,10 +82,13 @@ for prec in a.precision.split(","):
                 for i in range(a.warmup + a.steps):
                     torch.cuda.synchronize(); t0 = time.perf_counter()
                     opt.zero_grad(set_to_none=True)
-                    for _ in range(a.accumulate):
+                    loss_sum = 0.0
+                    for _ in range(a.accumulate):  # (autocast per micro-batch, backward outside: DLE's AMP loop)
                         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=prec == "bf16"):
                             loss = step_loss(head, ids, tt, labels, nsp, flat_pos, targets)
                         (loss / a.accumulate).backward()
+                        loss_sum += loss.detach()
+                    loss = loss_sum / a.accumulate
                     opt.step()
                     torch.cuda.synchronize(); dt = time.perf_counter() - t0
                     if i >= a.warmup: times.append(dt)

@@ -69,8 +69,9 @@ struct TrainStepOptions {
   /// instead of rounding the fp32 masters again (one pass over the layer weights: ~0.7 ms a
   /// micro-batch for BERT-large on an H200). Only for micro-batches after the first of one
   /// optimizer step, whose weights cannot have changed: it is honoured when micro > 0 and the
-  /// copies were made for this same `step` (and seed), and ignored (the copies are remade)
-  /// otherwise. The trainer and `bench train --accumulate` set it on every micro-batch.
+  /// copies were made for this same `step` (and seed) since the last zero_grad(), and ignored
+  /// (the copies are remade) otherwise. The trainer and `bench train --accumulate` set it on
+  /// every micro-batch.
   bool reuse_weight_copies = false;
   /// Data parallelism: divide the summed MLM / NSP losses by these counts instead of the
   /// micro-batch's own (0 = own). Ranks holding slices of one batch pass the batch's global counts

@@ -97,6 +97,8 @@ class CudaState {
   /// gradient's column sums in the activation backward's pass (activation_backward_columns_kernel),
   /// the bits of bias_grad after it without its read of dx. On by default (2026-11-27, not yet
   /// measured on a GPU); UNMASK_CUDA_ACT_BIAS_GRAD=0 runs bias_grad after the activation backward.
+  /// Either way that bias no longer goes through linear_param_grads, so bias_grad_epilogue below
+  /// (BGRADB) covers the other linear layers only.
   bool activation_bias_grad_fused = true;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off

@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
         for (int j = 0; j < kVec; ++j) {
           if constexpr (kWithY) yv[j] = apply_act<T>(xs[u][j], act);
           out[j] = to_float(from_float<T>(d[u][j] * act_grad<T>(xs[u][j], act)));  // dx as stored
-          b[j] += out[j];
+          b[j] = __fadd_rn(b[j], out[j]);  // never contracted with the product (T = float): the sum of the stored dx
         }
         if constexpr (kWithY) store_chunk<kVec>(y + n * ldy, int(c0), yv);
         store_chunk<kVec>(dx + n * lddx, int(c0), out);

@@ -259,9 +259,10 @@ BertOutputs run_encoder(Context& ctx, const BertWeights& W, const BatchLayout& L
   }
   const Activation ffn_act = hidden_activation(cfg.hidden_act);
   // bf16 / f16 on CUDA: the residual rides in the projection GEMM as cuBLASLt's C operand (h = x +
-  // attn Wo^T + bo, one rounding, as PyTorch's 16-bit add of the rounded projection rounds the
-  // sum), so each LayerNorm reads one [N, C] tensor instead of two: ~0.5 GB of traffic less at
-  // 256 x 128 for BERT-base. Elsewhere the LayerNorm adds it (the GEMM would copy it into h first).
+  // attn Wo^T + bo rounded to 16 bits, as PyTorch's 16-bit add rounds the sum; cuBLASLt may round
+  // the product before adding C, gemm_cublaslt.cc), so each LayerNorm reads one [N, C] tensor
+  // instead of two: ~0.5 GB of traffic less at 256 x 128 for BERT-base. Elsewhere the LayerNorm
+  // adds it (the GEMM would copy it into h first).
   bool residual_in_gemm = dev == Device::cuda && dt != DType::f32;
 #ifdef UNMASK_WITH_CUDA
   if (const cuda::CudaState* st = ctx.cuda_state()) residual_in_gemm = residual_in_gemm && st->residual_in_gemm;

@@ -266,9 +266,13 @@ std::vector<Param>& BertTrainModel::params() { return impl_->params; }
 
 void BertTrainModel::zero_grad() {
   for (PV* p : impl_->storages()) train::zero_tensor(p->grad);
+  impl_->weight_copies_made = false;  // a new accumulation: the next forward rounds the masters again
 }
 
-void BertTrainModel::zero_grad(Context& ctx) { train::zero_grads(ctx, impl_->storages()); }
+void BertTrainModel::zero_grad(Context& ctx) {
+  train::zero_grads(ctx, impl_->storages());
+  impl_->weight_copies_made = false;  // a new accumulation: the next forward rounds the masters again
+}
 
 Device BertTrainModel::device() const { return impl_->emb.word.value.device(); }
 
