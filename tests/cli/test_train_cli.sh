@@ -180,7 +180,10 @@ assert ops3["gemm"] == 3 * ops1["gemm"], (ops1["gemm"], ops3["gemm"])
 assert ops3["attention_backward"] == 3 * ops1["attention_backward"], (ops1, ops3)
 assert ops1["lamb_update_many"] == ops3["lamb_update_many"] == 1, (ops1, ops3)
 assert abs(three["seq_per_s"] - 2 * 3 / (three["step_ms"] / 1e3)) < 1e-3 * three["seq_per_s"], three
-assert abs(three["gflop_per_s"] / three["seq_per_s"] - one["gflop_per_s"] / one["seq_per_s"]) < 1e-3 * one["gflop_per_s"] / one["seq_per_s"], (one, three)
+# FLOPs a sequence are the same either way (2% for the printed figures: gflop_per_s has two
+# decimals, ~1.2 on a loaded 2-core machine)
+per_seq = lambda r: r["gflop_per_s"] / r["seq_per_s"]
+assert abs(per_seq(three) - per_seq(one)) < 0.02 * per_seq(one), (per_seq(one), per_seq(three))
 ' "$W/accum1.json" "$W/accum3.json"
 expect 1 "--accumulate must be in [1, 65536]" -- "$U" bench train --model random:tiny --accumulate 0
 expect 0 "| 2 | 2 | 5 |" -- "$U" bench train --model random:tiny --seq 32 --batch 2 --steps 1 --warmup 0 --peak-gflops 1 --accumulate 2
