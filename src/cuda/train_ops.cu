@@ -85,7 +85,7 @@ constexpr uint64_t kPhiloxBlockMask = (uint64_t(1) << 62) - 1;
 /// and rounded to T, dropped ones 0 (dropout_chunks_kernel's bits for element row C + c + j).
 /// Returns the keep bits (bit j: column c + j). One Philox block per four columns where they
 /// start a block (kVec a multiple of 4, so C and c are too, and offset % 4 == 0), else one an
-/// element (the scalar path: slow, and only for rows the 16-byte path cannot take).
+/// element (an offset that starts no block: 4x the Philox work; the layers' sites start one).
 template <typename T, int kVec>
 __device__ __forceinline__ uint32_t drop_chunk(float* v, const LnDrop& d, int64_t row, int C, int c) {
   const uint64_t e = uint64_t(row) * uint64_t(C) + uint64_t(c);
