@@ -125,7 +125,7 @@ fi
 # The opt-in variants, as env assignments (each alone, then all together).
 VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
           "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_CUDA_LN_BWD_FUSED=1"
-          "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1")
+          "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_CUDA_TUBELET_WARP=1")
 ALL_VARIANTS="${VARIANTS[*]}"
 # The step-time rows, most informative first (the deadline cuts the tail): the wgmma attention
 # (built 2026-11-27, not yet measured) forward and backward together with 64- and 128-row CTAs,
@@ -162,6 +162,9 @@ for model in vit bert; do
   # the LayerNorm kernels (built 2026-11-27, not yet measured; ViT-B has no dropout)
   [ "$model" = bert ] && [ "$QUICK" != 1 ] && go "bert new UNMASK_CUDA_LN_DROPOUT=0" && row "$f" "$(lim 60)" "bert new UNMASK_CUDA_LN_DROPOUT=0" \
     env UNMASK_CUDA_LN_DROPOUT=0 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  # ViT-B's reconstruction targets with a warp per token (opt-in, built 2026-11-27, not yet measured)
+  [ "$model" = vit ] && go "vit new UNMASK_CUDA_TUBELET_WARP=1" && row "$f" "$(lim 60)" "vit new UNMASK_CUDA_TUBELET_WARP=1" \
+    env UNMASK_CUDA_TUBELET_WARP=1 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
   # the MLP's first bias gradient by bias_grad after the GELU backward again (both models)
   [ "$QUICK" != 1 ] && go "$model new UNMASK_CUDA_ACT_BIAS_GRAD=0" && row "$f" "$(lim 60)" "$model new UNMASK_CUDA_ACT_BIAS_GRAD=0" \
     env UNMASK_CUDA_ACT_BIAS_GRAD=0 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2

@@ -28,6 +28,7 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
   switch_env("UNMASK_CUDA_RESIDUAL_GEMM", residual_in_gemm);
   switch_env("UNMASK_CUDA_LN_DROPOUT", layernorm_dropout_fused);
   switch_env("UNMASK_CUDA_ACT_BIAS_GRAD", activation_bias_grad_fused);
+  switch_env("UNMASK_CUDA_TUBELET_WARP", tubelet_target_warp);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

@@ -100,6 +100,11 @@ class CudaState {
   /// Either way that bias no longer goes through linear_param_grads, so bias_grad_epilogue below
   /// (BGRADB) covers the other linear layers only.
   bool activation_bias_grad_fused = true;
+  /// ops::tubelet_target with one warp per token and its values in registers
+  /// (tubelet_target_warp_kernel, video.cu) instead of a 256-thread block per token with six
+  /// block reductions (UNMASK_CUDA_TUBELET_WARP=1; opt-in until measured on a GPU). The sums run
+  /// in another order: within the tests' 1e-6 of the CPU, not the block kernel's bits.
+  bool tubelet_target_warp = false;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
   /// until measured against the heuristic on a GPU. The winner depends on timings, so two

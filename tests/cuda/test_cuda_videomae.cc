@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -145,12 +146,24 @@ TEST(CudaVideoOps, TubeletGatherAndTargetMatchTheCpu) {
     const Tensor idg = ids.to(Device::cuda);
     Tensor cols = Tensor::empty({R, K}, DType::f32, Device::cuda), tgt = Tensor::empty({R, K}, DType::f32, Device::cuda);
     ops::tubelet_gather(gpu(), vg, idg, tube, cols);
-    ops::tubelet_target(gpu(), vg, idg, tube, mean, stdev, tgt);
     EXPECT_EQ(max_abs_diff(values(cols), values(cols_cpu)), 0.0) << "the gather is a copy; " << seed_note();
-    const double d = max_abs_diff(values(tgt), values(tgt_cpu));
-    EXPECT_LE(d, 1e-6) << seed_note();
     EXPECT_GT(norm(values(tgt_cpu)), 1.0);
-    std::printf("[ tubelet_target %dx%d ] max |cuda - cpu| %.3g\n", int(tube.tubelet), int(tube.patch), d);
+    // The block-per-token kernel (the default) and the warp-per-token one (UNMASK_CUDA_TUBELET_WARP=1),
+    // each from a NaN-filled output
+    cuda::CudaState& st = cuda::cuda_state(gpu());
+    const bool saved = st.tubelet_target_warp;
+    for (const bool warp : {false, true}) {
+      st.tubelet_target_warp = warp;
+      Tensor nan_host = Tensor::empty({R, K}, DType::f32);
+      std::fill(nan_host.data<float>(), nan_host.data<float>() + nan_host.numel(), std::nanf(""));
+      tgt.copy_from(nan_host);
+      ops::tubelet_target(gpu(), vg, idg, tube, mean, stdev, tgt);
+      const double d = max_abs_diff(values(tgt), values(tgt_cpu));
+      EXPECT_LE(d, 1e-6) << (warp ? "warp kernel; " : "block kernel; ") << seed_note();
+      std::printf("[ tubelet_target %dx%d, %s kernel ] max |cuda - cpu| %.3g\n", int(tube.tubelet), int(tube.patch),
+                  warp ? "warp" : "block", d);
+    }
+    st.tubelet_target_warp = saved;
     // An id outside [0, B Np) is an Error on the CPU (host ids are checked).
     Tensor bad = ids.contiguous();
     bad.data<int32_t>()[5] = int32_t(tokens);
