@@ -193,6 +193,9 @@ void tubelet_gather(Context& ctx, const float* videos, const ops::TubeletGeometr
                     float* cols);
 void tubelet_target(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,
                     const std::vector<float>& mean, const std::vector<float>& stdev, float* target);
+/// Whether tubelet_target can take the warp-per-token kernel for g (UNMASK_CUDA_TUBELET_WARP=1:
+/// 1 or 3 channels, p a power of two of at most 16, tt p p a multiple of 32 up to 512); tests.
+bool tubelet_target_warp_applies(const ops::TubeletGeometry& g);
 /// row_weight: u8 [R] in device memory or null; synchronises the stream (returns the host sum).
 double mse_rows(Context& ctx, const float* pred, const float* target, const uint8_t* row_weight, double grad_scale,
                 float* dpred, int64_t R, int64_t K);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/check.h"
 #include "cuda/common.cuh"
@@ -158,12 +159,12 @@ constexpr int kTargetWarps = 8;
 /// same bits), with no shared memory and no block barrier. The per-value arithmetic is the
 /// block kernel's (the double value, the centred sum of squares, the unbiased stdev, the double
 /// division); the sums run in another order, so the last bits of a mean may differ from it.
-/// For p a power of two dividing 32 (lp = log2 p): pixel i = (dt p + dy) p + dx has dx = l mod p
+/// For p a power of two of at most 16 (lp = log2 p): pixel i = (dt p + dy) p + dx has dx = l mod p
 /// and q = dt p + dy = i >> lp, all shifts. The block kernel on a ViT-B step: 45,056 tokens in 772
 /// us (H200, Nsight Compute), 6 block reductions and 3 barriers a token of 1,536 values, at 15%
 /// of DRAM bandwidth. (UNMASK_CUDA_TUBELET_WARP=1, opt-in until measured.)
 template <int kC, int kPix>
-__global__ void __launch_bounds__(kTargetWarps * kWarpSize, 2)  // (3 x 16: 130 -> 128 registers, no spill)
+__global__ void __launch_bounds__(kTargetWarps * kWarpSize, 2)  // (3 x 16: 130 -> 127 registers, no spill; sm_90a)
     tubelet_target_warp_kernel(float* target, const float* videos, const int32_t* ids, int64_t R, TubeletGeometry g,
                                int lp, ChannelNorm norm) {
   const int lane = int(threadIdx.x) % kWarpSize;
@@ -258,15 +259,23 @@ __global__ void __launch_bounds__(kTotalThreads) sum_rows_kernel(double* total, 
   if (threadIdx.x == 0) *total = s[0];
 }
 
-/// tubelet_target_warp_kernel for geometries it takes (kC of 1 or 3 channels, p a power of two
-/// dividing 32, P / 32 of 1 to 16 pixels a lane); false (nothing launched) for the others.
-bool launch_tubelet_target_warp(float* target, const float* videos, const TubeletGeometry& g, const int32_t* ids,
-                                int64_t R, const ChannelNorm& norm, cudaStream_t stream) {
+/// log2 p and the pixels a lane of tubelet_target_warp_kernel holds, where it takes the geometry
+/// (1 or 3 channels, p a power of two of at most 16, P = 32 kPix with kPix 1, 2, 4, 8 or 16);
+/// pixels 0 where it does not.
+std::pair<int, int64_t> tubelet_target_warp_shape(const TubeletGeometry& g) {
   int lp = 0;
   while (lp < 5 && (int64_t(1) << lp) < g.p) ++lp;
-  const int64_t P = g.tt * g.p * g.p;
-  if ((int64_t(1) << lp) != g.p || (g.C != 1 && g.C != 3) || P % kWarpSize != 0) return false;
-  const int64_t pix = P / kWarpSize;
+  const int64_t P = g.tt * g.p * g.p, pix = P / kWarpSize;
+  const bool ok = (int64_t(1) << lp) == g.p && (g.C == 1 || g.C == 3) && P % kWarpSize == 0 &&
+                  (pix == 1 || pix == 2 || pix == 4 || pix == 8 || pix == 16);
+  return {lp, ok ? pix : 0};
+}
+
+/// tubelet_target_warp_kernel for geometries it takes (tubelet_target_warp_shape); false (nothing
+/// launched) for the others.
+bool launch_tubelet_target_warp(float* target, const float* videos, const TubeletGeometry& g, const int32_t* ids,
+                                int64_t R, const ChannelNorm& norm, cudaStream_t stream) {
+  const auto [lp, pix] = tubelet_target_warp_shape(g);
   const unsigned blocks = unsigned(ceil_div(R, int64_t(kTargetWarps)));
   const auto launch = [&](auto kernel) {
     kernel<<<blocks, kTargetWarps * kWarpSize, 0, stream>>>(target, videos, ids, R, g, lp, norm);
@@ -289,6 +298,8 @@ bool launch_tubelet_target_warp(float* target, const float* videos, const Tubele
 
 }  // namespace
 
+bool tubelet_target_warp_applies(const ops::TubeletGeometry& g) { return tubelet_target_warp_shape(g).second > 0; }
+
 void tubelet_gather(Context& ctx, const float* videos, const TubeletGeometry& g, const int32_t* ids, int64_t R,
                     float* cols) {
   CudaState& st = cuda_state(ctx);
@@ -307,9 +318,15 @@ void tubelet_target(Context& ctx, const float* videos, const TubeletGeometry& g,
                " with ", mean.size(), " and ", stdev.size());
   UNMASK_CHECK(R < (int64_t(1) << 31), "tubelet_target (cuda): ", R, " rows exceed the grid");
   if (R == 0) return;
-  // One token's pixels in shared memory (a 2 x 16 x 16 RGB tubelet: 6 KB) beside the kernel's
-  // static arrays; past the default 48 KB a block opts in, up to the device's limit (227 KB on
-  // sm_90, 163 KB on sm_80: 3 x 4 x 32 x 32 values fit both).
+  ChannelNorm norm{};
+  for (int64_t c = 0; c < g.C; ++c) {
+    norm.mean[c] = mean[size_t(c)];
+    norm.stdev[c] = stdev[size_t(c)];
+  }
+  if (st.tubelet_target_warp && launch_tubelet_target_warp(target, videos, g, ids, R, norm, st.stream)) return;
+  // The block kernel: one token's pixels in shared memory (a 2 x 16 x 16 RGB tubelet: 6 KB) beside
+  // its static arrays; past the default 48 KB a block opts in, up to the device's limit (227 KB
+  // on sm_90, 163 KB on sm_80: 3 x 4 x 32 x 32 values fit both).
   const size_t dynamic =
       size_t(tubelet_target_offset_table_floats(g.K)) * sizeof(float) + size_t(g.tt * g.p) * sizeof(int64_t);
   cudaFuncAttributes attr{};
@@ -320,12 +337,6 @@ void tubelet_target(Context& ctx, const float* videos, const TubeletGeometry& g,
                limit, Hint("use a smaller tubelet or patch, or the CPU op"));
   if (attr.sharedSizeBytes + dynamic > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(tubelet_target_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic)));
-  ChannelNorm norm{};
-  for (int64_t c = 0; c < g.C; ++c) {
-    norm.mean[c] = mean[size_t(c)];
-    norm.stdev[c] = stdev[size_t(c)];
-  }
-  if (st.tubelet_target_warp && launch_tubelet_target_warp(target, videos, g, ids, R, norm, st.stream)) return;
   tubelet_target_kernel<<<unsigned(R), kRowThreads, dynamic, st.stream>>>(target, videos, ids, g, norm);
   CUDA_CHECK_LAUNCH();
 }

@@ -32,6 +32,7 @@
 
 #include "cuda/allocator.h"
 #include "cuda/cuda_state.h"
+#include "cuda/ops_cuda.h"
 #include "cuda_test_common.h"
 #include "grad_compare.h"
 #include "ops/ops.h"
@@ -148,22 +149,31 @@ TEST(CudaVideoOps, TubeletGatherAndTargetMatchTheCpu) {
     ops::tubelet_gather(gpu(), vg, idg, tube, cols);
     EXPECT_EQ(max_abs_diff(values(cols), values(cols_cpu)), 0.0) << "the gather is a copy; " << seed_note();
     EXPECT_GT(norm(values(tgt_cpu)), 1.0);
-    // The block-per-token kernel (the default) and the warp-per-token one (UNMASK_CUDA_TUBELET_WARP=1),
-    // each from a NaN-filled output
-    cuda::CudaState& st = cuda::cuda_state(gpu());
-    const bool saved = st.tubelet_target_warp;
+    // The block-per-token kernel (the default) and the warp-per-token one (UNMASK_CUDA_TUBELET_WARP=1;
+    // it takes both geometries here), each from a NaN-filled output, with row 3's id out of the
+    // batch on the device (a zero row; the CPU refuses such ids, so that row is compared with 0).
+    EXPECT_TRUE(cuda::tubelet_target_warp_applies(ops::TubeletGeometry::of(3, 3, 4, 48, 32, tube.tubelet, tube.patch)));
+    Tensor ids_bad = ids.contiguous();
+    ids_bad.data<int32_t>()[3] = -1;
+    const Tensor idg_bad = ids_bad.to(Device::cuda);
+    std::vector<double> want = values(tgt_cpu);
+    std::fill(want.begin() + 3 * K, want.begin() + 4 * K, 0.0);
+    struct RestoreWarp {
+      cuda::CudaState& st;
+      const bool saved = st.tubelet_target_warp;
+      ~RestoreWarp() { st.tubelet_target_warp = saved; }
+    } restore{cuda::cuda_state(gpu())};
     for (const bool warp : {false, true}) {
-      st.tubelet_target_warp = warp;
+      restore.st.tubelet_target_warp = warp;
       Tensor nan_host = Tensor::empty({R, K}, DType::f32);
       std::fill(nan_host.data<float>(), nan_host.data<float>() + nan_host.numel(), std::nanf(""));
       tgt.copy_from(nan_host);
-      ops::tubelet_target(gpu(), vg, idg, tube, mean, stdev, tgt);
-      const double d = max_abs_diff(values(tgt), values(tgt_cpu));
+      ops::tubelet_target(gpu(), vg, idg_bad, tube, mean, stdev, tgt);
+      const double d = max_abs_diff(values(tgt), want);
       EXPECT_LE(d, 1e-6) << (warp ? "warp kernel; " : "block kernel; ") << seed_note();
       std::printf("[ tubelet_target %dx%d, %s kernel ] max |cuda - cpu| %.3g\n", int(tube.tubelet), int(tube.patch),
                   warp ? "warp" : "block", d);
     }
-    st.tubelet_target_warp = saved;
     // An id outside [0, B Np) is an Error on the CPU (host ids are checked).
     Tensor bad = ids.contiguous();
     bad.data<int32_t>()[5] = int32_t(tokens);
