@@ -357,6 +357,43 @@ __global__ void __launch_bounds__(kFusedWarps * kWarpSize)
 
 // ---- deterministic column sums ----------------------------------------------------------------
 
+/// The end of a block of column sums (column_partials_kernel's shape: kColTile column groups of
+/// kVec columns x kRowLanes row lanes, thread tx + kColTile ty): the row lanes' sums b, and a
+/// with kTwo, added in lane order through shared memory; row lane 0 stores them into the
+/// chunk's partial row: [b] of C floats, or [a | b] of 2C with kTwo. c0: the thread's first column.
+template <int kVec, bool kTwo>
+__device__ __forceinline__ void store_column_partials(float* partial, int64_t chunk, int64_t C, int64_t c0,
+                                                      float (&a)[kVec], float (&b)[kVec]) {
+  constexpr int kCols = kColTile * kVec;
+  __shared__ float s_a[kTwo ? kRowLanes : 1][kCols + 1], s_b[kRowLanes][kCols + 1];
+  const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
+  // column j of thread tx at [j kColTile + tx]: a warp's stores and loads hit 32 banks
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if constexpr (kTwo) s_a[ty][j * kColTile + tx] = a[j];
+    s_b[ty][j * kColTile + tx] = b[j];
+  }
+  __syncthreads();
+  if (ty != 0 || c0 >= C) return;
+  for (int k = 1; k < kRowLanes; ++k) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if constexpr (kTwo) a[j] += s_a[k][j * kColTile + tx];
+      b[j] += s_b[k][j * kColTile + tx];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    if (kVec == 1 && c0 + j >= C) break;
+    if constexpr (kTwo) {
+      partial[chunk * 2 * C + c0 + j] = a[j];
+      partial[chunk * 2 * C + C + c0 + j] = b[j];
+    } else {
+      partial[chunk * C + c0 + j] = b[j];
+    }
+  }
+}
+
 /// Stage 1 of the column sums. Block (column tile bx, chunk by), threads (32 column groups of
 /// kVec columns, 8 row lanes): row lane ty sums rows r0+ty, r0+ty+8, ... of the chunk; the 8 lane
 /// sums are added in lane order. kLayerNorm: partial[chunk][0..C) = sum dy xhat (dgamma),
@@ -369,7 +406,6 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
                            int64_t ldr, const float* mean, const float* rstd, int64_t N, int64_t C,
                            int64_t chunk_rows, const LnDrop drop) {
   constexpr int kCols = kColTile * kVec;  // columns per block
-  __shared__ float s_a[kLayerNorm ? kRowLanes : 1][kCols + 1], s_b[kRowLanes][kCols + 1];
   const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
   const int64_t c0 = int64_t(blockIdx.x) * kCols + tx * kVec;  // this thread's first column
   const int64_t chunk = blockIdx.y;
@@ -407,31 +443,7 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
       }
     }
   }
-  // column j of thread tx at [j kColTile + tx]: a warp's stores and loads hit 32 banks
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    if constexpr (kLayerNorm) s_a[ty][j * kColTile + tx] = a[j];
-    s_b[ty][j * kColTile + tx] = b[j];
-  }
-  __syncthreads();
-  if (ty != 0 || c0 >= C) return;
-  for (int k = 1; k < kRowLanes; ++k) {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      if constexpr (kLayerNorm) a[j] += s_a[k][j * kColTile + tx];
-      b[j] += s_b[k][j * kColTile + tx];
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    if (kVec == 1 && c0 + j >= C) break;
-    if constexpr (kLayerNorm) {
-      partial[chunk * 2 * C + c0 + j] = a[j];
-      partial[chunk * 2 * C + C + c0 + j] = b[j];
-    } else {
-      partial[chunk * C + c0 + j] = b[j];
-    }
-  }
+  store_column_partials<kVec, kLayerNorm>(partial, chunk, C, c0, a, b);
 }
 
 /// activation_backward_kernel's dx (and y with kWithY) over the rows of column_partials_kernel's
@@ -447,7 +459,6 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
                                        int64_t chunk_rows, ops::Activation act) {
   constexpr int kCols = kColTile * kVec;
   constexpr int kIlp = 2;  // rows whose loads go out together (the adds keep the row order whatever it is)
-  __shared__ float s_b[kRowLanes][kCols + 1];
   const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
   const int64_t c0 = int64_t(blockIdx.x) * kCols + tx * kVec;
   const int64_t chunk = blockIdx.y;
@@ -481,19 +492,7 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
       }
     }
   }
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) s_b[ty][j * kColTile + tx] = b[j];
-  __syncthreads();
-  if (ty != 0 || c0 >= C) return;
-  for (int k = 1; k < kRowLanes; ++k) {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) b[j] += s_b[k][j * kColTile + tx];
-  }
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    if (kVec == 1 && c0 + j >= C) break;
-    partial[chunk * C + c0 + j] = b[j];
-  }
+  store_column_partials<kVec, false>(partial, chunk, C, c0, b, b);  // (a: unused without kTwo)
 }
 
 /// Stage 2: out[c] += sum_{k < chunks} partial[k * pstride + c], in chunk order. The loads go
