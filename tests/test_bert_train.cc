@@ -270,6 +270,9 @@ TEST(BertTrain, DropoutInTheLayerNormOpIsTheSameStep) {
     EXPECT_EQ(r[1].first, r[0].first) << dtype_name(act);
     EXPECT_EQ(r[1].second, r[0].second) << dtype_name(act);
   }
+  setenv("UNMASK_CPU_LN_INPUT_DROPOUT", "yes", 1);  // a switch takes 0 or 1 only
+  EXPECT_THROW(ops::layernorm_input_dropout_in_kernel(ctx), Error);
+  unsetenv("UNMASK_CPU_LN_INPUT_DROPOUT");
 }
 
 TEST(BertTrain, SavePretrainedRoundTrip) {

@@ -89,7 +89,7 @@ class CudaState {
   /// UNMASK_CUDA_RESIDUAL_GEMM=0 adds the residual in the LayerNorm as before, for A/B runs.
   bool residual_in_gemm = true;
   /// ops::layernorm / layernorm_backward with an input dropout (BERT's post-LN blocks): the
-  /// dropout inside the LayerNorm kernels (train_kernels.h LayerNormInputDropout), the same bits
+  /// dropout inside the LayerNorm kernels (train_kernels.h, layernorm_forward_stats), the same bits
   /// as the dropout op before the LayerNorm. On by default (2026-11-27, not yet measured on a
   /// GPU); UNMASK_CUDA_LN_DROPOUT=0 runs the separate dropout kernels, for A/B runs and tests.
   bool layernorm_dropout_fused = true;

@@ -13,29 +13,14 @@
 
 namespace unmask::cuda {
 
-namespace {
-
-// The kernels' form of an op's input dropout (null stays null).
-const LayerNormInputDropout* ln_input_dropout(const ops::InputDropout* d, void* dx_dropped, int64_t ld,
-                                              LayerNormInputDropout& storage) {
-  if (!d && !dx_dropped) return nullptr;
-  if (d) storage.p = d->p, storage.seed = d->seed, storage.offset = d->offset;
-  storage.dx_dropped = dx_dropped;
-  storage.ld_dx_dropped = ld;
-  return &storage;
-}
-
-}  // namespace
-
 bool layernorm_dropout_fused(Context& ctx) { return cuda_state(ctx).layernorm_dropout_fused; }
 
 void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr, const float* gamma,
                      const float* beta, float eps, void* y, int64_t ldy, float* mean, float* rstd, int64_t N, int64_t C,
                      DType dtype, const ops::InputDropout* x_dropout) {
   CudaState& st = cuda_state(ctx);
-  LayerNormInputDropout storage;
   layernorm_forward_stats(y, ldy, mean, rstd, x, ldx, residual, ldr, gamma, beta, eps, N, C, dtype, st.stream,
-                          ln_input_dropout(x_dropout, nullptr, 0, storage));
+                          x_dropout);
 }
 
 void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
@@ -43,10 +28,8 @@ void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* re
                         void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
                         bool accumulate_dx, const ops::InputDropout* x_dropout, void* dx_dropped, int64_t ld_dx_dropped) {
   CudaState& st = cuda_state(ctx);
-  LayerNormInputDropout storage;
   layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                          st.stream, accumulate_dx, st.layernorm_backward_fused,
-                          ln_input_dropout(x_dropout, dx_dropped, ld_dx_dropped, storage));
+                          st.stream, accumulate_dx, st.layernorm_backward_fused, x_dropout, dx_dropped, ld_dx_dropped);
 }
 
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,

@@ -72,7 +72,7 @@ __device__ __forceinline__ void load_sum(float* v, const T* x, const T* residual
   }
 }
 
-/// The kernels' copy of LayerNormInputDropout (train_kernels.h), by value in their parameters.
+/// The kernels' copy of an ops::InputDropout (train_kernels.h), by value in their parameters.
 struct LnDrop {
   float p = 0.0f, scale = 1.0f;  // scale = 1 / (1 - p), computed as dropout_rows computes it
   uint64_t seed = 0, offset = 0;
@@ -670,7 +670,7 @@ void column_partials(float* partial, const T* dy, int64_t lddy, const T* x, int6
 }
 
 /// The kernels' LnDrop of an input dropout (null or p = 0: none), checked.
-LnDrop ln_drop_of(const LayerNormInputDropout* drop, const char* op) {
+LnDrop ln_drop_of(const ops::InputDropout* drop, const char* op) {
   LnDrop d;
   if (!drop) return d;
   UNMASK_CHECK(drop->p >= 0.0f && drop->p < 1.0f, op, " (cuda): the input dropout's p must be in [0, 1), got ", drop->p);
@@ -713,7 +713,7 @@ int grid_stride_blocks(int64_t work, int threads) {
 void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* beta, float eps,
                              int64_t N, int64_t C, DType dtype, cudaStream_t stream,
-                             const LayerNormInputDropout* x_dropout) {
+                             const ops::InputDropout* x_dropout) {
   check_rows("layernorm", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && ldy >= C && (!residual || ldr >= C)), "layernorm (cuda): row strides ldx=", ldx,
                " ldr=", ldr, " ldy=", ldy, " smaller than C=", C);
@@ -745,15 +745,13 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
                              const void* residual, int64_t ldr, const float* gamma, const float* mean,
                              const float* rstd, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
                              cudaStream_t stream, bool accumulate_dx, bool fused,
-                             const LayerNormInputDropout* x_dropout) {
+                             const ops::InputDropout* x_dropout, void* dxd, int64_t lddxd) {
   check_rows("layernorm_backward", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && lddy >= C && lddx >= C && (!residual || ldr >= C)),
                "layernorm_backward (cuda): row strides ldx=", ldx, " ldr=", ldr, " lddy=", lddy, " lddx=", lddx,
                " smaller than C=", C);
   const LnDrop drop = ln_drop_of(x_dropout, "layernorm_backward");
   const bool with_drop_on = drop.p > 0.0f;
-  void* dxd = x_dropout ? x_dropout->dx_dropped : nullptr;
-  const int64_t lddxd = x_dropout ? x_dropout->ld_dx_dropped : 0;
   UNMASK_CHECK(!dxd || !accumulate_dx, "layernorm_backward (cuda): dx_dropped with accumulate_dx");
   UNMASK_CHECK(!dxd || N <= 1 || lddxd >= C, "layernorm_backward (cuda): dx_dropped's row stride ", lddxd,
                " is smaller than C=", C);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -48,7 +49,10 @@ bool layernorm_input_dropout_in_kernel(Context& ctx) {
   // the dropout inside the op (the ops in sequence here, the same bits) is checked without a GPU.
   if (ctx.device() == Device::cpu) {
     const char* v = std::getenv("UNMASK_CPU_LN_INPUT_DROPOUT");
-    return v && v[0] == '1' && v[1] == 0;
+    if (!v) return false;
+    const std::string s = v;
+    UNMASK_CHECK(s == "0" || s == "1", "UNMASK_CPU_LN_INPUT_DROPOUT must be 0 or 1, got '", s, "'");
+    return s == "1";
   }
   return dropout_in_kernel(ctx, ctx.device());
 }

@@ -105,7 +105,7 @@ void dropout_inplace(Context& ctx, Tensor& x, const DropoutSite& d) {
 // layers keep the in-place dropout op and the plain LayerNorm. p = 0: none.
 ops::InputDropout input_dropout(const DropoutSite& d) {
   ops::InputDropout in;
-  in.p = d.p > 0.0f ? d.p : 0.0f;
+  in.p = d.p;  // (DropoutPlan checked it: [0, 1))
   in.seed = d.seed;
   in.offset = d.offset;
   return in;
