@@ -209,11 +209,6 @@ TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
     const bool saved = st.layernorm_dropout_fused;
     ~RestoreDropout() { st.layernorm_dropout_fused = saved; }
   } restore_dropout{st};
-  const auto host_f32 = [](const Tensor& t) {  // values of a device tensor of any float dtype
-    Tensor h = Tensor::empty(t.shape(), t.dtype());
-    h.copy_from(t);
-    return values(h.dtype() == DType::f32 ? h : h.cast(DType::f32));
-  };
   const auto nan_rows = [](int64_t N, int64_t C, DType dt) {  // a device [N, C] of dt, all NaN
     Tensor h = Tensor::empty({N, C}, DType::f32);
     std::fill(h.data<float>(), h.data<float>() + h.numel(), std::numeric_limits<float>::quiet_NaN());
@@ -240,7 +235,7 @@ TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
       const Tensor x = k.strided_x ? x_rows.slice(1, C, 2 * C) : x_rows;
       const Tensor r = rng.tensor({N, C}).cast(dt).to(Device::cuda), dy = rng.tensor({N, C}).cast(dt).to(Device::cuda);
       const Tensor g = rng.tensor({C}, 0.5f, 1.0f).to(Device::cuda), b = rng.tensor({C}).to(Device::cuda);
-      const std::vector<float> x_before = host_f32(x);
+      const std::vector<float> x_before = values(x);
       std::vector<std::vector<float>> out[2];
       for (int in_kernel = 1; in_kernel >= 0; --in_kernel) {  // the kernels' form first
         st.layernorm_dropout_fused = in_kernel == 1;
@@ -252,11 +247,11 @@ TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
         dx.copy_from(dy);  // in place, as BERT's backward
         Tensor dg = Tensor::zeros({C}, DType::f32, Device::cuda), db = Tensor::zeros({C}, DType::f32, Device::cuda);
         ops::layernorm_backward(gpu(), x, k.residual ? &r : nullptr, g, mean, rstd, dx, dx, dg, db, false, &d, &dxd);
-        out[in_kernel] = {host_f32(y), values(mean), values(rstd), host_f32(dx), host_f32(dxd), values(dg), values(db)};
+        out[in_kernel] = {values(y), values(mean), values(rstd), values(dx), values(dxd), values(dg), values(db)};
       }
       const char* names[] = {"y", "mean", "rstd", "dx", "dx_dropped", "dgamma", "dbeta"};
       for (size_t i = 0; i < 7; ++i) expect_bits(out[1][i], out[0][i], what + " " + names[i]);
-      expect_bits(host_f32(x), x_before, what + " x afterwards");
+      expect_bits(values(x), x_before, what + " x afterwards");
       int64_t dropped = 0, nans = 0;
       for (float v : out[1][4]) dropped += v == 0.0f, nans += std::isnan(v);
       EXPECT_GT(dropped, 0) << what << ": no element of dx_dropped is 0: the dropout did not run";
@@ -359,10 +354,9 @@ TEST(CudaTrainActivation, BackwardWithOutputIsTheTwoOps) {
         Tensor dx_one = Tensor::empty({N, C}, dt, Device::cuda);
         dx_one.copy_from(dy);
         ops::activation_backward(gpu(), x, dx_one, dx_one, act, &y_one);
-        auto host = [](const Tensor& t) { return values(t.contiguous().to(Device::cpu).cast(DType::f32)); };
-        expect_bits(host(y_one), host(y_two), what + " y");
-        expect_bits(host(dx_one), host(dx_two), what + " dx");
-        const std::vector<float> pad = host(wide);
+        expect_bits(values(y_one), values(y_two), what + " y");
+        expect_bits(values(dx_one), values(dx_two), what + " dx");
+        const std::vector<float> pad = values(wide);
         int64_t written_outside = 0;
         for (int64_t n = 0; n < N; ++n)
           for (int64_t c = 0; c < C + 16; ++c) written_outside += (c < 8 || c >= 8 + C) && pad[size_t(n * (C + 16) + c)] != 0.0f;
@@ -372,8 +366,8 @@ TEST(CudaTrainActivation, BackwardWithOutputIsTheTwoOps) {
           Tensor y_flat = Tensor::empty({N, C}, dt, Device::cuda), dx_flat = Tensor::empty({N, C}, dt, Device::cuda);
           dx_flat.copy_from(dy);
           ops::activation_backward(gpu(), x, dx_flat, dx_flat, act, &y_flat);
-          expect_bits(host(y_flat), host(y_two), what + " y (flat)");
-          expect_bits(host(dx_flat), host(dx_two), what + " dx (flat)");
+          expect_bits(values(y_flat), values(y_two), what + " y (flat)");
+          expect_bits(values(dx_flat), values(dx_two), what + " dx (flat)");
         }
       }
 }
@@ -389,7 +383,6 @@ TEST(CudaTrainActivation, BackwardWithBiasGradIsTheTwoOps) {
   Rng rng("CudaTrainActivationBiasGrad");
   cuda::CudaState& st = cuda::cuda_state(gpu());
   const bool saved = st.activation_bias_grad_fused;
-  auto host = [](const Tensor& t) { return values(t.contiguous().to(Device::cpu).cast(DType::f32)); };
   for (DType dt : {DType::bf16, DType::f32})
     for (int64_t C : {int64_t(1536), int64_t(13)})
       for (bool with_y : {false, true}) {
@@ -407,7 +400,7 @@ TEST(CudaTrainActivation, BackwardWithBiasGradIsTheTwoOps) {
           Tensor y = Tensor::empty({N, C}, dt, Device::cuda), db = Tensor::empty({C}, DType::f32, Device::cuda);
           db.copy_from(db0);
           ops::activation_backward(gpu(), x, dx, dx, Activation::gelu, with_y ? &y : nullptr, &db);
-          out[run] = {host(dx), with_y ? host(y) : std::vector<float>(), values(db)};
+          out[run] = {values(dx), with_y ? values(y) : std::vector<float>(), values(db)};
         }
         st.activation_bias_grad_fused = saved;
         const char* names[] = {"dx", "y", "dbias"};

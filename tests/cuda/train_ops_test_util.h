@@ -42,10 +42,12 @@ struct Rng {
   }
 };
 
-/// The values of a (possibly strided, device) tensor, row-major.
+/// The values of a (possibly strided, device) tensor of any float dtype, row-major, as floats
+/// (bf16 / f16 widen exactly).
 inline std::vector<float> values(const Tensor& t) {
   Tensor h = Tensor::empty(t.shape(), t.dtype());
   h.copy_from(t);
+  if (h.dtype() != DType::f32) h = h.cast(DType::f32);
   const float* p = h.data<float>();
   return std::vector<float>(p, p + h.numel());
 }
