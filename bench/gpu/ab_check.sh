@@ -149,6 +149,14 @@ model_args() {  # vit | bert: the bench command of that model into A
              --optimizer lamb --format json) ;;
   esac
 }
+# env_row MODELS all|full ENV...: a step row of $model (file $f, command A) with ENV set, when
+# MODELS lists it (full: not in a QUICK call)
+env_row() {
+  case " $1 " in *" $model "*) ;; *) return 0 ;; esac
+  [ "$2" = full ] && [ "$QUICK" = 1 ] && return 0
+  shift 2
+  go "$model new $*" && row "$f" "$(lim 60)" "$model new $*" env "$@" "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+}
 for model in vit bert; do
   model_args "$model"
   f="$R/train_$model.jsonl"
@@ -160,16 +168,13 @@ for model in vit bert; do
     "$BIN/unmask" "${A[@]}" --steps 3 --warmup 1 --accumulate 16
   # BERT-large with the dropout ops before its LayerNorms again, against the default dropout inside
   # the LayerNorm kernels (built 2026-11-27, not yet measured; ViT-B has no dropout)
-  [ "$model" = bert ] && [ "$QUICK" != 1 ] && go "bert new UNMASK_CUDA_LN_DROPOUT=0" && row "$f" "$(lim 60)" "bert new UNMASK_CUDA_LN_DROPOUT=0" \
-    env UNMASK_CUDA_LN_DROPOUT=0 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  env_row bert full UNMASK_CUDA_LN_DROPOUT=0
   # ViT-B's reconstruction targets with a warp per token (opt-in, built 2026-11-27, not yet measured)
-  [ "$model" = vit ] && go "vit new UNMASK_CUDA_TUBELET_WARP=1" && row "$f" "$(lim 60)" "vit new UNMASK_CUDA_TUBELET_WARP=1" \
-    env UNMASK_CUDA_TUBELET_WARP=1 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  env_row vit all UNMASK_CUDA_TUBELET_WARP=1
   # the MLP's first bias gradient by bias_grad after the GELU backward again (both models)
-  [ "$QUICK" != 1 ] && go "$model new UNMASK_CUDA_ACT_BIAS_GRAD=0" && row "$f" "$(lim 60)" "$model new UNMASK_CUDA_ACT_BIAS_GRAD=0" \
-    env UNMASK_CUDA_ACT_BIAS_GRAD=0 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+  env_row "vit bert" full UNMASK_CUDA_ACT_BIAS_GRAD=0
   for v in "${ROW_VARIANTS[@]}"; do
-    go "$model new $v" && row "$f" "$(lim 60)" "$model new $v" env $v "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+    env_row "vit bert" all $v
   done
 done
 for model in vit bert; do
