@@ -90,6 +90,8 @@ if [ "${UNMASK_SKIP_CUDA:-0}" != 1 ] && [ -x /usr/local/cuda/bin/nvcc ]; then
   /usr/bin/python3 tests/cuda/check_flash_bwd.py
   /usr/bin/python3 tests/cuda/check_wgmma_fwd.py  # the wgmma kernels: descriptors, core-matrix tiles
   /usr/bin/python3 tests/cuda/check_wgmma_bwd.py
+  /usr/bin/python3 tests/cuda/check_fwd_persistent.py  # the persistent forward's tile walk and buffers
+  /usr/bin/python3 src/cuda/flash/gen/generate.py --check
   /usr/bin/python3 src/cuda/flash/gen/generate_wgmma.py --check
 fi
 t=$(( $(date +%s) - T0 )); printf '== [%d:%02d] all tests passed\n' $((t / 60)) $((t % 60))

@@ -42,7 +42,8 @@
 # kernel holds half the row cache for rows of up to 512 columns since 2026-11-27), old/new inference with the wgmma forward, its profile, and Nsight
 # Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
 # in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated; NAME@SKIP
-# skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128;
+# skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128 ("flash_fwd_kernel
+# flash_fwd_persistent": the forward attention, one CTA a tile and persistent);
 # NCU_BERT_KERNELS: on a BERT-large phase-1 training step, with the warp stall reasons.
 QUICK=${QUICK:-0}
 set -u
@@ -125,20 +126,24 @@ fi
 # The opt-in variants, as env assignments (each alone, then all together).
 VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
           "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_CUDA_LN_BWD_FUSED=1"
-          "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_CUDA_TUBELET_WARP=1")
+          "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_CUDA_TUBELET_WARP=1"
+          "UNMASK_FLASH_PERSISTENT=1")
 ALL_VARIANTS="${VARIANTS[*]}"
 # The step-time rows, most informative first (the deadline cuts the tail): the wgmma attention
 # (built 2026-11-27, not yet measured) forward and backward together with 64- and 128-row CTAs,
 # then each alone; the one-kernel backward of short sequences (BERT only: ViT-B's sequences are
 # longer than 128); the fused LayerNorm backward with its half row cache; the best opt-in pair of
-# the H200 A/Bs of 2026-11-26/27 (atomic dQ with the three-CTA dK/dV kernel) for reference.
+# the H200 A/Bs of 2026-11-26/27 (atomic dQ with the three-CTA dK/dV kernel) for reference; the
+# persistent mma.sync forward (built 2026-11-27, fifth session; BERT's 128-key sequences and
+# ViT-B's 157-token encoder are the short ones it is for).
 # (Autotuning, 32 rows per warp and BGRADB lost or tied there; their tests still run above.)
 ROW_VARIANTS=("UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1"
               "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=m128n128 UNMASK_FLASH_BWD_WGMMA=1 UNMASK_FLASH_BWD_WGMMA_SHAPE=m128"
               "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_CUDA_LN_BWD_FUSED=1"
-              "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3")
-# QUICK: the first two, the short-sequence backward and the fused LayerNorm backward.
-[ "$QUICK" = 1 ] && ROW_VARIANTS=("${ROW_VARIANTS[0]}" "${ROW_VARIANTS[1]}" "${ROW_VARIANTS[4]}" "${ROW_VARIANTS[5]}")
+              "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_FLASH_PERSISTENT=1")
+# QUICK: the first two, the short-sequence backward, the fused LayerNorm backward, the persistent forward.
+[ "$QUICK" = 1 ] && ROW_VARIANTS=("${ROW_VARIANTS[0]}" "${ROW_VARIANTS[1]}" "${ROW_VARIANTS[4]}" "${ROW_VARIANTS[5]}"
+                                  "${ROW_VARIANTS[7]}")
 grep -h "bias gradient through" "$R/cuda_tests.log" 2> /dev/null | head -6 | tee -a "$summary"
 
 # 2. training steps: old / new / new with the variants
@@ -219,6 +224,15 @@ done
 go "infer residual in layernorm 256" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_CUDA_RESIDUAL_GEMM=0" \
   env UNMASK_CUDA_RESIDUAL_GEMM=0 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
   --seq 128 --min-time 0.5 --iters 20 --format json
+
+# 3''. the persistent forward attention (opt-in, built 2026-11-27, not yet measured): the one-CTA-
+#      per-tile kernel ran at 98.5 us a layer here against a ~45 us memory floor, latency-bound;
+#      with the grid rule's 128-row CTAs and with 64
+for ctas in "" UNMASK_FLASH_BLOCK_M=64; do
+  go "infer persistent $ctas 256" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_FLASH_PERSISTENT=1 $ctas" \
+    env UNMASK_FLASH_PERSISTENT=1 $ctas "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on \
+    --batch 256 --seq 128 --min-time 0.5 --iters 20 --format json
+done
 
 # 3a. the wgmma forward attention (opt-in, not yet measured) at both shapes, each tile shape
 for b in 256 1; do
@@ -374,13 +388,16 @@ if command -v ncu > /dev/null; then
       "$R/ncu_bert_$k.txt" | head -18 | tee -a "$summary"
   done
   # NCU_INFER_KERNELS: the same for BERT-base inference at batch 256 seq 128 (bf16, eager: no
-  # graph, so ncu sees each launch): the forward attention and the LayerNorm rows there
+  # graph, so ncu sees each launch): the forward attention and the LayerNorm rows there (a name
+  # with "persistent", e.g. flash_fwd_persistent, runs with UNMASK_FLASH_PERSISTENT=1)
   for spec in ${NCU_INFER_KERNELS:-}; do
     k=${spec%@*}
     skip=0
     [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu infer $k" || continue
-    timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+    knob=(UNMASK_UNUSED=0)
+    [[ "$k" == *persistent* ]] && knob=(UNMASK_FLASH_PERSISTENT=1)  # e.g. flash_fwd_persistent
+    env "${knob[@]}" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
       --section SpeedOfLight --section LaunchStats --section Occupancy $EXTRA_SECTIONS "$BIN/unmask" bench infer --device cuda \
       --precision bf16 --cuda-graph off --batch 256 --seq 128 --iters 1 --min-time 0 > "$R/ncu_infer_$k.txt" 2>&1
     note "ncu infer $k: rc $? at $(at)s"

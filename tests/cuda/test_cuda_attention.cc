@@ -419,3 +419,144 @@ TEST(CudaWgmma, ForcedKernelAgreesWithTheNaiveKernel) {
   const CloseReport r = fc.compare_with_naive(fc.run(ctx, cuda::AttentionKernel::flash_wgmma));
   EXPECT_EQ(r.bad, 0) << "wgmma\n" << r.first;
 }
+
+namespace {
+
+/// The persistent form's comparison case: q, k, v of NH = 3 heads of 64 as column slices of one
+/// [N, 3C] buffer, in the packed layout (cu_seqlens on the device, max_seqlen past every length:
+/// tiles past a sequence's end to skip) or the padded one (an i32 key mask; one sequence with no
+/// real key). training: an f32 output, the lse and dropout at `offset`.
+struct PersistentCase {
+  static constexpr int NH = 3, HS = 64;
+  static constexpr int64_t C = NH * HS;
+  AttnLayout L;
+  DType dt;
+  Tensor qkv, out, lse, cu, mask;
+  cuda::FlashFwdParams p;
+
+  PersistentCase(Rng& rng, AttnLayout layout, DType dtype, bool training, uint64_t offset)
+      : L(std::move(layout)), dt(dtype) {
+    const int64_t N = L.rows();
+    qkv = device_tensor(rng.vec(size_t(N * 3 * C), dt, 1.0), {N, 3 * C}, dt);
+    out = Tensor::empty({N, C}, training ? DType::f32 : dt, Device::cuda);
+    const size_t es = dtype_size(dt);
+    p.q = qkv.raw();
+    p.k = static_cast<const char*>(qkv.raw()) + C * es;
+    p.v = static_cast<const char*>(qkv.raw()) + 2 * C * es;
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = 3 * C;
+    p.o_row_stride = C;
+    p.num_heads = NH;
+    p.head_dim = HS;
+    p.batch = int(L.lens.size());
+    p.scale = 0.125f;
+    p.scale_log2 = 0.125f * 1.4426950408889634f;
+    p.dtype = dt;
+    if (L.T > 0) {
+      p.max_seqlen = L.T;
+      std::vector<double> m(L.lens.size() * size_t(L.T));
+      for (size_t b = 0; b < L.lens.size(); ++b)
+        for (int t = 0; t < L.T; ++t) m[b * size_t(L.T) + size_t(t)] = t < L.lens[b] ? 1 : 0;
+      mask = device_tensor(m, {int64_t(L.lens.size()), L.T}, DType::i32);
+      p.key_mask = mask.raw();
+      p.mask_elem_bytes = 4;
+      p.mask_batch_stride = L.T;
+    } else {
+      std::vector<double> c(L.lens.size() + 1, 0.0);
+      int longest = 0;
+      for (size_t b = 0; b < L.lens.size(); ++b) {
+        c[b + 1] = c[b] + L.lens[b];
+        longest = std::max(longest, L.lens[b]);
+      }
+      cu = device_tensor(c, {int64_t(c.size())}, DType::i32);
+      p.cu_seqlens = static_cast<const int32_t*>(cu.raw());
+      p.max_seqlen = longest + 70;  // an upper bound, as callers may pass: whole tiles past every end
+    }
+    if (training) {
+      lse = Tensor::empty({NH, N}, DType::f32, Device::cuda);
+      p.o_f32 = true;
+      p.lse = lse.data<float>();
+      p.lse_head_stride = N;
+      p.dropout_p = 0.125f;
+      p.dropout_seed = 0x5eed;
+      p.dropout_offset = offset;
+    }
+  }
+  /// The output (and lse) bytes of one run, outputs NaN-poisoned first.
+  std::vector<double> run(Context& ctx, cuda::AttentionKernel kernel, int block_m, int max_ctas = 0) {
+    poison(ctx, out);
+    p.o = out.raw();
+    if (p.lse) poison(ctx, lse);
+    cuda::attention_forward(p, static_cast<cudaStream_t>(ctx.cuda_stream()), kernel, block_m, 16, max_ctas);
+    std::vector<double> got = to_host(out);
+    if (p.lse)
+      for (double x : to_host(lse)) got.push_back(x);
+    return got;
+  }
+};
+
+/// Bitwise equality with NaN == NaN (an output the kernels leave unwritten stays the poison in
+/// both, and a row with no real key has lse -inf in both): the index of the first difference, or -1.
+int64_t first_bit_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return int64_t(i);
+  return -1;
+}
+
+}  // namespace
+
+// The persistent forward (fwd_persistent_kernel.cuh, opt-in UNMASK_FLASH_PERSISTENT=1) runs the
+// same per-warp code over the same key blocks as the CTA-per-tile kernel: the same bits for every
+// layout, both CTA heights and dtypes, inference and training (f32 output, lse, dropout with
+// counters that start a Philox block and ones that do not), with few CTAs walking many tiles and
+// with as many as fit.
+TEST(CudaAttention, PersistentFormIsTheSameBitsAsACtaPerTile) {
+  REQUIRE_CUDA();
+  Context& ctx = cuda_ctx();
+  Rng rng("CudaAttentionPersistent");
+  const ScopedEnv env_off("UNMASK_FLASH_PERSISTENT", nullptr), wgmma_off("UNMASK_FLASH_WGMMA", nullptr);
+  const AttnLayout layouts[] = {
+      {{1, 17, 64, 65, 127, 128, 129, 300, 0, 5}, 0},  // packed; one empty sequence; tiles to skip
+      {{200, 37, 0, 64}, 200},                          // padded with a key mask; one with no real key
+      {{64}, 0},                                        // one key block: Q prefetched beside its own
+  };
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const AttnLayout& L : layouts)
+      for (int training = 0; training < 2; ++training)
+        for (uint64_t offset : training ? std::vector<uint64_t>{0, 6} : std::vector<uint64_t>{0}) {
+          PersistentCase pc(rng, L, dt, training == 1, offset);
+          for (int block_m : {64, 128}) {
+            const std::vector<double> want = pc.run(ctx, cuda::AttentionKernel::flash, block_m);
+            for (int max_ctas : {0, 1, 3, 7}) {
+              const uint64_t launches = cuda::flash_fwd_persistent_launches();
+              const std::vector<double> got = pc.run(ctx, cuda::AttentionKernel::flash_persistent, block_m, max_ctas);
+              EXPECT_EQ(cuda::flash_fwd_persistent_launches(), launches + 1);
+              const int64_t at = first_bit_difference(got, want);
+              EXPECT_EQ(at, -1) << dtype_name(dt) << " B=" << L.lens.size() << " T=" << L.T << " training=" << training
+                                << " offset=" << offset << " block_m=" << block_m << " max_ctas=" << max_ctas
+                                << ": element " << at << " is " << (at >= 0 ? got[size_t(at)] : 0.0) << ", the "
+                                << "CTA-per-tile kernel wrote " << (at >= 0 ? want[size_t(at)] : 0.0);
+            }
+          }
+        }
+  // The opt-in through the environment, on the default path of the ops (attention_kernel_for's
+  // flash): the persistent form runs and writes the same bits.
+  {
+    PersistentCase pc(rng, layouts[0], DType::bf16, false, 0);
+    const std::vector<double> want = pc.run(ctx, cuda::AttentionKernel::flash, 0);
+    const ScopedEnv on("UNMASK_FLASH_PERSISTENT", "1");
+    const uint64_t launches = cuda::flash_fwd_persistent_launches();
+    EXPECT_EQ(first_bit_difference(pc.run(ctx, cuda::AttentionKernel::flash, 0), want), -1);
+    EXPECT_EQ(cuda::flash_fwd_persistent_launches(), launches + 1) << "UNMASK_FLASH_PERSISTENT=1 did not run it";
+  }
+  {  // a bad switch value is an Error, and so is the form forced where it has no instance
+    PersistentCase pc(rng, layouts[2], DType::bf16, false, 0);
+    {
+      const ScopedEnv bad("UNMASK_FLASH_PERSISTENT", "on");
+      EXPECT_THROW(pc.run(ctx, cuda::AttentionKernel::flash, 0), Error);
+    }
+    pc.p.head_dim = 32;
+    pc.p.num_heads = 6;  // the same row width, head size 32: no flash instance
+    EXPECT_THROW(pc.run(ctx, cuda::AttentionKernel::flash_persistent, 64), Error);
+  }
+}

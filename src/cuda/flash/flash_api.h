@@ -19,9 +19,11 @@
 namespace unmask::cuda {
 
 /// flash: the tensor-core kernel (mma.sync, fwd_kernel.cuh; with UNMASK_FLASH_WGMMA=1 the wgmma
-/// kernel where it applies); flash_wgmma: the wgmma kernel (fwd_wgmma_kernel.cuh: sm_90, head
-/// size 64, bf16/f16), forced; naive: the reference kernel.
-enum class AttentionKernel : uint8_t { flash, naive, flash_wgmma };
+/// kernel where it applies, with UNMASK_FLASH_PERSISTENT=1 its persistent form); flash_wgmma:
+/// the wgmma kernel (fwd_wgmma_kernel.cuh: sm_90, head size 64, bf16/f16), forced;
+/// flash_persistent: the mma.sync kernel's persistent form (fwd_persistent_kernel.cuh: head size
+/// 64, 16 rows a warp), forced; naive: the reference kernel.
+enum class AttentionKernel : uint8_t { flash, naive, flash_wgmma, flash_persistent };
 
 /// Which kernel attention_forward would use for p.
 AttentionKernel attention_kernel_for(const FlashFwdParams& p);
@@ -33,9 +35,18 @@ AttentionKernel attention_kernel_for(const FlashFwdParams& p);
 /// device's SM count (flash/switch.h). warp_rows: query rows per warp, 16 or 32 (32 exists for
 /// head size 64 in 128-row CTAs; elsewhere it runs as 16; with block_m = 0 and no
 /// UNMASK_FLASH_BLOCK_M, 32 takes 128-row CTAs); 0 = UNMASK_FLASH_WARP_ROWS if set, else 16.
+/// max_ctas: the persistent form's CTA count at most (0: as many as fit the device; tests take a
+/// few, so that each CTA walks many tiles).
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream);
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m = 0,
-                       int warp_rows = 0);
+                       int warp_rows = 0, int max_ctas = 0);
+
+/// Whether p fits the persistent forward (fwd_persistent_kernel.cuh): the flash kernel's
+/// conditions, head size 64, and at most 2^30 tiles of 64 query rows (heads x sequences x
+/// ceil(max_seqlen / 64)).
+bool flash_fwd_persistent_applies(const FlashFwdParams& p);
+/// How many persistent forward launches the process made (tests and benchmarks: which kernel ran).
+uint64_t flash_fwd_persistent_launches();
 
 /// The dumb reference beside the flash kernel (attention_naive.cu): one warp per (query row,
 /// head), fp32 online softmax over the keys one at a time, any dtype (f32/bf16/f16), any head
