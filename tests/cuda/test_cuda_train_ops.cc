@@ -283,8 +283,10 @@ TEST(CudaTrainActivation, BackwardMatchesCpu) {
 // 7.1.26, not erff) on EVERY bf16 and f16 value in [-12, 12]: the forward and the gradient
 // (dy = 1) within half an ulp of the output type plus 1e-6 of the float64 values (the numpy
 // analysis found <= 4.2e-7 and 3.0e-7 before rounding); and how often the result is not the
-// correctly rounded one (printed: ~1% expected for bf16).
-TEST(CudaTrainActivation, Gelu16BitWithinOneRoundingOfFloat64) {
+// correctly rounded one (printed: ~1% expected for bf16). The 1e-6 is what A&S's absolute bound
+// needs in the far negative tail, where |GELU| < 1e-5 and one rounding would be a relative bound
+// it does not meet (7.9 bf16 ulps at x = -11.875, at 1e-31).
+TEST(CudaTrainActivation, Gelu16BitWithinHalfAnUlpPlus1e6OfFloat64) {
   REQUIRE_CUDA_DEVICE();
   for (DType dt : {DType::bf16, DType::f16}) {
     std::vector<uint16_t> bits;
