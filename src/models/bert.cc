@@ -320,6 +320,7 @@ struct GraphKey {
   uint64_t context;  // CudaState::id: a graph holds its context's stream and cuBLASLt workspace
   bool tf32;         // CudaState settings the captured GEMMs were planned with
   DType autocast;
+  bool residual_in_gemm, epilogue_round_once;  // CudaState settings that change the captured work
   HiddenAct act;     // baked into the captured epilogues (set_hidden_act also clears the cache)
   bool packed, has_mask, embeddings;
   DType mask_dtype;
@@ -360,7 +361,8 @@ BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, 
   const Device dev = ctx.device();
   EncoderInputs host = stage_inputs(L, opt);
   const cuda::CudaState& cs = cuda::cuda_state(ctx);
-  GraphKey key{cs.id, cs.allow_tf32, cs.autocast, W.config.hidden_act, L.packed, host.mask.defined(), opt.embeddings,
+  GraphKey key{cs.id, cs.allow_tf32, cs.autocast, cs.residual_in_gemm, cs.epilogue_round_once, W.config.hidden_act,
+               L.packed, host.mask.defined(), opt.embeddings,
                host.mask.defined() ? host.mask.dtype() : DType::u8, L.B, L.T, L.N,
                uint8_t(opt.pooler | opt.mlm << 1 | opt.nsp << 2 | opt.qa << 3 | opt.classifier << 4)};
   std::shared_ptr<BertGraphCache> keep;  // alive for this call even if another thread clears the cache

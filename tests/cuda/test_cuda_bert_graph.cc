@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../scoped_env.h"
+#include "cuda/cuda_state.h"
 #include "cuda/flash/flash_api.h"
 #include "cuda_test_common.h"
 #include "test_harness.h"
@@ -170,6 +171,30 @@ TEST(CudaBertLowPrecision, ResidualInTheGemmOrInTheLayerNorm) {
   }
   test::ScopedEnv bad("UNMASK_CUDA_RESIDUAL_GEMM", "yes");
   EXPECT_THROW(Context({.device = Device::cuda}), Error);
+}
+
+// A graph is keyed by the CudaState settings that change the captured work: flipping the
+// residual's place (GEMM or LayerNorm) on a live context captures another graph, whose replay
+// gives that setting's eager bits, not the first graph's.
+TEST(CudaBertGraph, ASettingThatChangesTheWorkGetsItsOwnGraph) {
+  REQUIRE_CUDA_DEVICE();
+  const BertConfig cfg = small_config();
+  Context ctx({.device = Device::cuda});
+  cuda::CudaState& cs = cuda::cuda_state(ctx);
+  BertModel m = BertModel::random(cfg, kHeads, base_seed() ^ 0x81);
+  m.to(ctx, DType::bf16);
+  const BertInput in = padded_batch(cfg, {32, 20}, 32, base_seed() ^ 0x82);
+  Tensor hidden[2];
+  for (int in_gemm = 1; in_gemm >= 0; --in_gemm) {
+    cs.residual_in_gemm = in_gemm == 1;
+    const BertOutputs graphed = m.forward(ctx, in, all_outputs(true));
+    const BertOutputs eager = m.forward(ctx, in, all_outputs(false));
+    EXPECT_TRUE(same_bits(graphed.last_hidden_state, eager.last_hidden_state)) << "residual_in_gemm " << in_gemm;
+    hidden[in_gemm] = eager.last_hidden_state;
+  }
+  EXPECT_EQ(m.num_cuda_graphs(), 2u) << "the second setting replayed the first setting's graph";
+  EXPECT_FALSE(same_bits(hidden[0], hidden[1])) << "the two settings gave the same bits: one path is not taken";
+  cs.residual_in_gemm = true;
 }
 
 TEST(CudaBertGraph, ReplayGivesTheEagerBitsForEveryInput) {
