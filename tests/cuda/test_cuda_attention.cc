@@ -425,7 +425,8 @@ namespace {
 /// The persistent form's comparison case: q, k, v of NH = 3 heads of 64 as column slices of one
 /// [N, 3C] buffer, in the packed layout (cu_seqlens on the device, max_seqlen past every length:
 /// tiles past a sequence's end to skip) or the padded one (an i32 key mask; one sequence with no
-/// real key). training: an f32 output, the lse and dropout at `offset`.
+/// real key; without one when every sequence is full). training: an f32 output, the lse and
+/// dropout at `offset`.
 struct PersistentCase {
   static constexpr int NH = 3, HS = 64;
   static constexpr int64_t C = NH * HS;
@@ -451,7 +452,10 @@ struct PersistentCase {
     p.scale = 0.125f;
     p.scale_log2 = 0.125f * 1.4426950408889634f;
     p.dtype = dt;
-    if (L.T > 0) {
+    const bool all_full = std::all_of(L.lens.begin(), L.lens.end(), [&](int l) { return l == L.T; });
+    if (L.T > 0 && all_full) {
+      p.max_seqlen = L.T;  // padded without a key mask
+    } else if (L.T > 0) {
       p.max_seqlen = L.T;
       std::vector<double> m(L.lens.size() * size_t(L.T));
       for (size_t b = 0; b < L.lens.size(); ++b)
@@ -469,7 +473,8 @@ struct PersistentCase {
       }
       cu = device_tensor(c, {int64_t(c.size())}, DType::i32);
       p.cu_seqlens = static_cast<const int32_t*>(cu.raw());
-      p.max_seqlen = longest + 70;  // an upper bound, as callers may pass: whole tiles past every end
+      p.max_seqlen = longest + 72;  // an upper bound, as callers may pass: whole tiles past every end
+                                    // (a multiple of 4: offset 0 takes the four-aligned dropout path)
     }
     if (training) {
       lse = Tensor::empty({NH, N}, DType::f32, Device::cuda);
@@ -519,6 +524,7 @@ TEST(CudaAttention, PersistentFormIsTheSameBitsAsACtaPerTile) {
       {{1, 17, 64, 65, 127, 128, 129, 300, 0, 5}, 0},  // packed; one empty sequence; tiles to skip
       {{200, 37, 0, 64}, 200},                          // padded with a key mask; one with no real key
       {{64}, 0},                                        // one key block: Q prefetched beside its own
+      {{96, 96}, 96},                                   // padded, no key mask
   };
   for (DType dt : {DType::bf16, DType::f16})
     for (const AttnLayout& L : layouts)
@@ -555,8 +561,41 @@ TEST(CudaAttention, PersistentFormIsTheSameBitsAsACtaPerTile) {
       const ScopedEnv bad("UNMASK_FLASH_PERSISTENT", "on");
       EXPECT_THROW(pc.run(ctx, cuda::AttentionKernel::flash, 0), Error);
     }
-    pc.p.head_dim = 32;
-    pc.p.num_heads = 6;  // the same row width, head size 32: no flash instance
+    const cudaStream_t stream = static_cast<cudaStream_t>(ctx.cuda_stream());
+    pc.p.o = pc.out.raw();
+    // 32 rows a warp: the persistent form has 16 only
+    EXPECT_THROW(cuda::attention_forward(pc.p, stream, cuda::AttentionKernel::flash_persistent, 128, 32), Error);
+    pc.p.head_dim = 96;
+    pc.p.num_heads = 2;  // the same row width, head size 96: no flash instance at all
     EXPECT_THROW(pc.run(ctx, cuda::AttentionKernel::flash_persistent, 64), Error);
+  }
+  {  // head size 128: the flash kernel applies, its persistent form does not exist
+    Rng r2("CudaAttentionPersistentHs128");
+    const int64_t C = 128, N = 64;
+    Tensor qkv = device_tensor(r2.vec(size_t(N * 3 * C), DType::bf16, 1.0), {N, 3 * C}, DType::bf16);
+    Tensor out = Tensor::empty({N, C}, DType::bf16, Device::cuda);
+    cuda::FlashFwdParams p;
+    p.q = qkv.raw();
+    p.k = static_cast<const char*>(qkv.raw()) + C * 2;
+    p.v = static_cast<const char*>(qkv.raw()) + 2 * C * 2;
+    p.o = out.raw();
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = 3 * C;
+    p.o_row_stride = C;
+    p.num_heads = 1;
+    p.head_dim = 128;
+    p.batch = 1;
+    p.max_seqlen = int(N);
+    p.scale = 0.088f;
+    p.scale_log2 = 0.088f * 1.4426950408889634f;
+    p.dtype = DType::bf16;
+    ASSERT_TRUE(cuda::attention_kernel_for(p) == cuda::AttentionKernel::flash);
+    EXPECT_FALSE(cuda::flash_fwd_persistent_applies(p));
+    EXPECT_THROW(cuda::attention_forward(p, static_cast<cudaStream_t>(ctx.cuda_stream()),
+                                         cuda::AttentionKernel::flash_persistent, 64),
+                 Error);
+    const ScopedEnv on("UNMASK_FLASH_PERSISTENT", "1");  // the opt-in leaves it on the one-tile kernel
+    const uint64_t launches = cuda::flash_fwd_persistent_launches();
+    cuda::attention_forward(p, static_cast<cudaStream_t>(ctx.cuda_stream()));
+    EXPECT_EQ(cuda::flash_fwd_persistent_launches(), launches);
   }
 }
