@@ -104,6 +104,32 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&r
   }
 }
 
+/// One tile of the forward: query block m_block (rows q0 = m_block kBlockM ..) of head `head`
+/// of sequence b, whose rows start at seq_start. q0 >= seqlen: nothing to compute.
+struct FwdTile {
+  int m_block = 0, head = 0, b = 0;
+  int64_t seq_start = 0;
+  int seqlen = 0;
+  int q0 = 0;
+};
+
+template <int BM>
+__device__ __forceinline__ FwdTile fwd_tile(const FlashFwdParams& p, int m_block, int head, int b) {
+  FwdTile tile;
+  tile.m_block = m_block;
+  tile.head = head;
+  tile.b = b;
+  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, tile.seq_start, tile.seqlen);
+  tile.q0 = m_block * BM;
+  return tile;
+}
+
+/// Row `row` of the head columns of `head` in one of p's [N, row_stride] operands.
+template <typename T, int D>
+__device__ __forceinline__ const T* fwd_head_row(const void* base, int64_t row, int64_t row_stride, int head) {
+  return static_cast<const T*>(base) + row * row_stride + head * D;
+}
+
 /// One warp's running state over its query rows (16 kMTiles of them) while the key blocks go
 /// by: Q fragments, O accumulators, the rows' running max and this thread's partial sums (log2
 /// domain; quad-reduced in fwd_store_rows). Registers once inlined.
@@ -292,17 +318,14 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
   float* sBias = reinterpret_cast<float*>(sV + 2 * BN * LDS);  // [2][BN]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
-
-  int64_t seq_start;
-  int seqlen;
-  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, seq_start, seqlen);
-  const int q0 = m_block * BM;
+  const FwdTile tile = fwd_tile<BM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  const int head = tile.head, b = tile.b, seqlen = tile.seqlen, q0 = tile.q0;
+  const int64_t seq_start = tile.seq_start;
   if (q0 >= seqlen) return;
 
-  const T* gQ = static_cast<const T*>(p.q) + (seq_start + q0) * p.q_row_stride + head * D;
-  const T* gK = static_cast<const T*>(p.k) + seq_start * p.k_row_stride + head * D;
-  const T* gV = static_cast<const T*>(p.v) + seq_start * p.v_row_stride + head * D;
+  const T* gQ = fwd_head_row<T, D>(p.q, seq_start + q0, p.q_row_stride, head);
+  const T* gK = fwd_head_row<T, D>(p.k, seq_start, p.k_row_stride, head);
+  const T* gV = fwd_head_row<T, D>(p.v, seq_start, p.v_row_stride, head);
   T* gO = fwd_out_rows<Kt>(p, head, seq_start, q0);
   const int n_blocks = (seqlen + BN - 1) / BN;
 

@@ -34,25 +34,13 @@
 
 namespace unmask::cuda::flash {
 
-/// One tile of the persistent walk: its query block, head, sequence and the sequence's rows.
-struct FwdTile {
-  int m_block = 0, head = 0, b = 0;
-  int64_t seq_start = 0;
-  int seqlen = 0;
-  int q0 = 0;
-};
-
 /// The first tile t' >= t in steps of `stride` with query rows inside its sequence; returns it
 /// (and fills `tile`), or n_tiles when there is none.
 template <int BM>
 __device__ __forceinline__ int next_fwd_tile(const FlashFwdParams& p, int m_blocks, int n_tiles, int t, int stride,
                                              FwdTile& tile) {
   for (; t < n_tiles; t += stride) {
-    tile.m_block = t % m_blocks;
-    tile.head = (t / m_blocks) % p.num_heads;
-    tile.b = t / (m_blocks * p.num_heads);
-    sequence_bounds(p.cu_seqlens, p.max_seqlen, tile.b, tile.seq_start, tile.seqlen);
-    tile.q0 = tile.m_block * BM;
+    tile = fwd_tile<BM>(p, t % m_blocks, (t / m_blocks) % p.num_heads, t / (m_blocks * p.num_heads));
     if (tile.q0 < tile.seqlen) return t;
   }
   return n_tiles;
@@ -66,13 +54,12 @@ __device__ __forceinline__ void fwd_issue_block(const FlashFwdParams& p, const F
                                                 typename Kt::Element* sVb, float* bias, int tid) {
   using T = typename Kt::Element;
   constexpr int BM = Kt::kBlockM, BN = Kt::kBlockN, D = Kt::kHeadDim;
-  if (sQ) {
-    const T* gQ = static_cast<const T*>(p.q) + (tile.seq_start + tile.q0) * p.q_row_stride + tile.head * D;
-    load_tile<Kt, BM>(sQ, gQ, p.q_row_stride, min(BM, tile.seqlen - tile.q0), tid);
-  }
+  if (sQ)
+    load_tile<Kt, BM>(sQ, fwd_head_row<T, D>(p.q, tile.seq_start + tile.q0, p.q_row_stride, tile.head),
+                      p.q_row_stride, min(BM, tile.seqlen - tile.q0), tid);
   const int kv0 = j * BN;
-  const T* gK = static_cast<const T*>(p.k) + (tile.seq_start + kv0) * p.k_row_stride + tile.head * D;
-  const T* gV = static_cast<const T*>(p.v) + (tile.seq_start + kv0) * p.v_row_stride + tile.head * D;
+  const T* gK = fwd_head_row<T, D>(p.k, tile.seq_start + kv0, p.k_row_stride, tile.head);
+  const T* gV = fwd_head_row<T, D>(p.v, tile.seq_start + kv0, p.v_row_stride, tile.head);
   load_tile<Kt, BN>(sKb, gK, p.k_row_stride, min(BN, tile.seqlen - kv0), tid);
   load_tile<Kt, BN>(sVb, gV, p.v_row_stride, min(BN, tile.seqlen - kv0), tid);
   cp_async_commit();

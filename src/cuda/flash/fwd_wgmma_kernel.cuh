@@ -133,17 +133,14 @@ __global__ void __launch_bounds__(Wt::kThreads, kMinBlocks) flash_fwd_wgmma_kern
   float* sBias = reinterpret_cast<float*>(sQ + BM * LDQ);      // [2][BN]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
-
-  int64_t seq_start;
-  int seqlen;
-  sequence_bounds(p.cu_seqlens, p.max_seqlen, b, seq_start, seqlen);
-  const int q0 = m_block * BM;
+  const FwdTile tile = fwd_tile<BM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  const int head = tile.head, b = tile.b, seqlen = tile.seqlen, q0 = tile.q0;
+  const int64_t seq_start = tile.seq_start;
   if (q0 >= seqlen) return;  // the whole CTA: no barrier is left waiting
 
-  const T* gQ = static_cast<const T*>(p.q) + (seq_start + q0) * p.q_row_stride + head * D;
-  const T* gK = static_cast<const T*>(p.k) + seq_start * p.k_row_stride + head * D;
-  const T* gV = static_cast<const T*>(p.v) + seq_start * p.v_row_stride + head * D;
+  const T* gQ = fwd_head_row<T, D>(p.q, seq_start + q0, p.q_row_stride, head);
+  const T* gK = fwd_head_row<T, D>(p.k, seq_start, p.k_row_stride, head);
+  const T* gV = fwd_head_row<T, D>(p.v, seq_start, p.v_row_stride, head);
   const int n_blocks = (seqlen + BN - 1) / BN;
 
   load_tile<Wt, BM>(sQ, gQ, p.q_row_stride, min(BM, seqlen - q0), tid);  // padded rows (fwd_kernel.cuh)
