@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "unmask/error.h"
 #ifdef UNMASK_WITH_CUDA
 #include <cuda_runtime.h>
@@ -22,8 +23,7 @@ double now_ms() {
 }  // namespace
 
 OpProfiler::OpProfiler(void* cuda_stream) : stream_(cuda_stream) {
-  const char* env = std::getenv("UNMASK_PROFILE_SHAPES");
-  details_ = env && std::string(env) == "1";
+  details_ = env_switch("UNMASK_PROFILE_SHAPES", false);
 }
 
 const char* OpProfiler::intern(const std::string& name) { return names_.insert(name).first->c_str(); }

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
+#include "core/env.h"
 #include "cuda/allocator.h"
 #include "cuda/check.h"
 #include "unmask/error.h"
@@ -19,16 +21,22 @@ std::atomic<uint64_t> g_next_state_id{1};
 
 CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_next_state_id++), device(dev) {
   // The 0/1 switches, checked before anything is created (a bad value throws with nothing to free).
-  const auto switch_env = [](const char* name, bool& flag) {
-    if (const char* v = std::getenv(name)) {
-      UNMASK_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, name, " must be 0 or 1, got '", v, "'");
-      flag = v[0] == '1';
-    }
-  };
-  switch_env("UNMASK_CUDA_RESIDUAL_GEMM", residual_in_gemm);
-  switch_env("UNMASK_CUDA_LN_DROPOUT", layernorm_dropout_fused);
-  switch_env("UNMASK_CUDA_ACT_BIAS_GRAD", activation_bias_grad_fused);
-  switch_env("UNMASK_CUDA_TUBELET_WARP", tubelet_target_warp);
+  // The 0/1 switches, strict (core/env.h), read before anything is allocated: a bad value fails
+  // the construction with nothing to release.
+  residual_in_gemm = env_switch("UNMASK_CUDA_RESIDUAL_GEMM", residual_in_gemm);
+  layernorm_dropout_fused = env_switch("UNMASK_CUDA_LN_DROPOUT", layernorm_dropout_fused);
+  activation_bias_grad_fused = env_switch("UNMASK_CUDA_ACT_BIAS_GRAD", activation_bias_grad_fused);
+  tubelet_target_warp = env_switch("UNMASK_CUDA_TUBELET_WARP", tubelet_target_warp);
+  allow_tf32 = env_switch("UNMASK_CUDA_TF32", false);
+  const bool bf16 = env_switch("UNMASK_CUDA_BF16", false), fp16 = env_switch("UNMASK_CUDA_FP16", false);
+  autocast = bf16 ? DType::bf16 : fp16 ? DType::f16 : DType::f32;
+  const std::optional<bool> attn = env_switch_opt("UNMASK_CUDA_ATTN_BF16");
+  attention_bf16_env = attn ? int(*attn) : -1;
+  attention_bf16 = attention_bf16_env == 1;
+  epilogue_round_once = env_switch("UNMASK_CUDA_EPILOGUE_ROUND_ONCE", false);
+  bias_grad_epilogue = env_switch("UNMASK_CUDA_BGRAD_EPILOGUE", false);
+  layernorm_backward_fused = env_switch("UNMASK_CUDA_LN_BWD_FUSED", false);
+  gemm_autotune = env_switch("UNMASK_CUDA_GEMM_AUTOTUNE", false);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -64,24 +72,6 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
     if (owns_stream) cudaStreamDestroy(stream);
     throw;
   }
-  const char* tf32 = std::getenv("UNMASK_CUDA_TF32");
-  allow_tf32 = tf32 && std::strcmp(tf32, "1") == 0;
-  const char* bf16 = std::getenv("UNMASK_CUDA_BF16");
-  const char* fp16 = std::getenv("UNMASK_CUDA_FP16");
-  autocast = bf16 && std::strcmp(bf16, "1") == 0   ? DType::bf16
-             : fp16 && std::strcmp(fp16, "1") == 0 ? DType::f16
-                                                   : DType::f32;
-  const char* attn = std::getenv("UNMASK_CUDA_ATTN_BF16");
-  attention_bf16_env = attn && std::strcmp(attn, "1") == 0 ? 1 : attn && std::strcmp(attn, "0") == 0 ? 0 : -1;
-  attention_bf16 = attention_bf16_env == 1;
-  const char* once = std::getenv("UNMASK_CUDA_EPILOGUE_ROUND_ONCE");
-  epilogue_round_once = once && std::strcmp(once, "1") == 0;
-  const char* bgrad = std::getenv("UNMASK_CUDA_BGRAD_EPILOGUE");
-  bias_grad_epilogue = bgrad && std::strcmp(bgrad, "1") == 0;
-  const char* ln_fused = std::getenv("UNMASK_CUDA_LN_BWD_FUSED");
-  layernorm_backward_fused = ln_fused && std::strcmp(ln_fused, "1") == 0;
-  const char* tune = std::getenv("UNMASK_CUDA_GEMM_AUTOTUNE");
-  gemm_autotune = tune && std::strcmp(tune, "1") == 0;
   set_current_stream(stream);
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "io/safetensors.h"
 #include "models/bert_weights.h"
 #include "ops/ops.h"
@@ -42,10 +43,7 @@ Activation hidden_activation(HiddenAct a) { return a == HiddenAct::gelu ? Activa
 // Whether the forward packs its Linear weights (ops::pack_weight); UNMASK_PACKED_GEMM=0 keeps
 // the unpacked ops::gemm path (for A/B measurements and as a fallback).
 bool packed_gemm_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("UNMASK_PACKED_GEMM");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = env_switch("UNMASK_PACKED_GEMM", true);
   return on;
 }
 

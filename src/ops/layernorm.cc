@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/env.h"
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
 #include "ops/ops.h"
@@ -48,11 +49,7 @@ bool layernorm_input_dropout_in_kernel(Context& ctx) {
   // UNMASK_CPU_LN_INPUT_DROPOUT=1: the CPU answers as CUDA does, so that the callers' form with
   // the dropout inside the op (the ops in sequence here, the same bits) is checked without a GPU.
   if (ctx.device() == Device::cpu) {
-    const char* v = std::getenv("UNMASK_CPU_LN_INPUT_DROPOUT");
-    if (!v) return false;
-    const std::string s = v;
-    UNMASK_CHECK(s == "0" || s == "1", "UNMASK_CPU_LN_INPUT_DROPOUT must be 0 or 1, got '", s, "'");
-    return s == "1";
+    return env_switch("UNMASK_CPU_LN_INPUT_DROPOUT", false);
   }
   return dropout_in_kernel(ctx, ctx.device());
 }

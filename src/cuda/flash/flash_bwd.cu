@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "cuda/common.cuh"
 #include "cuda/flash/bwd_kernel.cuh"
 #include "cuda/flash/bwd_short_kernel.cuh"
@@ -227,12 +228,8 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
 }  // namespace
 
 bool flash_env_switch(const char* name, const char* op, const char* on, const char* off) {
-  const char* env = std::getenv(name);
-  if (!env) return false;
-  const std::string v = env;
-  UNMASK_CHECK(v == "0" || v == "1", name, "=", v, " is not a switch of ", op, ": 1 runs ", on, ", 0 (the default) ",
-               off);
-  return v == "1";
+  const std::string what = std::string("a switch of ") + op + ": 1 runs " + on + ", 0 (the default) " + off;
+  return env_switch(name, false, what.c_str());
 }
 
 bool flash_bwd_three_ctas_available(bool atomic_dq) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env.h"
 #include "cuda/common.cuh"
 #include "cuda/flash/flash_api.h"
 #include "cuda/flash/switch.h"
@@ -109,12 +110,11 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
   if (persistent && warp_rows == 0) warp_rows = 16;  // the persistent form has 16 rows a warp only
   if (warp_rows == 0) {
     // Tuning and test hook: UNMASK_FLASH_WARP_ROWS=32 asks for two row tiles per warp.
-    const char* env = std::getenv("UNMASK_FLASH_WARP_ROWS");
-    warp_rows = env && std::atoi(env) == 32 ? 32 : 16;
+    warp_rows = env_choice("UNMASK_FLASH_WARP_ROWS", {16, 32}, 16);
   }
   if (block_m == 0) {
     // Tuning and test hook: UNMASK_FLASH_BLOCK_M=64|128 overrides the heuristic.
-    if (const char* env = std::getenv("UNMASK_FLASH_BLOCK_M")) block_m = std::atoi(env) == 128 ? 128 : 64;
+    block_m = env_choice("UNMASK_FLASH_BLOCK_M", {64, 128}, 0);
   }
   // 32 rows per warp come in 128-row CTAs (4 warps): asked for with no CTA height asked for,
   // they take that height instead of the heuristic's.
