@@ -119,6 +119,11 @@ int bench_train(int argc, char** argv) {
   else if (model_arg.rfind("random:", 0) == 0) cfg = train::random_model_config(model_arg.substr(7), 30522);
   else throw Error("--model must be bert-base, bert-large or random:SIZE, got '", model_arg, "'");
 
+  for (int64_t seq : seqs) {  // before anything is built, measured or printed
+    if (seq > cfg.max_position_embeddings)
+      throw Error("--seq ", seq, " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
+    if (seq < 8) throw Error("--seq must be at least 8, got ", seq);
+  }
   const bool on_cuda = device_of(*args) == Device::cuda;
   const std::string precision = precision_of(*args, on_cuda ? Device::cuda : Device::cpu);
   Context ctx({.num_threads = int(args->get_int("threads")), .device = on_cuda ? Device::cuda : Device::cpu});
@@ -163,9 +168,6 @@ int bench_train(int argc, char** argv) {
 
   std::mt19937_64 rng(seed);
   for (int64_t seq : seqs) {
-    if (seq > cfg.max_position_embeddings)
-      throw Error("--seq ", seq, " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
-    if (seq < 8) throw Error("--seq must be at least 8, got ", seq);
     int64_t P = seq == 128 ? 20 : seq == 512 ? 80 : std::max<int64_t>(1, (seq * 15 + 50) / 100);
     if (args->has("masked")) P = args->get_int("masked");
     if (P < 1 || P > seq - 3) throw Error("--masked must be in [1, ", seq - 3, "], got ", P);

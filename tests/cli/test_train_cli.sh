@@ -191,6 +191,8 @@ expect 0 "| gemm_packed | " -- "$U" bench infer --batch 1 --seq 16 --iters 1 --m
 expect 1 "--activations must be f32 or bf16" -- "$U" bench train --activations f16
 expect 1 "--optimizer must be adamw or lamb" -- "$U" bench train --optimizer sgd
 expect 1 "exceeds the model's max_position_embeddings" -- "$U" bench train --model random:tiny --seq 1024 --peak-gflops 1
+# a bad --seq is refused before the table's header is printed (stdout stays empty)
+check "bad --seq: nothing on stdout" test -z "$("$U" bench train --model random:tiny --seq 32,1024 --peak-gflops 1 2> /dev/null)"
 
 echo "$pass passed, $fail failed"
 [[ $fail == 0 ]]
