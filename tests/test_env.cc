@@ -7,27 +7,18 @@
 #include <string>
 
 #include "core/env.h"
+#include "error_test_util.h"
 #include "ops/ops.h"
 #include "scoped_env.h"
 #include "unmask/context.h"
 #include "unmask/error.h"
 
 using namespace unmask;
+using unmask::test::error_of;
 using unmask::test::ScopedEnv;
 
 namespace {
 constexpr const char* kVar = "UNMASK_TEST_ENV_SETTING";
-
-/// The message of the Error `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST(EnvSettings, SwitchTakesZeroOrOneAndNothingElse) {
@@ -71,6 +62,11 @@ TEST(EnvSettings, ChoiceTakesOneOfItsValues) {
     const std::string msg = error_of([] { env_choice(kVar, {64, 128}, 0); });
     EXPECT_NE(msg.find(kVar), std::string::npos) << "'" << bad << "': " << msg;
     EXPECT_NE(msg.find("64, 128"), std::string::npos) << msg;
+  }
+  {  // the description, when given, is in the message
+    const ScopedEnv set(kVar, "4");
+    EXPECT_NE(error_of([] { env_choice(kVar, {2, 3}, 2, "CTAs a SM of the kernel"); }).find("CTAs a SM of the kernel"),
+              std::string::npos);
   }
 }
 

@@ -21,7 +21,7 @@ bool env_switch(const char* name, bool fallback, const char* what) {
   return env_switch_opt(name, what).value_or(fallback);
 }
 
-int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
+int env_choice(const char* name, std::initializer_list<int> allowed, int fallback, const char* what) {
   const char* v = std::getenv(name);
   if (!v) return fallback;
   const std::string s = v;
@@ -30,7 +30,8 @@ int env_choice(const char* name, std::initializer_list<int> allowed, int fallbac
     if (s == std::to_string(a)) return a;
     list += (list.empty() ? "" : ", ") + std::to_string(a);
   }
-  throw Error(name, "='", s, "' is not one of its values: ", list, Hint(std::string("unset it or set one of them")));
+  throw Error(name, "='", s, "' is not one of its values: ", list, what ? std::string(" (") + what + ")" : "",
+              Hint(std::string("unset it or set one of them")));
 }
 
 }  // namespace unmask

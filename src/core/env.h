@@ -17,7 +17,7 @@ std::optional<bool> env_switch_opt(const char* name, const char* what = nullptr)
 bool env_switch(const char* name, bool fallback, const char* what = nullptr);
 
 /// An integer setting that takes one of `allowed` (written in decimal); unset -> fallback;
-/// anything else an Error listing the values.
-int env_choice(const char* name, std::initializer_list<int> allowed, int fallback);
+/// anything else an Error listing the values (and saying what they mean, `what`, when given).
+int env_choice(const char* name, std::initializer_list<int> allowed, int fallback, const char* what = nullptr);
 
 }  // namespace unmask

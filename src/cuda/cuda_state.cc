@@ -4,8 +4,6 @@
 #include <atomic>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 
 #include "core/env.h"
@@ -20,7 +18,6 @@ std::atomic<uint64_t> g_next_state_id{1};
 }  // namespace
 
 CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_next_state_id++), device(dev) {
-  // The 0/1 switches, checked before anything is created (a bad value throws with nothing to free).
   // The 0/1 switches, strict (core/env.h), read before anything is allocated: a bad value fails
   // the construction with nothing to release.
   residual_in_gemm = env_switch("UNMASK_CUDA_RESIDUAL_GEMM", residual_in_gemm);

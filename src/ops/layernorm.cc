@@ -2,8 +2,6 @@
 // backward (training).
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <utility>
 #include <vector>
 

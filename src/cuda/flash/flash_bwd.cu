@@ -88,14 +88,9 @@ bool three_ctas_fit(size_t smem_bytes) {
 /// The CTA count asked for: p.ctas_per_sm, else UNMASK_FLASH_BWD_CTAS_PER_SM (checked either
 /// way), else 2.
 int requested_dkdv_ctas(const FlashBwdParams& p) {
-  int ctas = 2;
-  if (const char* env = std::getenv("UNMASK_FLASH_BWD_CTAS_PER_SM")) {
-    const std::string v = env;
-    UNMASK_CHECK(v == "2" || v == "3", "UNMASK_FLASH_BWD_CTAS_PER_SM=", v,
-                 " is not a CTA count of the attention backward's dK/dV kernel: use 2 (K and V fragments in "
-                 "registers, the default) or 3 (K and V re-read from shared memory)");
-    ctas = v == "3" ? 3 : 2;
-  }
+  int ctas = env_choice("UNMASK_FLASH_BWD_CTAS_PER_SM", {2, 3}, 2,
+                        "CTAs a SM of the attention backward's dK/dV kernel: 2 keeps the K and V fragments in "
+                        "registers (the default), 3 re-reads them from shared memory");
   if (p.ctas_per_sm != 0) ctas = p.ctas_per_sm;
   UNMASK_CHECK(ctas == 2 || ctas == 3, "attention backward (cuda, bf16): ctas_per_sm = ", p.ctas_per_sm,
                " must be 0, 2 or 3");

@@ -1,7 +1,6 @@
 // cuda/flash/flash_fwd.cu: attention_forward, the checked entry of the attention kernels.
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "core/env.h"
