@@ -422,21 +422,22 @@ TEST(CudaWgmma, ForcedKernelAgreesWithTheNaiveKernel) {
 
 namespace {
 
-/// The persistent form's comparison case: q, k, v of NH = 3 heads of 64 as column slices of one
-/// [N, 3C] buffer, in the packed layout (cu_seqlens on the device, max_seqlen past every length:
+/// The persistent form's comparison case: q, k, v of NH = 3 heads of `head_dim` (64: the one the
+/// persistent form has) as column slices of one [N, 3C] buffer, in the packed layout (cu_seqlens on the device, max_seqlen past every length:
 /// tiles past a sequence's end to skip) or the padded one (an i32 key mask; one sequence with no
 /// real key; without one when every sequence is full). training: an f32 output, the lse and
 /// dropout at `offset`.
 struct PersistentCase {
-  static constexpr int NH = 3, HS = 64;
-  static constexpr int64_t C = NH * HS;
+  static constexpr int NH = 3;
+  int HS;
+  int64_t C;
   AttnLayout L;
   DType dt;
   Tensor qkv, out, lse, cu, mask;
   cuda::FlashFwdParams p;
 
-  PersistentCase(Rng& rng, AttnLayout layout, DType dtype, bool training, uint64_t offset)
-      : L(std::move(layout)), dt(dtype) {
+  PersistentCase(Rng& rng, AttnLayout layout, DType dtype, bool training, uint64_t offset, int head_dim = 64)
+      : HS(head_dim), C(int64_t(NH) * head_dim), L(std::move(layout)), dt(dtype) {
     const int64_t N = L.rows();
     qkv = device_tensor(rng.vec(size_t(N * 3 * C), dt, 1.0), {N, 3 * C}, dt);
     out = Tensor::empty({N, C}, training ? DType::f32 : dt, Device::cuda);
@@ -565,37 +566,17 @@ TEST(CudaAttention, PersistentFormIsTheSameBitsAsACtaPerTile) {
     pc.p.o = pc.out.raw();
     // 32 rows a warp: the persistent form has 16 only
     EXPECT_THROW(cuda::attention_forward(pc.p, stream, cuda::AttentionKernel::flash_persistent, 128, 32), Error);
-    pc.p.head_dim = 96;
-    pc.p.num_heads = 2;  // the same row width, head size 96: no flash instance at all
-    EXPECT_THROW(pc.run(ctx, cuda::AttentionKernel::flash_persistent, 64), Error);
+    PersistentCase hs96(rng, layouts[2], DType::bf16, false, 0, 96);  // no flash instance at all
+    EXPECT_THROW(hs96.run(ctx, cuda::AttentionKernel::flash_persistent, 64), Error);
   }
   {  // head size 128: the flash kernel applies, its persistent form does not exist
-    Rng r2("CudaAttentionPersistentHs128");
-    const int64_t C = 128, N = 64;
-    Tensor qkv = device_tensor(r2.vec(size_t(N * 3 * C), DType::bf16, 1.0), {N, 3 * C}, DType::bf16);
-    Tensor out = Tensor::empty({N, C}, DType::bf16, Device::cuda);
-    cuda::FlashFwdParams p;
-    p.q = qkv.raw();
-    p.k = static_cast<const char*>(qkv.raw()) + C * 2;
-    p.v = static_cast<const char*>(qkv.raw()) + 2 * C * 2;
-    p.o = out.raw();
-    p.q_row_stride = p.k_row_stride = p.v_row_stride = 3 * C;
-    p.o_row_stride = C;
-    p.num_heads = 1;
-    p.head_dim = 128;
-    p.batch = 1;
-    p.max_seqlen = int(N);
-    p.scale = 0.088f;
-    p.scale_log2 = 0.088f * 1.4426950408889634f;
-    p.dtype = DType::bf16;
-    ASSERT_TRUE(cuda::attention_kernel_for(p) == cuda::AttentionKernel::flash);
-    EXPECT_FALSE(cuda::flash_fwd_persistent_applies(p));
-    EXPECT_THROW(cuda::attention_forward(p, static_cast<cudaStream_t>(ctx.cuda_stream()),
-                                         cuda::AttentionKernel::flash_persistent, 64),
-                 Error);
+    PersistentCase hs128(rng, layouts[2], DType::bf16, false, 0, 128);
+    ASSERT_TRUE(cuda::attention_kernel_for(hs128.p) == cuda::AttentionKernel::flash);
+    EXPECT_FALSE(cuda::flash_fwd_persistent_applies(hs128.p));
+    EXPECT_THROW(hs128.run(ctx, cuda::AttentionKernel::flash_persistent, 64), Error);
     const ScopedEnv on("UNMASK_FLASH_PERSISTENT", "1");  // the opt-in leaves it on the one-tile kernel
     const uint64_t launches = cuda::flash_fwd_persistent_launches();
-    cuda::attention_forward(p, static_cast<cudaStream_t>(ctx.cuda_stream()));
+    hs128.run(ctx, cuda::AttentionKernel::flash, 0);
     EXPECT_EQ(cuda::flash_fwd_persistent_launches(), launches);
   }
 }
