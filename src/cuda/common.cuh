@@ -65,19 +65,31 @@ __device__ __forceinline__ void chunk_position(int64_t i, int64_t chunks_per_row
 /// True when p is aligned to `bytes` (a power of two).
 inline bool is_aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
-/// Device attribute `Attr` of the current device, read once per device (devices 0..63; others
-/// are read on every call). For launchers that choose a kernel by the device's properties.
-template <cudaDeviceAttr Attr>
-int current_device_attribute() {
-  static std::atomic<int> cached[64];  // value + 1, 0 = not read yet (attributes here are >= 0)
+/// A non-negative property of the current device, read(dev) once per device and Tag (devices
+/// 0..63; others are read on every call). For launchers that choose a kernel or a grid by the
+/// device's properties: no driver query on their every call.
+template <typename Tag, typename Read>
+int current_device_cached(Read&& read) {
+  static std::atomic<int> cached[64];  // value + 1, 0 = not read yet
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   int value = dev < 64 ? cached[dev].load(std::memory_order_relaxed) - 1 : -1;
   if (value < 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&value, Attr, dev));
+    value = read(dev);
     if (dev < 64) cached[dev].store(value + 1, std::memory_order_relaxed);
   }
   return value;
+}
+
+/// Device attribute `Attr` of the current device, read once per device (current_device_cached).
+template <cudaDeviceAttr Attr>
+int current_device_attribute() {
+  struct Tag;
+  return current_device_cached<Tag>([](int dev) {
+    int value = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&value, Attr, dev));
+    return value;
+  });
 }
 
 // ---- storage types -----------------------------------------------------------------------

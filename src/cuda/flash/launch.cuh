@@ -41,8 +41,13 @@ void run_flash_fwd_persistent(const FlashFwdParams& p, int max_ctas, cudaStream_
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   const int m_blocks = (p.max_seqlen + BM - 1) / BM;
   const int64_t tiles = int64_t(m_blocks) * p.num_heads * p.batch;
-  int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Kt::kThreads, kSmem));
+  // CTAs of this instance an SM holds (the occupancy calculator), once per device, not per launch
+  struct Tag;
+  const int per_sm = current_device_cached<Tag>([&](int) {
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Kt::kThreads, kSmem));
+    return n;
+  });
   int64_t ctas = int64_t(per_sm > 0 ? per_sm : 1) * current_device_attribute<cudaDevAttrMultiProcessorCount>();
   if (max_ctas > 0) ctas = ctas < max_ctas ? ctas : max_ctas;
   if (ctas > tiles) ctas = tiles;
