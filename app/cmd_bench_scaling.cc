@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "cli.h"
+#include "core/signals.h"
 #include "data/rng.h"
 #include "dist/grad_sync.h"
 #include "train/config.h"
@@ -145,6 +146,7 @@ Row launch(int ranks, const std::vector<std::string>& worker_args) {
   const pid_t pid = ::fork();
   if (pid < 0) throw Error("bench scaling: fork() failed");
   if (pid == 0) {
+    unblock_async_signals();  // mpirun gets the default signal mask, not main()'s
     ::dup2(pipefd[1], 1);
     ::close(pipefd[0]);
     ::close(pipefd[1]);

@@ -11,6 +11,7 @@
 #include "finetune/finetune.h"
 #include "io/file.h"
 #include "model_dir.h"
+#include "text/tokenizer_config.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
 #include "unmask/error.h"
@@ -111,6 +112,14 @@ int cmd_finetune(int argc, char** argv) {
   const std::string train_path = args->require("train");
   const std::string output = args->require("output");
   const std::string format = check_format(*args);
+  if (io::paths_overlap(output, model_dir)) {
+    std::string base = model_dir;
+    while (base.size() > 1 && base.back() == '/') base.pop_back();
+    throw Error("--output ", output, " and --model ", model_dir,
+                " are the same directory (or one holds the other): the fine-tuned model would replace the model it "
+                "starts from",
+                Hint("write it elsewhere, e.g. --output " + base + "-finetuned"));
+  }
   finetune::TrainOptions to;
   to.epochs = positive_int(*args, "epochs");
   to.batch = positive_int(*args, "batch");
@@ -127,7 +136,7 @@ int cmd_finetune(int argc, char** argv) {
 
   const BertConfig config = BertConfig::from_json_file(model_dir + "/config.json");
   const finetune::DataOptions dopt = data_options(*args, task, config);
-  const text::WordPieceTokenizer tok = load_tokenizer(model_dir);
+  const text::WordPieceTokenizer tok = load_tokenizer(model_dir, config.vocab_size);
   const finetune::TaskData train = finetune::load_task_data(task, train_path, tok, dopt, true);
   print_warnings("finetune", train);
   std::fprintf(stderr, "unmask finetune: train %s: %s\n", train_path.c_str(), describe_data(train).c_str());
@@ -146,7 +155,7 @@ int cmd_finetune(int argc, char** argv) {
   std::fprintf(stderr, "unmask finetune: %lld steps in %.1f s; loss %.4f -> %.4f\n", (long long)tr.steps, tr.seconds,
                tr.losses.front(), tr.losses.back());
 
-  model.save_pretrained(output, model_dir + "/vocab.txt");
+  model.save_pretrained(output, model_dir + "/vocab.txt", text::tokenizer_settings(tok.options()));
   if (io::file_exists(model_dir + "/tokenizer_config.json"))
     io::write_file_atomic(output + "/tokenizer_config.json", io::read_file(model_dir + "/tokenizer_config.json"));
   std::fprintf(stderr, "unmask finetune: wrote %s\n", output.c_str());
@@ -181,7 +190,7 @@ int cmd_eval(int argc, char** argv) {
   const BertModel model = BertModel::load(model_dir);
   finetune::require_head(model.heads(), task);
   const finetune::DataOptions dopt = data_options(*args, task, model.config());
-  const text::WordPieceTokenizer tok = load_tokenizer(model_dir);
+  const text::WordPieceTokenizer tok = load_tokenizer(model_dir, model.config().vocab_size);
   const std::vector<std::string> labels = task == TaskKind::squad ? std::vector<std::string>{} : finetune::model_labels(model.config());
   const finetune::TaskData data = finetune::load_task_data(task, data_path, tok, dopt, false, labels);
   const finetune::EvalResult r = finetune::evaluate(ctx, model, data, tok, batch);

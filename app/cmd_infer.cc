@@ -70,7 +70,7 @@ int cmd_infer(int argc, char** argv) {
   setup_device(ctx, precision);
   BertModel model = BertModel::load(dir);
   model.to(ctx, inference_dtype(precision));  // no-op on the CPU
-  text::WordPieceTokenizer tok = load_tokenizer(dir);
+  text::WordPieceTokenizer tok = load_tokenizer(dir, model.config().vocab_size);
   const int64_t max_len = model.config().max_position_embeddings;
   std::optional<std::string> pair;
   if (args->has("pair")) pair = args->get("pair");
@@ -143,6 +143,13 @@ int cmd_infer(int argc, char** argv) {
         const std::string& name = id < tok.vocab().size() ? tok.vocab().token(id) : std::to_string(id);
         std::printf("  %2lld. %-16s %.4f\n", (long long)(i + 1), name.c_str(), std::exp(double(row[id] - mx)) / sum);
       }
+    }
+    if (masks == 0 && enc.num_truncated > 0) {
+      const text::Encoding whole = tok.encode(text, pair, 1 << 30, text::Truncation::do_not_truncate);
+      if (std::count(whole.ids.begin(), whole.ids.end(), mask_id) > 0)
+        throw Error("every [MASK] of the text lies past the model's ", max_len,
+                    " positions and was cut off by truncation: nothing to fill",
+                    Hint("shorten the text so the [MASK] falls within the first " + std::to_string(max_len) + " tokens"));
     }
     if (masks == 0) std::printf("no [MASK] token in the text: nothing to fill (write [MASK] where a word should be predicted)\n");
   }

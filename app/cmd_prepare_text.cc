@@ -43,6 +43,7 @@ int cmd_prepare_text(int argc, char** argv) {
       {"threads", "N", "threads (0 = all cores)", "0"},
       {"cased", "", "keep case and accents (for cased vocabularies)", ""},
       {"quiet", "", "no progress output", ""},
+      {"force", "", "remove the .hdf5 shards an earlier run left in --output first (else refused)", ""},
   };
   auto args = Args::parse("prepare-text",
                           "Tokenizes text and writes BERT pretraining shards in NVIDIA DLE's HDF5 layout, by Google's "
@@ -71,10 +72,14 @@ int cmd_prepare_text(int argc, char** argv) {
   o.num_threads = int(threads);
   o.lower_case = !args->has("cased");
   o.progress = !args->has("quiet");
+  o.force = args->has("force");
 
   const auto t0 = std::chrono::steady_clock::now();
   const data::PrepareReport r = data::prepare_text(o);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.removed_shards > 0)
+    std::printf("prepare-text: --force: removed %lld .hdf5 file(s) of an earlier run from %s\n",
+                (long long)r.removed_shards, o.output_dir.c_str());
   std::printf("prepare-text: %lld file(s), %lld documents, %lld sentences, %lld tokens\n", (long long)r.files,
               (long long)r.documents, (long long)r.sentences, (long long)r.tokens);
   std::printf("prepare-text: %lld instances (max_seq %lld, dupe_factor %lld) in %lld shard(s) under %s\n",

@@ -131,7 +131,11 @@ int cmd_pretrain(int argc, char** argv) {
   if (!Communicator::world().is_root()) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;  // rank 0 reports
 
   const std::string ckpt = r.checkpoint;
-  std::printf("%s %lld steps (step %lld -> %lld of %lld) in %s: loss %.4f -> %.4f, %.2f sequences/s%s\n",
+  if (r.end_step == r.start_step && r.stopped_by_signal)
+    std::printf("stopped before a step of this run finished (at step %lld of %lld)\n", (long long)r.end_step,
+                (long long)r.total_steps);
+  else
+    std::printf("%s %lld steps (step %lld -> %lld of %lld) in %s: loss %.4f -> %.4f, %.2f sequences/s%s\n",
               r.stopped_by_signal ? "stopped after" : "pretrained", (long long)(r.end_step - r.start_step),
               (long long)r.start_step, (long long)r.end_step, (long long)r.total_steps,
               train::format_duration(r.elapsed_s).c_str(), r.first_loss, r.last_loss, r.seq_per_s,
@@ -140,6 +144,11 @@ int cmd_pretrain(int argc, char** argv) {
     std::printf("checkpoint: %s\nmetrics:    %s/metrics.jsonl, plot: %s/loss.svg\n", ckpt.c_str(), cfg.output.c_str(),
                 cfg.output.c_str());
     std::printf("try it:     unmask infer --model %s --text \"paris is the [MASK] of france .\"\n", ckpt.c_str());
+  }
+  if (r.stopped_by_signal && ckpt.empty()) {
+    // Stopped before the first step of a new run finished: nothing to resume from.
+    std::printf("no step finished, so no checkpoint was written; start again with the same command (without --resume)\n");
+    return 128 + r.stopped_by_signal;
   }
   if (r.stopped_by_signal) {
     std::printf("continue:   unmask pretrain --config %s%s --resume%s%s\n", cfg.path.c_str(),

@@ -127,7 +127,8 @@ int cmd_pretrain_video(int argc, char** argv) {
             {"data-sharding", "MODE",
              "data parallel: slice (rank r reads its videos of each global batch: one process's numbers) or local "
              "(--data is this machine's part, {rank} in it replaced; ranks resample to equal counts)",
-             "slice"}},
+             "slice"},
+            video_force_spec()},
            video_model_specs()),
       with(video_data_specs(), optimizer_specs("1.5e-4", "0.95", "0.1")));
   auto parsed = Args::parse("pretrain-video", "VideoMAE pretraining (tube masking, normalized-pixel MSE)", specs, argc,
@@ -136,6 +137,7 @@ int cmd_pretrain_video(int argc, char** argv) {
   const Args& a = *parsed;
   std::string data = a.require("data");
   const std::string out = a.require("out");
+  check_video_output(a, out, "pretrain-video");
   const VideoMAEConfig config = video_model_config(a);
   const int64_t batch = a.get_int("batch"), steps = a.get_int("steps"), seed = a.get_int("seed");
   const double ratio = a.get_double("mask-ratio");
@@ -320,7 +322,8 @@ int cmd_finetune_video(int argc, char** argv) {
             {"naming", "KIND", "checkpoint names: original (VideoMAE) or hf (transformers)", "original"},
             {"log-every", "N", "print a line every N steps", "10"},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
-            {"seed", "N", "seed of the head, augmentation, mixing and drop path", "0"}},
+            {"seed", "N", "seed of the head, augmentation, mixing and drop path", "0"},
+            video_force_spec()},
            video_model_specs()),
       with(video_data_specs(), optimizer_specs("1e-3", "0.999", "0.1")));
   auto parsed = Args::parse("finetune-video", "VideoMAE fine-tuning (mean pooling, layer decay, mixup/cutmix)", specs,
@@ -329,6 +332,7 @@ int cmd_finetune_video(int argc, char** argv) {
   const Args& a = *parsed;
   std::string data = a.require("data");
   const std::string out = a.require("out");
+  check_video_output(a, out, "finetune-video");
   VideoMAEConfig config = video_model_config(a);
   if (a.has("init-from")) {
     // the checkpoint's config wins over the preset, except the clip size given on the command line

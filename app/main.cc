@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli.h"
+#include "core/signals.h"
 #include "unmask/context.h"
 #include "unmask/dist.h"
 #include "unmask/error.h"
@@ -49,6 +50,8 @@ int fail(const std::string& cmd, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any other thread starts: signals are handled off the compute threads (core/signals.h).
+  unmask::start_signal_thread();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "io/file.h"
 #include "unmask/error.h"
 #include "video/clip_store.h"
 #include "video/sampling.h"
@@ -144,6 +145,20 @@ ViewEvalResult evaluate_video_views(Context& ctx, VideoMAEClassifier& model, con
   res.clips_per_s = double(rows) / std::max(res.seconds, 1e-9);
   res.loader = loader.times();
   return res;
+}
+
+OptionSpec video_force_spec() {
+  return {"force", "", "write into --out even when it holds an earlier run (its model/ and metrics.jsonl are replaced)", ""};
+}
+
+void check_video_output(const Args& a, const std::string& out, const char* command) {
+  if (a.has("force")) return;
+  std::string held;
+  for (const std::string& name : io::directory_entries(out))
+    if (name == "model" || name == "metrics.jsonl" || name == "eval.json") held += (held.empty() ? "" : ", ") + name;
+  if (!held.empty())
+    throw Error(command, ": --out ", out, " already holds a run (", held, "); it would be replaced",
+                Hint("choose a new --out, or pass --force to replace it"));
 }
 
 JsonlLog::JsonlLog(const std::string& path) {

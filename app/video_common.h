@@ -41,6 +41,12 @@ struct ViewEvalResult {
 ViewEvalResult evaluate_video_views(Context& ctx, VideoMAEClassifier& model, const Args& a, const std::string& data,
                                     int segments, int crops, int batch);
 
+/// --force: the option that lets a training command write over an earlier run in --out.
+OptionSpec video_force_spec();
+/// Refuses --out when it already holds a run (model/, metrics.jsonl, eval.json) unless --force:
+/// the new run would replace the old one's model and truncate its metrics.
+void check_video_output(const Args& a, const std::string& out, const char* command);
+
 /// Appends one JSON object per line to `path` and flushes (the file is truncated when opened).
 class JsonlLog {
  public:

@@ -8,12 +8,12 @@
 // truncation strategy, byte 1 the max_length (0 = none), and a 0xFF byte, if any, splits the
 // rest into a text pair (0xFF never occurs in UTF-8).
 //
-// The vocabulary is $UNMASK_VOCAB (e.g. ../shared/data/bert-base-uncased-vocab.txt) or a
+// The vocabulary is $UNMASK_VOCAB (e.g. data/bert-base-uncased-vocab.txt) or a
 // small built-in one.
 //
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 //       fuzz/fuzz_tokenizer.cc src/text/*.cc -o /tmp/fuzz_tokenizer
-//   UNMASK_VOCAB=../shared/data/bert-base-uncased-vocab.txt /tmp/fuzz_tokenizer -max_total_time=30
+//   UNMASK_VOCAB=data/bert-base-uncased-vocab.txt /tmp/fuzz_tokenizer -max_total_time=30
 #include <cstdint>
 #include <cstdlib>
 #include <memory>

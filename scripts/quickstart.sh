@@ -11,18 +11,18 @@
 #      and loss.svg in the run directory, HF-layout checkpoints;
 #   5. `unmask infer` on the last checkpoint: top-5 fill-mask predictions.
 # Environment: UNMASK_QUICKSTART_DIR (default /tmp/unmask-quickstart), UNMASK_QUICKSTART_STEPS,
-# UNMASK_VOCAB (default ../shared/data/bert-base-uncased-vocab.txt beside the checkout).
+# UNMASK_VOCAB (default data/bert-base-uncased-vocab.txt, the repository's copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VOCAB=${UNMASK_VOCAB:-../shared/data/bert-base-uncased-vocab.txt}
+VOCAB=${UNMASK_VOCAB:-data/bert-base-uncased-vocab.txt}
 if [ ! -s "$VOCAB" ]; then  # checked first: the install and build below take minutes
   echo "quickstart: error: no WordPiece vocabulary at $VOCAB (hint: set UNMASK_VOCAB to a bert-base-uncased" \
     "vocab.txt, one token per line, e.g. from a Hugging Face checkpoint directory)" >&2
   exit 1
 fi
 bash scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j2 --target unmask
+bash scripts/cmake_configure.sh build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"${JOBS:-2}" --target unmask
 
 DIR=${UNMASK_QUICKSTART_DIR:-/tmp/unmask-quickstart}
 STEPS=${UNMASK_QUICKSTART_STEPS:-600}

@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+bash scripts/cmake_configure.sh build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2 --target unmask
 
 DIR=${UNMASK_QUICKSTART_DIR:-/tmp/unmask-quickstart-video}

@@ -25,7 +25,7 @@ stage() { STAGES=$((STAGES + 1)); local t=$(( $(date +%s) - T0 )); printf '== [%
 bash tools/line_budget.sh
 python3 tools/gen_unicode_tables.py --check  # the committed Unicode tables are Debian's UCD, regenerated
 stage "[1/6] build (Release) and unit tests"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+bash scripts/cmake_configure.sh build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$JOBS"
 ctest --test-dir build --output-on-failure -j"$JOBS"
 bash tests/mpi/run_mpi_tests.sh build  # data parallel: mpirun -np 2/3, faults; "skipped: no MPI" without mpirun
@@ -43,9 +43,11 @@ stage "[2a'/6] VideoMAE pretraining parity with a PyTorch implementation (loss, 
 /usr/bin/python3 tests/python/videomae_parity.py --unmask build/unmask
 /usr/bin/python3 tests/python/videomae_checkpoint_check.py --unmask build/unmask
 stage "[2b/6] command line: good and bad input"
+bash tests/cli/test_plain_clone.sh  # no path outside the checkout; build/ shared by the README's two commands
 bash tests/cli/test_cli.sh build/unmask
 bash tests/cli/test_data_cli.sh build/unmask
 bash tests/cli/test_train_cli.sh build/unmask
+bash tests/cli/test_signal_stress.sh build/unmask 20  # SIGINT/SIGTERM at random moments: exit 130/143, a checkpoint, --resume
 bash tests/cli/test_finetune_cli.sh build/unmask
 bash tests/cli/test_video_cli.sh build/unmask
 bash tests/cli/test_convert_videomae_cli.sh build/unmask

@@ -36,7 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kVocab = std::string(UNMASK_SOURCE_DIR) + "/../shared/data/bert-base-uncased-vocab.txt";
+const std::string kVocab = std::string(UNMASK_SOURCE_DIR) + "/data/bert-base-uncased-vocab.txt";
 constexpr int32_t kCls = 101, kSep = 102, kMask = 103, kVocabSize = 30522;
 
 using unmask::test::TempDir;
@@ -144,8 +144,8 @@ BigRun* big_run() {
   return run.get();
 }
 
-#define SKIP_WITHOUT_VOCAB() \
-  if (!fs::exists(kVocab)) GTEST_SKIP() << "vocab " << kVocab << " not found (the shared data directory is absent)"
+#define REQUIRE_VOCAB() \
+  ASSERT_TRUE(fs::exists(kVocab)) << "vocab " << kVocab << " not found (it is part of the repository)"
 
 // Original tokens of row r: masked_lm_ids written back at masked_lm_positions.
 std::vector<int32_t> restored_row(const PretrainShard& sh, int64_t r, int64_t* length, int64_t* masked) {
@@ -310,7 +310,7 @@ TEST(DataInstances, TruncateSeqPairTrimsTheLongerFromBothEnds) {
 // ---- prepare_text on the synthetic corpus ------------------------------------------------------
 
 TEST(DataPrepare, EveryInstanceIsWellFormedAndTracesBackToTheCorpus) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   BigRun& r = *big_run();
   const PretrainShard& sh = r.shard;
   std::printf("[ prepare  ] %lld documents, %lld tokens -> %lld instances in %.2f s (%.0f instances/s, 2 threads)\n",
@@ -375,7 +375,7 @@ TEST(DataPrepare, EveryInstanceIsWellFormedAndTracesBackToTheCorpus) {
 }
 
 TEST(DataPrepare, MaskingIs15PercentAnd801010) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   const PretrainShard& sh = big_run()->shard;
   int64_t masked = 0, candidates = 0, as_mask = 0, kept = 0, replaced = 0, replaced_low = 0;
   double ratio_sum = 0;
@@ -411,7 +411,7 @@ TEST(DataPrepare, MaskingIs15PercentAnd801010) {
 }
 
 TEST(DataPrepare, NextSentenceBalance) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   const PretrainShard& sh = big_run()->shard;
   int64_t random = 0;
   for (int32_t l : sh.next_sentence_labels) random += l;
@@ -426,7 +426,7 @@ TEST(DataPrepare, NextSentenceBalance) {
 }
 
 TEST(DataPrepare, DeterministicWhateverTheThreadsAndShardsSplitTheSameOrder) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   TempDir dir;
   SyntheticCorpus c = make_corpus(150, 5);
   write_text(dir / "a.txt", c.text);
@@ -435,8 +435,9 @@ TEST(DataPrepare, DeterministicWhateverTheThreadsAndShardsSplitTheSameOrder) {
   o.vocab = kVocab;
   o.dupe_factor = 2;
   o.progress = false;
-  auto run = [&](const std::string& out, int threads, uint64_t seed, int64_t shards) {
+  auto run = [&](const std::string& out, int threads, uint64_t seed, int64_t shards, bool force = false) {
     o.output_dir = dir / out;
+    o.force = force;
     o.num_threads = threads;
     o.seed = seed;
     o.num_shards = shards;
@@ -462,14 +463,21 @@ TEST(DataPrepare, DeterministicWhateverTheThreadsAndShardsSplitTheSameOrder) {
   }
   EXPECT_EQ(ids, whole.input_ids);
   EXPECT_EQ(nsp, whole.next_sentence_labels);
-  // Rerunning with fewer shards warns about the stale one.
-  const PrepareReport fewer = run("k3", 1, 7, 2);
-  ASSERT_EQ(fewer.warnings.size(), 1u);
-  EXPECT_NE(fewer.warnings[0].find("shard_00002.hdf5"), std::string::npos) << fewer.warnings[0];
+  // Rerunning into a directory with shards is refused (they would mix with the new ones) and
+  // leaves them as they were; --force removes them all first, the stale third one included.
+  const std::string before = io::read_file(split.shards[2]);
+  const std::string message = error_of([&] { run("k3", 1, 7, 2); });
+  EXPECT_NE(message.find("already holds 3 .hdf5 file(s)"), std::string::npos) << message;
+  EXPECT_NE(message.find("--force"), std::string::npos) << message;
+  EXPECT_EQ(io::read_file(split.shards[2]), before);
+  const PrepareReport fewer = run("k3", 1, 7, 2, true);
+  EXPECT_EQ(fewer.removed_shards, 3);
+  EXPECT_EQ(fewer.shards.size(), 2u);
+  EXPECT_FALSE(fs::exists(split.shards[2])) << "the stale shard of the earlier run is still there";
 }
 
 TEST(DataPrepare, DocumentsFormatSplitsSentences) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   TempDir dir;
   write_text(dir / "d.txt",
              "The cat sat. Mr. Smith came home! Was it late? Yes.\n\nA second document. It has two sentences.\n");
@@ -485,7 +493,7 @@ TEST(DataPrepare, DocumentsFormatSplitsSentences) {
 }
 
 TEST(DataPrepare, BadInputsAreErrorsNamingTheFile) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   TempDir dir;
   PrepareOptions o;
   o.vocab = kVocab;
@@ -519,7 +527,7 @@ TEST(DataPrepare, BadInputsAreErrorsNamingTheFile) {
 TEST(DataPrepare, ManyTinyFilesReadIntoOneCorpus) {
   // Short files (their text fits std::string's inline buffer) read in one batch: each must keep
   // its own text, one document per file, in path order.
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   TempDir dir;
   const char* words[] = {"cat", "dog", "house", "river", "stone"};
   std::vector<std::string> files;
@@ -539,7 +547,7 @@ TEST(DataPrepare, ManyTinyFilesReadIntoOneCorpus) {
 }
 
 TEST(DataPrepare, InvalidUtf8LinesAreSkippedAndCounted) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   TempDir dir;
   write_text(dir / "a.txt", "first sentence here\nsecond one\n\nthird \xff bad\nfourth one\nfifth [MASK] [SEP] text\n");
   PrepareOptions o;
@@ -791,7 +799,7 @@ TEST(DataLoader, ResumeAndPrefetchGiveIdenticalBatches) {
 }
 
 TEST(DataLoader, DynamicMaskingRedrawsGoogleMasksPerEpoch) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   BigRun& r = *big_run();
   LoaderOptions o;
   o.files = r.report.shards;
@@ -844,7 +852,7 @@ bool have_h5py() {
 }
 
 TEST(DataPython, H5pyReadsOurShardsAndWeReadDleStyleH5pyShards) {
-  SKIP_WITHOUT_VOCAB();
+  REQUIRE_VOCAB();
   if (!have_h5py()) GTEST_SKIP() << "/usr/bin/python3 with h5py and numpy not available";
   TempDir dir;
   const std::string script = std::string(UNMASK_SOURCE_DIR) + "/tests/python/check_shards.py";

@@ -279,8 +279,8 @@ TEST(FinetuneSquadDecode, OnlyMaxContextStartsCount) {
 // exactly, whatever the windowing; and every document piece has max context in exactly one
 // window.
 TEST(FinetuneSquadDecode, RandomRoundTripRecoversAnswers) {
-  const std::string vocab_path = std::string(UNMASK_SOURCE_DIR) + "/../shared/data/bert-base-uncased-vocab.txt";
-  if (!std::filesystem::exists(vocab_path)) GTEST_SKIP() << vocab_path << " not found";
+  const std::string vocab_path = std::string(UNMASK_SOURCE_DIR) + "/data/bert-base-uncased-vocab.txt";
+  ASSERT_TRUE(std::filesystem::exists(vocab_path)) << vocab_path << " not found (it is part of the repository)";
   const WordPieceTokenizer tok(Vocab::load(vocab_path));
   unmask::test::TestRng rng;
   SCOPED_TRACE(rng.note());
@@ -360,6 +360,29 @@ TEST(FinetuneSquadInput, BadFilesGiveClearErrors) {
   });
   EXPECT_NE(wrong.find("data[0].paragraphs[0].qas[0].answers[0].answer_start is not an integer"), std::string::npos)
       << wrong;
+}
+
+// SQuAD v2.0 is refused (by its version string, and by an unanswerable question in a file that
+// does not say its version), for training and for evaluation: v1.1 rules would score it wrong.
+TEST(FinetuneSquadInput, Version2IsRefused) {
+  const std::string para =
+      "{\"context\": \"a b\", \"qas\": [{\"id\": \"1\", \"question\": \"q\", \"answers\": [{\"text\": \"a\", "
+      "\"answer_start\": 0}]}, {\"id\": \"2\", \"question\": \"q2\", \"answers\": [], \"is_impossible\": true}]}";
+  for (bool training : {true, false}) {
+    const std::string by_version = error_of([&] {
+      parse_squad("{\"version\": \"v2.0\", \"data\": [{\"paragraphs\": []}]}", "dev-v2.0.json", training);
+    });
+    EXPECT_NE(by_version.find("dev-v2.0.json is SQuAD v2.0 (\"version\": \"v2.0\")"), std::string::npos) << by_version;
+    const std::string by_content =
+        error_of([&] { parse_squad("{\"data\": [{\"paragraphs\": [" + para + "]}]}", "x.json", training); });
+    EXPECT_NE(by_content.find("data[0].paragraphs[0].qas[1].is_impossible is true"), std::string::npos) << by_content;
+    EXPECT_NE(by_content.find("SQuAD v1.1 only"), std::string::npos) << by_content;
+  }
+  // v1.1 with an explicit is_impossible: false still loads.
+  std::string ok_para = para;
+  ok_para.replace(ok_para.find("[], \"is_impossible\": true"), std::string("[], \"is_impossible\": true").size(),
+                  "[{\"text\": \"b\", \"answer_start\": 2}], \"is_impossible\": false");
+  EXPECT_EQ(parse_squad("{\"version\": \"1.1\", \"data\": [{\"paragraphs\": [" + ok_para + "]}]}", "v1.json", false).size(), 2u);
 }
 
 TEST(FinetuneSquadInput, MismatchedAnswerIsSkippedWithWarning) {

@@ -6,12 +6,17 @@
 // pretraining, never on 2 cores. The stress below mixes region sizes so a late worker meets a
 // larger region, and is oversubscribed on purpose: descheduled workers are what open the race.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "core/signals.h"
 #include "core/thread_pool.h"
 
 using namespace unmask;
@@ -84,4 +89,53 @@ TEST(ThreadPool, TwoCallingThreadsShareThePool) {
   many();
   other.join();
   EXPECT_EQ(count.load(), 2 * 500 * 4);
+}
+
+// core/signals.h: after start_signal_thread(), the calling thread and every thread it starts
+// (the pool's workers) block the asynchronous signals, and a process-directed signal runs its
+// handler on none of them (on a compute thread, Debian oneDNN's sgemm kernels get a signal frame
+// written into the heap). The handler records the thread it ran on.
+namespace {
+std::atomic<pthread_t> g_handler_thread{};
+std::atomic<int> g_handled{0};
+void record_thread(int) {
+  g_handler_thread.store(pthread_self());
+  g_handled.fetch_add(1);
+}
+}  // namespace
+
+TEST(SignalThread, ComputeThreadsNeverRunAHandler) {
+  start_signal_thread();
+  EXPECT_TRUE(async_signals_blocked()) << "the thread that started the signal thread must block SIGINT/SIGTERM";
+  ThreadPool pool(3);
+  std::vector<pthread_t> compute(3);
+  std::vector<int> blocked(3, 0);
+  pool.run(3, [&](int i) {
+    compute[size_t(i)] = pthread_self();
+    blocked[size_t(i)] = async_signals_blocked();
+  });
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(blocked[size_t(i)]) << "pool thread " << i << " takes signals";
+
+  struct sigaction sa {}, old {};
+  sa.sa_handler = record_thread;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  // Signals sent while the compute threads are busy (they spin in a region).
+  for (int k = 0; k < 20; ++k) {
+    const int before = g_handled.load();
+    std::atomic<bool> stop{false};
+    std::thread sender([&] {
+      ::kill(::getpid(), SIGUSR1);
+      for (int w = 0; w < 2000 && g_handled.load() == before; ++w) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      stop.store(true);
+    });
+    pool.run(3, [&](int) {
+      while (!stop.load()) {
+      }
+    });
+    sender.join();
+    ASSERT_GT(g_handled.load(), before) << "signal " << k << " was never handled";
+    for (pthread_t t : compute) EXPECT_FALSE(pthread_equal(t, g_handler_thread.load())) << "a compute thread ran the handler";
+  }
+  sigaction(SIGUSR1, &old, nullptr);
 }

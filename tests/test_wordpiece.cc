@@ -32,12 +32,11 @@ using Strings = std::vector<std::string>;
 #define UNMASK_SOURCE_DIR "."
 #endif
 const std::string kSourceDir = UNMASK_SOURCE_DIR;
-const std::string kVocabPath = kSourceDir + "/../shared/data/bert-base-uncased-vocab.txt";
+const std::string kVocabPath = kSourceDir + "/data/bert-base-uncased-vocab.txt";
 
-// The real vocab is needed for the parity and most unit tests; skip (not fail) without it.
-#define REQUIRE_REAL_VOCAB()                                                        \
-  if (!std::filesystem::exists(kVocabPath))                                         \
-  GTEST_SKIP() << kVocabPath << " not found (CI keeps shared/ beside the repository)"
+// The real vocab (kept in the repository) is needed for the parity and most unit tests.
+#define REQUIRE_REAL_VOCAB() \
+  ASSERT_TRUE(std::filesystem::exists(kVocabPath)) << kVocabPath << " not found (it is part of the repository)"
 
 const WordPieceTokenizer& uncased() {
   static const WordPieceTokenizer tokenizer(Vocab::load(kVocabPath));

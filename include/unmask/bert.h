@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,14 @@ namespace unmask {
 
 /// Activation of the feed-forward block (config "hidden_act").
 enum class HiddenAct : uint8_t { gelu, gelu_tanh };
+
+/// The tokenizer settings a model directory carries in tokenizer_config.json (the keys of HF's
+/// BertTokenizer). Every checkpoint unmask writes holds them, so a cased model stays cased.
+struct TokenizerSettings {
+  bool do_lower_case = true;
+  std::optional<bool> strip_accents;  // nullopt = follow do_lower_case (HF's strip_accents=None)
+  bool tokenize_chinese_chars = true;
+};
 
 /// Hugging Face BertConfig fields unmask uses. Dimension names: C hidden, L layers, NH heads,
 /// I intermediate, V vocabulary, P positions.

@@ -154,9 +154,11 @@ class BertTrainModel {
   TaskResult task_step(Context& ctx, const TaskBatch& batch, Task task, const TrainStepOptions& options);
 
   /// Writes an HF directory: config.json, model.safetensors (HF names, unfused q/k/v), and
-  /// vocab.txt copied from `vocab_path` (skipped when empty). Atomic: a temporary directory
-  /// renamed into place, so an existing `dir` is replaced whole or not at all.
-  void save_pretrained(const std::string& dir, const std::string& vocab_path) const;
+  /// vocab.txt copied from `vocab_path` with tokenizer_config.json (`tokenizer`) and
+  /// special_tokens_map.json beside it (all three skipped when vocab_path is empty). Atomic: a
+  /// temporary directory renamed into place, so an existing `dir` is replaced whole or not at all.
+  void save_pretrained(const std::string& dir, const std::string& vocab_path,
+                       const TokenizerSettings& tokenizer = {}) const;
   /// Copies the parameters into an inference model (for evaluation with BertModel::forward).
   BertModel to_inference_model() const;
 

@@ -26,6 +26,8 @@
 #include "data/rng.h"
 #include "data/shard_io.h"
 #include "data/text_input.h"
+#include "io/file.h"
+#include "text/tokenizer_config.h"
 #include "text/wordpiece.h"
 #include "unmask/error.h"
 
@@ -50,7 +52,9 @@ void validate(const PrepareOptions& o) {
   if (o.output_dir.empty()) throw Error("no output directory given", Hint("pass --output DIR"));
 }
 
-void prepare_output_dir(const std::string& dir) {
+// Creates `dir`; its .hdf5 files of an earlier run (the loader reads every .hdf5 file of a
+// directory, so they would mix with the new shards) are refused, or removed under `force`.
+int64_t prepare_output_dir(const std::string& dir, bool force) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -58,6 +62,20 @@ void prepare_output_dir(const std::string& dir) {
   if (!fs::is_directory(dir)) throw Error("output ", dir, " exists and is not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     throw Error("output directory ", dir, " is not writable", Hint("choose another --output or fix its permissions"));
+  std::vector<std::string> old;
+  for (const std::string& name : io::directory_entries(dir))
+    if (fs::path(name).extension() == ".hdf5") old.push_back(name);
+  if (old.empty()) return 0;
+  if (!force)
+    throw Error("output directory ", dir, " already holds ", old.size(), " .hdf5 file(s) (", old.front(),
+                old.size() > 1 ? ", ..." : "", "); the loader reads every .hdf5 file of a directory, so new shards "
+                "would mix with them",
+                Hint("choose an empty --output, or pass --force to remove them first"));
+  for (const std::string& name : old) {
+    fs::remove(fs::path(dir) / name, ec);
+    if (ec) throw Error("cannot remove ", (fs::path(dir) / name).string(), ": ", ec.message());
+  }
+  return int64_t(old.size());
 }
 
 std::string shard_name(const std::string& dir, int64_t k) {
@@ -82,9 +100,8 @@ PrepareReport prepare_text(const PrepareOptions& options) {
   wordpiece.lowercase = options.lower_case;
   text::WordPieceTokenizer tokenizer(std::move(vocab), wordpiece);
   const std::vector<std::string> files = expand_inputs(options.inputs);
-  prepare_output_dir(options.output_dir);
-
   PrepareReport report;
+  report.removed_shards = prepare_output_dir(options.output_dir, options.force);
   Progress progress(options.progress);
   int64_t total_bytes = 0;
   for (const auto& f : files) {
@@ -167,14 +184,10 @@ PrepareReport prepare_text(const PrepareOptions& options) {
     progress.add(sh.num_instances);
   }
   progress.finish();
-  // Shards of an earlier run with more --shards would be read by the loader too.
-  for (int64_t k = options.num_shards;; ++k) {
-    const std::string stale = shard_name(options.output_dir, k);
-    std::error_code ec;
-    if (!std::filesystem::exists(stale, ec)) break;
-    report.warnings.push_back(stale + " is left from an earlier run; the loader reads every .hdf5 file of " +
-                              options.output_dir + ", so remove it");
-  }
+  // How the shards were tokenized, for `pretrain` to put in every checkpoint (a cased corpus
+  // trains a cased model, which must not be lowercased when it is used).
+  io::write_file_atomic((std::filesystem::path(options.output_dir) / "tokenizer_config.json").string(),
+                        text::tokenizer_config_json(text::tokenizer_settings(wordpiece), options.max_seq_length));
   return report;
 }
 

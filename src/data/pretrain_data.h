@@ -51,6 +51,7 @@ struct PrepareOptions {
   int64_t num_shards = 1;            // instances are spread over this many shard files
   int num_threads = 0;               // 0 = all cores
   bool progress = true;              // progress bar with ETA on stderr (when it is a terminal)
+  bool force = false;                // output_dir holds .hdf5 shards: remove them first (else refused)
 };
 
 struct PrepareReport {
@@ -58,7 +59,8 @@ struct PrepareReport {
   int64_t invalid_utf8_lines = 0;    // skipped, counted, reported
   std::string first_invalid_utf8;    // "file:line" of the first skipped line ("" if none)
   std::vector<std::string> shards;   // written paths: output_dir/shard_00000.hdf5, ...
-  std::vector<std::string> warnings; // e.g. stale shards of an earlier run left in output_dir
+  std::vector<std::string> warnings;
+  int64_t removed_shards = 0;        // .hdf5 files of an earlier run removed under `force`
 };
 
 /// Tokenizes the inputs and writes shards by Google's create_pretraining_data rules (short_seq_prob,

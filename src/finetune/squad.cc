@@ -190,6 +190,17 @@ std::vector<SquadExample> parse_squad(const std::string& json_text, const std::s
   }
   SquadReadReport local;
   SquadReadReport& rep = report ? *report : local;
+  // SQuAD v2.0 adds unanswerable questions: under v1.1 rules each would be trained on nothing
+  // and scored as a miss, a wrong number with no sign of it. Refused by version and by content.
+  const auto v2_refusal = [&](const std::string& where) {
+    return Error("squad: ", origin, " is SQuAD v2.0 (", where,
+                 "): it has unanswerable questions, and unmask trains and scores SQuAD v1.1 only (every "
+                 "no-answer question would be skipped in training and counted wrong in evaluation)",
+                 Hint("use a v1.1 file (train-v1.1.json / dev-v1.1.json)"));
+  };
+  if (root.is_object())
+    if (auto it = root.find("version"); it != root.end() && it->is_string() && it->get<std::string>().rfind("v2", 0) == 0)
+      throw v2_refusal("\"version\": \"" + it->get<std::string>() + "\"");
   const json& data = array_member(root, "data", "the top level", origin);
   std::vector<SquadExample> examples;
   for (size_t a = 0; a < data.size(); ++a) {
@@ -207,6 +218,9 @@ std::vector<SquadExample> parse_squad(const std::string& json_text, const std::s
       const json& qas = array_member(paragraphs[p], "qas", para, origin);
       for (size_t q = 0; q < qas.size(); ++q) {
         const std::string qa = at(para, "qas", q);
+        if (qas[q].is_object())
+          if (auto it = qas[q].find("is_impossible"); it != qas[q].end() && it->is_boolean() && it->get<bool>())
+            throw v2_refusal(qa + ".is_impossible is true");
         ++rep.questions;
         SquadExample ex;
         ex.id = string_member(qas[q], "id", qa, origin);

@@ -10,9 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "unmask/error.h"
 
@@ -163,6 +165,33 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   AtomicFileWriter w(path);
   w.write(bytes);
   w.commit();
+}
+
+bool paths_overlap(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec1, ec2;
+  const fs::path pa = fs::weakly_canonical(fs::absolute(a), ec1), pb = fs::weakly_canonical(fs::absolute(b), ec2);
+  if (ec1 || ec2) return a == b;
+  // Component-wise prefix: /x/run is inside /x, /x/runs is not inside /x/run.
+  auto inside = [](const fs::path& outer, const fs::path& inner) {
+    auto o = outer.begin(), i = inner.begin();
+    for (; o != outer.end() && i != inner.end(); ++o, ++i) {
+      if (o->empty()) continue;  // a trailing separator's empty component
+      if (*o != *i) return false;
+    }
+    return o == outer.end() || (std::next(o) == outer.end() && o->empty());
+  };
+  return inside(pa, pb) || inside(pb, pa);
+}
+
+std::vector<std::string> directory_entries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) names.push_back(it->path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace unmask::io

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace unmask::io {
 
@@ -18,6 +19,13 @@ std::string read_file(const std::string& path);
 /// removed.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 bool file_exists(const std::string& path);
+
+// Output guards: nothing a user had is overwritten unasked.
+/// True when `a` and `b` name the same directory or one lies inside the other (symlinks and
+/// `..` resolved; paths that do not exist yet compare by their normalised form).
+bool paths_overlap(const std::string& a, const std::string& b);
+/// The entries of directory `dir` (names only, sorted); empty when it is missing or empty.
+std::vector<std::string> directory_entries(const std::string& dir);
 
 /// The streaming form of write_file_atomic, for files too big to build in memory. The
 /// constructor creates the temp file; write() appends; commit() fsyncs, renames over `path`

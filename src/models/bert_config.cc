@@ -63,6 +63,15 @@ BertConfig BertConfig::from_json_string(const std::string& text, const std::stri
     else throw Error("config ", origin, ": hidden_act \"", act, "\" is not supported",
                      Hint("supported: gelu (exact erf), gelu_new / gelu_pytorch_tanh (tanh approximation)"));
   }
+  // Only learned absolute positions are implemented: relative_key / relative_key_query add a
+  // distance embedding inside every attention score, so running them as absolute would give
+  // wrong outputs without a sign.
+  if (auto it = j.find("position_embedding_type"); it != j.end() && !it->is_null())
+    if (!it->is_string() || it->get<std::string>() != "absolute")
+      throw Error("config ", origin, ": position_embedding_type is ", it->dump(),
+                  "; unmask implements \"absolute\" (learned position embeddings) only",
+                  Hint("relative position embeddings change every attention score: this checkpoint cannot run "
+                       "correctly here"));
   if (auto it = j.find("architectures"); it != j.end() && it->is_array())
     for (auto& a : *it)
       if (a.is_string()) c.architectures.push_back(a.get<std::string>());

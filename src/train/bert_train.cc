@@ -21,6 +21,7 @@
 
 #include "io/file.h"
 #include "io/safetensors.h"
+#include "text/tokenizer_config.h"
 #include "models/bert_weights.h"
 #include "train/bert_train_impl.h"
 
@@ -369,7 +370,8 @@ std::string saved_config_json(const BertConfig& cfg, const BertHeads& heads) {
 
 }  // namespace
 
-void BertTrainModel::save_pretrained(const std::string& dir_in, const std::string& vocab_path) const {
+void BertTrainModel::save_pretrained(const std::string& dir_in, const std::string& vocab_path,
+                                     const TokenizerSettings& tokenizer) const {
   namespace fs = std::filesystem;
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -395,9 +397,9 @@ void BertTrainModel::save_pretrained(const std::string& dir_in, const std::strin
     io::write_safetensors(tmp + "/model.safetensors", tensors);
     if (!vocab_path.empty()) {
       io::write_file_atomic(tmp + "/vocab.txt", io::read_file(vocab_path));
-      // The casing options travel with the vocabulary when they sit beside it.
-      const fs::path tc = fs::path(vocab_path).parent_path() / "tokenizer_config.json";
-      if (io::file_exists(tc.string())) io::write_file_atomic(tmp + "/tokenizer_config.json", io::read_file(tc.string()));
+      io::write_file_atomic(tmp + "/tokenizer_config.json",
+                            text::tokenizer_config_json(tokenizer, impl_->config.max_position_embeddings));
+      io::write_file_atomic(tmp + "/special_tokens_map.json", text::special_tokens_map_json());
     }
     ::chmod(tmp.c_str(), 0755);
     fsync_path(tmp);

@@ -176,7 +176,7 @@ std::string write_checkpoint(const std::string& run_dir, const BertTrainModel& m
   try {
     // 1. the HF model directory (config.json, model.safetensors, vocab.txt)
     maybe_fail("model", tmp + "/model.safetensors");
-    model.save_pretrained(tmp, options.vocab_path);
+    model.save_pretrained(tmp, options.vocab_path, options.tokenizer);
     // 2. optimizer moments
     stage = "optimizer";
     OptimizerState os = optimizer.state();

@@ -58,6 +58,7 @@ struct TrainerState {
 
 struct CheckpointWriteOptions {
   std::string vocab_path;          // copied into the directory (HF layout); empty = none
+  TokenizerSettings tokenizer;     // tokenizer_config.json beside the vocab (its casing)
   int64_t keep_last = 3;           // 0 = keep all
 };
 

@@ -22,6 +22,7 @@
 #include "unmask/dist.h"
 #include "data/shard_io.h"
 #include "io/file.h"
+#include "text/tokenizer_config.h"
 #include "train/checkpoint.h"
 #include "unmask/error.h"
 
@@ -201,6 +202,18 @@ TrainResult pretrain(const TrainerOptions& options) {
   VocabInfo vocab;
   if (!vocab_path.empty()) vocab = read_vocab(vocab_path);
   else warn("no vocab.txt (set vocab = \"...\"): checkpoints will lack vocab.txt and dynamic masking uses BERT's ids");
+  // The casing the checkpoints carry (tokenizer_config.json): how prepare-text tokenized the
+  // shards (it writes the file beside them), else the starting model's, else the one beside the
+  // vocab, else uncased. A model trained on cased shards then stays cased when it is used.
+  TokenizerSettings tokenizer;
+  for (const std::filesystem::path& p :
+       {std::filesystem::path(shards.front()).parent_path() / "tokenizer_config.json",
+        weights_dir.empty() ? std::filesystem::path() : std::filesystem::path(weights_dir) / "tokenizer_config.json",
+        vocab_path.empty() ? std::filesystem::path() : std::filesystem::path(vocab_path).parent_path() / "tokenizer_config.json"})
+    if (!p.empty() && io::file_exists(p.string())) {
+      tokenizer = text::read_tokenizer_config(p.string());
+      break;
+    }
 
   int threads = cfg.threads;
   if (threads == 0 && comm.local_size() > 1)  // share the host's cores between its ranks
@@ -361,7 +374,7 @@ TrainResult pretrain(const TrainerOptions& options) {
     if (options.progress && root) progress.message("saving checkpoint " + checkpoint_name(step) + " ...");
     if (root) {
       result.checkpoint = write_checkpoint(run_dir, model, opt, make_state(last),
-                                           {.vocab_path = vocab_path, .keep_last = cfg.keep_checkpoints});
+                                           {.vocab_path = vocab_path, .tokenizer = tokenizer, .keep_last = cfg.keep_checkpoints});
       log->write_plot(title);
     }
     saved_step = step;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "io/file.h"
 #include "unmask/error.h"
 #include "video/ffmpeg_util.h"
 
@@ -206,6 +207,10 @@ SyntheticReport make_synthetic_dataset(const SyntheticOptions& o) {
     throw Error("make-videos: unknown codec '", o.codec, "'", Hint("use vp9, h264 or both"));
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (const std::vector<std::string> held = io::directory_entries(o.output_dir); !held.empty())
+    throw Error("make-videos: ", o.output_dir, " is not empty (it holds ", held.size(), " entries, e.g. ", held.front(),
+                "); its videos and lists would be overwritten or mixed with the new ones",
+                Hint("choose a new or empty --output directory"));
   fs::create_directories(o.output_dir, ec);
   if (ec) throw Error("make-videos: cannot create ", o.output_dir, ": ", ec.message());
   const int val_per_class = int(std::lround(o.videos_per_class * o.val_fraction));

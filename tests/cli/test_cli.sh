@@ -79,6 +79,11 @@ damaged; sed -i 's/"num_hidden_layers": [0-9]*/"num_hidden_layers": 3/' "$W/d/co
 expect 1 "missing:" -- "$U" infer --model "$W/d" --text hi
 damaged; grep -v '^\[SEP\]$' "$W/m/vocab.txt" > "$W/d/vocab.txt"
 expect 1 "has no [SEP] line" -- "$U" infer --model "$W/d" --text hi
+damaged; head -n 28996 "$W/m/vocab.txt" > "$W/d/vocab.txt"  # a bert-base-cased-sized list beside an uncased model
+expect 1 "holds 28996 tokens but the model's config.json says vocab_size = 30522" -- "$U" infer --model "$W/d" --text hi
+damaged; sed -i 's/"position_embedding_type": "absolute"/"position_embedding_type": "relative_key_query"/' "$W/d/config.json"
+expect 1 "position_embedding_type is \"relative_key_query\"" -- "$U" infer --model "$W/d" --text hi
+expect 1 "cut off by truncation" -- "$U" infer --model "$W/m" --text "$long [MASK] ."
 damaged; rm "$W/d/vocab.txt"
 expect 1 "no vocab.txt" -- "$U" infer --model "$W/d" --text hi
 expect 1 "--batch must be a comma-separated list" -- "$U" bench infer --batch 0

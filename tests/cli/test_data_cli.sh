@@ -1,18 +1,15 @@
 #!/usr/bin/env bash
 # `unmask prepare-text` on good and bad input: exit codes and the words of each message.
 #   bash tests/cli/test_data_cli.sh [build/unmask]
-# Needs the bert-base-uncased vocab in ../shared/data (skips, exit 0, without it). Every case
+# Uses the repository's bert-base-uncased vocab (data/bert-base-uncased-vocab.txt). Every case
 # must exit as expected and print the expected text; no case may crash (exit >= 128) or hang
 # (each runs under a 60 s timeout). With /usr/bin/python3 + h5py the shards are also checked
 # by tests/python/check_shards.py.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 U=$(readlink -f "${1:-build/unmask}")
-V=$(readlink -f ../shared/data/bert-base-uncased-vocab.txt 2>/dev/null || true)
-if [[ -z "$V" || ! -f "$V" ]]; then
-  echo "test_data_cli: SKIP: ../shared/data/bert-base-uncased-vocab.txt not found"
-  exit 0
-fi
+V=$(readlink -f data/bert-base-uncased-vocab.txt)
+[[ -f "$V" ]] || { echo "test_data_cli: data/bert-base-uncased-vocab.txt not found (it is part of the repository)"; exit 1; }
 W=$(mktemp -d /tmp/unmask-data-cli-XXXXXX)
 trap 'chmod -R u+w "$W" 2>/dev/null; rm -rf "$W"' EXIT
 pass=0; fail=0
@@ -48,6 +45,13 @@ expect 0 "8 documents, 48 sentences" -- "$U" "${P[@]}" --input "$W/corpus.txt" -
 check "two shards written" test -f "$W/out/shard_00000.hdf5" -a -f "$W/out/shard_00001.hdf5"
 expect 0 "2 documents, 6 sentences" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/docs" --format documents
 expect 0 "3 file(s), 24 documents" -- "$U" "${P[@]}" --input "$W/corpus.txt" --input "$W/corpus.txt,$W/corpus.txt" --output "$W/rep"
+# Into a directory with shards of an earlier run: refused (they would mix), untouched; --force clears them.
+sum_before=$(cat "$W/out"/*.hdf5 | md5sum)
+expect 1 "already holds 2 .hdf5 file(s)" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/out" --format documents
+check "refused run left the shards" test "$(cat "$W/out"/*.hdf5 | md5sum)" = "$sum_before"
+expect 0 "removed 2 .hdf5 file(s)" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/out" --format documents --force
+check "--force: only the new shard" test "$(cd "$W/out" && ls *.hdf5)" = "shard_00000.hdf5"
+check "the shards' casing beside them" grep -q '"do_lower_case": true' "$W/out/tokenizer_config.json"
 mkdir -p "$W/dir/sub" && cp "$W/corpus.txt" "$W/dir/a.txt" && cp "$W/corpus.txt" "$W/dir/sub/b.txt" && echo "hidden" > "$W/dir/.hidden"
 expect 0 "2 file(s), 16 documents" -- "$U" "${P[@]}" --input "$W/dir" --output "$W/fromdir"
 # determinism: 1 and 2 threads write the same bytes; another seed does not

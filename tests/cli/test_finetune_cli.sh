@@ -56,6 +56,12 @@ expect 0 "usage: unmask finetune" -- "$U" finetune --help
 expect 0 "usage: unmask eval" -- "$U" eval --help
 
 # ---- bad input ----
+# --output equal to (or inside) --model: refused before anything is written; the model is intact.
+m_sum=$(cat "$W/m"/* | md5sum)
+expect 1 "are the same directory" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/m" --max-steps 1
+expect 1 "are the same directory" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/m/../m/" --max-steps 1
+expect 1 "are the same directory" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/m/sub" --max-steps 1
+[[ "$(cat "$W/m"/* | md5sum)" == "$m_sum" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: the refused finetune changed --model"; }
 expect 1 "--train is required" -- "$U" finetune --task squad --model "$W/m" --output "$W/x"
 expect 1 "--task is required" -- "$U" eval --model "$W/squad" --data $D/squad_dev.json
 expect 1 "did you mean --task squad?" -- "$U" finetune --task sqaud --model "$W/m" --train $D/squad_train.json --output "$W/x"

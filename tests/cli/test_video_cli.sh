@@ -35,6 +35,12 @@ for args in "--codec av2" "--width 63" "--frames 0"; do
   elif grep -qi "error" "$T/err"; then ok; else bad "make-videos $args: no error message"; fi
 done
 if "$BIN" make-videos >"$T/err" 2>&1; then bad "make-videos without --output succeeded"; else ok; fi
+# Into a non-empty directory: refused, and the videos there are untouched.
+sum_before=$(cat "$T/a"/* | md5sum)
+if "$BIN" make-videos --output "$T/a" --videos-per-class 1 --frames 8 --width 64 --height 48 --seed 9 >"$T/err" 2>&1; then
+  bad "make-videos into a non-empty directory succeeded"
+elif grep -q "is not empty" "$T/err" && [ "$(cat "$T/a"/* | md5sum)" = "$sum_before" ]; then ok
+else bad "make-videos into a non-empty directory: $(cat "$T/err")"; fi
 
 echo "video CLI: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -83,6 +83,13 @@ expect_error "bad mixup value" "finite number" "$BIN" finetune-video --data "$T/
 expect_error "label beyond --num-classes" "num-classes" "$BIN" finetune-video --data "$T/train.ucs" --out "$T/x" --num-classes 2
 expect_error "unknown preset" "preset" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --preset enormous
 expect_error "patch not dividing the crop" "multiple of patch" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --patch 10
+# An --out that holds a run is refused (its model and metrics would be replaced), unless --force.
+sum_before=$(md5sum < "$T/pt2/model/model.safetensors" 2>/dev/null || find "$T/pt2/model" -type f -exec md5sum {} + | sort | md5sum)
+expect_error "pretrain-video into an earlier run" "already holds a run" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/pt2" --preset tiny --patch 8 --steps 1
+expect_error "finetune-video into an earlier run" "already holds a run" "$BIN" finetune-video --data "$T/train.ucs" --out "$T/ft" --preset tiny --patch 8 --epochs 1
+[ "$(md5sum < "$T/pt2/model/model.safetensors" 2>/dev/null || find "$T/pt2/model" -type f -exec md5sum {} + | sort | md5sum)" = "$sum_before" ] && ok || bad "a refused run changed the earlier model"
+"$BIN" pretrain-video --data "$T/train.ucs" --out "$T/pt2" --preset tiny --patch 8 --batch 4 --steps 1 --force >/dev/null 2>"$T/force.err" \
+  && ok || bad "pretrain-video --force: $(tail -2 "$T/force.err")"
 expect_error "decoder mask ratio 1.5" "ratio" "$BIN" pretrain-video --data "$T/train.ucs" --out "$T/x" --decoder-mask-ratio 1.5
 # A list with a corrupt video: skipped and counted by default, an error naming it with --strict.
 head -c 3000 /dev/urandom >"$T/broken.webm"

@@ -8,12 +8,12 @@
 #   UNMASK_TEST_BIN=build/unmask_tests bash tests/js/run_parity.sh   # reuse a built binary
 #
 # Needs node + npm (npm ci --ignore-scripts runs here when node_modules is missing) and the
-# vocab at ../shared/data/bert-base-uncased-vocab.txt (UNMASK_VOCAB overrides).
+# vocab at data/bert-base-uncased-vocab.txt (UNMASK_VOCAB overrides).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-vocab="${UNMASK_VOCAB:-$root/../shared/data/bert-base-uncased-vocab.txt}"
+vocab="${UNMASK_VOCAB:-$root/data/bert-base-uncased-vocab.txt}"
 if [[ ! -f "$vocab" ]]; then
   echo "run_parity: vocab not found at $vocab (hint: set UNMASK_VOCAB=/path/to/vocab.txt)" >&2
   exit 2

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from st_io import RawTensor, write_safetensors  # noqa: E402
 
-DEFAULT_VOCAB = "/work/shared/data/bert-base-uncased-vocab.txt"
+DEFAULT_VOCAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "bert-base-uncased-vocab.txt")
 
 SIZES = {
     # name: (hidden, layers, heads, intermediate)
