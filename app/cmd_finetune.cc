@@ -2,6 +2,8 @@
 // token classification on an HF model directory) and `unmask eval` (the task's metrics for a
 // fine-tuned directory). The work is in src/finetune/finetune.h; this file parses options and
 // prints.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "finetune/finetune.h"
 #include "io/file.h"
 #include "model_dir.h"
+#include "models/bert_checkpoint.h"
 #include "text/tokenizer_config.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
@@ -134,7 +137,7 @@ int cmd_finetune(int argc, char** argv) {
   if (!(to.warmup >= 0 && to.warmup <= 1)) throw Error("--warmup must be in [0, 1], got ", args->get("warmup"));
   if (to.weight_decay < 0) throw Error("--weight-decay must be >= 0, got ", args->get("weight-decay"));
 
-  const BertConfig config = BertConfig::from_json_file(model_dir + "/config.json");
+  const BertConfig config = read_bert_checkpoint_config(model_dir);
   const finetune::DataOptions dopt = data_options(*args, task, config);
   const text::WordPieceTokenizer tok = load_tokenizer(model_dir, config.vocab_size);
   const finetune::TaskData train = finetune::load_task_data(task, train_path, tok, dopt, true);
@@ -155,9 +158,18 @@ int cmd_finetune(int argc, char** argv) {
   std::fprintf(stderr, "unmask finetune: %lld steps in %.1f s; loss %.4f -> %.4f\n", (long long)tr.steps, tr.seconds,
                tr.losses.front(), tr.losses.back());
 
-  model.save_pretrained(output, model_dir + "/vocab.txt", text::tokenizer_settings(tok.options()));
-  if (io::file_exists(model_dir + "/tokenizer_config.json"))
-    io::write_file_atomic(output + "/tokenizer_config.json", io::read_file(model_dir + "/tokenizer_config.json"));
+  // vocab.txt and tokenizer_config.json (the casing the model was tuned with) go with the model; a
+  // model that came with tokenizer.json only gets its vocabulary written out as vocab.txt.
+  std::string vocab_file = bert_checkpoint_dir(model_dir) + "/vocab.txt";
+  const bool vocab_from_json = !io::file_exists(vocab_file);
+  if (vocab_from_json) {
+    vocab_file = (std::filesystem::temp_directory_path() / ("unmask-vocab-" + std::to_string(::getpid()) + ".txt")).string();
+    std::string lines;
+    for (int32_t i = 0; i < tok.vocab().size(); ++i) lines += tok.vocab().token(i) + "\n";
+    io::write_file_atomic(vocab_file, lines);
+  }
+  model.save_pretrained(output, vocab_file, text::tokenizer_settings(tok.options()));
+  if (vocab_from_json) std::filesystem::remove(vocab_file);
   std::fprintf(stderr, "unmask finetune: wrote %s\n", output.c_str());
 
   if (args->has("dev")) {

@@ -1,20 +1,36 @@
 // app/model_dir.cc
 #include "model_dir.h"
 
+#include <optional>
+
 #include "io/file.h"
+#include "models/bert_checkpoint.h"
 #include "text/tokenizer_config.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {
 
-text::WordPieceTokenizer load_tokenizer(const std::string& dir, int64_t model_vocab_size) {
-  const std::string vocab_path = dir + "/vocab.txt";
-  if (!io::file_exists(vocab_path))
-    throw Error("no vocab.txt in ", dir, Hint("a BERT model directory needs vocab.txt (one WordPiece token per line)"));
+text::WordPieceTokenizer load_tokenizer(const std::string& model, int64_t model_vocab_size) {
+  const std::string dir = bert_checkpoint_dir(model);
+  std::string vocab_path = dir + "/vocab.txt";
+  const std::string json_path = dir + "/tokenizer.json";
+  std::optional<text::WordPieceTokenizer> from_json;
+  if (!io::file_exists(vocab_path)) {
+    if (!io::file_exists(json_path))
+      throw Error("no vocab.txt or tokenizer.json in ", dir,
+                  Hint("a BERT model directory needs vocab.txt (one WordPiece token per line) or tokenizer.json"));
+    // The vocabulary and the normalizer's casing come from tokenizer.json.
+    text::TokenizerJson t = text::read_tokenizer_json(json_path);
+    from_json.emplace(text::Vocab::from_tokens(std::move(t.vocab)), text::wordpiece_options(t.settings));
+    vocab_path = json_path;
+  }
   const std::string cfg_path = dir + "/tokenizer_config.json";
-  const text::WordPieceOptions opt =
-      text::wordpiece_options(io::file_exists(cfg_path) ? text::read_tokenizer_config(cfg_path) : TokenizerSettings{});
-  text::WordPieceTokenizer tokenizer(text::Vocab::load(vocab_path), opt);  // its own checks first ([SEP], ...)
+  text::WordPieceTokenizer tokenizer =
+      from_json ? std::move(*from_json)
+                : text::WordPieceTokenizer(text::Vocab::load(vocab_path),  // its own checks first ([SEP], ...)
+                                           text::wordpiece_options(io::file_exists(cfg_path)
+                                                                       ? text::read_tokenizer_config(cfg_path)
+                                                                       : TokenizerSettings{}));
   const int64_t n = tokenizer.vocab().size();
   if (n != model_vocab_size && (n > model_vocab_size || (n + 7) / 8 * 8 != model_vocab_size))
     throw Error(vocab_path, " holds ", n, " tokens but the model's config.json says vocab_size = ", model_vocab_size,

@@ -49,6 +49,7 @@ bash tests/cli/test_data_cli.sh build/unmask
 bash tests/cli/test_train_cli.sh build/unmask
 bash tests/cli/test_signal_stress.sh build/unmask 20  # SIGINT/SIGTERM at random moments: exit 130/143, a checkpoint, --resume
 bash tests/cli/test_finetune_cli.sh build/unmask
+bash tests/cli/test_checkpoint_layouts.sh build/unmask  # pytorch_model.bin (zip, legacy, shards), DLE ckpt_*.pt, tokenizer.json
 bash tests/cli/test_video_cli.sh build/unmask
 bash tests/cli/test_convert_videomae_cli.sh build/unmask
 bash tests/cli/test_prepare_video_cli.sh build/unmask

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "finetune/batch.h"
+#include "models/bert_checkpoint.h"
 #include "train/config.h"
 #include "unmask/error.h"
 
@@ -169,7 +170,7 @@ BertTrainModel load_model_for_task(const std::string& dir, TaskKind task, const 
   if (task == TaskKind::squad) return BertTrainModel::load(dir, heads_for(task), seed);
   // The checkpoint's classifier is kept when it is of the same kind and size (and the label
   // names, which only random() can set, are applied to a copy).
-  const BertConfig cfg = BertConfig::from_json_file(dir + "/config.json");
+  const BertConfig cfg = read_bert_checkpoint_config(dir);
   const bool same_kind = has_architecture(cfg, task == TaskKind::classify ? "SequenceClassification" : "TokenClassification");
   BertTrainModel base = BertTrainModel::load(dir, heads_for(task), seed);
   const bool keep = same_kind && base.config().num_labels == int64_t(labels.size()) && model_labels(base.config()) == labels;

@@ -19,7 +19,9 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -315,9 +317,13 @@ Tensor SafeTensorsFile::tensor(std::string_view name) const {
 
 // ---- writing --------------------------------------------------------------------------------
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  const std::string where = "write_safetensors " + path;
+namespace {
+
+// The safetensors image of `tensors`, handed to `sink(data, n)` in order: the 8-byte header
+// length, the header, each tensor's bytes.
+void emit_safetensors(const std::string& where, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata,
+                      const std::function<void(const void*, size_t)>& sink) {
   // Data order: element size descending, then name (as the reference writer does). With no
   // gaps between tensors (the reference reader rejects gaps), this makes every tensor start
   // at a multiple of its own element size; the data section itself starts 8-byte aligned.
@@ -360,20 +366,41 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
-  AtomicFileWriter w(path);
-  w.write(len, 8);
-  w.write(text);
+  sink(len, 8);
+  sink(text.data(), text.size());
   for (const auto* nt : order) {
     const Tensor& t = nt->second;
     if (t.numel() == 0) continue;
     if (t.is_contiguous()) {
-      w.write(t.raw(), t.nbytes());
+      sink(t.raw(), t.nbytes());
     } else {
       Tensor c = t.contiguous();  // one tensor at a time, so peak extra memory is one tensor
-      w.write(c.raw(), c.nbytes());
+      sink(c.raw(), c.nbytes());
     }
   }
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  AtomicFileWriter w(path);
+  emit_safetensors("write_safetensors " + path, tensors, metadata, [&](const void* p, size_t n) { w.write(p, n); });
   w.commit();
+}
+
+SafeTensorsFile SafeTensorsFile::from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                              const std::string& origin) {
+  size_t total = 0;
+  emit_safetensors(origin, tensors, {{"format", "pt"}}, [&](const void*, size_t n) { total += n; });
+  std::shared_ptr<uint8_t> image(static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64)), std::free);
+  if (!image) throw std::bad_alloc();
+  size_t at = 0;
+  emit_safetensors(origin, tensors, {{"format", "pt"}}, [&](const void* p, size_t n) {
+    std::memcpy(image.get() + at, p, n);
+    at += n;
+  });
+  return parse(std::const_pointer_cast<const uint8_t>(image), total, origin);
 }
 
 // ---- model directories ----------------------------------------------------------------------

@@ -33,6 +33,10 @@ class SafeTensorsFile {
   /// Parses an in-memory image (used by the fuzzer and tests); `origin` names it in errors.
   static SafeTensorsFile parse(std::shared_ptr<const uint8_t> bytes, size_t size,
                                const std::string& origin);
+  /// An in-memory image of `tensors` (CPU), for weights read from another format (torch.save):
+  /// the loaders then see one kind of file. `origin` names it in errors.
+  static SafeTensorsFile from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                      const std::string& origin);
 
   const std::string& path() const { return origin_; }
   const std::vector<SafeTensorInfo>& tensors() const { return tensors_; }

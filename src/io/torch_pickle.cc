@@ -192,6 +192,9 @@ class Machine {
 
   std::vector<Node> nodes;
 
+  /// Bytes read so far (the legacy format holds several pickles back to back).
+  size_t consumed() const { return pos_; }
+
   int32_t run() {
     while (true) {
       const size_t at = pos_;
@@ -477,10 +480,11 @@ class Machine {
     items.insert(items.end(), v.begin(), v.end());
   }
 
-  // ('storage', torch.FloatStorage, key, location, numel) -> a storage node.
+  // ('storage', torch.FloatStorage, key, location, numel) -> a storage node; the legacy format
+  // adds a sixth item, the view metadata (None for whole storages).
   int32_t persistent(int32_t pid) {
     const Node& t = nodes[size_t(pid)];
-    const bool storage = t.kind == Kind::tuple && t.items.size() == 5 && kind(t.items[0]) == Kind::string &&
+    const bool storage = t.kind == Kind::tuple && (t.items.size() == 5 || (t.items.size() == 6 && kind(t.items[5]) == Kind::none)) && kind(t.items[0]) == Kind::string &&
                          nodes[size_t(t.items[0])].s == "storage" && kind(t.items[1]) == Kind::global &&
                          kind(t.items[2]) == Kind::string && kind(t.items[4]) == Kind::integer;
     if (!storage) {
@@ -561,6 +565,8 @@ struct Reader {
   Bytes bytes;
   std::shared_ptr<const uint8_t> keepalive;
   std::map<std::string, ZipEntry> entries;
+  // The legacy format: storage key -> its bytes in the file (after the pickles).
+  std::map<std::string, std::pair<const uint8_t*, uint64_t>> legacy;
   std::string prefix;  // "<archive>/"
   Machine* vm = nullptr;
   TorchCheckpoint* out = nullptr;
@@ -576,12 +582,22 @@ struct Reader {
     const std::string& where = *bytes.where;
     const Node& s = vm->nodes[size_t(t.ref)];
     *stored = s.dtype;
-    const std::string entry_name = prefix + "data/" + s.s;
-    auto it = entries.find(entry_name);
-    if (it == entries.end())
-      throw Error(where, ": tensor ", name, " uses storage '", s.s, "' but the archive has no entry ", entry_name,
-                  Hint("the file is truncated or damaged; save it again"));
-    const auto [data, nbytes] = entry_bytes(bytes, entry_name, it->second);
+    const std::string entry_name = legacy.empty() ? prefix + "data/" + s.s : "storage " + s.s;
+    const uint8_t* data = nullptr;
+    uint64_t nbytes = 0;
+    if (!legacy.empty()) {
+      auto it = legacy.find(s.s);
+      if (it == legacy.end())
+        throw Error(where, ": tensor ", name, " uses storage '", s.s, "' but the file's storage list lacks it",
+                    Hint("the file is truncated or damaged; save it again"));
+      std::tie(data, nbytes) = it->second;
+    } else {
+      auto it = entries.find(entry_name);
+      if (it == entries.end())
+        throw Error(where, ": tensor ", name, " uses storage '", s.s, "' but the archive has no entry ", entry_name,
+                    Hint("the file is truncated or damaged; save it again"));
+      std::tie(data, nbytes) = entry_bytes(bytes, entry_name, it->second);
+    }
     const uint64_t es = dtype_size(s.dtype);
     if (s.i < 0 || uint64_t(s.i) > nbytes / es)
       throw Error(where, ": storage ", entry_name, " should hold ", s.i, " ", dtype_name(s.dtype), " elements but has ",
@@ -758,12 +774,82 @@ bool looks_like_torch_file(const uint8_t* head, size_t size) {
   return false;
 }
 
+namespace {
+
+// The legacy format (torch < 1.6, or _use_new_zipfile_serialization=False): five pickles back
+// to back (the magic number 0x1950a86a20f9469cfc6c, the protocol version, sys_info, the object
+// with ('storage', type, key, location, numel, None) persistent ids, the list of storage keys),
+// then each listed storage as an int64 element count and its raw little-endian bytes.
+TorchCheckpoint parse_legacy(std::shared_ptr<const uint8_t> bytes, size_t size, const std::string& origin,
+                             const std::string& where) {
+  static const uint8_t kMagic[15] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                     0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};  // PROTO 2, LONG1 magic, STOP
+  const uint8_t* p = bytes.get();
+  if (size < sizeof kMagic || std::memcmp(p, kMagic, sizeof kMagic) != 0)
+    throw Error(where, " starts with a pickle but not with torch.save's magic number",
+                Hint("not a torch.save file (a plain pickle?); save the state_dict with torch.save"));
+  size_t at = sizeof kMagic;
+  auto run = [&](Machine& m) {
+    const int32_t root = m.run();
+    at += m.consumed();
+    return root;
+  };
+  Machine version(p + at, size - at, where);
+  run(version);
+  Machine sys_info(p + at, size - at, where);
+  run(sys_info);
+  auto vm = std::make_unique<Machine>(p + at, size - at, where);
+  const int32_t root = run(*vm);
+  Machine keys(p + at, size - at, where);
+  const int32_t key_list = run(keys);
+  if (keys.nodes[size_t(key_list)].kind != Kind::list)
+    throw Error(where, ": the storage key list after the object is not a list", Hint(kResaveHint));
+  std::map<std::string, DType> dtype_of;
+  for (const Node& n : vm->nodes)
+    if (n.kind == Kind::storage) {
+      if (!n.supported)
+        throw Error(where, ": storage '", n.s, "' has a type this reader does not convert",
+                    Hint("save the state_dict with float, half, bfloat16, double, long, int, uint8 or bool tensors"));
+      dtype_of[n.s] = n.dtype;
+    }
+  Reader r;
+  r.bytes = Bytes{p, size, &where};
+  r.keepalive = bytes;
+  for (int32_t k : keys.nodes[size_t(key_list)].items) {
+    const Node& key = keys.nodes[size_t(k)];
+    if (key.kind != Kind::string) throw Error(where, ": a storage key is not a string", Hint(kResaveHint));
+    auto dt = dtype_of.find(key.s);
+    if (dt == dtype_of.end())
+      throw Error(where, ": the file lists storage '", key.s, "', which no tensor of the object uses", Hint(kResaveHint));
+    if (size - at < 8)
+      throw Error(where, ": storage '", key.s, "' starts past the end of the file (", size, " bytes)",
+                  Hint("the file is truncated; save or download it again"));
+    uint64_t numel = 0;
+    for (int i = 7; i >= 0; --i) numel = (numel << 8) | p[at + size_t(i)];
+    at += 8;
+    const uint64_t es = dtype_size(dt->second);
+    if (numel > (size - at) / es)
+      throw Error(where, ": storage '", key.s, "' holds ", numel, " elements of ", es, " bytes, past the end of the file (",
+                  size, " bytes)", Hint("the file is truncated; save or download it again"));
+    r.legacy[key.s] = {p + at, numel * es};
+    at += size_t(numel * es);
+  }
+  TorchCheckpoint out;
+  out.origin = origin;
+  r.vm = vm.get();
+  r.out = &out;
+  r.visited.assign(vm->nodes.size(), 0);
+  std::vector<std::string> path;
+  r.walk(root, path, 0);
+  return out;
+}
+
+}  // namespace
+
 TorchCheckpoint parse_torch_checkpoint(std::shared_ptr<const uint8_t> bytes, size_t size, const std::string& origin) {
   const std::string where = "pytorch checkpoint " + origin;
   const uint8_t* p = bytes.get();
-  if (size >= 2 && p[0] == 0x80 && p[1] <= 5)
-    throw Error(where, " is in the legacy (pre-zip) torch.save format, which this reader does not support",
-                Hint(kResaveHint));
+  if (size >= 2 && p[0] == 0x80 && p[1] <= 5) return parse_legacy(std::move(bytes), size, origin, where);
   if (size >= 262 && std::memcmp(p + 257, "ustar", 5) == 0)
     throw Error(where, " is in the oldest (tar) torch.save format, which this reader does not support",
                 Hint(kResaveHint));

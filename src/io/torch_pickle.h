@@ -13,7 +13,8 @@
 // tensors (f32, contiguous and aligned: a zero-copy read-only view of the file); i64 / i32 / u8 /
 // bool keep their dtype. Views with offsets or general strides (a transposed weight, shared
 // storages) are copied out element by element. The legacy non-zip format (torch < 1.6 or
-// _use_new_zipfile_serialization=False) is refused with a hint to re-save it.
+// _use_new_zipfile_serialization=False: five pickles, then the storages' raw bytes) is read
+// too; the oldest tar format is refused with a hint to re-save it.
 //
 // Every malformed input is an Error naming the file and what is wrong (offset, entry, tensor).
 //

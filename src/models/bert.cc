@@ -23,6 +23,7 @@
 
 #include "core/env.h"
 #include "io/safetensors.h"
+#include "models/bert_checkpoint.h"
 #include "models/bert_weights.h"
 #include "ops/ops.h"
 #include "unmask/bert.h"
@@ -413,10 +414,9 @@ BertModel::BertModel(BertModel&&) noexcept = default;
 BertModel& BertModel::operator=(BertModel&&) noexcept = default;
 BertModel::~BertModel() = default;
 
-BertModel BertModel::load(const std::string& dir) {
-  BertConfig cfg = BertConfig::from_json_file(dir + "/config.json");
-  std::vector<io::SafeTensorsFile> files = io::open_model_weights(dir);
-  return BertModel(bert_weights_from_files(cfg, std::move(files), dir));
+BertModel BertModel::load(const std::string& path) {
+  BertCheckpoint c = open_bert_checkpoint(path);
+  return BertModel(bert_weights_from_files(c.config, std::move(c.files), c.origin));
 }
 
 BertModel BertModel::random(const BertConfig& config, const BertHeads& heads, uint64_t seed) {

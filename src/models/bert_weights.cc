@@ -57,8 +57,10 @@ class NameTable {
       if (name.rfind("bert.", 0) == 0) prefix_ = "bert.";
   }
 
-  // HF's legacy names: LayerNorm.gamma/beta -> weight/bias.
-  static std::string normalise(const std::string& name) {
+  // HF's legacy names: LayerNorm.gamma/beta -> weight/bias. NVIDIA DLE's LinearActivation
+  // modules (intermediate, pooler, MLM transform) are `dense_act` where HF has `dense`.
+  static std::string normalise(std::string name) {
+    if (const size_t at = name.find(".dense_act."); at != std::string::npos) name.replace(at, 11, ".dense.");
     auto ends = [&](const char* s) { size_t n = std::strlen(s); return name.size() >= n && name.compare(name.size() - n, n, s) == 0; };
     if (ends("LayerNorm.gamma")) return name.substr(0, name.size() - 5) + "weight";
     if (ends("LayerNorm.beta")) return name.substr(0, name.size() - 4) + "bias";

@@ -48,6 +48,68 @@ std::string special_tokens_map_json() {
   return j.dump(2) + "\n";
 }
 
+TokenizerJson read_tokenizer_json(const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(io::read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("tokenizer ", path, " is not valid JSON: ", e.what());
+  }
+  const auto model = j.is_object() ? j.find("model") : j.end();
+  if (!j.is_object() || model == j.end() || !model->is_object())
+    throw Error("tokenizer ", path, " has no \"model\" object", Hint("expected a tokenizers-library tokenizer.json"));
+  const std::string type = model->value("type", std::string("?"));
+  if (type != "WordPiece")
+    throw Error("tokenizer ", path, " holds a ", type, " model; BERT's tokenizer is WordPiece",
+                Hint("this checkpoint is not a BERT-family model unmask can tokenize for"));
+  if (auto it = model->find("continuing_subword_prefix"); it != model->end() && (!it->is_string() || *it != "##"))
+    throw Error("tokenizer ", path, ": continuing_subword_prefix is ", it->dump(), ", unmask's WordPiece uses \"##\"");
+  const auto vocab = model->find("vocab");
+  if (vocab == model->end() || !vocab->is_object() || vocab->empty())
+    throw Error("tokenizer ", path, ": model.vocab is missing or empty");
+  TokenizerJson out;
+  out.vocab.assign(vocab->size(), std::string());
+  std::vector<char> seen(vocab->size(), 0);
+  for (const auto& [token, id] : vocab->items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= int64_t(vocab->size()))
+      throw Error("tokenizer ", path, ": the id of '", token, "' is ", id.dump(), ", not in [0, ", vocab->size(), ")",
+                  Hint("the ids of model.vocab must be 0 .. V-1, each once"));
+    const size_t k = size_t(id.get<int64_t>());
+    if (seen[k]) throw Error("tokenizer ", path, ": id ", k, " is given to two tokens ('", out.vocab[k], "', '", token, "')");
+    seen[k] = 1, out.vocab[k] = token;
+  }
+  // The normalizer: null = none (no lowercasing, accents and CJK left alone).
+  TokenizerSettings& s = out.settings;
+  const auto norm = j.find("normalizer");
+  if (norm == j.end() || norm->is_null()) {
+    s = {.do_lower_case = false, .strip_accents = false, .tokenize_chinese_chars = false};
+    return out;
+  }
+  auto one = [&](const nlohmann::json& n, bool in_sequence) {
+    const std::string t = n.is_object() ? n.value("type", std::string("?")) : std::string("?");
+    if (t == "BertNormalizer") {
+      s.do_lower_case = n.value("lowercase", true);
+      if (auto it = n.find("strip_accents"); it != n.end() && it->is_boolean()) s.strip_accents = it->get<bool>();
+      s.tokenize_chinese_chars = n.value("handle_chinese_chars", true);
+    } else if (in_sequence && t == "Lowercase") {
+      s.do_lower_case = true;
+    } else if (in_sequence && t == "StripAccents") {
+      s.strip_accents = true;
+    } else if (in_sequence && t == "NFD") {
+    } else {
+      throw Error("tokenizer ", path, ": normalizer ", t, " is not one unmask applies (BertNormalizer, or a Sequence of "
+                  "NFD, Lowercase and StripAccents)", Hint("tokenizing with other rules would give other ids"));
+    }
+  };
+  if (norm->is_object() && norm->value("type", std::string()) == "Sequence" && norm->contains("normalizers")) {
+    s = {.do_lower_case = false, .strip_accents = false, .tokenize_chinese_chars = false};
+    for (const auto& n : (*norm)["normalizers"]) one(n, true);
+  } else {
+    one(*norm, false);
+  }
+  return out;
+}
+
 WordPieceOptions wordpiece_options(const TokenizerSettings& s) {
   WordPieceOptions o;
   o.lowercase = s.do_lower_case;

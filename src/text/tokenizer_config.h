@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "text/wordpiece.h"
 #include "unmask/bert.h"
@@ -20,6 +21,15 @@ TokenizerSettings read_tokenizer_config(const std::string& path);
 std::string tokenizer_config_json(const TokenizerSettings& settings, int64_t model_max_length);
 /// special_tokens_map.json: BERT's five special tokens.
 std::string special_tokens_map_json();
+
+/// A tokenizers-library tokenizer.json of a WordPiece (BERT) model: the vocabulary in id order
+/// and the normalizer's settings (BertNormalizer, or a Sequence of NFD / Lowercase /
+/// StripAccents). Any other model or normalizer is refused, naming it.
+struct TokenizerJson {
+  std::vector<std::string> vocab;  // [V], token of each id
+  TokenizerSettings settings;
+};
+TokenizerJson read_tokenizer_json(const std::string& path);
 
 WordPieceOptions wordpiece_options(const TokenizerSettings& settings);
 TokenizerSettings tokenizer_settings(const WordPieceOptions& options);

@@ -22,6 +22,7 @@
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "text/tokenizer_config.h"
+#include "models/bert_checkpoint.h"
 #include "models/bert_weights.h"
 #include "train/bert_train_impl.h"
 
@@ -246,9 +247,9 @@ BertTrainModel::BertTrainModel(BertTrainModel&&) noexcept = default;
 BertTrainModel& BertTrainModel::operator=(BertTrainModel&&) noexcept = default;
 BertTrainModel::~BertTrainModel() = default;
 
-BertTrainModel BertTrainModel::load(const std::string& dir, const BertHeads& heads, uint64_t seed) {
-  BertConfig cfg = BertConfig::from_json_file(dir + "/config.json");
-  std::unique_ptr<BertWeights> w = bert_weights_from_files(cfg, io::open_model_weights(dir), dir);
+BertTrainModel BertTrainModel::load(const std::string& path, const BertHeads& heads, uint64_t seed) {
+  BertCheckpoint c = open_bert_checkpoint(path);
+  std::unique_ptr<BertWeights> w = bert_weights_from_files(c.config, std::move(c.files), c.origin);
   return BertTrainModel(impl_from_weights(*w, heads, seed));
 }
 

@@ -71,7 +71,7 @@ expect_error "text file" "safetensors" --in "$T/text.pth" --out "$T/x" --to hf -
 head -c 300 "$PT" >"$T/trunc.safetensors"
 expect_error "truncated safetensors" "truncated" --in "$T/trunc.safetensors" --out "$T/x" --to hf --config tiny
 printf '\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.' >"$T/legacy.pth"
-expect_error "legacy torch format" "legacy (pre-zip) torch.save format" --in "$T/legacy.pth" --out "$T/x" --to hf --config tiny
+expect_error "legacy torch format cut after its magic number" "runs past the end" --in "$T/legacy.pth" --out "$T/x" --to hf --config tiny
 printf 'PK\x03\x04 a zip archive that was cut off before its directory' >"$T/broken.pth"
 expect_error "broken zip" "no zip end-of-central-directory record" --in "$T/broken.pth" --out "$T/x" --to hf --config tiny
 mkdir -p "$T/emptydir"
