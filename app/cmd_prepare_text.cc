@@ -1,10 +1,16 @@
-// app/cmd_prepare_text.cc: `unmask prepare-text`, text files -> DLE HDF5 pretraining shards.
+// app/cmd_prepare_text.cc: the text data commands: `unmask prepare-text` (text files -> DLE
+// HDF5 pretraining shards) and `unmask train-vocab` (text files -> a WordPiece vocabulary).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "cli.h"
 #include "data/pretrain_data.h"
+#include "data/text_input.h"
+#include "io/file.h"
+#include "text/tokenizer_config.h"
+#include "text/vocab_trainer.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {
@@ -90,6 +96,63 @@ int cmd_prepare_text(int argc, char** argv) {
     std::printf("prepare-text: skipped %lld line(s) of invalid UTF-8 (the first at %s)\n",
                 (long long)r.invalid_utf8_lines, r.first_invalid_utf8.c_str());
   for (const std::string& w : r.warnings) std::fprintf(stderr, "unmask prepare-text: warning: %s\n", w.c_str());
+  return 0;
+}
+
+int cmd_train_vocab(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"input", "FILE|DIR", "text file or directory (every file below it); repeat or comma-separate", ""},
+      {"output", "DIR", "where vocab.txt and tokenizer_config.json are written (created if missing)", ""},
+      {"vocab-size", "N", "tokens in the vocabulary, special tokens included", "30522"},
+      {"min-frequency", "N", "a pair must occur this often to be merged", "2"},
+      {"limit-alphabet", "N", "characters kept in the alphabet (the most frequent)", "1000"},
+      {"cased", "", "keep case (and accents, unless --strip-accents)", ""},
+      {"strip-accents", "", "strip accents even when cased", ""},
+      {"no-chinese-chars", "", "do not split CJK ideographs into words of their own", ""},
+      {"force", "", "replace an existing DIR/vocab.txt", ""},
+  };
+  auto args = Args::parse("train-vocab",
+                          "Trains a WordPiece vocabulary from raw text (the algorithm of Hugging Face's "
+                          "BertWordPieceTokenizer.train): special tokens first, then the alphabet, ## continuations "
+                          "and the merged pieces.",
+                          specs, argc, argv, 2);
+  if (!args) return 0;
+  text::VocabTrainerOptions o;
+  const int64_t size = args->get_int("vocab-size"), min_freq = args->get_int("min-frequency"),
+                alphabet = args->get_int("limit-alphabet");
+  if (size < 6 || size > 10'000'000) throw Error("--vocab-size must be in [6, 10000000], got ", size);
+  o.vocab_size = size, o.min_frequency = min_freq, o.limit_alphabet = alphabet;
+  o.normalizer.lowercase = !args->has("cased");
+  if (args->has("strip-accents")) o.normalizer.strip_accents = true;
+  o.normalizer.tokenize_chinese_chars = !args->has("no-chinese-chars");
+  const std::string out = args->require("output");
+  const std::string vocab_path = (std::filesystem::path(out) / "vocab.txt").string();
+  if (io::file_exists(vocab_path) && !args->has("force"))
+    throw Error(vocab_path, " exists", Hint("choose another --output, or pass --force to replace it"));
+  const std::vector<std::string> files = data::expand_inputs(input_list(*args));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const text::VocabTrainerReport r = text::train_wordpiece_vocab(files, o);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw Error("cannot create ", out, ": ", ec.message());
+  std::string lines;
+  for (const std::string& t : r.vocab) lines += t + "\n";
+  io::write_file_atomic(vocab_path, lines);
+  const TokenizerSettings settings = text::tokenizer_settings(o.normalizer);
+  io::write_file_atomic((std::filesystem::path(out) / "tokenizer_config.json").string(),
+                        text::tokenizer_config_json(settings, 512));
+  std::printf("train-vocab: %lld lines, %lld words (%lld distinct) from %zu file(s) in %.1f s\n", (long long)r.lines,
+              (long long)r.words, (long long)r.unique_words, files.size(), seconds);
+  std::printf("train-vocab: %zu tokens (%lld characters in the alphabet%s, %lld merges)%s -> %s\n", r.vocab.size(),
+              (long long)r.alphabet,
+              r.dropped_characters ? (", " + std::to_string(r.dropped_characters) + " rarer ones dropped").c_str() : "",
+              (long long)r.merges,
+              r.stopped_by_min_frequency                 ? "; stopped early: no pair occurs --min-frequency times"
+              : int64_t(r.vocab.size()) < o.vocab_size ? "; stopped early: every word is one token"
+                                                        : "",
+              vocab_path.c_str());
   return 0;
 }
 

@@ -21,6 +21,7 @@ const char* kUsage =
     "  forward   run a batch given as .npy token ids (padded or packed) and dump every output\n"
     "  bench     benchmarks: `unmask bench infer ...` (the AITemplate BERT table), `unmask bench train ...`\n"
     "  prepare-text  text files -> DLE HDF5 pretraining shards (create_pretraining_data rules)\n"
+    "  train-vocab  a WordPiece vocabulary trained from raw text (HF BertWordPieceTokenizer.train's algorithm)\n"
     "  pretrain  BERT pretraining (MLM + NSP, LAMB/AdamW) from a config file; checkpoints, --resume\n"
     "  finetune  fine-tune an HF model: SQuAD v1.1, GLUE-style TSV, CoNLL token classification\n"
     "  eval      evaluate an HF model on SQuAD / TSV / CoNLL data (EM/F1, accuracy, entity F1)\n"
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     if (cmd == "forward") return unmask::cli::cmd_forward(argc, argv);
     if (cmd == "bench") return unmask::cli::cmd_bench(argc, argv);
     if (cmd == "prepare-text") return unmask::cli::cmd_prepare_text(argc, argv);
+    if (cmd == "train-vocab") return unmask::cli::cmd_train_vocab(argc, argv);
     if (cmd == "pretrain") return unmask::cli::cmd_pretrain(argc, argv);
     if (cmd == "train-step") return unmask::cli::cmd_train_step(argc, argv);
     if (cmd == "videomae-step") return unmask::cli::cmd_videomae_step(argc, argv);

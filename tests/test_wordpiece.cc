@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "text/unicode.h"
+#include "text/vocab_trainer.h"
 #include "text/wordpiece.h"
 #include "unmask/error.h"
 
@@ -32,7 +33,11 @@ using Strings = std::vector<std::string>;
 #define UNMASK_SOURCE_DIR "."
 #endif
 const std::string kSourceDir = UNMASK_SOURCE_DIR;
-const std::string kVocabPath = kSourceDir + "/data/bert-base-uncased-vocab.txt";
+// UNMASK_PARITY_VOCAB: another vocabulary for WordPieceParity.* (run_parity.sh passes the one
+// `unmask train-vocab` trained, with references tokenizers.js made on it).
+const std::string kVocabPath = std::getenv("UNMASK_PARITY_VOCAB") && *std::getenv("UNMASK_PARITY_VOCAB")
+                                   ? std::string(std::getenv("UNMASK_PARITY_VOCAB"))
+                                   : kSourceDir + "/data/bert-base-uncased-vocab.txt";
 
 // The real vocab (kept in the repository) is needed for the parity and most unit tests.
 #define REQUIRE_REAL_VOCAB() \
@@ -424,3 +429,57 @@ TEST(WordPieceParity, PairsWithTypeIdsMatchTokenizersJs) {
 }
 
 }  // namespace
+
+// ---- the vocabulary trainer (text/vocab_trainer.h), on corpora small enough to follow by hand --
+
+namespace {
+std::string write_corpus(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+}  // namespace
+
+// "aab" x3, "ab" x2: alphabet a (8), b (5); continuations ##a, ##b as the sorted words need them;
+// pairs (a,##a) 3 and (##a,##b) 3 tie -> the smaller ids first: "aa"; then (aa,##b) 3: "aab";
+// then (a,##b) 2: "ab". min_frequency 3 stops before "ab".
+TEST(VocabTrainer, MergesByCountThenSmallerPairHandWorked) {
+  using unmask::text::train_wordpiece_vocab;
+  using unmask::text::VocabTrainerOptions;
+  const std::string corpus = write_corpus("unmask_vocab_trainer_1.txt", "aab AAB aab\nab ab\n");
+  VocabTrainerOptions o;
+  o.vocab_size = 100;
+  auto r = train_wordpiece_vocab({corpus}, o);
+  EXPECT_EQ(r.vocab, (Strings{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##a", "##b", "aa", "aab", "ab"}));
+  EXPECT_EQ(r.words, 5);
+  EXPECT_EQ(r.unique_words, 2);
+  EXPECT_EQ(r.merges, 3);
+  o.min_frequency = 3;
+  r = train_wordpiece_vocab({corpus}, o);
+  EXPECT_EQ(r.vocab.back(), "aab");
+  EXPECT_TRUE(r.stopped_by_min_frequency);
+  o.min_frequency = 2;
+  o.vocab_size = 10;  // the limit stops after the first merge
+  EXPECT_EQ(train_wordpiece_vocab({corpus}, o).vocab.back(), "aa");
+  // limit_alphabet 1 keeps 'a' only: b leaves the words; "aab" -> a ##a, "ab" -> a.
+  o.vocab_size = 100, o.limit_alphabet = 1;
+  r = train_wordpiece_vocab({corpus}, o);
+  EXPECT_EQ(r.vocab, (Strings{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "##a", "aa"}));
+  EXPECT_EQ(r.dropped_characters, 1);
+  // Cased: "AAB" is its own word with its own alphabet.
+  o.limit_alphabet = 1000, o.normalizer.lowercase = false;
+  r = train_wordpiece_vocab({corpus}, o);
+  EXPECT_NE(std::find(r.vocab.begin(), r.vocab.end(), "A"), r.vocab.end());
+  // A merged vocabulary tokenizes its corpus words whole.
+  o.normalizer.lowercase = true;
+  const WordPieceTokenizer tok(Vocab::from_tokens(train_wordpiece_vocab({corpus}, o).vocab));
+  EXPECT_EQ(tok.tokenize_to_strings("AAB ab aabab"), (Strings{"aab", "ab", "aab", "##a", "##b"}));  // no "##ab" merge
+  // Bad input: named.
+  const std::string bad = write_corpus("unmask_vocab_trainer_2.txt", "ok\nbad \xff byte\n");
+  try {
+    train_wordpiece_vocab({bad}, VocabTrainerOptions{});
+    ADD_FAILURE() << "invalid UTF-8 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unmask_vocab_trainer_2.txt:2"), std::string::npos) << e.what();
+  }
+}

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <utility>
 
@@ -138,8 +139,7 @@ const std::string& Vocab::token(int32_t id) const {
 
 WordPieceTokenizer::WordPieceTokenizer(Vocab vocab, WordPieceOptions options)
     : vocab_(std::move(vocab)),
-      options_(options),
-      strip_accents_(options.strip_accents.value_or(options.lowercase)) {
+      options_(options) {
   if (options_.max_input_chars_per_word <= 0) {
     throw Error("WordPieceTokenizer: max_input_chars_per_word is ",
                 options_.max_input_chars_per_word, ", must be positive",
@@ -181,8 +181,8 @@ std::vector<int32_t> WordPieceTokenizer::tokenize(std::string_view text) const {
   return ids;
 }
 
-void WordPieceTokenizer::tokenize_section(std::u32string_view section,
-                                          std::vector<int32_t>& ids) const {
+void bert_pre_tokenize(std::u32string_view section, const WordPieceOptions& options,
+                       const std::function<void(std::u32string_view)>& word) {
   // 1. Clean-up, CJK padding and lowercasing, one code point at a time (HF lowercases per
   //    code point, so no Final_Sigma context; see wordpiece.h).
   std::u32string normalized;
@@ -191,18 +191,18 @@ void WordPieceTokenizer::tokenize_section(std::u32string_view section,
     if (cp == 0 || is_removed_by_cleanup(cp)) continue;
     if (is_whitespace(cp)) {
       normalized.push_back(' ');
-    } else if (options_.tokenize_chinese_chars && is_cjk_ideograph(cp)) {
+    } else if (options.tokenize_chinese_chars && is_cjk_ideograph(cp)) {
       normalized.push_back(' ');
       normalized.push_back(cp);
       normalized.push_back(' ');
-    } else if (options_.lowercase) {
+    } else if (options.lowercase) {
       unicode::append_lowercase(cp, normalized);
     } else {
       normalized.push_back(cp);
     }
   }
   // 2. Strip accents: NFD, then drop nonspacing marks (Mn).
-  if (strip_accents_) {
+  if (options.strip_accents.value_or(options.lowercase)) {
     std::u32string decomposed;
     decomposed.reserve(normalized.size() + 8);
     unicode::append_nfd(normalized, decomposed);
@@ -218,11 +218,16 @@ void WordPieceTokenizer::tokenize_section(std::u32string_view section,
     const char32_t cp = text[i];
     const bool space = is_whitespace(cp);
     if (!space && !is_bert_punctuation(cp)) continue;
-    if (i > word_start) tokenize_word(text.substr(word_start, i - word_start), ids);
-    if (!space) tokenize_word(text.substr(i, 1), ids);
+    if (i > word_start) word(text.substr(word_start, i - word_start));
+    if (!space) word(text.substr(i, 1));
     word_start = i + 1;
   }
-  if (text.size() > word_start) tokenize_word(text.substr(word_start), ids);
+  if (text.size() > word_start) word(text.substr(word_start));
+}
+
+void WordPieceTokenizer::tokenize_section(std::u32string_view section,
+                                          std::vector<int32_t>& ids) const {
+  bert_pre_tokenize(section, options_, [&](std::u32string_view w) { tokenize_word(w, ids); });
 }
 
 void WordPieceTokenizer::tokenize_word(std::u32string_view word, std::vector<int32_t>& ids) const {

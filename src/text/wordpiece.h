@@ -31,6 +31,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,6 +91,12 @@ struct WordPieceOptions {
   int max_input_chars_per_word = 100;
 };
 
+/// BERT's normalizer and pre-tokenizer, what tokenize() runs before WordPiece: clean-up, CJK
+/// spacing, lowercasing and accent stripping as `options` say, then splitting at whitespace and
+/// punctuation. Calls `word` with each pre-token (special tokens are not split out here).
+void bert_pre_tokenize(std::u32string_view text, const WordPieceOptions& options,
+                       const std::function<void(std::u32string_view)>& word);
+
 /// How encode() shortens a text (pair) that does not fit max_length.
 enum class Truncation {
   longest_first,   // HF: trim the longer sequence down to the shorter, then alternate
@@ -135,7 +142,6 @@ class WordPieceTokenizer {
 
   Vocab vocab_;
   WordPieceOptions options_;
-  bool strip_accents_;
   std::vector<std::pair<std::u32string, int32_t>> special_tokens_;  // in the text, kept whole
 };
 

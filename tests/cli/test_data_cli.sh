@@ -52,6 +52,16 @@ check "refused run left the shards" test "$(cat "$W/out"/*.hdf5 | md5sum)" = "$s
 expect 0 "removed 2 .hdf5 file(s)" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/out" --format documents --force
 check "--force: only the new shard" test "$(cd "$W/out" && ls *.hdf5)" = "shard_00000.hdf5"
 check "the shards' casing beside them" grep -q '"do_lower_case": true' "$W/out/tokenizer_config.json"
+# train-vocab: a vocabulary from the corpus that prepare-text can use; refusals.
+expect 0 "train-vocab: 60 tokens" -- "$U" train-vocab --input "$W/corpus.txt" --output "$W/tv" --vocab-size 60 --min-frequency 1
+expect 0 "stopped early: every word is one token" -- "$U" train-vocab --input "$W/corpus.txt" --output "$W/tvall" --vocab-size 500 --min-frequency 1
+check "trained vocab: special tokens first" test "$(head -5 "$W/tv/vocab.txt" | tr '\n' ' ')" = "[PAD] [UNK] [CLS] [SEP] [MASK] "
+check "trained vocab: 60 lines" test "$(wc -l < "$W/tv/vocab.txt")" = 60
+expect 0 "1 file(s), 8 documents" -- "$U" prepare-text --vocab "$W/tv/vocab.txt" --quiet --input "$W/corpus.txt" --output "$W/tvshards"
+expect 1 "vocab.txt exists" -- "$U" train-vocab --input "$W/corpus.txt" --output "$W/tv" --vocab-size 60
+expect 0 "train-vocab" -- "$U" train-vocab --input "$W/corpus.txt" --output "$W/tv" --vocab-size 60 --force
+expect 1 "--vocab-size must be in [6, 10000000]" -- "$U" train-vocab --input "$W/corpus.txt" --output "$W/tv2" --vocab-size 3
+expect 1 "does not exist" -- "$U" train-vocab --input "$W/nope.txt" --output "$W/tv3"
 mkdir -p "$W/dir/sub" && cp "$W/corpus.txt" "$W/dir/a.txt" && cp "$W/corpus.txt" "$W/dir/sub/b.txt" && echo "hidden" > "$W/dir/.hidden"
 expect 0 "2 file(s), 16 documents" -- "$U" "${P[@]}" --input "$W/dir" --output "$W/fromdir"
 # determinism: 1 and 2 threads write the same bytes; another seed does not

@@ -47,11 +47,25 @@ if [[ -z "$bin" ]]; then
   bin="$fresh/test_wordpiece"
   echo "== compiling $bin"
   "${CXX:-g++}" -std=c++20 -O2 -I"$root/include" -I"$root/src" \
-    -DUNMASK_SOURCE_DIR="\"$root\"" "$root"/src/text/*.cc "$root/tests/test_wordpiece.cc" \
+    -DUNMASK_SOURCE_DIR="\"$root\"" "$root"/src/text/*.cc "$root/src/io/file.cc" "$root/tests/test_wordpiece.cc" \
     -lgtest -lgtest_main -pthread -o "$bin"
 fi
 echo "== C++ tokenizer against the fresh references"
 UNMASK_PARITY_DIR="$fresh" "$bin" --gtest_filter='WordPieceParity.*' || status=1
+
+# A vocabulary `unmask train-vocab` trained on the corpus (4,000 tokens: most words split into
+# pieces, the hard case for the longest-match search), tokenized by both.
+unmask="${UNMASK_BIN:-$root/build/unmask}"
+if [[ ! -x "$unmask" ]]; then
+  echo "run_parity: $unmask not found (build it first, or set UNMASK_BIN)" >&2
+  exit 1
+fi
+"$unmask" train-vocab --input "$here/corpus.txt" --output "$fresh/trained" --vocab-size 4000 --min-frequency 2 || status=1
+mkdir -p "$fresh/trained_refs"
+node "$here/tokenize_ref.mjs" "$fresh/trained/vocab.txt" "$here/corpus.txt" "$fresh/trained_refs" || status=1
+echo "== C++ tokenizer against tokenizers.js on the trained vocabulary"
+UNMASK_PARITY_VOCAB="$fresh/trained/vocab.txt" UNMASK_PARITY_DIR="$fresh/trained_refs" "$bin" \
+  --gtest_filter='WordPieceParity.*' || status=1
 
 if [[ $status -ne 0 ]]; then
   echo "run_parity: FAILED" >&2
