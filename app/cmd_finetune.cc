@@ -13,7 +13,9 @@
 #include "finetune/finetune.h"
 #include "io/file.h"
 #include "model_dir.h"
+#include "data/pretrain_data.h"
 #include "models/bert_checkpoint.h"
+#include "train/mlm_eval.h"
 #include "text/tokenizer_config.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
@@ -181,17 +183,64 @@ int cmd_finetune(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+
+// eval --task mlm: the shards' stored masks, dropout off, against the unigram baseline.
+int eval_mlm(const Args& args) {
+  const std::string model_path = args.require("model");
+  const std::string format = check_format(args);
+  Context ctx({.num_threads = int(args.get_int("threads"))});
+  BertHeads heads;
+  {
+    const BertModel probe = BertModel::load(model_path);
+    if (!probe.heads().mlm)
+      throw Error("model ", model_path, " has no MLM head (cls.predictions.*): nothing to score masked tokens with",
+                  Hint("evaluate a pretraining checkpoint (BertForPreTraining / BertForMaskedLM)"));
+    heads = {.pooler = probe.heads().nsp, .mlm = true, .nsp = probe.heads().nsp};
+  }
+  BertTrainModel model = BertTrainModel::load(model_path, heads, 0);
+  const std::vector<std::string> shards = data::list_shards(args.require("data"));
+  train::MlmEvalOptions o;
+  o.batch = positive_int(args, "batch");
+  const train::MlmEvalResult r = train::evaluate_mlm(ctx, model, shards, o);
+  if (format == "json") {
+    std::fputs(train::mlm_eval_json(r).c_str(), stdout);
+    return 0;
+  }
+  std::string top = std::to_string(r.unigram_top_id);
+  try {
+    const text::WordPieceTokenizer tok = load_tokenizer(model_path, model.config().vocab_size);
+    top = "'" + tok.vocab().token(r.unigram_top_id) + "'";
+  } catch (const Error&) {
+  }
+  std::printf("masked LM on %s: %lld sequences, %lld masked tokens (%.1f s)\n", args.get("data").c_str(),
+              (long long)r.sequences, (long long)r.masked, r.seconds);
+  std::printf("| %-22s | %8s | %9s | %10s |\n", "", "loss", "accuracy", "perplexity");
+  std::printf("| %-22s | %8.4f | %8.2f%% | %10.1f |\n", "model", r.loss, 100 * r.accuracy, r.perplexity);
+  std::printf("| %-22s | %8.4f | %8.2f%% | %10.1f |\n", ("unigram (always " + top + ")").c_str(), r.unigram_loss,
+              100 * r.unigram_accuracy, r.unigram_perplexity);
+  if (r.nsp_accuracy >= 0) std::printf("next-sentence accuracy: %.2f%%\n", 100 * r.nsp_accuracy);
+  return 0;
+}
+
+}  // namespace
+
 int cmd_eval(int argc, char** argv) {
   const std::vector<OptionSpec> specs = with_data_specs({
-      {"task", "squad|classify|tokens", "squad: EM/F1 (official v1.1 rules); classify: accuracy/F1; tokens: entity P/R/F1 (conlleval)", ""},
+      {"task", "squad|classify|tokens|mlm", "squad: EM/F1 (official v1.1 rules); classify: accuracy/F1; tokens: entity P/R/F1 (conlleval); mlm: masked-LM loss/accuracy/perplexity on HDF5 shards", ""},
       {"model", "DIR", "fine-tuned Hugging Face model directory with the task's head", ""},
       {"data", "FILE", "evaluation data (SQuAD v1.1 JSON, TSV with a header, or CoNLL)", ""},
       {"predictions", "OUT.json", "write the predictions (squad: {id: answer}; classify: [label]; tokens: [[tag]])", ""},
       {"batch", "N", "features per forward", "32"},
       {"format", "table|json", "output format", "table"},
   });
-  auto args = Args::parse("eval", "Evaluates a fine-tuned model: SQuAD EM/F1, classification accuracy/F1, entity P/R/F1.", specs, argc, argv, 2);
+  auto args = Args::parse("eval",
+                          "Evaluates a model: SQuAD EM/F1, classification accuracy/F1, entity P/R/F1; --task mlm: "
+                          "held-out masked-LM loss, accuracy and perplexity of a pretrained model on pretraining "
+                          "shards (prepare-text), beside the unigram baseline's.",
+                          specs, argc, argv, 2);
   if (!args) return 0;
+  if (args->require("task") == "mlm") return eval_mlm(*args);
   const TaskKind task = finetune::parse_task(args->require("task"));
   const std::string model_dir = args->require("model");
   const std::string data_path = args->require("data");

@@ -70,6 +70,9 @@ check "keep_checkpoints = 2" test "$(ls "$W/run/checkpoints" | tr '\n' ' ')" = "
 check "metrics.jsonl has 8 rows" test "$(wc -l < "$W/run/metrics.jsonl")" = 8
 check "loss.svg" grep -q "</svg>" "$W/run/loss.svg"
 expect 0 "[MASK] at position" -- "$U" infer --model "$W/run/checkpoints/step-000008" --text "tok1 tok2 [MASK] tok4"
+expect 0 "| unigram (always" -- "$U" eval --task mlm --model "$W/run/checkpoints/step-000008" --data "$W/shards"
+expect 0 '"unigram_accuracy"' -- "$U" eval --task mlm --model "$W/run/checkpoints/step-000008" --data "$W/shards" --format json
+expect 1 "does not exist" -- "$U" eval --task mlm --model "$W/run/checkpoints/step-000008" --data "$W/none"
 check "checkpoint carries its casing" grep -q '"do_lower_case": true' "$W/run/checkpoints/step-000008/tokenizer_config.json"
 check "checkpoint carries special_tokens_map.json" grep -q '"mask_token": "\[MASK\]"' "$W/run/checkpoints/step-000008/special_tokens_map.json"
 # Shards made with --cased train a model that stays cased: its checkpoints say do_lower_case false.
