@@ -101,6 +101,8 @@ int cmd_forward(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_prepare_text(int argc, char** argv);   // app/cmd_prepare_text.cc
 int cmd_train_vocab(int argc, char** argv);    // app/cmd_prepare_text.cc
+int cmd_predict(int argc, char** argv);        // app/cmd_finetune.cc
+int cmd_embed(int argc, char** argv);          // app/cmd_infer.cc
 int cmd_pretrain(int argc, char** argv);       // app/cmd_pretrain.cc
 int cmd_train_step(int argc, char** argv);     // app/cmd_train_step.cc (gradient dumps for parity checks)
 int cmd_finetune(int argc, char** argv);       // app/cmd_finetune.cc

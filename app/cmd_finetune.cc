@@ -260,4 +260,37 @@ int cmd_eval(int argc, char** argv) {
   return 0;
 }
 
+int cmd_predict(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = with_data_specs({
+      {"task", "squad|classify|tokens", "the fine-tuned head to run", ""},
+      {"model", "DIR", "fine-tuned model with the task's head", ""},
+      {"data", "FILE", "unlabelled data: TSV with a header (no label column needed), CoNLL words (one per line), SQuAD JSON without answers", ""},
+      {"output", "FILE", "write the predictions there (JSON lines; default: standard output)", ""},
+      {"batch", "N", "features per forward", "32"},
+  });
+  auto args = Args::parse("predict",
+                          "Runs a fine-tuned model on unlabelled data and writes one JSON line per example: the class "
+                          "(classify), the tag of every word (tokens) or the answer (squad), with probabilities.",
+                          specs, argc, argv, 2);
+  if (!args) return 0;
+  const TaskKind task = finetune::parse_task(args->require("task"));
+  const std::string model_dir = args->require("model"), data_path = args->require("data");
+  Context ctx({.num_threads = int(args->get_int("threads"))});
+  const BertModel model = BertModel::load(model_dir);
+  finetune::require_head(model.heads(), task);
+  const finetune::DataOptions dopt = data_options(*args, task, model.config());
+  const text::WordPieceTokenizer tok = load_tokenizer(model_dir, model.config().vocab_size);
+  const std::vector<std::string> labels =
+      task == TaskKind::squad ? std::vector<std::string>{} : finetune::model_labels(model.config());
+  const finetune::TaskData data = finetune::load_unlabelled_data(task, data_path, tok, dopt, labels);
+  const std::string lines = finetune::predict_jsonl(ctx, model, data, tok, positive_int(*args, "batch"));
+  if (args->has("output")) {
+    io::write_file_atomic(args->get("output"), lines);
+    std::fprintf(stderr, "unmask predict: %zu predictions -> %s\n", data.num_examples(), args->get("output").c_str());
+  } else {
+    std::fputs(lines.c_str(), stdout);
+  }
+  return 0;
+}
+
 }  // namespace unmask::cli

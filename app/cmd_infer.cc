@@ -1,12 +1,16 @@
 // app/cmd_infer.cc: `unmask infer`, the seed's fill-mask demo, and `unmask forward`, which runs
 // a batch of token ids from .npy files (used by the PyTorch parity tests).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
 
 #include "cli.h"
+#include "io/file.h"
+#include "models/bert_embed.h"
+#include "finetune/finetune.h"
 #include "io/npy.h"
 #include "model_dir.h"
 #include "unmask/bert.h"
@@ -122,8 +126,31 @@ int cmd_infer(int argc, char** argv) {
   std::printf("\n");
   const int32_t mask_id = tok.vocab().mask_id();
   int masks = 0;
+  // A fine-tuned classifier or tagger: its class, or every token's tag, with the probability.
+  const std::vector<std::string> labels = finetune::model_labels(model.config());
+  auto best_of = [&](const float* row) {
+    const int64_t L = model.config().num_labels;
+    const float mx = *std::max_element(row, row + L);
+    double sum = 0;
+    for (int64_t k = 0; k < L; ++k) sum += std::exp(double(row[k] - mx));
+    const int64_t b = std::max_element(row, row + L) - row;
+    return std::pair<std::string, double>(labels[size_t(b)], 1.0 / sum);
+  };
+  if (out.seqcls_logits.defined()) {
+    const auto [label, p] = best_of(out.seqcls_logits.data<float>());
+    std::printf("class: %s (probability %.4f)\n", label.c_str(), p);
+  }
+  if (out.tokcls_logits.defined()) {
+    std::printf("tags:");
+    for (int64_t t = 0; t < T; ++t) {
+      const auto [label, p] = best_of(out.tokcls_logits.data<float>() + t * model.config().num_labels);
+      std::printf(" %s/%s(%.2f)", tok.vocab().token(enc.ids[size_t(t)]).c_str(), label.c_str(), p);
+    }
+    std::printf("\n");
+  }
   if (!out.mlm_logits.defined()) {
-    std::printf("this checkpoint has no MLM head (cls.predictions.*): no fill-mask predictions; use --dump for the hidden states\n");
+    if (!out.seqcls_logits.defined() && !out.tokcls_logits.defined())
+      std::printf("this checkpoint has no MLM head (cls.predictions.*): no fill-mask predictions; use --dump for the hidden states\n");
   } else {
     const int64_t V = model.config().vocab_size;
     for (int64_t t = 0; t < T; ++t) {
@@ -158,6 +185,55 @@ int cmd_infer(int argc, char** argv) {
     const double p_next = 1.0 / (1.0 + std::exp(double(n[1] - n[0])));
     std::printf("next-sentence probability (B follows A): %.4f\n", p_next);
   }
+  return 0;
+}
+
+int cmd_embed(int argc, char** argv) {
+  const std::vector<OptionSpec> specs = {
+      {"model", "DIR", "Hugging Face model directory (any head; the encoder is used)", ""},
+      {"input", "FILE", "UTF-8 text, one text per line (empty lines are embedded too)", ""},
+      {"output", "X.npy", "f32 [texts, hidden_size] embeddings, in input order", ""},
+      {"pooling", "cls|mean", "cls: the [CLS] row; mean: the mean of every token row ([CLS]/[SEP] included)", "cls"},
+      {"batch", "N", "texts per forward (packed: no work on padding)", "32"},
+      {"max-seq", "N", "truncate texts to N tokens (0 = the model's positions)", "0"},
+      {"threads", "N", "CPU threads (0 = all cores)", "0"},
+  };
+  auto args = Args::parse("embed", "Writes a sentence embedding for every line of a text file as one .npy matrix.",
+                          specs, argc, argv, 2);
+  if (!args) return 0;
+  const std::string dir = args->require("model"), input = args->require("input"), output = args->require("output");
+  const std::string pooling = args->get("pooling");
+  if (pooling != "cls" && pooling != "mean") throw Error("--pooling must be cls or mean, got '", pooling, "'");
+  const int64_t batch = args->get_int("batch"), max_seq = args->get_int("max-seq");
+  if (batch < 1) throw Error("--batch must be >= 1, got ", batch);
+  if (max_seq < 0) throw Error("--max-seq must be >= 0, got ", max_seq);
+  if (std::filesystem::exists(output)) throw Error(output, " exists", Hint("choose another --output or remove it first"));
+  std::vector<std::string> lines;
+  {
+    const std::string text = io::read_file(input);
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string::npos) nl = text.size();
+      std::string line = text.substr(pos, nl - pos);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      lines.push_back(std::move(line));
+      pos = nl + 1;
+    }
+  }
+  if (lines.empty()) throw Error(input, " is empty: no text to embed");
+  Context ctx({.num_threads = int(args->get_int("threads"))});
+  const BertModel model = BertModel::load(dir);
+  const text::WordPieceTokenizer tok = load_tokenizer(dir, model.config().vocab_size);
+  const auto t0 = std::chrono::steady_clock::now();
+  const EmbedResult r = embed_texts(ctx, model, tok, lines,
+                                    {.pooling = pooling == "mean" ? Pooling::mean : Pooling::cls, .batch = batch,
+                                     .max_length = max_seq});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  io::write_npy(output, r.embeddings);
+  std::printf("embed: %zu texts (%lld tokens, %lld truncated), %s pooling -> %s [%zu, %lld] in %.2f s (%.1f texts/s)\n",
+              lines.size(), (long long)r.tokens, (long long)r.truncated, pooling.c_str(), output.c_str(), lines.size(),
+              (long long)model.config().hidden_size, s, s > 0 ? double(lines.size()) / s : 0.0);
   return 0;
 }
 

@@ -24,7 +24,9 @@ const char* kUsage =
     "  train-vocab  a WordPiece vocabulary trained from raw text (HF BertWordPieceTokenizer.train's algorithm)\n"
     "  pretrain  BERT pretraining (MLM + NSP, LAMB/AdamW) from a config file; checkpoints, --resume\n"
     "  finetune  fine-tune an HF model: SQuAD v1.1, GLUE-style TSV, CoNLL token classification\n"
-    "  eval      evaluate an HF model on SQuAD / TSV / CoNLL data (EM/F1, accuracy, entity F1)\n"
+    "  eval      evaluate an HF model on SQuAD / TSV / CoNLL data (EM/F1, accuracy, entity F1), or --task mlm\n"
+    "  predict   run a fine-tuned model on unlabelled data: classes, tags or answers with probabilities\n"
+    "  embed     sentence embeddings (CLS or mean pooling) of a text file's lines -> .npy\n"
     "  train-step  forward+backward+optimizer steps on .npy batches; dumps losses and gradients\n"
     "  make-videos  synthetic labelled action videos (VP9/H.264 via FFmpeg) + VideoMAE/V-SWIFT lists\n"
     "  prepare-video  a video list -> a decode-once clip store (resized uint8 frames, chunked, checksummed)\n"
@@ -70,6 +72,8 @@ int main(int argc, char** argv) {
     if (cmd == "convert-videomae") return unmask::cli::cmd_convert_videomae(argc, argv);
     if (cmd == "finetune") return unmask::cli::cmd_finetune(argc, argv);
     if (cmd == "eval") return unmask::cli::cmd_eval(argc, argv);
+    if (cmd == "predict") return unmask::cli::cmd_predict(argc, argv);
+    if (cmd == "embed") return unmask::cli::cmd_embed(argc, argv);
     if (cmd == "pretrain-video") return unmask::cli::cmd_pretrain_video(argc, argv);
     if (cmd == "finetune-video") return unmask::cli::cmd_finetune_video(argc, argv);
     if (cmd == "eval-video") return unmask::cli::cmd_eval_video(argc, argv);

@@ -37,6 +37,7 @@ bash tests/mpi/test_srun.sh build/unmask
 
 stage "[2/6] parity with PyTorch (python3-torch)"
 /usr/bin/python3 tests/python/parity.py --unmask build/unmask --base
+/usr/bin/python3 tests/python/embed_parity.py --unmask build/unmask  # `unmask embed`, CLS and mean pooling
 stage "[2a/6] training parity with PyTorch autograd (losses, every gradient, 10 AdamW steps)"
 /usr/bin/python3 tests/python/train_parity.py --unmask build/unmask
 stage "[2a'/6] VideoMAE pretraining parity with a PyTorch implementation (loss, every gradient)"

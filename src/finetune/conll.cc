@@ -12,7 +12,7 @@
 
 namespace unmask::finetune {
 
-std::vector<ConllSentence> parse_conll(const std::string& text, const std::string& origin) {
+std::vector<ConllSentence> parse_conll(const std::string& text, const std::string& origin, bool unlabelled) {
   std::vector<ConllSentence> sentences;
   ConllSentence current;
   auto flush = [&] {
@@ -50,21 +50,21 @@ std::vector<ConllSentence> parse_conll(const std::string& text, const std::strin
     } catch (const Error& e) {
       throw Error("conll: ", origin, ":", line_no, ": ", e.what(), Hint("the file must be UTF-8"));
     }
-    if (fields.size() < 2)
+    if (fields.size() < 2 && !unlabelled)
       throw Error("conll: ", origin, ":", line_no, ": \"", fields[0], "\" has no label",
                   Hint("CoNLL lines are WORD ... LABEL (the label in the last column), a blank line between sentences"));
     if (current.words.empty()) current.line = line_no;
     current.words.push_back(fields.front());
-    current.labels.push_back(fields.back());
+    current.labels.push_back(unlabelled ? std::string() : fields.back());
   }
   flush();
   return sentences;
 }
 
-std::vector<ConllSentence> read_conll(const std::string& path) {
+std::vector<ConllSentence> read_conll(const std::string& path, bool unlabelled) {
   if (!io::file_exists(path))
     throw Error("conll: ", path, " not found", Hint("pass a CoNLL file: WORD ... LABEL per line, blank lines between sentences"));
-  std::vector<ConllSentence> s = parse_conll(io::read_file(path), path);
+  std::vector<ConllSentence> s = parse_conll(io::read_file(path), path, unlabelled);
   if (s.empty()) throw Error("conll: ", path, " holds no sentences", Hint("CoNLL lines are WORD ... LABEL"));
   return s;
 }

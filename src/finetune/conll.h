@@ -35,9 +35,10 @@ struct ConllSentence {
 };
 
 /// Throws an Error naming file:line for a missing file, invalid UTF-8, or a line with a single
-/// field (a word without a label).
-std::vector<ConllSentence> read_conll(const std::string& path);
-std::vector<ConllSentence> parse_conll(const std::string& text, const std::string& origin);
+/// field (a word without a label). `unlabelled` (prediction): the first field is the word and
+/// the labels are empty.
+std::vector<ConllSentence> read_conll(const std::string& path, bool unlabelled = false);
+std::vector<ConllSentence> parse_conll(const std::string& text, const std::string& origin, bool unlabelled = false);
 
 /// The distinct labels, sorted (bytewise): label id = index.
 std::vector<std::string> conll_label_list(const std::vector<ConllSentence>& sentences);

@@ -268,16 +268,22 @@ double EvalResult::value(const std::string& name) const {
   throw Error("eval: no metric '", name, "' for task ", task_name(task));
 }
 
-EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
-                    const text::WordPieceTokenizer& tokenizer, int64_t batch_size) {
+namespace {
+
+// Every feature's head logits, in feature order: squad start/end per token; classify [L] per
+// feature; tokens [T, L] per feature. Features run in batches sorted by length (less padding).
+struct HeadLogits {
+  std::vector<SquadLogits> qa;
+  std::vector<std::vector<float>> rows;
+};
+
+HeadLogits run_task_heads(Context& ctx, const BertModel& model, const TaskData& data, int64_t batch_size) {
   const TaskKind task = data.task;
   require_head(model.heads(), task);
   const int64_t L = model.config().num_labels;
   if (task != TaskKind::squad && int64_t(data.labels.size()) != L)
     throw Error("eval: the data has ", data.labels.size(), " labels but the model's classifier has ", L);
   if (batch_size < 1) throw Error("eval: batch size must be at least 1, got ", batch_size);
-
-  // Features by length, so a batch holds similar lengths (less padding).
   const size_t F = data.num_features();
   std::vector<size_t> order(F);
   std::iota(order.begin(), order.end(), size_t(0));
@@ -287,8 +293,9 @@ EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
   fo.pooler = task == TaskKind::classify;
   fo.qa = task == TaskKind::squad;
   fo.classifier = task != TaskKind::squad;
-  std::vector<SquadLogits> qa(task == TaskKind::squad ? F : 0);
-  std::vector<std::vector<float>> rows_logits(task == TaskKind::squad ? 0 : F);
+  HeadLogits h;
+  h.qa.resize(task == TaskKind::squad ? F : 0);
+  h.rows.resize(task == TaskKind::squad ? 0 : F);
   for (size_t first = 0; first < F; first += size_t(batch_size)) {
     const std::vector<size_t> rows(order.begin() + int64_t(first), order.begin() + int64_t(std::min(F, first + size_t(batch_size))));
     const TaskBatch b = data.batch(rows, false);
@@ -300,15 +307,38 @@ EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
     for (size_t i = 0; i < rows.size(); ++i) {
       const int64_t n = int64_t(data.feature_length(rows[i]));
       if (task == TaskKind::squad) {
-        qa[rows[i]].start = batch_row(out.qa_start_logits, int64_t(i), n);
-        qa[rows[i]].end = batch_row(out.qa_end_logits, int64_t(i), n);
+        h.qa[rows[i]].start = batch_row(out.qa_start_logits, int64_t(i), n);
+        h.qa[rows[i]].end = batch_row(out.qa_end_logits, int64_t(i), n);
       } else if (task == TaskKind::classify) {
-        rows_logits[rows[i]] = batch_row(out.seqcls_logits, int64_t(i), L);
+        h.rows[rows[i]] = batch_row(out.seqcls_logits, int64_t(i), L);
       } else {
-        rows_logits[rows[i]] = batch_row(out.tokcls_logits, int64_t(i), n);
+        h.rows[rows[i]] = batch_row(out.tokcls_logits, int64_t(i), n);
       }
     }
   }
+  return h;
+}
+
+// Softmax of logits[0, n): the probabilities, in float64.
+std::vector<double> softmax(const float* logits, int64_t n) {
+  const float mx = *std::max_element(logits, logits + n);
+  std::vector<double> p(static_cast<size_t>(n), 0.0);
+  double sum = 0;
+  for (int64_t k = 0; k < n; ++k) sum += p[size_t(k)] = std::exp(double(logits[k]) - double(mx));
+  for (double& v : p) v /= sum;
+  return p;
+}
+
+}  // namespace
+
+EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
+                    const text::WordPieceTokenizer& tokenizer, int64_t batch_size) {
+  const TaskKind task = data.task;
+  const int64_t L = model.config().num_labels;
+  const size_t F = data.num_features();
+  HeadLogits h = run_task_heads(ctx, model, data, batch_size);
+  const std::vector<SquadLogits>& qa = h.qa;
+  const std::vector<std::vector<float>>& rows_logits = h.rows;
 
   EvalResult r;
   r.task = task;
@@ -341,6 +371,78 @@ EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
     r.metrics = {{"precision", s.precision}, {"recall", s.recall}, {"f1", s.f1}, {"accuracy", s.accuracy}};
   }
   return r;
+}
+
+TaskData load_unlabelled_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
+                              const DataOptions& options, const std::vector<std::string>& labels) {
+  TaskData d;
+  d.task = task;
+  d.path = path;
+  d.labels = labels;
+  const int64_t max_seq = options.max_seq > 0 ? options.max_seq : default_max_seq(task);
+  if (task == TaskKind::squad) {
+    d.squad_examples = read_squad(path, false, &d.squad_report);
+    d.squad_features = squad_features(
+        d.squad_examples, tokenizer,
+        {.max_seq_length = max_seq, .doc_stride = options.doc_stride, .max_query_length = options.max_query}, false);
+  } else if (task == TaskKind::classify) {
+    const TsvTable table = read_tsv(path);
+    ClassifyColumnIndex columns = resolve_columns(table, options.columns, false);
+    columns.label = -1;  // a label column, if the file has one, is not read
+    d.classify_examples = classify_examples(table, columns);
+    d.classify_features = classify_features(d.classify_examples, d.labels, tokenizer, max_seq, true);
+  } else {
+    d.sentences = read_conll(path, true);
+    d.conll_features = conll_features(d.sentences, d.labels, tokenizer, max_seq, true);
+  }
+  if (d.num_features() == 0) throw Error(task_name(task), ": ", path, " gave no examples", Hint("the file holds no usable rows"));
+  return d;
+}
+
+std::string predict_jsonl(Context& ctx, const BertModel& model, const TaskData& data,
+                          const text::WordPieceTokenizer& tokenizer, int64_t batch_size) {
+  const HeadLogits h = run_task_heads(ctx, model, data, batch_size);
+  const int64_t L = model.config().num_labels;
+  std::string out;
+  auto line = [&](const nlohmann::ordered_json& j) {
+    out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  };
+  if (data.task == TaskKind::squad) {
+    std::map<std::string, double> prob;
+    const auto answers = squad_predict(data.squad_examples, data.squad_features, h.qa, tokenizer, {}, &prob);
+    for (const SquadExample& ex : data.squad_examples)
+      line({{"id", ex.id}, {"answer", answers.at(ex.id)}, {"probability", prob.at(ex.id)}});
+  } else if (data.task == TaskKind::classify) {
+    for (size_t i = 0; i < data.classify_examples.size(); ++i) {
+      const std::vector<double> p = softmax(h.rows[i].data(), L);
+      const size_t best = size_t(std::max_element(p.begin(), p.end()) - p.begin());
+      nlohmann::ordered_json all;
+      for (int64_t k = 0; k < L; ++k) all[data.labels[size_t(k)]] = p[size_t(k)];
+      line({{"line", data.classify_examples[i].line}, {"label", data.labels[best]}, {"probability", p[best]},
+            {"probabilities", all}});
+    }
+  } else {
+    // Each word's tag and probability from its first piece (a later window overwrites an
+    // earlier one, as conll_word_predictions).
+    std::vector<std::vector<std::pair<int32_t, double>>> words(data.sentences.size());
+    for (size_t s = 0; s < data.sentences.size(); ++s) words[s].assign(data.sentences[s].words.size(), {-1, 0.0});
+    for (size_t i = 0; i < data.conll_features.size(); ++i) {
+      const ConllFeature& f = data.conll_features[i];
+      for (size_t t = 0; t < f.word_of_token.size(); ++t) {
+        if (f.word_of_token[t] < 0) continue;
+        const std::vector<double> p = softmax(h.rows[i].data() + t * size_t(L), L);
+        const size_t best = size_t(std::max_element(p.begin(), p.end()) - p.begin());
+        words.at(size_t(f.sentence)).at(size_t(f.word_of_token[t])) = {int32_t(best), p[best]};
+      }
+    }
+    for (size_t s = 0; s < data.sentences.size(); ++s) {
+      std::vector<std::string> tags;
+      std::vector<double> probs;
+      for (const auto& [id, p] : words[s]) tags.push_back(id >= 0 ? data.labels[size_t(id)] : "O"), probs.push_back(p);
+      line({{"line", data.sentences[s].line}, {"words", data.sentences[s].words}, {"tags", tags}, {"probabilities", probs}});
+    }
+  }
+  return out;
 }
 
 std::string predictions_json(const EvalResult& result) {

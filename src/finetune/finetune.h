@@ -72,6 +72,12 @@ struct TaskData {
 TaskData load_task_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
                         const DataOptions& options, bool training, const std::vector<std::string>& labels = {});
 
+/// Data without labels, for prediction: a TSV without the label column, CoNLL lines holding the
+/// word only (other columns are ignored), SQuAD questions without answers. `labels` are the
+/// model's (classify / tokens).
+TaskData load_unlabelled_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
+                              const DataOptions& options, const std::vector<std::string>& labels);
+
 /// The label names of a model's classifier: id2label where given, else "0", "1", ... (so HF's
 /// default "LABEL_i" names match GLUE's numeric labels).
 std::vector<std::string> model_labels(const BertConfig& config);
@@ -140,6 +146,12 @@ void require_head(const BertHeads& heads, TaskKind task);
 EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
                     const text::WordPieceTokenizer& tokenizer, int64_t batch_size = 32);
 
+/// Predictions with probabilities, one JSON object per line, in the data's order:
+///   classify {"line", "label", "probability", "probabilities": {label: p}}  (softmax of the logits)
+///   tokens   {"line", "words", "tags", "probabilities"}  (each word's tag from its first piece)
+///   squad    {"id", "answer", "probability"}  (softmax over the n-best spans, as run_squad)
+std::string predict_jsonl(Context& ctx, const BertModel& model, const TaskData& data,
+                          const text::WordPieceTokenizer& tokenizer, int64_t batch_size = 32);
 /// predictions as JSON: squad {id: text}; classify [label, ...]; tokens [[tag, ...], ...].
 std::string predictions_json(const EvalResult& result);
 /// {"task": ..., "examples": N, "exact_match": ..., ...}

@@ -3,6 +3,7 @@
 #include "finetune/squad.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -227,7 +228,11 @@ std::vector<SquadExample> parse_squad(const std::string& json_text, const std::s
         ex.question = string_member(qas[q], "question", qa, origin);
         ex.context = context;
         ex.doc_words = words.words;
-        const json& answers = array_member(qas[q], "answers", qa, origin);
+        // Unlabelled questions (prediction) may leave "answers" out; training needs them.
+        static const json kNoAnswers = json::array();
+        const json& answers = !training && qas[q].is_object() && !qas[q].contains("answers")
+                                  ? kNoAnswers
+                                  : array_member(qas[q], "answers", qa, origin);
         for (size_t k = 0; k < answers.size(); ++k) {
           const std::string ans = at(qa, "answers", k);
           SquadAnswer answer;
@@ -454,7 +459,8 @@ std::map<std::string, std::string> squad_predict(const std::vector<SquadExample>
                                                  const std::vector<SquadFeature>& features,
                                                  const std::vector<SquadLogits>& logits,
                                                  const text::WordPieceTokenizer& tokenizer,
-                                                 const SquadDecodeOptions& options) {
+                                                 const SquadDecodeOptions& options,
+                                                 std::map<std::string, double>* probabilities) {
   if (logits.size() != features.size())
     throw Error("squad_predict: ", logits.size(), " logit rows for ", features.size(), " features");
   const bool lowercase = tokenizer.options().lowercase;
@@ -513,6 +519,12 @@ std::map<std::string, std::string> squad_predict(const std::vector<SquadExample>
       text = squad_final_text(tok_text, orig_text, lowercase, strip_accents);
     }
     predictions[ex.id] = text;
+    if (probabilities) {
+      double sum = 0;
+      const size_t n = std::min(prelim.size(), size_t(options.n_best_size));
+      for (size_t k = 0; k < n; ++k) sum += std::exp(prelim[k].score - prelim.front().score);
+      (*probabilities)[ex.id] = n > 0 ? 1.0 / sum : 0.0;
+    }
   }
   return predictions;
 }

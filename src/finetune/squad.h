@@ -123,11 +123,14 @@ struct SquadLogits {
 /// The best answer text of every example, keyed by question id ("empty" when no valid span
 /// exists, as run_squad). logits[i] belongs to features[i]. Lowercasing in get_final_text
 /// follows the tokenizer's options.
+/// probabilities (optional): per question, the answer's softmax over the scores (start + end
+/// logit) of the n_best_size best candidate spans, as run_squad's nbest_predictions.json.
 std::map<std::string, std::string> squad_predict(const std::vector<SquadExample>& examples,
                                                  const std::vector<SquadFeature>& features,
                                                  const std::vector<SquadLogits>& logits,
                                                  const text::WordPieceTokenizer& tokenizer,
-                                                 const SquadDecodeOptions& options);
+                                                 const SquadDecodeOptions& options,
+                                                 std::map<std::string, double>* probabilities = nullptr);
 
 /// run_squad's get_final_text: projects pred_text (de-tokenized pieces) onto orig_text (the
 /// original words joined by spaces). Returns orig_text when the alignment fails.

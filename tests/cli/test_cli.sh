@@ -53,7 +53,7 @@ expect 0 "| S/16 | 25.808M | 17.896G | 384 | 12 | 1536 | 4.0 | 6 | 192 | 8 | 3 |
   --decoder-depth 8 --tube-count vswift
 expect 1 "--tube-count must be videomae or vswift" -- "$U" bench videomae --arch --tube-count fvcore
 expect 1 "--precision must be fp32, tf32 or bf16, got 'fp8'" -- "$U" bench train --precision fp8
-expect 1 "config.json not found" -- "$U" infer --model "$W/nope" --text hi
+expect 1 "model $W/nope does not exist" -- "$U" infer --model "$W/nope" --text hi
 expect 1 "--text is empty" -- "$U" infer --model "$W/m" --text "   "
 expect 1 "invalid UTF-8 at byte offset 3" -- "$U" infer --model "$W/m" --text $'abc\xff def'
 long=$(printf 'word %.0s' $(seq 1 600))

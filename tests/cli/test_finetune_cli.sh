@@ -65,10 +65,52 @@ expect 1 "are the same directory" -- "${FT[@]}" --task classify --train $D/sst_t
 expect 1 "--train is required" -- "$U" finetune --task squad --model "$W/m" --output "$W/x"
 expect 1 "--task is required" -- "$U" eval --model "$W/squad" --data $D/squad_dev.json
 expect 1 "did you mean --task squad?" -- "$U" finetune --task sqaud --model "$W/m" --train $D/squad_train.json --output "$W/x"
+# predict: the dev files with their labels removed give eval's predictions, with probabilities.
+/usr/bin/python3 - "$D" "$W" <<'PY'
+import json, sys
+d, w = sys.argv[1], sys.argv[2]
+rows = [l.rstrip("\n").split("\t") for l in open(f"{d}/mrpc_dev.tsv", encoding="utf-8")]
+with open(f"{w}/mrpc_unlabelled.tsv", "w", encoding="utf-8") as f:
+    for r in rows: f.write("\t".join(r[1:]) + "\n")  # no Quality column
+with open(f"{w}/tokens_unlabelled.txt", "w", encoding="utf-8") as f:
+    for l in open(f"{d}/tokens_dev.txt", encoding="utf-8"):
+        f.write((l.split()[0] if l.strip() else "") + "\n")
+sq = json.load(open(f"{d}/squad_dev.json", encoding="utf-8"))
+for a in sq["data"]:
+    for p in a["paragraphs"]:
+        for q in p["qas"]: del q["answers"]
+json.dump(sq, open(f"{w}/squad_unlabelled.json", "w", encoding="utf-8"))
+PY
+expect 0 "" -- "$U" eval --task classify --model "$W/mrpc" --data $D/mrpc_dev.tsv --predictions "$W/mrpc_eval.json"
+expect 0 "" -- "$U" eval --task tokens --model "$W/tok" --data $D/tokens_dev.txt --predictions "$W/tok_eval.json"
+expect 0 "" -- "$U" eval --task squad --model "$W/squad" --data $D/squad_dev.json --max-seq 64 --predictions "$W/squad_eval.json"
+expect 0 "predictions ->" -- "$U" predict --task classify --model "$W/mrpc" --data "$W/mrpc_unlabelled.tsv" --text-a "#1 String" --text-b "#2 String" --output "$W/mrpc_pred.jsonl"
+expect 0 "predictions ->" -- "$U" predict --task tokens --model "$W/tok" --data "$W/tokens_unlabelled.txt" --output "$W/tok_pred.jsonl"
+expect 0 "predictions ->" -- "$U" predict --task squad --model "$W/squad" --data "$W/squad_unlabelled.json" --max-seq 64 --output "$W/squad_pred.jsonl"
+check "predict equals eval's predictions, probabilities consistent" -- /usr/bin/python3 - "$W" <<'PY'
+import json, math, sys
+w = sys.argv[1]
+lines = lambda p: [json.loads(l) for l in open(p, encoding="utf-8")]
+ok = True
+cls = lines(f"{w}/mrpc_pred.jsonl")
+ok &= [c["label"] for c in cls] == json.load(open(f"{w}/mrpc_eval.json"))
+ok &= all(abs(sum(c["probabilities"].values()) - 1) < 1e-9 and c["probability"] == max(c["probabilities"].values()) for c in cls)
+tok = lines(f"{w}/tok_pred.jsonl")
+ok &= [t["tags"] for t in tok] == json.load(open(f"{w}/tok_eval.json"))
+ok &= all(len(t["words"]) == len(t["tags"]) == len(t["probabilities"]) and all(0 < p <= 1 for p in t["probabilities"]) for t in tok)
+sq = lines(f"{w}/squad_pred.jsonl")
+ok &= {s["id"]: s["answer"] for s in sq} == json.load(open(f"{w}/squad_eval.json"))
+ok &= all(0 < s["probability"] <= 1 for s in sq)
+sys.exit(0 if ok else 1)
+PY
+expect 1 "has no label" -- "$U" eval --task tokens --model "$W/tok" --data "$W/tokens_unlabelled.txt"
+# infer on a classifier / tagger: the class, or every token's tag, with probabilities
+expect 0 "class: " -- "$U" infer --model "$W/mrpc" --text "The horse said lovely." --pair "A cat walked."
+expect 0 "tags: [CLS]/" -- "$U" infer --model "$W/tok" --text "John lives in Oslo"
 expect 1 "did you mean --task tokens?" -- "$U" eval --task ner --model "$W/tok" --data $D/tokens_dev.txt
 expect 1 "did you mean --train" -- "$U" finetune --task squad --model "$W/m" --trian $D/squad_train.json --output "$W/x"
 expect 1 "not found" -- "${FT[@]}" --task squad --train "$W/none.json" --output "$W/x"
-expect 1 "config.json not found" -- "$U" finetune --task squad --model "$W/nomodel" --train $D/squad_train.json --output "$W/x"
+expect 1 "nomodel does not exist" -- "$U" finetune --task squad --model "$W/nomodel" --train $D/squad_train.json --output "$W/x"
 printf '{"data": [' > "$W/bad.json"
 expect 1 "is not valid JSON" -- "${FT[@]}" --task squad --train "$W/bad.json" --output "$W/x"
 printf '{"version": "1.1"}' > "$W/nodata.json"
