@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "data/rng.h"
+#include "io/file.h"
 #include "dist/grad_sync.h"
 #include "dist/shard.h"
 #include "train/metrics.h"
@@ -323,6 +324,8 @@ int cmd_finetune_video(int argc, char** argv) {
             {"log-every", "N", "print a line every N steps", "10"},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
             {"seed", "N", "seed of the head, augmentation, mixing and drop path", "0"},
+            {"classes", "FILE", "class names, one per line in label order, for the model's id2label (default: "
+             "classes.txt beside a --data list file, as make-videos writes it)", ""},
             video_force_spec()},
            video_model_specs()),
       with(video_data_specs(), optimizer_specs("1e-3", "0.999", "0.1")));
@@ -351,6 +354,22 @@ int cmd_finetune_video(int argc, char** argv) {
   const int64_t max_label = *std::max_element(labels.begin(), labels.end());
   if (K == 0) K = max_label + 1;
   if (max_label >= K) throw Error("--data has label ", max_label, " but --num-classes is ", K);
+  // Class names for id2label: --classes, else classes.txt beside a list file.
+  std::vector<std::string> class_names;
+  {
+    std::string classes = a.get("classes");
+    const std::filesystem::path beside = std::filesystem::path(data).parent_path() / "classes.txt";
+    if (classes.empty() && std::filesystem::is_regular_file(data) && std::filesystem::is_regular_file(beside))
+      classes = beside.string();
+    if (!classes.empty()) {
+      std::istringstream in(io::read_file(classes));
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty()) class_names.push_back(line);
+      if (int64_t(class_names.size()) != K)
+        throw Error(classes, " names ", class_names.size(), " classes but the model has ", K,
+                    Hint("one name per line, in label order (label k on line k + 1)"));
+    }
+  }
   const int64_t batch = a.get_int("batch"), epochs = a.get_int("epochs"), seed = a.get_int("seed");
   if (batch < 1 || epochs < 1) throw Error("--batch and --epochs must be >= 1");
   const video::VideoMAENaming naming = naming_of(a);
@@ -442,7 +461,7 @@ int cmd_finetune_video(int argc, char** argv) {
       window = window_hits = window_rows = 0;
     }
   }
-  video::save_videomae(out + "/model", config, model.params(), naming, K);
+  video::save_videomae(out + "/model", config, model.params(), naming, K, class_names);
   std::fprintf(stderr, "%s\n", loader_split(loader.times()).c_str());
   std::ostringstream summary;
   summary << "{\"steps\": " << steps << ", \"seconds\": " << seconds_since(t0) << ", \"model\": \"" << out << "/model\"";

@@ -31,6 +31,6 @@ build/unmask pretrain-video --data "$DIR/train.ucs" --out "$DIR/pretrain" --pres
   --steps 400 --lr 1.5e-3 --warmup 0.05 --log-every 50
 echo "== unmask finetune-video (from the pretrained encoder)"
 build/unmask finetune-video --data "$DIR/train.ucs" --val "$DIR/val.ucs" --init-from "$DIR/pretrain/model" \
-  --out "$DIR/finetune" --batch 16 --epochs 30 --lr 2e-3 --warmup 0.05 --log-every 60
+  --classes "$DIR/videos/classes.txt" --out "$DIR/finetune" --batch 16 --epochs 30 --lr 2e-3 --warmup 0.05 --log-every 60
 echo "== unmask eval-video"
 build/unmask eval-video --model "$DIR/finetune/model" --data "$DIR/val.ucs" --test-segments 2 --test-crops 3

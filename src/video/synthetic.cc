@@ -240,6 +240,12 @@ SyntheticReport make_synthetic_dataset(const SyntheticOptions& o) {
       report.list_files.push_back(file);
     }
   }
+  // The class names in label order (finetune-video puts them in the model's id2label).
+  const std::string classes = (fs::path(o.output_dir) / "classes.txt").string();
+  std::string names;
+  for (int label = 0; label < kSyntheticClasses; ++label) names += std::string(synthetic_class_name(label)) + "\n";
+  io::write_file_atomic(classes, names);
+  report.list_files.push_back(classes);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

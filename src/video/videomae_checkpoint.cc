@@ -120,12 +120,21 @@ void fsync_dir(const std::string& path) {
   ::close(fd);
 }
 
-nlohmann::json config_json(const VideoMAEConfig& c, VideoMAENaming naming, bool pretrain, int64_t num_classes) {
+nlohmann::json config_json(const VideoMAEConfig& c, VideoMAENaming naming, bool pretrain, int64_t num_classes,
+                           const std::vector<std::string>& class_names) {
   nlohmann::json j;
-  j["architectures"] = {num_classes > 0 ? "VideoMAEForVideoClassification"
-                        : pretrain      ? "VideoMAEForPreTraining"
-                                        : "VideoMAEModel"};
-  j["model_type"] = "videomae";
+  // Only a directory in Hugging Face names says it is a transformers model: one in the original
+  // names under model_type "videomae" would load in transformers with every weight missing and
+  // freshly initialised (a silent wrong model), so it says what it is and how to convert it.
+  if (naming == VideoMAENaming::hf) {
+    j["architectures"] = {num_classes > 0 ? "VideoMAEForVideoClassification"
+                          : pretrain      ? "VideoMAEForPreTraining"
+                                          : "VideoMAEModel"};
+    j["model_type"] = "videomae";
+  } else {
+    j["note"] = "original VideoMAE (MCG-NJU) parameter names, not a Hugging Face transformers directory; "
+                "`unmask convert-videomae --in DIR --out HF_DIR --to hf` writes one transformers loads";
+  }
   j["image_size"] = c.img_size;
   j["patch_size"] = c.patch;
   j["num_channels"] = c.channels;
@@ -151,8 +160,9 @@ nlohmann::json config_json(const VideoMAEConfig& c, VideoMAENaming naming, bool 
   if (num_classes > 0) {
     nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
     for (int64_t k = 0; k < num_classes; ++k) {
-      id2label[std::to_string(k)] = "LABEL_" + std::to_string(k);
-      label2id["LABEL_" + std::to_string(k)] = k;
+      const std::string name = class_names.empty() ? "LABEL_" + std::to_string(k) : class_names[size_t(k)];
+      id2label[std::to_string(k)] = name;
+      label2id[name] = k;
     }
     j["num_labels"] = num_classes;
     j["id2label"] = id2label;
@@ -262,7 +272,8 @@ std::vector<std::pair<std::string, Shape>> videomae_expected_shapes(const VideoM
 // ---- save ---------------------------------------------------------------------------------------
 
 void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config, const NamedTensors& given,
-                           VideoMAENaming naming, int64_t num_classes, std::vector<std::string>* notes) {
+                           VideoMAENaming naming, int64_t num_classes, std::vector<std::string>* notes,
+                           const std::vector<std::string>& class_names) {
   config.validate();
   // Everything below reads the values (the HF conversion splits qkv, the sinusoid check compares
   // tables): tensors on a GPU are copied to the host first. Host tensors are shared, not copied.
@@ -276,6 +287,9 @@ void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config,
     if (name == "head.weight" && t.ndim() == 2) head_rows = t.size(0);
   }
   if (num_classes == 0 && head_rows > 0) num_classes = head_rows;
+  if (!class_names.empty() && int64_t(class_names.size()) != num_classes)
+    throw Error("save_videomae: ", class_names.size(), " class names for ", num_classes, " classes",
+                Hint("give one name per class, in label order"));
   if (num_classes > 0 && head_rows != num_classes)
     throw Error("save_videomae: num_classes ", num_classes, " but head.weight has ",
                 head_rows < 0 ? std::string("no rows (absent)") : std::to_string(head_rows) + " rows",
@@ -349,7 +363,7 @@ void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config,
     io::write_safetensors((tmp / kWeightsFile).string(), out,
                           {{"format", "pt"}, {"unmask_naming", naming == VideoMAENaming::hf ? "hf" : "original"}});
     io::write_file_atomic((tmp / kConfigFile).string(),
-                          config_json(config, naming, pretrain, num_classes).dump(2) + "\n");
+                          config_json(config, naming, pretrain, num_classes, class_names).dump(2) + "\n");
     fsync_dir(tmp.string());
     publish_dir(tmp, target);
   } catch (const std::exception& e) {
@@ -360,11 +374,11 @@ void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config,
 }
 
 void save_videomae(const std::string& dir, const VideoMAEConfig& config, const std::vector<Param>& params,
-                   VideoMAENaming naming, int64_t num_classes) {
+                   VideoMAENaming naming, int64_t num_classes, const std::vector<std::string>& class_names) {
   NamedTensors tensors;
   tensors.reserve(params.size());
   for (const auto& p : params) tensors.emplace_back(p.name, p.value);
-  save_videomae_tensors(dir, config, tensors, naming, num_classes, nullptr);
+  save_videomae_tensors(dir, config, tensors, naming, num_classes, nullptr, class_names);
 }
 
 // ---- config.json ------------------------------------------------------------------------------

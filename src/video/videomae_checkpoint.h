@@ -45,18 +45,22 @@ namespace unmask::video {
 
 /// Writes dir/model.safetensors + dir/config.json (see the top of this file). `params` carry
 /// original names (either model; values on a GPU are copied to the host first); num_classes > 0
-/// marks a classifier (num_labels, id2label, VideoMAEForVideoClassification). Atomic: a temporary
+/// marks a classifier (num_labels, id2label from class_names or LABEL_k). Only hf naming writes
+/// the transformers keys (architectures, model_type); an original-naming config says it is not
+/// a transformers directory and how to convert it. Atomic: a temporary
 /// sibling directory is completed, then renamed; an existing `dir` is replaced only then, and only
 /// if it holds nothing but files this function writes (an error otherwise, so a mistyped path
 /// never deletes unrelated files).
 void save_videomae(const std::string& dir, const VideoMAEConfig& config, const std::vector<Param>& params,
-                   VideoMAENaming naming = VideoMAENaming::original, int64_t num_classes = 0);
+                   VideoMAENaming naming = VideoMAENaming::original, int64_t num_classes = 0,
+                   const std::vector<std::string>& class_names = {});
 
 /// The tensor-level form of save_videomae: `tensors` carry original names (any float dtype is
 /// written as given). Used by `unmask convert-videomae`. Notes about dropped tables are
 /// appended to *notes when given.
 void save_videomae_tensors(const std::string& dir, const VideoMAEConfig& config, const NamedTensors& tensors,
-                           VideoMAENaming naming, int64_t num_classes, std::vector<std::string>* notes = nullptr);
+                           VideoMAENaming naming, int64_t num_classes, std::vector<std::string>* notes = nullptr,
+                           const std::vector<std::string>& class_names = {});
 
 /// A checkpoint's config.json read back. HF fields missing from the file take HF's defaults.
 struct VideoMAECheckpointConfig {

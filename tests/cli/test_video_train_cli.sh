@@ -50,11 +50,14 @@ echo "pretrain-video: mean loss of steps 1-10 $first, of steps 351-400 $last"
 # Fine-tuning from the pretrained encoder with VideoMAE's recipe (layer decay 0.75, drop path 0.1,
 # mixup 0.8 / cutmix 1.0, smoothing 0.1), evaluated on the held-out split.
 if "$BIN" finetune-video --data "$T/train.ucs" --val "$T/val.ucs" --init-from "$T/pt/model" --out "$T/ft" --batch 16 \
-     --epochs 30 --lr 2e-3 --warmup 0.05 --log-every 200 --seed 1 >"$T/ft.out" 2>"$T/ft.err"; then ok
+     --classes "$T/v/classes.txt" --epochs 30 --lr 2e-3 --warmup 0.05 --log-every 200 --seed 1 >"$T/ft.out" 2>"$T/ft.err"; then ok
 else bad "finetune-video failed: $(tail -3 "$T/ft.err")"; fi
 top1=$(json "$T/ft/eval.json" top1 2>/dev/null || echo 0)
 echo "finetune-video: held-out top-1 $top1 ($(grep -m1 'held-out' "$T/ft.err"))"
 /usr/bin/python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$top1" && ok || bad "held-out top-1 $top1 < 0.9"
+# make-videos' class names are the model's id2label; its original names keep it out of transformers' way.
+/usr/bin/python3 -c "import json, sys; j = json.load(open(sys.argv[1])); sys.exit(0 if j['id2label'] == {'0': 'left', '1': 'right', '2': 'up', '3': 'down'} and 'model_type' not in j else 1)" "$T/ft/model/config.json" \
+  && ok || bad "fine-tuned config.json: id2label / model_type: $(head -c 300 "$T/ft/model/config.json")"
 grep -q "dropped" "$T/ft.err" && grep -q "decoder" "$T/ft.err" && ok || bad "the load report does not list the dropped decoder"
 
 # eval-video on the saved checkpoint reproduces finetune's number exactly (same views, same model).

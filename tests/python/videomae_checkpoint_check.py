@@ -240,10 +240,15 @@ class Checker:
                 self.fail(f"{label}: {name} differs (max abs {np.max(np.abs(g - w))})")
         print(f"  ok  {label}: {len(want)} tensors bit-exact")
 
-    def config(self, label, d, classes, pretrain):
+    def config(self, label, d, classes, pretrain, hf=True):
         with open(os.path.join(d, "config.json")) as f:
             j = json.load(f)
         self.checks += 1
+        # Only Hugging Face names may claim a transformers model; the original layout says what it is.
+        if not hf:
+            if "model_type" in j or "architectures" in j or "convert-videomae" not in j.get("note", ""):
+                self.fail(f"{label}: an original-names config.json claims model_type/architectures or lacks the note")
+            j = dict(j, model_type="videomae")
         want = {"model_type": "videomae", "hidden_size": TINY["dim"], "num_hidden_layers": TINY["depth"],
                 "num_attention_heads": TINY["heads"], "intermediate_size": TINY["dim"] * 4, "image_size": TINY["img"],
                 "num_frames": TINY["frames"], "tubelet_size": TINY["tubelet"], "patch_size": TINY["patch"],
@@ -254,7 +259,7 @@ class Checker:
             if j.get(k) != v:
                 self.fail(f"{label}: config.json {k} = {j.get(k)!r}, expected {v!r}")
         arch = "VideoMAEForVideoClassification" if classes else "VideoMAEForPreTraining" if pretrain else "VideoMAEModel"
-        if j.get("architectures") != [arch]:
+        if hf and j.get("architectures") != [arch]:
             self.fail(f"{label}: architectures {j.get('architectures')}, expected [{arch}]")
         if classes and (j.get("num_labels") != classes or len(j.get("id2label", {})) != classes):
             self.fail(f"{label}: num_labels / id2label do not give {classes} classes")
@@ -326,7 +331,7 @@ def check(unmask):
         ck.same("HF pretrain dir -> original", read_dir(P("hf_pt_orig")), hf_to_orig(hf_pt, True))
         if "1e-6" not in p.stdout and "1e-06" not in p.stdout:
             ck.fail("HF config with layer_norm_eps 1e-12: no note about the eps divergence")
-        ck.config("HF pretrain -> original", P("hf_pt_orig"), 0, True)
+        ck.config("HF pretrain -> original", P("hf_pt_orig"), 0, True, hf=False)
         ck.run("--in", P("hf_pt_orig"), "--out", P("hf_pt_back"), "--to", "hf")
         ck.same("HF pretrain -> original -> hf", read_dir(P("hf_pt_back")), hf_pt)
 
@@ -335,7 +340,7 @@ def check(unmask):
         save_st_dir(P("hf_ft"), hf_ft, None)
         ck.run("--in", P("hf_ft", "model.safetensors"), "--out", P("hf_ft_orig"), "--to", "original", "--config", "tiny")
         ck.same("HF classifier file -> original", read_dir(P("hf_ft_orig")), hf_to_orig(hf_ft, False))
-        ck.config("HF classifier -> original", P("hf_ft_orig"), 3, False)
+        ck.config("HF classifier -> original", P("hf_ft_orig"), 3, False, hf=False)
         ck.run("--in", P("hf_ft_orig"), "--out", P("hf_ft_back"), "--to", "hf")
         ck.same("HF classifier -> original -> hf", read_dir(P("hf_ft_back")), hf_ft)
 
