@@ -1,6 +1,7 @@
 // app/cmd_bench_loader.cc: `unmask bench loader`, the clip loader's throughput (clips/s) and
 // its time split (read or decode / augment / copy on the workers, the consumer's wait), from a
-// clip store (--store) or a list decoded on the fly (--list). The consumer does no compute, so
+// clip store (--store) or a list decoded on the fly (--list; bad videos are skipped by
+// prepare-video's rule, or fail the run with --strict). The consumer does no compute, so
 // clips/s is the loader's ceiling; bench/compare_video_decode.sh sets it beside the ffmpeg CLI.
 #include <cstdio>
 #include <string>
@@ -19,6 +20,8 @@ int bench_loader(int argc, char** argv) {
       {"format", "F", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto", "auto"},
       {"fname-tmpl", "T", "--list: file names in frame folders (videomae2, rawframes)", "img_{:05}.jpg"},
       {"short-side", "N", "--list: resize so the shorter side is N (as prepare-video does)", "128"},
+      {"strict", "", "--list: a bad video (prepare-video's rule) is an error instead of skipped and counted", ""},
+      {"keep-truncated", "", "--list: use the complete frames of truncated files", ""},
       {"mode", "M", "pretrain (multi-scale crop), train (+ h-flip) or test (views)", "pretrain"},
       {"batch", "N", "clips per batch", "8"},
       {"frames", "N", "frames per clip", "16"},
@@ -72,6 +75,8 @@ int bench_loader(int argc, char** argv) {
     }
     const video::ListFormat fmt = video::parse_list_format(args->get("format"));
     o.frame_template = args->get("fname-tmpl");
+    o.strict = args->has("strict");
+    o.keep_truncated = args->has("keep-truncated");
     source = "list " + args->get("list");
     return video::ClipLoader::from_list(args->get("list"), args->get("root"), fmt, int(args->get_int("short-side")), o);
   }();

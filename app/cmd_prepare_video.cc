@@ -1,7 +1,8 @@
 // app/cmd_prepare_video.cc: `unmask prepare-video`, a list file -> a decode-once clip store
 // (video/clip_store.h): every listed video is decoded once, resized to a short side and packed
 // as uint8 RGB frames in chunk files with an index and per-frame crc32. Bad videos are skipped
-// and counted per reason (--strict: the first one fails the run). `--check STORE` reads every
+// and counted per reason (--strict: the first one fails the run); the first five are named
+// and STORE/skipped.tsv lists every one with its reason. `--check STORE` reads every
 // frame of an existing store back and verifies its checksums.
 #include <unistd.h>
 
@@ -75,7 +76,8 @@ int cmd_prepare_video(int argc, char** argv) {
                           "Decodes every video of a list file once (FFmpeg, short-side resize) into a packed clip "
                           "store of uint8 RGB frames with an index and per-frame checksums, so training samples "
                           "clips without decoding. Corrupt, truncated, zero-length, audio-only, unsupported-codec "
-                          "and too-short videos are skipped and counted (--strict fails instead).",
+                          "and too-short videos are skipped, counted and listed with their reasons in "
+                          "OUT/skipped.tsv (--strict fails instead).",
                           specs, argc, argv, 2);
   if (!args) return 0;
   if (args->has("check")) return check_store(args->get("check"));
@@ -120,6 +122,8 @@ int cmd_prepare_video(int argc, char** argv) {
   for (const std::string& e : r.skipped.examples) std::printf("  skipped: %s\n", e.c_str());
   if (r.skipped.total() > int64_t(r.skipped.examples.size()))
     std::printf("  ... and %lld more skipped\n", (long long)(r.skipped.total() - int64_t(r.skipped.examples.size())));
+  if (r.skipped.total() > 0)
+    std::printf("  every skipped video with its reason: %s\n", r.skipped_report.c_str());
   return 0;
 }
 

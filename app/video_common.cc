@@ -24,6 +24,7 @@ std::vector<OptionSpec> video_data_specs() {
       {"segments", "", "TSN segment sampling (SSv2) instead of dense", ""},
       {"loader-threads", "N", "clip loader worker threads", "2"},
       {"strict", "", "a bad video is an error (default: skipped, counted and reported)", ""},
+      {"keep-truncated", "", "list input: use the complete frames of truncated files (as prepare-video's)", ""},
   };
 }
 
@@ -65,6 +66,7 @@ video::ClipLoader open_video_loader(const Args& a, const std::string& data, vide
   o.segments = a.has("segments");
   o.threads = int(a.get_int("loader-threads"));
   o.strict = a.has("strict");
+  o.keep_truncated = a.has("keep-truncated");
   o.frame_template = a.get("fname-tmpl");
   if (o.sampling_rate < 1) throw Error("--sampling-rate must be >= 1, got ", o.sampling_rate);
   if (o.threads < 1) throw Error("--loader-threads must be >= 1, got ", o.threads);

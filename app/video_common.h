@@ -14,7 +14,8 @@
 namespace unmask::cli {
 
 /// Options every video command takes for its data (--data, --root, --format, --short-side,
-/// --frames-per-clip via the model, --sampling-rate, --segments, --loader-threads, --strict).
+/// --frames-per-clip via the model, --sampling-rate, --segments, --loader-threads, --strict,
+/// --keep-truncated). A list is checked video by video with prepare-video's rule.
 std::vector<OptionSpec> video_data_specs();
 /// Options that pick the model size (--preset, --img, --frames, --decoder-depth).
 std::vector<OptionSpec> video_model_specs();

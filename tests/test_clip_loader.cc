@@ -2,8 +2,8 @@
 // float64 pipeline (VideoReader decode -> VideoMAE test indices -> test crop boxes -> bilinear
 // resize + normalise); batches are identical for 1 and 3 worker threads and for a store and the
 // list it was made from; epochs cover every video and reshuffle; test-mode views come in a fixed
-// order; bad videos are skipped and counted (strict: an Error); destroying a loader early
-// returns promptly.
+// order; bad videos are skipped and counted (strict: an Error), a list by prepare-video's rule
+// for truncated files; destroying a loader early returns promptly.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -349,6 +349,58 @@ TEST(ClipLoader, BadVideosSkippedCountedOrStrict) {
   const std::string m = error_of([&] { epoch_of(strict); });
   EXPECT_TRUE(m.find("missing.mp4") != std::string::npos || m.find("empty.webm") != std::string::npos) << m;
   EXPECT_NE(m.find("strict"), std::string::npos) << m;
+}
+
+// A list read directly applies prepare-video's rule (check_video_integrity): a WebM cut in half
+// still has complete frames to sample, but it is skipped as truncated (strict: an Error), unless
+// keep_truncated.
+TEST(ClipLoader, ListAppliesPrepareVideosWholeVideoRule) {
+  Data d;
+  std::ifstream in(d.videos[0], std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string cut = d.dir.file("cut.webm");
+  std::ofstream(cut, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() / 2));
+  const std::string list = d.dir.file("cut.txt");
+  {
+    std::ofstream f(list);
+    f << d.videos[1] << " 1\n" << cut << " 0\n" << d.videos[3] << " 3\n";
+  }
+  ClipLoaderOptions o = small(ClipLoaderOptions::Mode::train);
+  o.batch = 3;
+  o.num_frames = 2;  // the cut file's complete frames are enough for a clip
+  o.sampling_rate = 1;
+  ClipLoader train = ClipLoader::from_list(list, "", ListFormat::videomae, kShort, o);
+  for (const ClipBatch& b : epoch_of(train))
+    for (const int64_t v : b.video_index) EXPECT_NE(v, 1) << "a row from the cut file";
+  const LoaderTimes t = train.times();
+  EXPECT_EQ(t.skipped.total(), 1);
+  EXPECT_EQ(t.skipped.counts[size_t(BadVideoReason::truncated)], 1) << t.skipped.summary();
+  ASSERT_EQ(t.skipped.examples.size(), 1u);
+  EXPECT_NE(t.skipped.examples[0].find("cut.webm: truncated: the frames end"), std::string::npos)
+      << t.skipped.examples[0];
+  // The very same verdict prepare-video gives.
+  const std::string prepared = error_of([&] {
+    PrepareOptions p;
+    p.list = list;
+    p.out = d.dir.file("cut.ucs");
+    p.strict = true;
+    prepare_clip_store(p);
+  });
+  EXPECT_NE(prepared.find(t.skipped.examples[0]), std::string::npos) << prepared;
+  // strict: an Error from next().
+  o.strict = true;
+  ClipLoader strict = ClipLoader::from_list(list, "", ListFormat::videomae, kShort, o);
+  const std::string m = error_of([&] { epoch_of(strict); });
+  EXPECT_NE(m.find("cut.webm: truncated"), std::string::npos) << m;
+  EXPECT_NE(m.find("strict"), std::string::npos) << m;
+  // keep_truncated: its complete frames are used.
+  o.strict = false;
+  o.keep_truncated = true;
+  ClipLoader keep = ClipLoader::from_list(list, "", ListFormat::videomae, kShort, o);
+  std::set<int64_t> seen;
+  for (const ClipBatch& b : epoch_of(keep)) seen.insert(b.video_index.begin(), b.video_index.end());
+  EXPECT_EQ(keep.times().skipped.total(), 0);
+  EXPECT_EQ(seen, (std::set<int64_t>{0, 1, 2}));
 }
 
 TEST(ClipLoader, EarlyDestructionReturnsPromptly) {

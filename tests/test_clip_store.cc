@@ -2,7 +2,9 @@
 // equal a VideoReader decode with the same resize byte for byte; the bytes written do not depend
 // on the thread count; checksum corruption, truncated chunks, bad magic, future versions and out-
 // of-range reads are Errors naming what and where; bad videos are skipped and counted per reason
-// (--strict fails); an existing store is refused without force and survives a failed run.
+// (--strict fails), with WebM cut or damaged in the middle caught by check_video_integrity (whose
+// thresholds are tested on hand-made VideoInfo) and every skipped video listed in skipped.tsv;
+// an existing store is refused without force and survives a failed run.
 //
 // Videos are tiny (64x48, 20 frames) encoded by encode_rgb_video, so the suite stays fast.
 #include <gtest/gtest.h>
@@ -10,11 +12,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "temp_dir.h"
@@ -149,10 +153,10 @@ TEST(ClipStore, SameBytesForAnyThreadCount) {
   std::vector<std::string> names;
   for (const auto& f : fs::directory_iterator(outs[0])) names.push_back(f.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"chunk-00000.bin", "chunk-00001.bin", "index.bin"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"chunk-00000.bin", "chunk-00001.bin", "index.bin", "skipped.tsv"}));
   for (const auto& n : names)
     EXPECT_EQ(read_file(outs[0] + "/" + n), read_file(outs[1] + "/" + n)) << n << " differs between 1 and 3 threads";
-  EXPECT_EQ(std::distance(fs::directory_iterator(outs[1]), fs::directory_iterator()), 3);
+  EXPECT_EQ(std::distance(fs::directory_iterator(outs[1]), fs::directory_iterator()), 4);
 }
 
 TEST(ClipStore, CorruptionAndDamageAreErrorsNamingWhatAndWhere) {
@@ -302,6 +306,169 @@ TEST(ClipStore, BadVideosSkippedCountedAndStrict) {
   o.strict = false;
   EXPECT_HAS(error_of([&] { prepare_clip_store(o); }), "none of the 2 listed videos");
   EXPECT_FALSE(fs::exists(o.out));
+}
+
+// check_video_integrity's thresholds on hand-made VideoInfo: max(1.5 frame intervals, 5% of the
+// duration) of missing time; gaps and a demuxer that gave up with data left are "corrupt", a
+// missing tail of a file that simply ends is "truncated" (kept with keep_truncated).
+std::string verdict(const VideoInfo& info, bool keep_truncated = false) {
+  try {
+    check_video_integrity(info, keep_truncated);
+    return "whole";
+  } catch (const Error& e) {
+    EXPECT_HAS(e.what(), info.path);
+    return bad_video_reason_name(classify_video_error(e.what()));
+  }
+}
+
+VideoInfo webm_info(double seconds, double fps = 10) {  // a whole WebM: no frame count, a duration
+  VideoInfo i;
+  i.path = "/data/v.webm";
+  i.codec = "vp9";
+  i.fps = fps;
+  i.num_frames = int64_t(std::lround(seconds * fps));
+  i.duration_s = seconds;
+  i.frame_interval_s = 1 / fps;
+  i.container_duration_s = seconds;
+  i.largest_packet = 900;
+  return i;
+}
+
+TEST(ClipStore, WholeVideoRuleThresholds) {
+  EXPECT_EQ(verdict(webm_info(4)), "whole");
+  {  // 1 s at 10 fps: the slack is 1.5 frames (0.15 s) > 5% (0.05 s)
+    VideoInfo i = webm_info(1);
+    i.missing_end_s = 0.14;
+    EXPECT_EQ(verdict(i), "whole");
+    i.missing_end_s = 0.16;
+    EXPECT_EQ(verdict(i), "truncated");
+    EXPECT_EQ(verdict(i, /*keep_truncated=*/true), "whole");
+    i.missing_end_s = -0.5;  // frames past the container's end are no damage
+    EXPECT_EQ(verdict(i), "whole");
+  }
+  {  // 100 s: the slack is 5% (5 s) > 1.5 frames
+    VideoInfo i = webm_info(100);
+    i.missing_end_s = 4.9;
+    EXPECT_EQ(verdict(i), "whole");
+    i.missing_end_s = 5.1;
+    EXPECT_EQ(verdict(i), "truncated");
+  }
+  {  // frames lost inside (4 s: slack 0.2 s): corrupt, also when keeping truncated files
+    VideoInfo i = webm_info(4);
+    i.gaps = 1;
+    i.gap_s = 0.1;  // within the slack
+    EXPECT_EQ(verdict(i), "whole");
+    i.gap_s = 0.3;
+    EXPECT_EQ(verdict(i), "corrupt");
+    EXPECT_EQ(verdict(i, true), "corrupt");
+    i.gap_s = 0.15;  // gaps and a missing tail add up
+    i.missing_end_s = 0.1;
+    EXPECT_EQ(verdict(i), "truncated");
+  }
+  {  // the tail is missing: truncated when the file ends there, corrupt when data is left unread
+    VideoInfo i = webm_info(4);
+    i.missing_end_s = 2;
+    i.unread_bytes = i.largest_packet + kWholeVideoSlackBytes;  // a packet cut in two
+    EXPECT_EQ(verdict(i), "truncated");
+    EXPECT_EQ(verdict(i, true), "whole");
+    i.unread_bytes += 1;
+    EXPECT_EQ(verdict(i), "corrupt");
+    EXPECT_EQ(verdict(i, true), "corrupt");
+  }
+  {  // a read error, not the end of the file
+    VideoInfo i = webm_info(4);
+    i.read_error = "Invalid data found when processing input after 12 frames";
+    EXPECT_EQ(verdict(i), "corrupt");
+    EXPECT_HAS(error_of([&] { check_video_integrity(i, false); }), "after 12 frames");
+  }
+  {  // MP4: the header's frame count
+    VideoInfo i = webm_info(4);
+    i.container_frames = 40;
+    i.num_frames = 30;
+    EXPECT_EQ(verdict(i), "truncated");
+    EXPECT_EQ(verdict(i, true), "whole");
+  }
+  {  // no container duration: no tail to judge; gaps against the frames' own span
+    VideoInfo i = webm_info(4);
+    i.container_duration_s = 0;
+    i.missing_end_s = 0;
+    EXPECT_EQ(verdict(i), "whole");
+    i.gaps = 2;
+    i.gap_s = 0.3;
+    EXPECT_EQ(verdict(i), "corrupt");
+  }
+  VideoInfo folder;  // a frame folder carries no container claims
+  folder.path = "/data/frames";
+  folder.codec = "jpeg";
+  folder.num_frames = 30;
+  EXPECT_EQ(verdict(folder), "whole");
+  const std::string m = error_of([] {
+    VideoInfo i = webm_info(4);
+    i.missing_end_s = 2;
+    check_video_integrity(i, false);
+  });
+  EXPECT_HAS(m, "truncated: the frames end 2.000 s before the container's 4.000 s (about 20 frames missing");
+  EXPECT_HAS(m, "--keep-truncated");
+}
+
+TEST(ClipStore, SkippedReportEscapesFields) {
+  EXPECT_EQ(skipped_report_tsv({}), "line\tpath\treason\tdetail\n");
+  const std::string tsv = skipped_report_tsv(
+      {{3, "/a\tb.webm", BadVideoReason::truncated, "x\ny\\z"}, {0, "c", BadVideoReason::missing, ""}});
+  EXPECT_EQ(tsv, "line\tpath\treason\tdetail\n3\t/a\\tb.webm\ttruncated\tx\\ny\\\\z\n0\tc\tmissing\t\n");
+}
+
+// WebM stores no frame count: a file cut in half and one with damaged bytes in the middle used to
+// be stored as good videos with fewer frames. Now they are skipped (--strict: an Error), and
+// STORE/skipped.tsv lists every skipped video with its reason.
+TEST(ClipStore, CutAndDamagedWebmSkippedAndEveryOneReported) {
+  Dataset d;
+  TempDir& dir = d.dir;
+  const std::string webm = read_file(d.videos[0]);
+  write_file(dir.file("cut.webm"), webm.substr(0, webm.size() / 2));
+  std::string damaged = read_file(d.videos[2]);
+  std::mt19937 rng(2024);  // a fixed sequence: mt19937's output is specified
+  for (size_t i = damaged.size() / 2 - damaged.size() / 16; i < damaged.size() / 2 + damaged.size() / 16; ++i)
+    damaged[i] = char(rng() & 0xFF);
+  write_file(dir.file("damaged.webm"), damaged);
+  const std::string list = dir.file("mixed.txt");
+  write_file(list, d.videos[0] + " 0\n" + dir.file("cut.webm") + " 1\n" + d.videos[1] + " 2\n" +
+                       dir.file("damaged.webm") + " 3\n" + dir.file("gone.mp4") + " 4\n" + d.videos[3] + " 5\n");
+  PrepareOptions o = options_for(d, dir.file("m.ucs"));
+  o.list = list;
+  const PrepareReport r = prepare_clip_store(o);
+  EXPECT_EQ(r.ok, 3);
+  EXPECT_EQ(r.skipped.summary(), "1 missing, 1 corrupt, 1 truncated");
+  ASSERT_EQ(r.skipped_videos.size(), 3u);
+  EXPECT_EQ(r.skipped_videos[0].path, dir.file("cut.webm"));
+  EXPECT_EQ(r.skipped_videos[0].reason, BadVideoReason::truncated);
+  EXPECT_EQ(r.skipped_videos[0].list_line, 2);
+  EXPECT_EQ(r.skipped_videos[1].path, dir.file("damaged.webm"));
+  EXPECT_EQ(r.skipped_videos[1].reason, BadVideoReason::corrupt);
+  EXPECT_EQ(r.skipped_videos[2].reason, BadVideoReason::missing);
+  EXPECT_EQ(r.skipped_report, o.out + "/skipped.tsv");
+  const std::string tsv = read_file(r.skipped_report);
+  EXPECT_EQ(tsv, skipped_report_tsv(r.skipped_videos));
+  EXPECT_HAS(tsv, "\n2\t" + dir.file("cut.webm") + "\ttruncated\tvideo: " + dir.file("cut.webm") + ": truncated: ");
+  EXPECT_HAS(tsv, "\n4\t" + dir.file("damaged.webm") + "\tcorrupt\t");
+  EXPECT_HAS(tsv, "\n5\t" + dir.file("gone.mp4") + "\tmissing\t");
+  EXPECT_EQ(ClipStore::open(o.out).size(), 3);  // the report does not disturb the reader
+  // keep_truncated keeps the cut file's complete frames; the damaged one stays out.
+  o.out = dir.file("k.ucs");
+  o.keep_truncated = true;
+  const PrepareReport k = prepare_clip_store(o);
+  EXPECT_EQ(k.ok, 4);
+  EXPECT_EQ(k.skipped.summary(), "1 missing, 1 corrupt");
+  // --strict: the cut file (the first bad one) is an Error.
+  o.out = dir.file("strict.ucs");
+  o.keep_truncated = false;
+  o.strict = true;
+  const std::string m = error_of([&] { prepare_clip_store(o); });
+  EXPECT_HAS(m, "cut.webm: truncated");
+  EXPECT_FALSE(fs::exists(o.out));
+  // A store without bad videos has a report with the header only.
+  const PrepareReport g = prepare_clip_store(options_for(d, dir.file("g.ucs")));
+  EXPECT_EQ(read_file(g.skipped_report), "line\tpath\treason\tdetail\n");
 }
 
 TEST(ClipStore, ExistingStoreRefusedWithoutForceAndSurvivesFailedRun) {

@@ -9,18 +9,22 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <string>
 
+#include "io/file.h"
 #include "jpeg_test_util.h"
 #include "temp_dir.h"
 #include "unmask/error.h"
 #include "video/augment.h"
+#include "video/clip_store.h"
 #include "video/decode.h"
 #include "video/sampling.h"
 #include "video/synthetic.h"
@@ -249,6 +253,72 @@ TEST(VideoDecode, BadFilesGiveErrors) {
   EXPECT_LE(c.frame(0)[1], 5);
 }
 
+// `bytes` with `n` bytes from the middle on overwritten by a fixed pseudo-random sequence (the
+// same on every platform: mt19937's output is specified).
+std::string damage_middle(std::string bytes, size_t n, uint32_t seed = 2024) {
+  std::mt19937 rng(seed);
+  const size_t at = bytes.size() / 2 - std::min(bytes.size() / 2, n / 2);
+  for (size_t i = at; i < std::min(bytes.size(), at + n); ++i) bytes[i] = char(rng() & 0xFF);
+  return bytes;
+}
+
+std::string reason_of(const VideoInfo& info, bool keep_truncated = false) {
+  try {
+    check_video_integrity(info, keep_truncated);
+    return "whole";
+  } catch (const Error& e) {
+    return bad_video_reason_name(classify_video_error(e.what()));
+  }
+}
+
+// What VideoInfo says about the time line of a whole, a cut and a damaged file (WebM stores no
+// frame count, so this is all there is to catch them), and check_video_integrity's verdict.
+TEST(VideoDecode, TimelineTellsWholeCutAndDamagedFilesApart) {
+  TempDir dir;
+  for (const std::string codec : {"vp9", "h264"}) {
+    const std::string good = make_video(dir, codec, 3);
+    const VideoReader whole(good);
+    const VideoInfo& w = whole.info();
+    const double interval = 1.0 / kFps, length = kFrames * interval;
+    EXPECT_NEAR(w.frame_interval_s, interval, 1e-3) << good;
+    EXPECT_NEAR(w.container_duration_s, length, 0.5 * interval) << good;
+    EXPECT_LT(std::abs(w.missing_end_s), 0.5 * interval) << good;
+    EXPECT_EQ(w.gaps, 0) << good;
+    EXPECT_EQ(w.read_error, "") << good;
+    EXPECT_LE(w.unread_bytes, w.largest_packet) << good;
+    EXPECT_EQ(reason_of(w), "whole") << good;
+    if (codec != "vp9") continue;  // a cut MP4 (index at the end) does not open; mp4 below
+    std::ifstream f(good, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    // Cut in half: the container still says 3 s, the frames end about half way, and the file
+    // ends right after the last packet read.
+    const std::string cut = dir.file("half.webm");
+    std::ofstream(cut, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() / 2));
+    const VideoReader part(cut);
+    const VideoInfo& c = part.info();
+    EXPECT_GT(c.num_frames, 0);
+    EXPECT_LT(c.num_frames, kFrames);
+    EXPECT_NEAR(c.container_duration_s, length, 0.5 * interval) << cut;
+    EXPECT_NEAR(c.missing_end_s, double(kFrames - c.num_frames) * interval, 0.5 * interval) << cut;
+    EXPECT_LE(c.unread_bytes, c.largest_packet + kWholeVideoSlackBytes) << cut;
+    EXPECT_EQ(reason_of(c), "truncated") << cut;
+    EXPECT_EQ(reason_of(c, /*keep_truncated=*/true), "whole") << cut;
+    // Damaged in the middle: the demuxer skips to the next cluster (a gap) or gives up with
+    // much of the file unread (Matroska calls both a plain end of file). Corrupt, even when
+    // keeping truncated files.
+    const std::string bad = dir.file("damaged.webm");
+    const std::string damaged = damage_middle(bytes, bytes.size() / 8);
+    std::ofstream(bad, std::ios::binary).write(damaged.data(), std::streamsize(damaged.size()));
+    const VideoReader hurt(bad);
+    const VideoInfo& d = hurt.info();
+    EXPECT_LT(d.num_frames, kFrames) << bad;
+    EXPECT_TRUE(d.gaps > 0 || d.unread_bytes > d.largest_packet + kWholeVideoSlackBytes)
+        << bad << ": " << d.gaps << " gaps, " << d.unread_bytes << " bytes unread";
+    EXPECT_EQ(reason_of(d), "corrupt") << bad;
+    EXPECT_EQ(reason_of(d, /*keep_truncated=*/true), "corrupt") << bad;
+  }
+}
+
 // ---- sampling ----------------------------------------------------------------------------------
 
 TEST(VideoSampling, DenseLongVideoWindow) {
@@ -361,7 +431,8 @@ TEST(VideoSynthetic, DatasetListsDecodeAndDeterminism) {
   const SyntheticReport r = make_synthetic_dataset(o);
   EXPECT_EQ(r.train_videos, 4);
   EXPECT_EQ(r.val_videos, 4);
-  ASSERT_EQ(r.list_files.size(), 4u);
+  ASSERT_EQ(r.list_files.size(), 5u);  // train/val x VideoMAE/V-SWIFT, and classes.txt
+  EXPECT_EQ(io::read_file(o.output_dir + "/classes.txt"), "left\nright\nup\ndown\n");
   const auto train_a = read_video_list(o.output_dir + "/train_videomae.txt", ListFormat::videomae);
   const auto train_b = read_video_list(o.output_dir + "/train_vswift.csv", ListFormat::vswift);
   ASSERT_EQ(train_a.size(), 4u);

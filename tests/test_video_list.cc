@@ -3,7 +3,8 @@
 //     the automatic choice, and file:line errors for every kind of bad line;
 //   - ListedVideo: clip frame k of a range [s, e) is source frame s + k, bit for bit against a
 //     plain VideoReader; frame folders numbered from start_idx, the list's frame count; ranges
-//     and counts that do not fit are "too_short", missing files "missing";
+//     and counts that do not fit are "too_short" ("truncated" past the end of a cut MP4 or
+//     WebM), missing files "missing";
 //   - prepare_clip_store over a V-SWIFT range list and a rawframes list: the stored frames are
 //     the range's (source numbers recorded), bad ranges are skipped and counted;
 //   - the clip loader over a range list gives the same batches as over the store made from it.
@@ -252,6 +253,24 @@ TEST(ListedVideo, RangePastTheCompleteFramesOfATruncatedFileSaysTruncated) {
   EXPECT_TRUE(contains(msg, "[2, 24)")) << msg;
   ListedVideo early(range_entry(cut, 0, 4));  // a range inside the complete frames still opens
   EXPECT_EQ(early.frames(), 4);
+}
+
+// The same for a WebM cut in half: no frame count in the header, but its frames end before the
+// container's duration (check_video_integrity's rule), so the range error says "truncated" too.
+TEST(ListedVideo, RangePastTheCompleteFramesOfACutWebmSaysTruncated) {
+  TempDir dir;
+  const std::string path = dir.file("v.webm"), cut = dir.file("cut.webm");
+  encode_rgb_video(path, "vp9", render_synthetic_video(3, 2, 2, kFrames, kW, kH), kFrames, kW, kH, 10, 6);
+  {
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  const std::string msg = error_of([&] { ListedVideo v(range_entry(cut, 2, kFrames)); });
+  EXPECT_EQ(classify_video_error(msg), BadVideoReason::truncated) << msg;
+  EXPECT_TRUE(contains(msg, "[2, 24)")) << msg;
+  const std::string whole = error_of([&] { ListedVideo v(range_entry(path, 2, kFrames + 1)); });
+  EXPECT_EQ(classify_video_error(whole), BadVideoReason::too_short) << whole;  // a whole file: the range is wrong
 }
 
 // Frames img_<first>.jpg .. of smooth gradients that differ per frame; returns their pixels.

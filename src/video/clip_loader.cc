@@ -255,6 +255,7 @@ struct ClipLoader::Impl {
     std::unique_ptr<ListedVideo> reader;
     try {
       reader = std::make_unique<ListedVideo>(list[size_t(v)], o.frame_template);
+      check_video_integrity(reader->source_info(), o.keep_truncated);  // prepare-video's rule, the same function
     } catch (const Error& e) {
       std::lock_guard<std::mutex> lock(mu);
       open_failed[size_t(v)] = 1;  // opening fails the same way every time: skip it from now on

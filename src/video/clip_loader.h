@@ -37,12 +37,14 @@
 // (same frames, same pixels) when the store keeps every frame (stride 1, no --max-frames).
 // drop_last (train/pretrain) drops the rows past the last full batch; test keeps all rows.
 //
-// Bad videos (from_list; a store holds only good ones). A video that cannot be opened or
-// decoded is counted in times().skipped (once per video) and, in pretrain/train, replaced by the
-// next video of the epoch's order (attempt 1, 2, ...; deterministic since failures are a
-// property of the files); in test mode its rows are left out of the batch (B shrinks). With
-// strict = true the first failure is an Error thrown from next(). Store read errors
-// (checksum mismatch, a chunk truncated after opening) are always Errors from next().
+// Bad videos (from_list; a store holds only good ones). A video that cannot be opened, that
+// check_video_integrity refuses (clip_store.h: prepare-video's rule for truncated and corrupt
+// files, the same function) or that fails to decode is counted in times().skipped (once per
+// video) and, in pretrain/train, replaced by the next video of the epoch's order (attempt 1, 2,
+// ...; deterministic since failures are a property of the files); in test mode its rows are
+// left out of the batch (B shrinks). With strict = true the first failure is an Error thrown
+// from next(). Store read errors (checksum mismatch, a chunk truncated after opening) are always
+// Errors from next().
 //
 // Threads. `threads` workers each claim the next unit, read, augment and copy its rows into the
 // batch tensors; at most queue_depth batches are in flight past the one the consumer waits for.
@@ -76,6 +78,7 @@ struct ClipLoaderOptions {
   bool shuffle = true;    // pretrain/train (test mode keeps list order)
   bool drop_last = true;  // pretrain/train (test mode keeps every row)
   bool strict = false;    // from_list: the first bad video is an Error from next()
+  bool keep_truncated = false;  // from_list: use the complete frames of truncated files (--keep-truncated)
   std::string frame_template = "img_{:05}.jpg";  // from_list: file names in frame folders (videomae2, rawframes)
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, std{0.229f, 0.224f, 0.225f};
   // Data parallel (pretrain/train; dist/shard.h has V-SWIFT's two modes): this rank's part.

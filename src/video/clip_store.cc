@@ -8,7 +8,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +54,67 @@ BadVideoReason classify_video_error(const std::string& message) {
   if (has("truncated")) return BadVideoReason::truncated;  // before too_short: "too short ... truncated"
   if (has("too short")) return BadVideoReason::too_short;
   return BadVideoReason::corrupt;
+}
+
+namespace {
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f s", s);
+  return buf;
+}
+std::string frames_text(double s, double interval) {  // "about 14 frames"
+  return interval > 0 ? "about " + std::to_string(int64_t(std::lround(s / interval))) + " frames" : seconds_text(s);
+}
+}  // namespace
+
+void check_video_integrity(const VideoInfo& info, bool keep_truncated) {
+  const std::string& p = info.path;
+  if (!info.read_error.empty())
+    throw Error("video: ", p, ": corrupt data: reading stopped on an error, not at the end of the file: ",
+                info.read_error, Hint("re-download or re-encode the file"));
+  const double interval = info.frame_interval_s;
+  const double reference = info.container_duration_s > 0 ? info.container_duration_s : info.duration_s;
+  const double slack = std::max(kWholeVideoSlackFrames * interval, kWholeVideoSlackFraction * reference);
+  if (info.gaps > 0 && info.gap_s > slack)
+    throw Error("video: ", p, ": corrupt data: ", frames_text(info.gap_s, interval), " (", seconds_text(info.gap_s),
+                ") are missing inside the video, in ", info.gaps, " gap(s), the first ",
+                seconds_text(info.first_gap_at_s), " after the first frame",
+                Hint("a damaged or partly overwritten file; re-download or re-encode it"));
+  const double tail = info.container_duration_s > 0 ? std::max(0.0, info.missing_end_s) : 0.0;
+  if (tail + info.gap_s > slack && info.unread_bytes > info.largest_packet + kWholeVideoSlackBytes)
+    throw Error("video: ", p, ": corrupt data: reading stopped ", info.unread_bytes,
+                " bytes before the end of the file, ", seconds_text(tail), " before the container's ",
+                seconds_text(info.container_duration_s), " (", frames_text(tail + info.gap_s, interval),
+                " missing; ", info.num_frames, " readable)",
+                Hint("the data after that point is damaged; re-download or re-encode the file"));
+  if (keep_truncated) return;
+  if (info.container_frames > info.num_frames)
+    throw Error("video: ", p, ": truncated: the header lists ", info.container_frames, " frames, ", info.num_frames,
+                " are complete", Hint("re-download the file, or pass --keep-truncated"));
+  if (tail + info.gap_s > slack)
+    throw Error("video: ", p, ": truncated: the frames end ", seconds_text(tail), " before the container's ",
+                seconds_text(info.container_duration_s), " (", frames_text(tail + info.gap_s, interval),
+                " missing; ", info.num_frames, " complete)",
+                Hint("an interrupted download or copy; re-download the file, or pass --keep-truncated"));
+}
+
+std::string skipped_report_tsv(const std::vector<SkippedVideo>& videos) {
+  auto field = [](const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+      if (c == '\t') out += "\\t";
+      else if (c == '\n') out += "\\n";
+      else if (c == '\r') out += "\\r";
+      else if (c == '\\') out += "\\\\";
+      else out += c;
+    }
+    return out;
+  };
+  std::string tsv = "line\tpath\treason\tdetail\n";
+  for (const SkippedVideo& v : videos)
+    tsv += std::to_string(v.list_line) + "\t" + field(v.path) + "\t" + bad_video_reason_name(v.reason) + "\t" +
+           field(v.detail) + "\n";
+  return tsv;
 }
 
 void BadVideoTally::add(BadVideoReason reason, const std::string& message) {

@@ -10,6 +10,8 @@
 //   STORE/index.bin          header + one record per video (below), ends with its own crc32
 //   STORE/chunk-00000.bin    the frames of consecutive videos, packed: [frames, H, W, 3] uint8 RGB
 //   STORE/chunk-00001.bin    ... a new chunk starts when the next video would pass --chunk-mb
+//   STORE/skipped.tsv        every listed video that was skipped: list line, path, reason,
+//                            error message (a header line only when none was); not read back
 // index.bin, every integer little-endian:
 //   char[8] "UNMASKCS"; u32 format version (kClipStoreVersion); u32 flags (0)
 //   i32 short_side, frame_stride, max_frames (0 = all), min_frames; u64 chunk_limit_bytes
@@ -59,6 +61,37 @@ const char* bad_video_reason_name(BadVideoReason reason);  // "corrupt", "too_sh
 /// The reason behind a VideoReader error message (decode.cc's wording).
 BadVideoReason classify_video_error(const std::string& message);
 
+/// Whether a video file is whole: the one rule prepare-video and the clip loader's list input
+/// (pretrain-video --data LIST, bench loader --list) apply before using a file. Returns normally
+/// for a whole file (and for frame folders, which carry no container claims); otherwise throws
+/// an Error naming info.path in classify_video_error's wording:
+///   corrupt:   the demuxer stopped on a read error rather than at the end of the file
+///              (info.read_error), or frames are lost inside the video: its gaps (steps over 2.5
+///              frame intervals and twice their neighbours; VideoReader measures them) lose more
+///              than the tolerance below, or the frames end early (as below) with more of the
+///              file unread than a packet cut in two leaves (unread_bytes > largest_packet +
+///              kWholeVideoSlackBytes): the demuxer gave up on damaged data, which Matroska
+///              reports as a plain end of file;
+///   truncated: (unless keep_truncated) the header lists more frames than there are (MP4), or
+///              the frames end before the container's duration (any container: WebM/Matroska
+///              store no frame count) by more than the tolerance, gaps included, and the file
+///              ends there (an interrupted download).
+/// Tolerance: max(kWholeVideoSlackFrames frame intervals, kWholeVideoSlackFraction of the
+/// duration (the container's, else the frames' span)). Why these: a whole file can miss its
+/// container's end by up to about one frame (timestamps rounded to the time base, WebM stores no
+/// last-frame length so one median interval is assumed, muxers differ on whether the duration
+/// counts the last frame), so 1.5 intervals is the least that means a whole frame is gone. The
+/// 5% absorbs what is not damage: a file duration that counts an audio track running a few
+/// tenths of a second past the video (Matroska files without per-track DURATION tags) and the
+/// approximate interval of variable-frame-rate video. An interrupted download loses far more
+/// (SSv2: half of a 2-6 s file) and a lost Matroska cluster a keyframe interval or more.
+/// A frame the decoder flags as damaged is found only when decoded (VideoReader::decode throws
+/// "corrupt"): prepare-video decodes every kept frame, the loader only the GOPs it samples.
+constexpr double kWholeVideoSlackFrames = 1.5;
+constexpr double kWholeVideoSlackFraction = 0.05;
+constexpr int64_t kWholeVideoSlackBytes = 1024;  // a cut file: the partial packet plus element headers
+void check_video_integrity(const VideoInfo& info, bool keep_truncated);
+
 /// Skipped videos counted per reason, plus the first few error messages.
 struct BadVideoTally {
   std::array<int64_t, kBadVideoReasons> counts{};
@@ -95,11 +128,27 @@ struct PrepareOptions {
   std::function<void(const PrepareProgress&)> progress;  // called after each committed video
 };
 
+/// One listed video prepare-video skipped, as STORE/skipped.tsv lists it.
+struct SkippedVideo {
+  int64_t list_line = 0;  // its line in the list file (0 = unknown)
+  std::string path;
+  BadVideoReason reason = BadVideoReason::corrupt;
+  std::string detail;  // the error message
+};
+
 struct PrepareReport {
   int64_t listed = 0, ok = 0, frames = 0, bytes = 0, chunks = 0;
   BadVideoTally skipped;
+  std::vector<SkippedVideo> skipped_videos;  // every skipped video, in list order
+  std::string skipped_report;                // STORE/skipped.tsv: the same, one line each (always written)
   double seconds = 0;
 };
+
+/// "skipped.tsv": the store's report of skipped videos (see the layout above).
+constexpr const char* kSkippedReportName = "skipped.tsv";
+/// Its text: a header line "line\tpath\treason\tdetail", then one line per video; a tab, newline,
+/// carriage return or backslash inside a field is written as \t, \n, \r or \\.
+std::string skipped_report_tsv(const std::vector<SkippedVideo>& videos);
 
 /// Decodes every listed video once and writes the store (see the top of this file).
 PrepareReport prepare_clip_store(const PrepareOptions& options);

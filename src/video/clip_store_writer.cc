@@ -6,6 +6,11 @@
 // strictly in list order (chunk assignment, offsets, index records), so the bytes written do
 // not depend on the thread count or on timing. A worker may run at most `2 * threads` videos
 // ahead of the commit point, which bounds the frames held in memory.
+//
+// Bad videos: each listed video is opened (ListedVideo), judged by check_video_integrity
+// (clip_store.h: truncated or corrupt files; the clip loader's list input applies the same
+// function) and decoded; a failure is skipped, counted per reason and written to
+// STORE/skipped.tsv, or with strict ends the run.
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -22,6 +27,7 @@
 #include <optional>
 #include <thread>
 
+#include "io/file.h"
 #include "unmask/error.h"
 #include "video/clip_store.h"
 #include "video/listed_video.h"
@@ -47,9 +53,7 @@ DecodedVideo decode_one(const ListEntry& item, const PrepareOptions& o) {
   try {
     ListedVideo reader(item, o.frame_template);  // the listed clip: a frame range of a file or a frame folder
     const VideoInfo& info = reader.source_info();
-    if (!o.keep_truncated && info.container_frames > info.num_frames)
-      throw Error("video: ", item.path, ": truncated: the header lists ", info.container_frames, " frames, ",
-                  info.num_frames, " are complete", Hint("re-download the file, or pass --keep-truncated"));
+    check_video_integrity(info, o.keep_truncated);  // the clip loader's list input applies the same rule
     std::vector<int64_t> keep;  // clip frames; the store records their source frame numbers
     for (int64_t k = 0; k < reader.frames(); k += o.frame_stride) {
       if (o.max_frames > 0 && int64_t(keep.size()) >= o.max_frames) break;
@@ -283,6 +287,7 @@ PrepareReport prepare_clip_store(const PrepareOptions& o) {
         throw Error("clip store: --strict stops at the first bad video (", bad_video_reason_name(d.reason),
                     "): ", d.error);
       report.skipped.add(d.reason, d.error);
+      report.skipped_videos.push_back({list[size_t(v)].list_line, list[size_t(v)].path, d.reason, d.error});
     } else {
       const uint64_t bytes = d.rgb.size();
       if (chunk && chunk->size() > 0 && chunk->size() + bytes > uint64_t(o.chunk_bytes)) close_chunk();
@@ -322,6 +327,10 @@ PrepareReport prepare_clip_store(const PrepareOptions& o) {
     f.finish();
     report.bytes += int64_t(index.size());
   }
+  // Every skipped video with its reason (the summary names only the first few). Written inside
+  // the temp directory, so it appears with the store or not at all.
+  io::write_file_atomic((fs::path(tmp.path) / kSkippedReportName).string(), skipped_report_tsv(report.skipped_videos));
+  report.skipped_report = (fs::path(out) / kSkippedReportName).string();
   report.chunks = int64_t(header.chunk_bytes.size());
   if (fs::exists(out, ec) && !(o.force && is_clip_store(out)))  // appeared while we worked
     throw Error("clip store: ", out, " appeared while the store was being written",

@@ -4,6 +4,8 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <map>
@@ -105,6 +107,7 @@ struct VideoReader::Impl {
     if (!packet || !frame) fail("out of memory", "free memory");
 
     index_packets();
+    measure_timeline(st);
     info.codec = decoder->name;
     info.container_frames = st->nb_frames > 0 ? st->nb_frames : 0;
     info.width = codec->width;
@@ -117,14 +120,22 @@ struct VideoReader::Impl {
     info.duration_s = n > 0 ? double(pts_sorted.back() - pts_sorted.front()) * tb + frame_s : 0.0;
   }
 
-  // Demuxes every packet once to count the frames and find the keyframes. A read error after
-  // some packets (a truncated tail) ends the scan; the frames before it stay usable.
+  // Demuxes every packet once to count the frames and find the keyframes. The scan ends at the
+  // end of the file, at a packet cut short (a truncated tail) or at a read error; the frames
+  // before it stay usable, and info.read_error tells an error from the end of the file.
   void index_packets() {
     std::vector<std::pair<int64_t, bool>> entries;  // (pts, keyframe)
     int64_t fallback_pts = 0;
+    int64_t last_end = 0;  // end of the furthest packet read, in bytes
     while (true) {
       const int rc = av_read_frame(fmt.get(), packet.get());
-      if (rc < 0) break;
+      if (rc < 0) {
+        if (rc != AVERROR_EOF)
+          info.read_error = ff::error_string(rc) + " after " + std::to_string(entries.size()) + " frames";
+        break;
+      }
+      if (packet->pos >= 0) last_end = std::max(last_end, packet->pos + int64_t(packet->size));
+      info.largest_packet = std::max(info.largest_packet, int64_t(packet->size));
       if (packet->stream_index == stream && (packet->flags & AV_PKT_FLAG_CORRUPT)) {
         av_packet_unref(packet.get());  // a packet cut short by truncation: the frames before it stay usable
         break;
@@ -138,6 +149,8 @@ struct VideoReader::Impl {
       av_packet_unref(packet.get());
     }
     if (entries.empty()) fail("the video stream has no frames", "the file is truncated or empty");
+    const int64_t file_bytes = fmt->pb ? avio_size(fmt->pb) : -1;
+    info.unread_bytes = file_bytes > 0 && last_end > 0 ? std::max<int64_t>(0, file_bytes - last_end) : 0;
     std::sort(entries.begin(), entries.end());
     for (const auto& [pts, key] : entries) {
       if (!pts_sorted.empty() && pts_sorted.back() == pts) continue;  // duplicate timestamps: one frame
@@ -148,6 +161,74 @@ struct VideoReader::Impl {
     info.num_keyframes = int64_t(keyframe_index.size());
     last_index = -1;
     at_eof = true;  // the demuxer sits at the end: the first decode must seek
+  }
+
+  // Where the container says the video stream ends and how long it lasts, in seconds; false
+  // when it says nothing or libavformat only guessed from the bit rate (no claim to check).
+  // MP4 (and most formats) give a length from the stream's start. Matroska's durations, the
+  // Segment's and each track's DURATION tag (written by ffmpeg's and mkvmerge's muxers), are end
+  // times: its timestamps count from the segment's start, and a clip cut out of a longer file
+  // with -c copy starts later. The file's duration is the longest track's (audio may run on), so
+  // the video track's own tag comes first.
+  bool container_timeline(const AVStream* st, double* end_s, double* duration_s) const {
+    if (fmt->duration_estimation_method == AVFMT_DURATION_FROM_BITRATE) return false;
+    const double tb = av_q2d(st->time_base);
+    const double start = st->start_time != AV_NOPTS_VALUE ? double(st->start_time) * tb
+                                                          : double(pts_sorted.front()) * tb;
+    const char* format = fmt->iformat && fmt->iformat->name ? fmt->iformat->name : "";
+    const bool matroska = std::strncmp(format, "matroska", 8) == 0;  // "matroska,webm"
+    double end = 0;
+    if (!matroska && st->duration != AV_NOPTS_VALUE && st->duration > 0) {  // MP4's mdhd, AVI's header, ...
+      end = start + double(st->duration) * tb;
+    } else if (const AVDictionaryEntry* tag = matroska ? av_dict_get(st->metadata, "DURATION", nullptr, 0) : nullptr) {
+      int h = 0, m = 0;  // "HH:MM:SS.nnnnnnnnn"
+      double sec = 0;
+      if (std::sscanf(tag->value, "%d:%d:%lf", &h, &m, &sec) != 3 || h < 0 || m < 0 || sec < 0) return false;
+      end = h * 3600.0 + m * 60.0 + sec;
+    } else if (fmt->duration != AV_NOPTS_VALUE && fmt->duration > 0) {
+      const double fmt_start = fmt->start_time != AV_NOPTS_VALUE ? double(fmt->start_time) / AV_TIME_BASE : 0.0;
+      end = (matroska ? 0.0 : fmt_start) + double(fmt->duration) / AV_TIME_BASE;
+    } else {
+      return false;
+    }
+    *end_s = end;
+    *duration_s = end - start;
+    return *duration_s > 0;
+  }
+
+  // Fills VideoInfo's time-line fields (decode.h) from the indexed frames. The frame interval is
+  // the median step, so lost frames or a variable frame rate do not shift it. A gap is a step over
+  // 2.5 intervals and over twice each neighbouring step: damage loses whole clusters (a keyframe
+  // interval or more) between frames at the usual rate, while a dropped frame (a step of 2) or a
+  // stretch of variable-frame-rate video at a lower rate (its neighbours as long) is no gap.
+  void measure_timeline(const AVStream* st) {
+    const double tb = av_q2d(st->time_base);
+    const size_t n = pts_sorted.size();
+    std::vector<int64_t> steps;  // steps[i] = pts[i + 1] - pts[i]
+    for (size_t i = 1; i < n; ++i) steps.push_back(pts_sorted[i] - pts_sorted[i - 1]);
+    double interval = 0;
+    if (!steps.empty()) {
+      std::vector<int64_t> sorted = steps;
+      std::nth_element(sorted.begin(), sorted.begin() + ptrdiff_t(sorted.size() / 2), sorted.end());
+      interval = double(sorted[sorted.size() / 2]) * tb;
+    } else {
+      const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+      if (rate.num > 0 && rate.den > 0) interval = 1.0 / av_q2d(rate);
+    }
+    info.frame_interval_s = interval;
+    for (size_t i = 0; interval > 0 && i < steps.size(); ++i) {
+      const int64_t neighbour = std::max(i > 0 ? steps[i - 1] : 0, i + 1 < steps.size() ? steps[i + 1] : 0);
+      const double step = double(steps[i]) * tb;
+      if (step <= 2.5 * interval || steps[i] <= 2 * neighbour) continue;
+      if (info.gaps == 0) info.first_gap_at_s = double(pts_sorted[i] - pts_sorted[0]) * tb + interval;
+      ++info.gaps;
+      info.gap_s += step - interval;
+    }
+    double end = 0, duration = 0;
+    if (container_timeline(st, &end, &duration)) {
+      info.container_duration_s = duration;
+      info.missing_end_s = end - (double(pts_sorted.back()) * tb + interval);
+    }
   }
 
   int64_t index_of(int64_t pts) const {
@@ -176,6 +257,7 @@ struct VideoReader::Impl {
         if (ts == AV_NOPTS_VALUE) ts = frame->pts;
         last_index = ts == AV_NOPTS_VALUE ? last_index + 1 : index_of(ts);
         ++stats.frames_decoded;
+        if (frame_damaged()) ++stats.damaged_frames;
         return true;
       }
       if (rc == AVERROR_EOF) return false;
@@ -199,6 +281,13 @@ struct VideoReader::Impl {
         fail("corrupt packet after frame " + std::to_string(last_index) + ": " + ff::error_string(rc),
              "the video data is corrupt or truncated");
     }
+  }
+
+  // The decoder hid an error in this frame (concealment, a missing reference): its pixels are not
+  // the video's. Whole VP9, VP8, MPEG-4 and H.264 files (B-frames, open GOPs, random seeks)
+  // raised none when checked; an MP4 with damaged bytes does.
+  bool frame_damaged() const {
+    return frame->decode_error_flags != 0 || (frame->flags & AV_FRAME_FLAG_CORRUPT) != 0;
   }
 
   void convert(uint8_t* dst, int out_w, int out_h) {
@@ -244,6 +333,10 @@ struct VideoReader::Impl {
     auto store = [&](int64_t k) {
       auto it = slots.find(k);
       if (it == slots.end() || it->second.empty()) return;
+      if (frame_damaged())
+        fail("corrupt frame " + std::to_string(k) + ": the decoder reports damaged data (error flags " +
+                 std::to_string(frame->decode_error_flags) + ")",
+             "the video data is corrupt; re-download or re-encode the file");
       uint8_t* first = clip.rgb.data() + it->second[0] * frame_bytes;
       convert(first, clip.width, clip.height);
       for (size_t j = 1; j < it->second.size(); ++j)

@@ -15,7 +15,9 @@
 // Every FFmpeg object is owned by a RAII handle; every failure throws unmask::Error naming the
 // file and what failed: missing or zero-length file, not a media file / corrupt header, no video
 // stream (audio-only), no decoder for the codec, an index past the end ("too short"), a frame
-// that cannot be decoded (truncated or corrupt data).
+// that cannot be decoded or that the decoder flags as damaged (truncated or corrupt data).
+// Opening a damaged file succeeds when it holds frames: VideoInfo says what the container
+// claims and what is there, and check_video_integrity (clip_store.h) decides whether to use it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -34,6 +36,26 @@ struct VideoInfo {
   int64_t num_keyframes = 0;
   int64_t container_frames = 0;  // what the container's header claims (0 = unknown); more than
                                  // num_frames means the file is truncated
+  // What the container says about the video's time line, against the frames that are there
+  // (check_video_integrity in clip_store.h judges these; frame folders leave them 0). Matroska /
+  // WebM stores no frame count, so its truncation and lost clusters show only here.
+  double container_duration_s = 0;  // the video stream's duration per the container: the stream's
+                                    // own (MP4), Matroska's per-track DURATION tag, else the file's
+                                    // (0 = unknown, or only guessed from the bit rate)
+  double frame_interval_s = 0;      // the median step between consecutive frames (1 / fps if < 2 frames)
+  double missing_end_s = 0;         // the container's end time minus the end of the last frame (its
+                                    // pts + one interval); > 0: the tail is missing
+  int64_t gaps = 0;                 // steps between consecutive frames over 2.5 intervals and twice
+                                    // their neighbours: frames lost inside
+  double gap_s = 0;                 // the time those gaps lose: sum of (step - one interval)
+  double first_gap_at_s = 0;        // where the first gap starts (seconds from the first frame)
+  std::string read_error;           // the demuxer stopped on an error, not at the end of the file
+                                    // (e.g. "Invalid data found ... after 13 frames"); "" = a clean end
+  int64_t unread_bytes = 0;         // bytes of the file past the end of the last packet read (any
+                                    // stream): about one packet when the file is cut, much more when
+                                    // the demuxer gave up on damaged data (Matroska then reports a
+                                    // plain end of file, so this is what tells the two apart)
+  int64_t largest_packet = 0;       // bytes of the largest packet read (any stream)
 };
 
 struct DecodeOptions {
@@ -56,6 +78,8 @@ struct Clip {
 struct DecodeStats {
   int64_t seeks = 0;           // av_seek_frame calls
   int64_t frames_decoded = 0;  // frames out of the decoder (wanted or not)
+  int64_t damaged_frames = 0;  // of those, frames the decoder flagged (concealed errors, missing
+                               // references); a wanted one is an Error ("corrupt")
 };
 
 class VideoReader {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "unmask/error.h"
+#include "video/clip_store.h"
 
 namespace unmask::video {
 
@@ -29,13 +30,24 @@ ListedVideo::ListedVideo(const ListEntry& entry, const std::string& frame_templa
   }
   const int64_t end = entry.end_frame == -1 ? n : entry.end_frame;
   if (entry.start_frame < 0 || entry.start_frame >= end || end > n) {
-    // A file with fewer complete frames than its header lists is "truncated" (decode.cc's wording),
-    // so the tally says what is wrong with it.
+    // A file with fewer complete frames than its header lists (MP4), or whose frames end before
+    // its container's duration (any container: check_video_integrity's rule), is "truncated"
+    // (decode.cc's wording), so the tally says what is wrong with it.
     const int64_t listed = video_ ? video_->info().container_frames : 0;
+    std::string truncated;
+    if (listed > n) {
+      truncated = " (its header lists " + std::to_string(listed) + ": the file is truncated)";
+    } else if (video_) {
+      try {
+        check_video_integrity(video_->info(), /*keep_truncated=*/false);
+      } catch (const Error& e) {
+        if (classify_video_error(e.what()) == BadVideoReason::truncated)
+          truncated = " (the file is truncated: its frames end before its container's duration)";
+      }
+    }
     throw Error("video: ", entry.path, ": too short: the frame range [", entry.start_frame, ", ", end, ")",
                 entry.list_line > 0 ? " (list line " + std::to_string(entry.list_line) + ")" : std::string(),
-                " does not fit its ", n, " frames",
-                listed > n ? " (its header lists " + std::to_string(listed) + ": the file is truncated)" : std::string(),
+                " does not fit its ", n, " frames", truncated,
                 Hint("fix sframe/eframe in the list (eframe is one past the last frame), or drop the clip"));
   }
   first_ = entry.start_frame;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Command-line checks of `unmask prepare-video`: exit codes, messages, bad videos skipped and
-# counted, --strict, --force, atomic replacement (an existing store survives a failed run), the
-# same bytes for any thread count, and --check finding a corrupted frame.
+# counted (cut and damaged WebM and MP4 too, every one listed in STORE/skipped.tsv; a list read
+# directly by the loader applies the same rule), --strict, --force, atomic replacement (an
+# existing store survives a failed run), the same bytes for any thread count, and --check
+# finding a corrupted frame.
 #   bash tests/cli/test_prepare_video_cli.sh build/unmask
 set -uo pipefail
 BIN=${1:-build/unmask}
@@ -86,6 +88,73 @@ grep -q "frame 1 " "$T/err" && ok || bad "frame not named: $(cat "$T/err")"
 # A truncated chunk: caught when opening.
 truncate -s -10 "$T/t3.ucs/chunk-00000.bin"
 expect_fail "--check on a truncated chunk" "truncated" "$BIN" prepare-video --check "$T/t3.ucs"
+
+# Truncated and damaged files in every container (issue 28): a WebM cut in half (an interrupted
+# download) or with 2 KiB overwritten in the middle still holds some whole frames, and WebM stores
+# no frame count; the container's duration, the gaps and the bytes left unread give them away.
+# The same damage to an MP4. prepare-video skips them (--strict fails), skipped.tsv lists every
+# one with its reason, and a list read directly (bench loader --list, pretrain-video --data LIST)
+# applies the same rule.
+"$BIN" make-videos --output "$T/dv" --codec both --videos-per-class 1 --frames 48 --width 160 --height 120 --seed 7 \
+  >/dev/null 2>&1 || bad "make-videos for the damaged files"
+python3 -c 'import hashlib, sys; sys.stdout.buffer.write(b"".join(hashlib.sha256(b"unmask %d" % i).digest() for i in range(64)))' \
+  >"$T/noise.bin"  # 2048 fixed bytes
+for f in left_00000.webm right_00001.mp4; do
+  size=$(stat -c %s "$T/dv/$f")
+  head -c $((size / 2)) "$T/dv/$f" >"$T/cut_$f"
+  cp "$T/dv/$f" "$T/bad_$f"
+  dd if="$T/noise.bin" of="$T/bad_$f" bs=1 seek=$((size / 2 - 1024)) count=2048 conv=notrunc status=none
+done
+printf '%s 2\n%s 0\n%s 0\n%s 1\n%s 1\n%s 3\n' "$T/dv/up_00002.webm" "$T/cut_left_00000.webm" "$T/bad_left_00000.webm" \
+  "$T/cut_right_00001.mp4" "$T/bad_right_00001.mp4" "$T/dv/down_00003.mp4" >"$T/damaged.txt"
+"$BIN" prepare-video --list "$T/damaged.txt" --out "$T/d.ucs" --short-side 32 --quiet >"$T/out" 2>&1 && ok \
+  || bad "damaged files made the run fail: $(cat "$T/out")"
+grep -q "prepare-video: 2 ok, 4 skipped (3 corrupt, 1 truncated), 96 frames" "$T/out" && ok || bad "damaged summary: $(cat "$T/out")"
+grep -q "every skipped video with its reason: $T/d.ucs/skipped.tsv" "$T/out" && ok || bad "report not named: $(cat "$T/out")"
+# skipped.tsv: a header, then list line, path, reason and the error of each skipped video.
+[ "$(head -1 "$T/d.ucs/skipped.tsv")" = "$(printf 'line\tpath\treason\tdetail')" ] && ok \
+  || bad "skipped.tsv header: $(head -1 "$T/d.ucs/skipped.tsv")"
+[ "$(wc -l <"$T/d.ucs/skipped.tsv")" = 5 ] && ok || bad "skipped.tsv lines: $(cat "$T/d.ucs/skipped.tsv")"
+expect_row() {  # expect_row LINE FILE REASON DETAIL-FRAGMENT
+  if awk -F'\t' -v l="$1" -v p="$T/$2" -v r="$3" -v d="$4" '$1 == l && $2 == p && $3 == r && index($4, d) { found = 1 }
+      END { exit !found }' "$T/d.ucs/skipped.tsv"; then ok
+  else bad "skipped.tsv has no row '$1 $2 $3 ...$4...': $(cat "$T/d.ucs/skipped.tsv")"; fi
+}
+expect_row 2 cut_left_00000.webm truncated "truncated: the frames end"
+expect_row 3 bad_left_00000.webm corrupt "corrupt data: reading stopped"
+expect_row 4 cut_right_00001.mp4 corrupt "cannot open as a media file"
+expect_row 5 bad_right_00001.mp4 corrupt "corrupt"
+# A store with nothing skipped still has the report (the header alone), and nothing names it.
+[ "$(cat "$T/s.ucs/skipped.tsv")" = "$(printf 'line\tpath\treason\tdetail')" ] && ok \
+  || bad "skipped.tsv of a clean store: $(cat "$T/s.ucs/skipped.tsv")"
+# --strict: the cut WebM (the first bad one) fails the run; --keep-truncated keeps its 24 frames.
+expect_fail "--strict on a cut webm" "cut_left_00000.webm: truncated" \
+  "$BIN" prepare-video --list "$T/damaged.txt" --out "$T/x.ucs" --strict --quiet
+"$BIN" prepare-video --list "$T/damaged.txt" --out "$T/k.ucs" --short-side 32 --keep-truncated --quiet >"$T/out" 2>&1 \
+  && grep -q "3 ok, 3 skipped (3 corrupt), 120 frames" "$T/out" && ok || bad "--keep-truncated: $(cat "$T/out")"
+# The list read directly: the same rule (every frame sampled, so the damaged MP4 frames are decoded).
+loader=("$BIN" bench loader --list "$T/damaged.txt" --short-side 32 --batch 1 --frames 48 --rate 1 --crop 16 --warmup 0 --threads 1)
+"${loader[@]}" --json >"$T/out" 2>&1 && grep -q '"skipped": 4}' "$T/out" && ok || bad "bench loader --list skips: $(cat "$T/out")"
+"${loader[@]}" >"$T/out" 2>&1 && grep -q "skipped videos: 3 corrupt, 1 truncated" "$T/out" && ok \
+  || bad "bench loader --list reasons: $(cat "$T/out")"
+# --strict on the WebM files alone (an MP4 cut in half never opened, so it failed before too).
+head -3 "$T/damaged.txt" >"$T/damaged_webm.txt"
+webm_strict_names_one() {
+  grep -qE "(cut_left_00000.webm: truncated|bad_left_00000.webm: corrupt data).*strict]" "$T/err" && ok \
+    || bad "$1 --strict names no damaged webm: $(cat "$T/err")"
+}
+expect_fail "bench loader --list --strict" "strict]" "${loader[@]/damaged.txt/damaged_webm.txt}" --strict
+webm_strict_names_one "bench loader"
+"${loader[@]}" --keep-truncated --json >"$T/out" 2>&1 && grep -q '"skipped": 3}' "$T/out" && ok \
+  || bad "bench loader --list --keep-truncated: $(cat "$T/out")"
+pretrain=("$BIN" pretrain-video --data "$T/damaged.txt" --short-side 32 --preset tiny --img 32 --frames 4 --batch 2 --steps 1
+  --log-every 1 --loader-threads 1)
+expect_fail "pretrain-video --data LIST --strict" "strict]" "${pretrain[@]/damaged.txt/damaged_webm.txt}" \
+  --out "$T/run_strict" --strict
+webm_strict_names_one "pretrain-video"
+"${pretrain[@]}" --out "$T/run" >"$T/out" 2>&1 && ok || bad "pretrain-video on a list with damaged files: $(cat "$T/out")"
+grep -qE "skipped videos: [0-9]+ (corrupt|truncated)" "$T/out" && ok || bad "pretrain-video reports no skipped video: $(cat "$T/out")"
+rm -rf "$T/x.ucs"
 
 # List formats beyond 'path label' (video_list.h).
 # V-SWIFT frame ranges 'path label sframe eframe' (found by auto): the store keeps each range;
