@@ -202,17 +202,16 @@ int eval_mlm(const Args& args) {
   const std::vector<std::string> shards = data::list_shards(args.require("data"));
   train::MlmEvalOptions o;
   o.batch = positive_int(args, "batch");
+  const text::WordPieceTokenizer tok = load_tokenizer(model_path, model.config().vocab_size);
+  const text::Vocab& v = tok.vocab();
+  for (int32_t id : {v.cls_id(), v.sep_id(), v.pad_id(), v.mask_id(), v.unk_id()})
+    if (id >= 0) o.special_ids.push_back(id);
   const train::MlmEvalResult r = train::evaluate_mlm(ctx, model, shards, o);
   if (format == "json") {
     std::fputs(train::mlm_eval_json(r).c_str(), stdout);
     return 0;
   }
-  std::string top = std::to_string(r.unigram_top_id);
-  try {
-    const text::WordPieceTokenizer tok = load_tokenizer(model_path, model.config().vocab_size);
-    top = "'" + tok.vocab().token(r.unigram_top_id) + "'";
-  } catch (const Error&) {
-  }
+  const std::string top = "'" + v.token(r.unigram_top_id) + "'";
   std::printf("masked LM on %s: %lld sequences, %lld masked tokens (%.1f s)\n", args.get("data").c_str(),
               (long long)r.sequences, (long long)r.masked, r.seconds);
   std::printf("| %-22s | %8s | %9s | %10s |\n", "", "loss", "accuracy", "perplexity");

@@ -84,7 +84,7 @@ int cmd_prepare_text(int argc, char** argv) {
   const data::PrepareReport r = data::prepare_text(o);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r.removed_shards > 0)
-    std::printf("prepare-text: --force: removed %lld .hdf5 file(s) of an earlier run from %s\n",
+    std::printf("prepare-text: --force: removed %lld shard file(s) of an earlier run from %s\n",
                 (long long)r.removed_shards, o.output_dir.c_str());
   std::printf("prepare-text: %lld file(s), %lld documents, %lld sentences, %lld tokens\n", (long long)r.files,
               (long long)r.documents, (long long)r.sentences, (long long)r.tokens);

@@ -32,7 +32,10 @@ text::WordPieceTokenizer load_tokenizer(const std::string& model, int64_t model_
                                                                        ? text::read_tokenizer_config(cfg_path)
                                                                        : TokenizerSettings{}));
   const int64_t n = tokenizer.vocab().size();
-  if (n != model_vocab_size && (n > model_vocab_size || (n + 7) / 8 * 8 != model_vocab_size))
+  // Padded embeddings are fine: vocab_size rounded up from the vocabulary to a multiple of 8
+  // (NVIDIA DLE: 30522 -> 30528), 64 or 128 (Megatron: 30592); ids past the vocabulary are never made.
+  auto padded_to = [&](int64_t m) { return (n + m - 1) / m * m == model_vocab_size; };
+  if (n != model_vocab_size && (n > model_vocab_size || !(padded_to(8) || padded_to(64) || padded_to(128))))
     throw Error(vocab_path, " holds ", n, " tokens but the model's config.json says vocab_size = ", model_vocab_size,
                 ": the vocabulary belongs to another model, and its token ids would select other rows of the "
                 "embedding",

@@ -467,7 +467,7 @@ TEST(DataPrepare, DeterministicWhateverTheThreadsAndShardsSplitTheSameOrder) {
   // leaves them as they were; --force removes them all first, the stale third one included.
   const std::string before = io::read_file(split.shards[2]);
   const std::string message = error_of([&] { run("k3", 1, 7, 2); });
-  EXPECT_NE(message.find("already holds 3 .hdf5 file(s)"), std::string::npos) << message;
+  EXPECT_NE(message.find("already holds 3 shard file(s)"), std::string::npos) << message;
   EXPECT_NE(message.find("--force"), std::string::npos) << message;
   EXPECT_EQ(io::read_file(split.shards[2]), before);
   const PrepareReport fewer = run("k3", 1, 7, 2, true);

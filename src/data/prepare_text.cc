@@ -64,11 +64,11 @@ int64_t prepare_output_dir(const std::string& dir, bool force) {
     throw Error("output directory ", dir, " is not writable", Hint("choose another --output or fix its permissions"));
   std::vector<std::string> old;
   for (const std::string& name : io::directory_entries(dir))
-    if (fs::path(name).extension() == ".hdf5") old.push_back(name);
+    if (fs::path(name).extension() == ".hdf5" || fs::path(name).extension() == ".h5") old.push_back(name);
   if (old.empty()) return 0;
   if (!force)
-    throw Error("output directory ", dir, " already holds ", old.size(), " .hdf5 file(s) (", old.front(),
-                old.size() > 1 ? ", ..." : "", "); the loader reads every .hdf5 file of a directory, so new shards "
+    throw Error("output directory ", dir, " already holds ", old.size(), " shard file(s) (", old.front(),
+                old.size() > 1 ? ", ..." : "", "); the loader reads every .hdf5 / .h5 file of a directory, so new shards "
                 "would mix with them",
                 Hint("choose an empty --output, or pass --force to remove them first"));
   for (const std::string& name : old) {
@@ -100,6 +100,11 @@ PrepareReport prepare_text(const PrepareOptions& options) {
   wordpiece.lowercase = options.lower_case;
   text::WordPieceTokenizer tokenizer(std::move(vocab), wordpiece);
   const std::vector<std::string> files = expand_inputs(options.inputs);
+  for (const std::string& in : options.inputs)
+    if (std::filesystem::is_directory(in) && io::paths_overlap(in, options.output_dir))
+      throw Error("--input ", in, " and --output ", options.output_dir,
+                  " overlap: the shards would be written among (or over) the text they are made from",
+                  Hint("write the shards to a directory outside the input"));
   PrepareReport report;
   report.removed_shards = prepare_output_dir(options.output_dir, options.force);
   Progress progress(options.progress);

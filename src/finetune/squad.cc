@@ -3,6 +3,7 @@
 #include "finetune/squad.h"
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -520,10 +521,17 @@ std::map<std::string, std::string> squad_predict(const std::vector<SquadExample>
     }
     predictions[ex.id] = text;
     if (probabilities) {
+      // run_squad's n-best list: candidates in score order, one per answer (spans of the same
+      // original words give the same text: "rock" + "##ville" and "rockville"), n_best_size of them.
+      std::set<std::pair<int64_t, int64_t>> seen;
       double sum = 0;
-      const size_t n = std::min(prelim.size(), size_t(options.n_best_size));
-      for (size_t k = 0; k < n; ++k) sum += std::exp(prelim[k].score - prelim.front().score);
-      (*probabilities)[ex.id] = n > 0 ? 1.0 / sum : 0.0;
+      for (const Candidate& c : prelim) {
+        if (seen.size() == size_t(options.n_best_size)) break;
+        const SquadFeature& f = features[c.feature];
+        if (!seen.insert({f.token_to_word[size_t(c.start)], f.token_to_word[size_t(c.end)]}).second) continue;
+        sum += std::exp(c.score - prelim.front().score);
+      }
+      (*probabilities)[ex.id] = prelim.empty() ? 0.0 : 1.0 / sum;
     }
   }
   return predictions;

@@ -35,7 +35,7 @@ bool looks_like_hub_id(const std::string& s) {
 
 // The step of a DLE checkpoint file name "ckpt_<step>.pt"; -1 otherwise.
 long long dle_step(const std::string& name) {
-  static const std::regex re(R"(^ckpt_([0-9]+)\.pt$)");
+  static const std::regex re(R"(^ckpt_([0-9]{1,18})\.pt$)");  // 18 digits: no int64 overflow
   std::smatch m;
   return std::regex_match(name, m, re) ? std::stoll(m[1]) : -1;
 }
@@ -201,10 +201,10 @@ BertCheckpoint open_bert_checkpoint(const std::string& path) {
       c.notes.push_back("read " + best.string() + " (the highest step of the directory's ckpt_*.pt)");
     }
   }
-  if (has_dense_act(c.files) && c.config.hidden_act != HiddenAct::gelu_tanh) {
-    c.config.hidden_act = HiddenAct::gelu_tanh;
-    c.notes.push_back("NVIDIA DLE weights (dense_act names): DLE computes the tanh GELU, so hidden_act is gelu_tanh");
-  }
+  if (has_dense_act(c.files))
+    c.notes.push_back("NVIDIA DLE weights (dense_act names read as dense); hidden_act \"" +
+                      std::string(c.config.hidden_act == HiddenAct::gelu ? "gelu" : "gelu_tanh") +
+                      "\" as bert_config.json says (DLE's gelu is the erf form)");
   return c;
 }
 

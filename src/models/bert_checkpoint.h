@@ -8,8 +8,8 @@
 //     pytorch_model.bin (torch.save zip or legacy format, or the shards of
 //     pytorch_model.bin.index.json), read by io/torch_pickle.h: no Python;
 //   - an NVIDIA DLE directory: bert_config.json with ckpt_<step>.pt ({"model": state_dict}; the
-//     highest step is taken); DLE's `dense_act` names are its `dense`, and DLE computes the tanh
-//     GELU whatever its config says, so hidden_act becomes gelu_tanh;
+//     highest step is taken); DLE's `dense_act` names are its `dense`; its "gelu" is the erf form
+//     (x * 0.5 * (1 + erf(x / 1.41421)) in DLE's modeling.py), as HF's: the config is taken as is;
 //   - one weights file (.safetensors, .bin, .pt, .pth): the config beside it.
 // A training run directory (checkpoints/step-*), a Hugging Face Hub id (nothing is downloaded)
 // and a directory without a config are refused with what to pass instead.
@@ -28,7 +28,7 @@ struct BertCheckpoint {
   std::string layout;    // "safetensors", "pytorch_model.bin", "DLE ckpt_*.pt", ...
   BertConfig config;
   std::vector<io::SafeTensorsFile> files;  // torch files converted in memory
-  std::vector<std::string> notes;          // what the loader changed (DLE's GELU), for the user
+  std::vector<std::string> notes;          // how the checkpoint was read (DLE names), for the user
 };
 
 /// Resolves `path` and reads the config and the weights. Errors name the path and what to do.

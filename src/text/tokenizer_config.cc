@@ -88,9 +88,16 @@ TokenizerJson read_tokenizer_json(const std::string& path) {
   auto one = [&](const nlohmann::json& n, bool in_sequence) {
     const std::string t = n.is_object() ? n.value("type", std::string("?")) : std::string("?");
     if (t == "BertNormalizer") {
-      s.do_lower_case = n.value("lowercase", true);
+      // a key that is absent or null takes the tokenizers library's default
+      auto flag = [&](const char* key, bool fallback) {
+        auto it = n.find(key);
+        if (it == n.end() || it->is_null()) return fallback;
+        if (!it->is_boolean()) throw Error("tokenizer ", path, ": normalizer.", key, " is ", it->dump(), ", not true or false");
+        return it->get<bool>();
+      };
+      s.do_lower_case = flag("lowercase", true);
       if (auto it = n.find("strip_accents"); it != n.end() && it->is_boolean()) s.strip_accents = it->get<bool>();
-      s.tokenize_chinese_chars = n.value("handle_chinese_chars", true);
+      s.tokenize_chinese_chars = flag("handle_chinese_chars", true);
     } else if (in_sequence && t == "Lowercase") {
       s.do_lower_case = true;
     } else if (in_sequence && t == "StripAccents") {

@@ -47,7 +47,7 @@ MlmEvalResult evaluate_mlm(Context& ctx, BertTrainModel& model, const std::vecto
       for (int64_t i = 0; i < B; ++i)
         for (int64_t k = 0; k < P; ++k) {
           const int32_t pos = sh.masked_lm_positions[size_t((first + i) * P + k)];
-          if (pos <= 0) continue;
+          if (pos <= 0) break;  // the padding after the last prediction, as pretrain_step reads it
           const int32_t id = sh.masked_lm_ids[size_t((first + i) * P + k)];
           if (id < 0 || id >= V) throw Error(path, ": masked_lm_ids holds ", id, ", outside the model's vocab_size ", V);
           original[size_t(i * S + pos)] = id;
@@ -66,6 +66,8 @@ MlmEvalResult evaluate_mlm(Context& ctx, BertTrainModel& model, const std::vecto
     }
   }
   if (r.masked == 0) throw Error("evaluate_mlm: the shards hold no masked positions to score");
+  for (int32_t id : o.special_ids)
+    if (id >= 0 && id < V) freq[size_t(id)] = 0;
   r.loss = loss_sum / double(r.masked);
   r.accuracy = double(correct) / double(r.masked);
   r.perplexity = std::exp(r.loss);

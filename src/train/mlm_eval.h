@@ -21,6 +21,7 @@ namespace unmask::train {
 struct MlmEvalOptions {
   int64_t batch = 16;
   int64_t max_sequences = 0;  // 0 = every instance of the shards
+  std::vector<int32_t> special_ids;  // [CLS], [SEP], [PAD], ...: not words, left out of the baseline's counts
 };
 
 struct MlmEvalResult {
@@ -28,7 +29,6 @@ struct MlmEvalResult {
   double loss = 0, accuracy = 0, perplexity = 0;           // the model, over masked positions
   double nsp_accuracy = -1;                                // -1 when the model has no NSP head
   double unigram_loss = 0, unigram_accuracy = 0, unigram_perplexity = 0;
-  std::string unigram_top_token_note;                      // e.g. "id 1012 ('.')" (filled by callers with a vocab)
   int32_t unigram_top_id = -1;
   double seconds = 0;
 };

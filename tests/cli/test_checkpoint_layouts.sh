@@ -2,7 +2,7 @@
 # Checkpoints as users have them load, each giving the same fill-mask output as the safetensors
 # original (tests/python/make_checkpoint_layouts.py writes them with PyTorch's torch.save):
 # pytorch_model.bin (zip and legacy formats, sharded with its index), NVIDIA DLE's bert_config.json
-# + ckpt_<step>.pt (dense_act names, DDP prefixes, the newest step, the tanh GELU), a weights file
+# + ckpt_<step>.pt (dense_act names, DDP prefixes, the newest step), a weights file
 # named directly, tokenizer.json without vocab.txt (its casing honoured). A run directory, a Hub id
 # and a directory without a config are refused with what to pass instead.
 #   bash tests/cli/test_checkpoint_layouts.sh [build/unmask]
@@ -21,8 +21,7 @@ for m in bin_zip bin_legacy bin_sharded dle tok_json hf/model.safetensors bin_zi
   got=$("$U" infer --model "$W/$m" --text "$T" --top-k 3 2>&1)
   if [[ "$got" == "$want" ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --model $m:"; echo "$got" | head -4; fi
 done
-# DLE's older ckpt_10.pt holds zeros: it must not be the one read; its config says gelu, the
-# output equals the gelu_new original only with the tanh GELU.
+# DLE's older ckpt_10.pt holds zeros: it must not be the one read.
 got=$("$U" infer --model "$W/dle/ckpt_10.pt" --text "$T" --top-k 3 2>&1)
 [[ "$got" != "$want" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: ckpt_10.pt gave the newest checkpoint's output"; }
 # tokenizer.json's normalizer: cased keeps "Paris" (not in the uncased vocabulary: [UNK]).

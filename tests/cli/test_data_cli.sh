@@ -47,10 +47,11 @@ expect 0 "2 documents, 6 sentences" -- "$U" "${P[@]}" --input "$W/docs.txt" --ou
 expect 0 "3 file(s), 24 documents" -- "$U" "${P[@]}" --input "$W/corpus.txt" --input "$W/corpus.txt,$W/corpus.txt" --output "$W/rep"
 # Into a directory with shards of an earlier run: refused (they would mix), untouched; --force clears them.
 sum_before=$(cat "$W/out"/*.hdf5 | md5sum)
-expect 1 "already holds 2 .hdf5 file(s)" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/out" --format documents
+expect 1 "already holds 2 shard file(s)" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/out" --format documents
 check "refused run left the shards" test "$(cat "$W/out"/*.hdf5 | md5sum)" = "$sum_before"
-expect 0 "removed 2 .hdf5 file(s)" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/out" --format documents --force
+expect 0 "removed 2 shard file(s)" -- "$U" "${P[@]}" --input "$W/docs.txt" --output "$W/out" --format documents --force
 check "--force: only the new shard" test "$(cd "$W/out" && ls *.hdf5)" = "shard_00000.hdf5"
+expect 1 "overlap: the shards would be written among" -- "$U" "${P[@]}" --input "$W" --output "$W/inside"
 check "the shards' casing beside them" grep -q '"do_lower_case": true' "$W/out/tokenizer_config.json"
 # train-vocab: a vocabulary from the corpus that prepare-text can use; refusals.
 expect 0 "train-vocab: 60 tokens" -- "$U" train-vocab --input "$W/corpus.txt" --output "$W/tv" --vocab-size 60 --min-frequency 1

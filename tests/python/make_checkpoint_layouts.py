@@ -1,11 +1,11 @@
 """Write one random BERT checkpoint (tests/python/make_bert_checkpoint.py, HF safetensors) again in
 every layout its users have, with PyTorch's own torch.save, for tests/cli/test_checkpoint_layouts.sh:
 
-  OUT/hf            the reference: config.json + model.safetensors + vocab.txt (hidden_act gelu_new)
+  OUT/hf            the reference: config.json + model.safetensors + vocab.txt
   OUT/bin_zip       pytorch_model.bin (torch.save zip format)
   OUT/bin_legacy    pytorch_model.bin (legacy format: _use_new_zipfile_serialization=False)
   OUT/bin_sharded   pytorch_model-0000{1,2}-of-00002.bin + pytorch_model.bin.index.json
-  OUT/dle           NVIDIA DLE: bert_config.json (hidden_act "gelu": DLE computes the tanh GELU),
+  OUT/dle           NVIDIA DLE: bert_config.json (hidden_act "gelu", DLE's erf GELU as HF's),
                     ckpt_10.pt and ckpt_20.pt ({"model": state_dict, "optimizer": ..., "epoch": ...}
                     with DLE's dense_act names and DDP's "module." prefixes); ckpt_20.pt is the model
   OUT/tok_json      config.json + model.safetensors + tokenizer.json (no vocab.txt), uncased
@@ -53,8 +53,7 @@ def tokenizer_json(vocab_path, lowercase):
 def main():
     out = sys.argv[1]
     hf = os.path.join(out, "hf")
-    make_bert_checkpoint.main(["--out", hf, "--size", "tiny", "--heads", "pretraining", "--seed", "5",
-                               "--hidden-act", "gelu_new"])
+    make_bert_checkpoint.main(["--out", hf, "--size", "tiny", "--heads", "pretraining", "--seed", "5"])
     sd = state_dict(hf)
     vocab = os.path.join(hf, "vocab.txt")
 
