@@ -95,7 +95,6 @@ int cmd_prepare_text(int argc, char** argv) {
   if (r.invalid_utf8_lines > 0)
     std::printf("prepare-text: skipped %lld line(s) of invalid UTF-8 (the first at %s)\n",
                 (long long)r.invalid_utf8_lines, r.first_invalid_utf8.c_str());
-  for (const std::string& w : r.warnings) std::fprintf(stderr, "unmask prepare-text: warning: %s\n", w.c_str());
   return 0;
 }
 

@@ -59,7 +59,6 @@ struct PrepareReport {
   int64_t invalid_utf8_lines = 0;    // skipped, counted, reported
   std::string first_invalid_utf8;    // "file:line" of the first skipped line ("" if none)
   std::vector<std::string> shards;   // written paths: output_dir/shard_00000.hdf5, ...
-  std::vector<std::string> warnings;
   int64_t removed_shards = 0;        // .hdf5 files of an earlier run removed under `force`
 };
 

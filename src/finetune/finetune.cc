@@ -99,8 +99,15 @@ TaskBatch TaskData::batch(const std::vector<size_t>& rows, bool with_labels) con
   return tokens_batch(conll_features, rows, with_labels);
 }
 
-TaskData load_task_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
-                        const DataOptions& options, bool training, const std::vector<std::string>& labels) {
+namespace {
+
+// What a data file is read for: training and evaluation need its labels, prediction reads none
+// (a TSV's label column, CoNLL's tags and SQuAD's answers may be absent) and takes the model's.
+enum class DataUse : uint8_t { training, evaluation, prediction };
+
+TaskData load_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
+                   const DataOptions& options, DataUse use, const std::vector<std::string>& labels) {
+  const bool training = use == DataUse::training, predicting = use == DataUse::prediction;
   TaskData d;
   d.task = task;
   d.path = path;
@@ -112,15 +119,17 @@ TaskData load_task_data(TaskKind task, const std::string& path, const text::Word
         {.max_seq_length = max_seq, .doc_stride = options.doc_stride, .max_query_length = options.max_query}, training);
   } else if (task == TaskKind::classify) {
     const TsvTable table = read_tsv(path);
-    d.classify_examples = classify_examples(table, resolve_columns(table, options.columns, true));
-    d.labels = labels.empty() ? label_list(d.classify_examples) : labels;
+    ClassifyColumnIndex columns = resolve_columns(table, options.columns, !predicting);
+    if (predicting) columns.label = -1;  // a label column, if the file has one, is not read
+    d.classify_examples = classify_examples(table, columns);
+    d.labels = labels.empty() && !predicting ? label_list(d.classify_examples) : labels;
     if (training && d.labels.size() < 2)
       throw Error("classify: ", path, " has ", d.labels.size(), " distinct label(s); classification needs at least 2",
                   Hint("check --label: it names the column holding the class"));
-    d.classify_features = classify_features(d.classify_examples, d.labels, tokenizer, max_seq, false);
+    d.classify_features = classify_features(d.classify_examples, d.labels, tokenizer, max_seq, predicting);
   } else {
-    d.sentences = read_conll(path);
-    d.labels = labels.empty() ? conll_label_list(d.sentences) : labels;
+    d.sentences = read_conll(path, predicting);
+    d.labels = labels.empty() && !predicting ? conll_label_list(d.sentences) : labels;
     d.conll_features = conll_features(d.sentences, d.labels, tokenizer, max_seq, !training);
   }
   if (d.num_features() == 0)
@@ -129,6 +138,13 @@ TaskData load_task_data(TaskKind task, const std::string& path, const text::Word
                          ? "every question was skipped; the first warning: " + d.squad_report.warnings.front()
                          : "the file holds no usable rows"));
   return d;
+}
+
+}  // namespace
+
+TaskData load_task_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
+                        const DataOptions& options, bool training, const std::vector<std::string>& labels) {
+  return load_data(task, path, tokenizer, options, training ? DataUse::training : DataUse::evaluation, labels);
 }
 
 // ---- models -----------------------------------------------------------------------------------
@@ -375,28 +391,7 @@ EvalResult evaluate(Context& ctx, const BertModel& model, const TaskData& data,
 
 TaskData load_unlabelled_data(TaskKind task, const std::string& path, const text::WordPieceTokenizer& tokenizer,
                               const DataOptions& options, const std::vector<std::string>& labels) {
-  TaskData d;
-  d.task = task;
-  d.path = path;
-  d.labels = labels;
-  const int64_t max_seq = options.max_seq > 0 ? options.max_seq : default_max_seq(task);
-  if (task == TaskKind::squad) {
-    d.squad_examples = read_squad(path, false, &d.squad_report);
-    d.squad_features = squad_features(
-        d.squad_examples, tokenizer,
-        {.max_seq_length = max_seq, .doc_stride = options.doc_stride, .max_query_length = options.max_query}, false);
-  } else if (task == TaskKind::classify) {
-    const TsvTable table = read_tsv(path);
-    ClassifyColumnIndex columns = resolve_columns(table, options.columns, false);
-    columns.label = -1;  // a label column, if the file has one, is not read
-    d.classify_examples = classify_examples(table, columns);
-    d.classify_features = classify_features(d.classify_examples, d.labels, tokenizer, max_seq, true);
-  } else {
-    d.sentences = read_conll(path, true);
-    d.conll_features = conll_features(d.sentences, d.labels, tokenizer, max_seq, true);
-  }
-  if (d.num_features() == 0) throw Error(task_name(task), ": ", path, " gave no examples", Hint("the file holds no usable rows"));
-  return d;
+  return load_data(task, path, tokenizer, options, DataUse::prediction, labels);
 }
 
 std::string predict_jsonl(Context& ctx, const BertModel& model, const TaskData& data,

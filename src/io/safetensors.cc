@@ -405,6 +405,52 @@ SafeTensorsFile SafeTensorsFile::from_tensors(const std::vector<std::pair<std::s
 
 // ---- model directories ----------------------------------------------------------------------
 
+std::vector<SafeTensorsFile> open_indexed_shards(const std::string& index_file,
+                                                 const std::function<SafeTensorsFile(const std::string&)>& open_shard,
+                                                 const std::function<std::string(const std::string&)>& stored_name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path index_path(index_file), d = index_path.parent_path();
+  const std::string where = "open_model_weights: " + index_path.string();
+  json index;
+  try {
+    index = json::parse(read_file(index_path.string()));
+  } catch (const json::exception& e) {
+    throw Error(where, " is not valid JSON: ", e.what(), Hint("download the index file again"));
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw Error(where, " has no \"weight_map\" object", Hint("download the index file again"));
+  // Open each distinct shard once, in first-seen order of the (sorted) weight map.
+  std::vector<std::string> shard_names;
+  std::map<std::string, size_t> shard_of;
+  for (const auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string())
+      throw Error(where, ": weight_map entry for '", tensor, "' must be a file name, got a JSON ", shard.type_name());
+    const std::string s = shard.get<std::string>();
+    // Shards must sit beside the index: an absolute path or ".." could read anywhere.
+    if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..")
+      throw Error(where, ": weight_map names shard '", s, "' for '", tensor, "', which is not a plain file name",
+                  Hint("shards must be files in the model directory"));
+    if (!shard_of.count(s)) shard_of[s] = shard_names.size(), shard_names.push_back(s);
+  }
+  if (shard_names.empty()) throw Error(where, ": weight_map is empty", Hint("download the index file again"));
+  std::vector<SafeTensorsFile> files;
+  for (const std::string& s : shard_names) {
+    const fs::path p = d / s;
+    if (!fs::exists(p, ec))
+      throw Error(where, " lists shard ", s, " but ", p.string(), " does not exist",
+                  Hint("the download is incomplete; fetch the missing shard"));
+    files.push_back(open_shard(p.string()));
+  }
+  for (const auto& [tensor, shard] : index["weight_map"].items()) {
+    const SafeTensorsFile& f = files[shard_of[shard.get<std::string>()]];
+    if (!f.find(stored_name ? stored_name(tensor) : tensor))
+      throw Error(where, " says tensor '", tensor, "' is in ", f.path(), ", but that shard does not hold it",
+                  Hint("the shards and the index come from different saves; download them again together"));
+  }
+  return files;
+}
+
 std::vector<SafeTensorsFile> open_model_weights(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -415,46 +461,7 @@ std::vector<SafeTensorsFile> open_model_weights(const std::string& dir) {
   if (fs::exists(d / "model.safetensors", ec)) return {SafeTensorsFile::open((d / "model.safetensors").string())};
 
   const fs::path index_path = d / "model.safetensors.index.json";
-  if (fs::exists(index_path, ec)) {
-    const std::string where = "open_model_weights: " + index_path.string();
-    json index;
-    try {
-      index = json::parse(read_file(index_path.string()));
-    } catch (const json::exception& e) {
-      throw Error(where, " is not valid JSON: ", e.what(), Hint("download the index file again"));
-    }
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-      throw Error(where, " has no \"weight_map\" object", Hint("download the index file again"));
-    // Open each distinct shard once, in first-seen order of the (sorted) weight map.
-    std::vector<std::string> shard_names;
-    std::map<std::string, size_t> shard_of;
-    for (const auto& [tensor, shard] : index["weight_map"].items()) {
-      if (!shard.is_string())
-        throw Error(where, ": weight_map entry for '", tensor, "' must be a file name, got a JSON ", shard.type_name());
-      const std::string s = shard.get<std::string>();
-      // Shards must sit beside the index: an absolute path or ".." could read anywhere.
-      if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..")
-        throw Error(where, ": weight_map names shard '", s, "' for '", tensor, "', which is not a plain file name",
-                    Hint("shards must be files in the model directory"));
-      if (!shard_of.count(s)) shard_of[s] = shard_names.size(), shard_names.push_back(s);
-    }
-    if (shard_names.empty()) throw Error(where, ": weight_map is empty", Hint("download the index file again"));
-    std::vector<SafeTensorsFile> files;
-    for (const std::string& s : shard_names) {
-      const fs::path p = d / s;
-      if (!fs::exists(p, ec))
-        throw Error(where, " lists shard ", s, " but ", p.string(), " does not exist",
-                    Hint("the download is incomplete; fetch the missing shard"));
-      files.push_back(SafeTensorsFile::open(p.string()));
-    }
-    for (const auto& [tensor, shard] : index["weight_map"].items()) {
-      const SafeTensorsFile& f = files[shard_of[shard.get<std::string>()]];
-      if (!f.find(tensor))
-        throw Error(where, " says tensor '", tensor, "' is in ", f.path(), ", but that shard does not hold it",
-                    Hint("the shards and the index come from different saves; download them again together"));
-    }
-    return files;
-  }
+  if (fs::exists(index_path, ec)) return open_indexed_shards(index_path.string(), &SafeTensorsFile::open);
 
   // Neither: say what the directory does hold that looks like weights.
   static const char* kWeightExt[] = {".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".safetensors", ".onnx", ".gguf", ".npz"};

@@ -8,6 +8,7 @@
 // file and the tensor, with a hint.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,16 @@ class SafeTensorsFile {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+/// The shards a sharded checkpoint's index names (model.safetensors.index.json,
+/// pytorch_model.bin.index.json: "weight_map" {tensor: file beside the index}), each opened once
+/// by `open_shard` in first-seen order, and every tensor of the index checked to be in its shard
+/// (under `stored_name(tensor)` when given: the name the opened shard gives it). Errors name the
+/// index and what is wrong (not JSON, no weight_map, a path that is not a plain file name, a
+/// missing shard, a tensor its shard lacks).
+std::vector<SafeTensorsFile> open_indexed_shards(const std::string& index_file,
+                                                 const std::function<SafeTensorsFile(const std::string&)>& open_shard,
+                                                 const std::function<std::string(const std::string&)>& stored_name = {});
 
 /// Opens a model's weights from a directory: model.safetensors, or the shards listed in
 /// model.safetensors.index.json ("weight_map"). Errors name the directory and what is missing.

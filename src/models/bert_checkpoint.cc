@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "io/file.h"
@@ -87,6 +86,12 @@ Location locate(const std::string& path) {
               Hint("a BERT model directory holds config.json and its weights (model.safetensors or pytorch_model.bin)"));
 }
 
+// DistributedDataParallel's "module." prefixes, gone.
+std::string strip_ddp_prefix(std::string name) {
+  while (name.rfind("module.", 0) == 0) name.erase(0, 7);
+  return name;
+}
+
 // A torch.save file's model state dict as an in-memory safetensors image; DDP's "module."
 // prefixes go.
 io::SafeTensorsFile torch_weights(const std::string& file, std::string* from) {
@@ -95,47 +100,8 @@ io::SafeTensorsFile torch_weights(const std::string& file, std::string* from) {
   if (sd.empty())
     throw Error("pytorch checkpoint ", file, " holds no tensors under model / module / state_dict or at the top level",
                 Hint("save the model's state_dict() with torch.save"));
-  for (auto& [name, t] : sd)
-    while (name.rfind("module.", 0) == 0) name.erase(0, 7);
+  for (auto& [name, t] : sd) name = strip_ddp_prefix(name);
   return io::SafeTensorsFile::from_tensors(sd, file);
-}
-
-std::vector<io::SafeTensorsFile> torch_shards(const fs::path& index_path) {
-  const std::string where = index_path.string();
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(io::read_file(where));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where, " is not valid JSON: ", e.what(), Hint("download the index file again"));
-  }
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    throw Error(where, " has no \"weight_map\" object", Hint("download the index file again"));
-  std::vector<std::string> shards;
-  for (const auto& [tensor, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) throw Error(where, ": weight_map entry for '", tensor, "' is not a file name");
-    const std::string s = shard.get<std::string>();
-    if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..")
-      throw Error(where, ": weight_map names shard '", s, "', which is not a plain file name");
-    if (std::find(shards.begin(), shards.end(), s) == shards.end()) shards.push_back(s);
-  }
-  if (shards.empty()) throw Error(where, ": weight_map is empty");
-  std::vector<io::SafeTensorsFile> files;
-  for (const std::string& s : shards) {
-    const fs::path p = index_path.parent_path() / s;
-    if (!is_file(p))
-      throw Error(where, " lists shard ", s, " but ", p.string(), " does not exist",
-                  Hint("the download is incomplete; fetch the missing shard"));
-    files.push_back(torch_weights(p.string(), nullptr));
-  }
-  for (const auto& [tensor, shard] : index["weight_map"].items()) {
-    const size_t k = size_t(std::find(shards.begin(), shards.end(), shard.get<std::string>()) - shards.begin());
-    std::string name = tensor;
-    while (name.rfind("module.", 0) == 0) name.erase(0, 7);
-    if (!files[k].find(name))
-      throw Error(where, " says tensor '", tensor, "' is in ", shard.get<std::string>(), ", but that shard does not hold it",
-                  Hint("the shards and the index come from different saves; download them again together"));
-  }
-  return files;
 }
 
 bool has_dense_act(const std::vector<io::SafeTensorsFile>& files) {
@@ -185,7 +151,8 @@ BertCheckpoint open_bert_checkpoint(const std::string& path) {
     open_file(loc.dir / "pytorch_model.bin");
   } else if (is_file(loc.dir / "pytorch_model.bin.index.json")) {
     c.layout = "pytorch_model.bin shards", c.origin = (loc.dir / "pytorch_model.bin.index.json").string();
-    c.files = torch_shards(loc.dir / "pytorch_model.bin.index.json");
+    c.files = io::open_indexed_shards(
+        c.origin, [](const std::string& shard) { return torch_weights(shard, nullptr); }, strip_ddp_prefix);
   } else {
     // DLE keeps its last three ckpt_<step>.pt; the highest step is the newest.
     fs::path best;

@@ -8,24 +8,36 @@
 
 namespace unmask::text {
 
-TokenizerSettings read_tokenizer_config(const std::string& path) {
-  nlohmann::json j;
+namespace {
+
+// `what` (e.g. "tokenizer config") names the file in the error.
+nlohmann::json parse_json_file(const std::string& path, const char* what) {
   try {
-    j = nlohmann::json::parse(io::read_file(path));
+    return nlohmann::json::parse(io::read_file(path));
   } catch (const nlohmann::json::exception& e) {
-    throw Error("tokenizer config ", path, " is not valid JSON: ", e.what());
+    throw Error(what, " ", path, " is not valid JSON: ", e.what());
   }
+}
+
+// A true / false setting: absent or null = nullopt (the library's default); anything else is an
+// Error naming `where` (the file and the object) and the key.
+std::optional<bool> optional_flag(const nlohmann::json& object, const char* key, const std::string& where) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) throw Error(where, key, " must be true, false or null, got ", it->dump());
+  return it->get<bool>();
+}
+
+}  // namespace
+
+TokenizerSettings read_tokenizer_config(const std::string& path) {
+  const nlohmann::json j = parse_json_file(path, "tokenizer config");
   TokenizerSettings s;
   if (!j.is_object()) throw Error("tokenizer config ", path, " is not a JSON object");
-  auto flag = [&](const char* key) -> std::optional<bool> {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return std::nullopt;
-    if (!it->is_boolean()) throw Error("tokenizer config ", path, ": ", key, " must be true, false or null, got ", it->dump());
-    return it->get<bool>();
-  };
-  if (auto v = flag("do_lower_case")) s.do_lower_case = *v;
-  s.strip_accents = flag("strip_accents");
-  if (auto v = flag("tokenize_chinese_chars")) s.tokenize_chinese_chars = *v;
+  const std::string where = "tokenizer config " + path + ": ";
+  if (auto v = optional_flag(j, "do_lower_case", where)) s.do_lower_case = *v;
+  s.strip_accents = optional_flag(j, "strip_accents", where);
+  if (auto v = optional_flag(j, "tokenize_chinese_chars", where)) s.tokenize_chinese_chars = *v;
   return s;
 }
 
@@ -49,12 +61,7 @@ std::string special_tokens_map_json() {
 }
 
 TokenizerJson read_tokenizer_json(const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(io::read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("tokenizer ", path, " is not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = parse_json_file(path, "tokenizer");
   const auto model = j.is_object() ? j.find("model") : j.end();
   if (!j.is_object() || model == j.end() || !model->is_object())
     throw Error("tokenizer ", path, " has no \"model\" object", Hint("expected a tokenizers-library tokenizer.json"));
@@ -89,15 +96,10 @@ TokenizerJson read_tokenizer_json(const std::string& path) {
     const std::string t = n.is_object() ? n.value("type", std::string("?")) : std::string("?");
     if (t == "BertNormalizer") {
       // a key that is absent or null takes the tokenizers library's default
-      auto flag = [&](const char* key, bool fallback) {
-        auto it = n.find(key);
-        if (it == n.end() || it->is_null()) return fallback;
-        if (!it->is_boolean()) throw Error("tokenizer ", path, ": normalizer.", key, " is ", it->dump(), ", not true or false");
-        return it->get<bool>();
-      };
-      s.do_lower_case = flag("lowercase", true);
-      if (auto it = n.find("strip_accents"); it != n.end() && it->is_boolean()) s.strip_accents = it->get<bool>();
-      s.tokenize_chinese_chars = flag("handle_chinese_chars", true);
+      const std::string where = "tokenizer " + path + ": normalizer.";
+      s.do_lower_case = optional_flag(n, "lowercase", where).value_or(true);
+      s.strip_accents = optional_flag(n, "strip_accents", where);
+      s.tokenize_chinese_chars = optional_flag(n, "handle_chinese_chars", where).value_or(true);
     } else if (in_sequence && t == "Lowercase") {
       s.do_lower_case = true;
     } else if (in_sequence && t == "StripAccents") {
