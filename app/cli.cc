@@ -87,6 +87,12 @@ std::string Args::get(const std::string& name) const {
   return "";
 }
 
+std::map<std::string, std::string> Args::values() const {
+  std::map<std::string, std::string> all = defaults_;
+  for (const auto& [k, v] : values_) all[k] = v.empty() ? "true" : v;
+  return all;
+}
+
 std::vector<std::string> Args::get_all(const std::string& name) const {
   if (auto it = all_values_.find(name); it != all_values_.end()) return it->second;
   return {};

@@ -34,6 +34,8 @@ class Args {
   std::vector<int64_t> get_int_list(const std::string& name) const;  // "1,2,4"
   /// Every value an option was given, in order (an option may repeat; get() returns the last).
   std::vector<std::string> get_all(const std::string& name) const;
+  /// Every option's effective value (given, else its default; a given flag as "true").
+  std::map<std::string, std::string> values() const;
 
  private:
   std::string command_;

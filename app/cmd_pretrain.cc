@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "train/checkpoint.h"
+#include "core/signals.h"
 #include "train/config.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
@@ -26,28 +27,6 @@
 namespace unmask::cli {
 
 namespace {
-
-std::atomic<int> g_stop_signal{0};
-
-void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
-  const char* msg =
-      sig == SIGINT ? "\nunmask pretrain: SIGINT: finishing this step and saving a checkpoint (Ctrl-C again aborts)\n"
-                    : "\nunmask pretrain: SIGTERM: finishing this step and saving a checkpoint\n";
-  ssize_t ignored = ::write(2, msg, std::strlen(msg));  // async-signal-safe
-  (void)ignored;
-}
-
-void install_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  // SA_RESETHAND: the second signal takes the default action (terminate); SA_RESTART: reads and
-  // writes in flight (shards, checkpoints) resume instead of failing with EINTR.
-  sa.sa_flags = SA_RESETHAND | SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
 
 // Shortcuts: `--steps 10` is `--set steps=10`.
 const char* kShortcuts[] = {"output", "data", "model", "vocab", "steps", "batch", "accumulation", "lr", "threads", "seed"};
@@ -123,23 +102,14 @@ int cmd_pretrain(int argc, char** argv) {
   if (resume) opt.resume = resume_dir.empty() ? cfg.output : resume_dir;
   opt.progress = !args->has("quiet");
   opt.tty = opt.progress && ::isatty(2);
-  opt.stop_signal = &g_stop_signal;
+  opt.stop_signal = install_stop_handlers("pretrain");
   opt.max_steps_this_run = args->get_int("stop-after");
   if (opt.max_steps_this_run < 0) throw Error("--stop-after must be >= 0, got ", opt.max_steps_this_run);
-  install_handlers();
   train::TrainResult r = train::pretrain(opt);
   if (!Communicator::world().is_root()) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;  // rank 0 reports
 
   const std::string ckpt = r.checkpoint;
-  if (r.end_step == r.start_step && r.stopped_by_signal)
-    std::printf("stopped before a step of this run finished (at step %lld of %lld)\n", (long long)r.end_step,
-                (long long)r.total_steps);
-  else
-    std::printf("%s %lld steps (step %lld -> %lld of %lld) in %s: loss %.4f -> %.4f, %.2f sequences/s%s\n",
-              r.stopped_by_signal ? "stopped after" : "pretrained", (long long)(r.end_step - r.start_step),
-              (long long)r.start_step, (long long)r.end_step, (long long)r.total_steps,
-              train::format_duration(r.elapsed_s).c_str(), r.first_loss, r.last_loss, r.seq_per_s,
-              r.resumed_from.empty() ? "" : (" (resumed from " + r.resumed_from + ")").c_str());
+  std::printf("%s\n", train::summary_line(r, "pretrained", "sequences").c_str());
   if (!ckpt.empty()) {
     std::printf("checkpoint: %s\nmetrics:    %s/metrics.jsonl, plot: %s/loss.svg\n", ckpt.c_str(), cfg.output.c_str(),
                 cfg.output.c_str());

@@ -7,6 +7,8 @@
 // DIR/metrics.jsonl (one line per step), and for fine-tuning DIR/eval.json.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +27,9 @@
 #include "video/masking.h"
 #include "video/videomae_checkpoint.h"
 #include "video/videomae_flops.h"
+#include "video/videomae_pretrain_task.h"
+#include "core/signals.h"
+#include "train/trainer.h"
 #include "video_common.h"
 
 namespace unmask::cli {
@@ -110,15 +115,20 @@ void print_step(int64_t step, int64_t total, double loss, double lr, double gnor
 int cmd_pretrain_video(int argc, char** argv) {
   const std::vector<OptionSpec> specs = with(
       with({{"data", "PATH", "clip store directory or list file", ""},
-            {"out", "DIR", "output directory (model/, metrics.jsonl)", ""},
-            {"batch", "N", "clips per step", "8"},
+            {"out", "DIR", "run directory (checkpoints/, metrics.jsonl, loss.svg; the final model in DIR/model)", ""},
+            {"batch", "N", "clips per micro-batch (per rank)", "8"},
+            {"accumulation", "N", "micro-batches per optimizer step (gradient accumulation)", "1"},
             {"steps", "N", "optimizer steps", "100"},
             {"mask-ratio", "R", "tube mask ratio", "0.9"},
             {"decoder-mask-ratio", "R", "VideoMAE v2 running-cell decoder masking ratio (0 = off: decode the masked tokens)", "0"},
             {"naming", "KIND", "checkpoint names: original (VideoMAE) or hf (transformers)", "original"},
             {"init-from", "PATH", "start from a checkpoint (safetensors dir/file or .pth)", ""},
-            {"save-every", "N", "also write DIR/model every N steps (0 = only at the end)", "0"},
+            {"resume", "[DIR]", "continue the run in --out (or in DIR, or from the checkpoint DIR) where it stopped", ""},
+            {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
+            {"checkpoint-every", "N", "write a checkpoint (model, optimizer, trainer state) every N steps (0 = at the end)", "0"},
+            {"keep-checkpoints", "N", "keep the last N checkpoints (0 = all)", "3"},
             {"log-every", "N", "print a line every N steps", "10"},
+            {"quiet", "", "no progress output", ""},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
             device_option(),
             {"precision", "fp32|tf32|bf16", "GEMM precision on cuda (bf16: tensor cores, fp32 master weights)", "fp32"},
@@ -132,31 +142,60 @@ int cmd_pretrain_video(int argc, char** argv) {
             video_force_spec()},
            video_model_specs()),
       with(video_data_specs(), optimizer_specs("1.5e-4", "0.95", "0.1")));
-  auto parsed = Args::parse("pretrain-video", "VideoMAE pretraining (tube masking, normalized-pixel MSE)", specs, argc,
-                            argv, 2);
+  // --resume takes an optional value: taken out before the common parser.
+  bool resume = false;
+  std::string resume_dir;
+  std::vector<char*> rest = {argv[0], argv[1]};
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--resume") == 0) {
+      resume = true;
+      if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) resume_dir = argv[++i];
+    } else if (std::strncmp(argv[i], "--resume=", 9) == 0) {
+      resume = true;
+      resume_dir = argv[i] + 9;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  auto parsed = Args::parse("pretrain-video",
+                            "VideoMAE pretraining (tube masking, normalized-pixel MSE). Checkpoints under "
+                            "OUT/checkpoints/step-N (model, optimizer, trainer state); SIGINT/SIGTERM finish the step, "
+                            "save one and exit 130/143; --resume continues bit for bit",
+                            specs, int(rest.size()), rest.data(), 2);
   if (!parsed) return 0;
   const Args& a = *parsed;
   std::string data = a.require("data");
   const std::string out = a.require("out");
-  check_video_output(a, out, "pretrain-video");
-  const VideoMAEConfig config = video_model_config(a);
-  const int64_t batch = a.get_int("batch"), steps = a.get_int("steps"), seed = a.get_int("seed");
-  const double ratio = a.get_double("mask-ratio");
-  if (batch < 1 || steps < 1) throw Error("--batch and --steps must be >= 1");
-  const video::VideoMAENaming naming = naming_of(a);
+  if (resume && a.has("force")) throw Error("pretrain-video: --resume continues the run in --out; --force would replace it");
+  if (!resume) {
+    check_video_output(a, out, "pretrain-video");
+    if (a.has("force"))  // the user asked to replace the earlier run
+      for (const char* old : {"checkpoints", "model", "metrics.jsonl", "loss.svg"}) std::filesystem::remove_all(out + "/" + old);
+  }
+  video::VideoMAEPretrainSettings vs;
+  vs.config = video_model_config(a);
+  vs.preset = a.get("preset");
+  vs.batch = a.get_int("batch");
+  const int64_t steps = a.get_int("steps"), accumulation = a.get_int("accumulation");
+  vs.seed = uint64_t(a.get_int("seed"));
+  vs.mask_ratio = a.get_double("mask-ratio");
+  vs.decoder_mask_ratio = a.get_double("decoder-mask-ratio");
+  vs.naming = naming_of(a);
+  vs.init_from = a.get("init-from");
+  vs.output = out;
+  if (vs.batch < 1 || steps < 1 || accumulation < 1) throw Error("--batch, --steps and --accumulation must be >= 1");
   const OptimizerSetup os = optimizer_setup(a, steps);
+  const std::string act_name = a.get("activations");
+  if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
+  vs.activations = act_name == "bf16" ? DType::bf16 : DType::f32;
+  train::RunControl control;
+  control.max_steps_this_run = a.get_int("stop-after");
+  if (control.max_steps_this_run < 0) throw Error("--stop-after must be >= 0, got ", control.max_steps_this_run);
 
-  // Data parallel under mpirun / srun. --data-sharding slice (V-SWIFT's mode 1): each rank's
-  // loader reads only its rows of every global batch (batch x ranks clips; the loader keys every
-  // random draw by the clip's global position), masks are keyed by the global clip index and the
-  // gradients summed over ranks with loss_scale = rows / global rows, so N ranks compute the step
-  // of one process with the global batch. --data-sharding local (mode 2): each rank reads its own
-  // store or list, resampled to the largest rank's count per epoch. Rank 0 writes.
   Communicator& comm = Communicator::world();
   const int world = comm.size(), rank = comm.rank();
   const bool root = comm.is_root();
   const std::string sharding = a.get("data-sharding");
-  const bool overlap = !a.has("no-overlap");
   if (sharding != "slice" && sharding != "local")
     throw Error("--data-sharding must be slice or local, got '", sharding, "'");
   if (sharding == "local")
@@ -166,35 +205,52 @@ int cmd_pretrain_video(int argc, char** argv) {
   int threads = int(a.get_int("threads"));
   if (threads == 0 && comm.local_size() > 1)
     threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
-  // --device cuda: rank r of a host uses GPU local_rank % GPUs; the clips are uploaded per step
-  // (save_videomae copies GPU parameters to the host itself).
   const Device device = device_of(a);
   const std::string precision = precision_of(a, device);
-  const std::string act_name = a.get("activations");
-  if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
+
+  // The loop's settings; a checkpoint records every option but where the run reads and writes.
+  train::LoopConfig lc;
+  lc.output = out;
+  lc.steps = steps;
+  lc.accumulation = accumulation;
+  lc.optimizer = os.config;
+  lc.lr = double(os.config.lr);
+  lc.schedule = os.schedule;
+  lc.overlap_allreduce = !a.has("no-overlap");
+  lc.checkpoint_every = a.get_int("checkpoint-every");
+  lc.keep_checkpoints = a.get_int("keep-checkpoints");
+  lc.log_every = std::max<int64_t>(1, a.get_int("log-every"));
+  lc.seed = vs.seed;
+  lc.config = a.values();
+  for (const char* k : {"data", "out", "threads", "log-every", "quiet", "stop-after", "checkpoint-every", "keep-checkpoints",
+                        "force", "device", "root", "init-from", "no-overlap", "strict", "workers"})
+    lc.config.erase(k);
+  lc.config["batch"] = std::to_string(vs.batch * world);  // the global batch: any rank count giving it may resume
+  std::string text;
+  for (const auto& [k, v] : lc.config) text += k + "=" + v + "\n";
+  lc.config_hash = train::fnv1a_hex(text);
+  auto warn = [&](const std::string& w) {
+    if (root) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  };
+  const train::LoopStart start = train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", warn);
+
   Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
   setup_device(ctx, precision);
-  VideoMAEPretrainModel model = VideoMAEPretrainModel::random(config, uint64_t(seed));
-  if (a.has("init-from")) {
-    const video::LoadReport r = video::load_videomae(a.get("init-from"), config, model.params());
-    if (root) std::fprintf(stderr, "%s\n", r.summary().c_str());
-  }
-  model.to(ctx);  // no-op on the CPU; before the gradient sync and the optimizer take the params
-  std::unique_ptr<dist::GradientSync> grad_sync;
-  if (world > 1) grad_sync = std::make_unique<dist::GradientSync>(comm, model.params(), dist::GradientSyncOptions{.average = false});
+  // MFU: the CPU's measured FMA peak, the GPU's measured GEMM rate in the run's precision.
+  lc.peak_gflops = device == Device::cpu ? train::measure_peak_gflops(ctx.num_threads()) : gpu_matmul_peak(ctx, precision);
   video::ClipLoaderOptions lo;
   lo.mode = video::ClipLoaderOptions::Mode::pretrain;
-  lo.batch = int(batch);
-  lo.num_frames = int(config.num_frames);
-  lo.crop = int(config.img_size);
-  lo.seed = uint64_t(seed);
+  lo.batch = int(vs.batch);
+  lo.num_frames = int(vs.config.num_frames);
+  lo.crop = int(vs.config.img_size);
+  lo.seed = vs.seed;
   if (world > 1) {
     lo.rank = rank, lo.ranks = world;
     if (sharding == "slice") {
       lo.sharding = video::ClipLoaderOptions::Sharding::slice;
     } else {
       lo.sharding = video::ClipLoaderOptions::Sharding::resample;
-      lo.seed = dist::rank_seed(uint64_t(seed), rank);  // each rank's own order and augmentation
+      lo.seed = dist::rank_seed(vs.seed, rank);  // each rank's own order and augmentation
       lo.rank_counts = comm.allgather_pod<int64_t>(int64_t(video_labels(a, data).size()), "the per-rank video counts");
       if (root) {
         std::string counts;
@@ -205,101 +261,36 @@ int cmd_pretrain_video(int argc, char** argv) {
       }
     }
   }
-  video::ClipLoader loader = open_video_loader(a, data, lo);
-  const video::TokenGrid grid{config.grid_t(), config.grid_hw(), config.grid_hw()};
-  video::tube_masked_per_frame(grid, ratio);  // validates the ratio
-
-  video::VideoMAEFlopConfig fc;
-  fc.img_size = config.img_size, fc.frames = config.num_frames, fc.tubelet = config.tubelet, fc.patch = config.patch;
-  fc.enc_dim = config.dim, fc.enc_depth = config.depth, fc.enc_heads = config.heads;
-  fc.enc_mlp_hidden = config.mlp_hidden(config.dim);
-  fc.dec_dim = config.decoder_dim, fc.dec_depth = config.decoder_depth, fc.dec_heads = config.decoder_heads;
-  fc.dec_mlp_hidden = config.mlp_hidden(config.decoder_dim);
-  fc.mask_ratio = ratio;
-  const double decoder_ratio = a.get_double("decoder-mask-ratio");
-  if (decoder_ratio > 0) video::running_cell_masked_per_cell(decoder_ratio);  // validates it
-  fc.decoder_mask_ratio = decoder_ratio;
-  fc.batch = batch;
-  const double step_flops = video::videomae_pretrain_step_flops(fc);
-
-  std::optional<JsonlLog> log;
-  if (root) {
-    std::filesystem::create_directories(out);
-    log.emplace(out + "/metrics.jsonl");
-  }
-  Optimizer opt(os.config, model.params());
+  video::VideoMAEPretrainTask task(
+      vs, ctx, lo, [&](const video::ClipLoaderOptions& o) { return open_video_loader(a, data, o); }, start, accumulation);
   if (root && world > 1)
     std::fprintf(stderr, "pretrain-video: data parallel over %d ranks, batch %lld per rank, %d threads per rank\n", world,
-                 (long long)batch, threads);
-  if (root) std::fprintf(stderr, "pretrain-video: %s (dim %lld, depth %lld, decoder %lld x %lld), %lld x %lld^2 clips, "
-               "%lld videos, batch %lld, %lld steps, tube mask %.2f, %.2f GFLOP/step\n",
-               a.get("preset").c_str(), (long long)config.dim, (long long)config.depth,
-               (long long)config.decoder_dim, (long long)config.decoder_depth, (long long)config.num_frames,
-               (long long)config.img_size, (long long)loader.size(), (long long)batch, (long long)steps, ratio,
-               step_flops / 1e9);
-  const auto t0 = Clock::now();
-  video::ClipBatch b;
-  double first_loss = 0, window_loss = 0;
-  int64_t window = 0;
-  for (int64_t step = 0; step < steps; ++step) {
-    next_batch(loader, b);
-    const auto ts = Clock::now();
-    const int64_t B = batch * world;  // the global batch; this rank holds its rows [row0, row1)
-    const int64_t row0 = rank * batch, row1 = row0 + b.videos.size(0);
-    const Tensor mask =
-        video::tube_mask_batch(grid, ratio, uint64_t(seed), uint64_t(step * batch * world + row0), row1 - row0);
-    model.zero_grad(ctx);
-    VideoMAEStepOptions so;
-    so.activations = act_name == "bf16" ? DType::bf16 : DType::f32;
-    if (decoder_ratio > 0)
-      so.decoder_mask = video::running_cell_mask_batch(grid, decoder_ratio, uint64_t(seed),
-                                                       uint64_t(step * batch * world + row0), row1 - row0);
-    so.loss_scale = float(double(row1 - row0) / double(B));  // the ranks' gradients add up to the batch mean's
-    if (world > 1 && overlap)  // each bucket's all-reduce starts as soon as the backward has finished it
-      so.grads_ready = [&](int64_t first, int64_t end) {
-        for (int64_t i = end; i-- > first;) grad_sync->mark_ready(i);
-      };
-    VideoMAEStepStats st = model.pretrain_step(ctx, device == Device::cpu ? b.videos : b.videos.to(device), mask, so);
-    if (world > 1) {
-      grad_sync->finish();  // reduces what was not marked (everything without overlap)
-      double weighted = st.loss * double(row1 - row0);
-      comm.allreduce_sum(&weighted, 1, "the step loss");
-      st.loss = weighted / double(B);
-    }
-    const float lr = float(double(os.config.lr) * lr_multiplier(os.schedule, opt.step_count()));
-    const OptimizerStepStats ost = opt.step(ctx, lr);
-    const double step_s = seconds_since(ts);
-    if (!std::isfinite(st.loss))
-      throw Error("pretrain-video: the loss is ", st.loss, " at step ", step + 1,
-                  Hint("lower --lr or add --clip-grad 1"));
-    if (step == 0) first_loss = st.loss;
-    window_loss += st.loss;
-    ++window;
-    std::ostringstream line;
-    line.precision(9);
-    line << "{\"step\": " << step + 1 << ", \"loss\": " << st.loss << ", \"lr\": " << lr
-         << ", \"grad_norm\": " << ost.grad_norm << ", \"clips\": " << B << ", \"step_s\": " << step_s
-         << ", \"clips_per_s\": " << double(B) / step_s << ", \"gflops_per_s\": " << step_flops / step_s / 1e9
-         << ", \"elapsed_s\": " << seconds_since(t0) << "}";
-    if (root) log->write(line.str());
-    const int64_t every = std::max<int64_t>(1, a.get_int("log-every"));
-    if ((step + 1) % every == 0 || step + 1 == steps) {
-      if (root)
-        print_step(step + 1, steps, window_loss / double(window), lr, ost.grad_norm, double(B) / step_s,
-                   step_flops / step_s / 1e9, 0, nullptr);
-      window_loss = 0;
-      window = 0;
-    }
-    const int64_t save_every = a.get_int("save-every");
-    if (root && save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps)
-      video::save_videomae(out + "/model", config, model.params(), naming);
-  }
-  if (!root) return 0;
-  video::save_videomae(out + "/model", config, model.params(), naming);
-  std::fprintf(stderr, "%s\n", loader_split(loader.times()).c_str());
-  std::printf("{\"steps\": %lld, \"first_loss\": %.6g, \"seconds\": %.2f, \"model\": \"%s/model\"}\n",
-              (long long)steps, first_loss, seconds_since(t0), out.c_str());
-  return 0;
+                 (long long)vs.batch, threads);
+  if (root && !a.has("quiet"))
+    std::fprintf(stderr, "pretrain-video: %s (dim %lld, depth %lld, decoder %lld x %lld), %lld x %lld^2 clips, "
+                 "%lld videos, batch %lld x %lld, %lld steps, tube mask %.2f, %.2f GFLOP per micro-batch\n",
+                 vs.preset.c_str(), (long long)vs.config.dim, (long long)vs.config.depth,
+                 (long long)vs.config.decoder_dim, (long long)vs.config.decoder_depth, (long long)vs.config.num_frames,
+                 (long long)vs.config.img_size, (long long)task.videos(), (long long)vs.batch, (long long)accumulation,
+                 (long long)steps, vs.mask_ratio, task.micro_batch_flops() / 1e9);
+  control.progress = !a.has("quiet");
+  control.tty = control.progress && ::isatty(2);
+  control.stop_signal = install_stop_handlers("pretrain-video");
+  const train::TrainResult r = train::run_training(task, ctx, lc, start, control);
+  if (!root) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
+  // The final model, where users and finetune-video --init-from expect it (the checkpoints keep
+  // the optimizer and trainer state beside their own copy).
+  if (r.end_step == r.total_steps) video::save_videomae(out + "/model", vs.config, task.params(), vs.naming);
+  std::fprintf(stderr, "%s\n", task.closing_note().c_str());
+  std::printf("%s\n", train::summary_line(r, "pretrained", "clips").c_str());
+  if (!r.checkpoint.empty()) std::printf("checkpoint: %s\nmetrics:    %s/metrics.jsonl, plot: %s/loss.svg\n",
+                                         r.checkpoint.c_str(), out.c_str(), out.c_str());
+  if (r.end_step == r.total_steps) std::printf("model:      %s/model\n", out.c_str());
+  else if (!r.checkpoint.empty())
+    std::printf("continue:   the same command with --resume\n");
+  if (r.stopped_by_signal && r.checkpoint.empty())
+    std::printf("no step finished, so no checkpoint was written; start again with the same command (without --resume)\n");
+  return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
 }
 
 int cmd_finetune_video(int argc, char** argv) {

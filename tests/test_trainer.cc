@@ -200,29 +200,61 @@ TEST(TrainConfig, EditDistance) {
 
 TEST(TrainMetrics, JsonLineRoundTripAndPlot) {
   train::StepMetrics m;
-  m.step = 7, m.loss = 6.25, m.mlm_loss = 5.5, m.nsp_loss = 0.75, m.lr = 1e-3, m.seq_per_s = 12.5;
+  m.step = 7, m.loss = 6.25, m.lr = 1e-3, m.samples_per_s = 12.5, m.samples = 24;
+  m.extras = {{"mlm_loss", 5.5}, {"nsp_loss", 0.75}};
   m.grad_norm = std::nan("");
-  train::StepMetrics back = train::parse_metrics_line(train::metrics_json_line(m));
+  const std::string line = train::metrics_json_line(m);
+  // The same keys for every model, in one order, then the task's extras.
+  EXPECT_EQ(line.rfind("{\"step\":7,\"loss\":6.25,\"accuracy\":null,\"lr\":0.001,\"grad_norm\":null,\"samples_per_s\":12.5,", 0), 0u)
+      << line;
+  EXPECT_NE(line.find("\"samples\":24,\"tokens\":0,\"mlm_loss\":5.5,\"nsp_loss\":0.75}"), std::string::npos) << line;
+  train::StepMetrics back = train::parse_metrics_line(line);
   EXPECT_EQ(back.step, 7);
   EXPECT_EQ(back.loss, 6.25);
   EXPECT_EQ(back.lr, 1e-3);
+  EXPECT_EQ(back.samples, 24);
   EXPECT_TRUE(std::isnan(back.grad_norm));  // written as null
+  EXPECT_TRUE(std::isnan(back.accuracy));
+  ASSERT_EQ(back.extras.size(), 2u);
+  EXPECT_EQ(back.extra("nsp_loss"), 0.75);
 
   std::vector<train::StepMetrics> h;
   for (int i = 1; i <= 40; ++i) {
     train::StepMetrics s;
-    s.step = i, s.loss = 10.0 / i, s.mlm_loss = 9.0 / i, s.nsp_loss = 0.7, s.seq_per_s = 20 + i % 3;
+    s.step = i, s.loss = 10.0 / i, s.samples_per_s = i == 1 ? 1000 : 20 + i % 3, s.lr = 1e-3 * i, s.accuracy = 0.01 * i;
+    s.extras = {{"mlm_loss", 9.0 / i}, {"nsp_loss", 0.7}, {"mlm_acc", 0.01 * i}};
     h.push_back(s);
   }
-  std::string svg = train::render_loss_svg(h, "run <a&b>");
+  std::string svg = train::render_loss_svg(h, "run <a&b>", "sequences");
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_NE(svg.find("run &lt;a&amp;b&gt;"), std::string::npos);
   size_t polylines = 0;
   for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++polylines;
-  EXPECT_EQ(polylines, 4u);  // loss, MLM, NSP; sequences/s
-  EXPECT_NE(svg.find(">sequences / s<"), std::string::npos);
+  EXPECT_EQ(polylines, 7u);  // loss, MLM, NSP; lr; accuracy, mlm_acc; sequences/s
+  for (const char* title : {">loss<", ">learning rate<", ">accuracy<", ">sequences / s<"})
+    EXPECT_NE(svg.find(title), std::string::npos) << title;
   EXPECT_NE(svg.find(">40<"), std::string::npos);  // an x tick label at the last step
+  // The throughput axis fits the steady steps, not step 1's outlier of 1000/s.
+  EXPECT_EQ(svg.find(">1000<"), std::string::npos);
+  EXPECT_EQ(svg.find(">800<"), std::string::npos);
+  // Legends sit above their panel's frame, clear of the curves: every legend label's baseline is
+  // above the top of a frame, within the gap.
+  for (size_t p = svg.find("<text x='"); p != std::string::npos; p = svg.find("<text x='", p + 1)) {
+    const size_t close = svg.find("</text>", p);
+    const std::string label = svg.substr(svg.find('>', p) + 1, close - svg.find('>', p) - 1);
+    if (label != "nsp_loss" && label != "mlm_acc") continue;
+    const double y = std::stod(svg.substr(svg.find("y='", p) + 3));
+    bool above_a_frame = false;
+    for (size_t r = svg.find("<rect x='90' y='"); r != std::string::npos; r = svg.find("<rect x='90' y='", r + 1)) {
+      const double top = std::stod(svg.substr(r + 16));
+      above_a_frame = above_a_frame || (y < top && y > top - 20);
+    }
+    EXPECT_TRUE(above_a_frame) << label << " at y " << y;
+  }
+  // A task without an accuracy says so instead of drawing an empty frame.
+  for (auto& s : h) s.accuracy = std::nan(""), s.extras.clear();
+  EXPECT_NE(train::render_loss_svg(h, "video", "clips").find("not measured by this task"), std::string::npos);
   EXPECT_EQ(train::format_duration(3725), "1h02m");
   EXPECT_EQ(train::format_duration(312), "5m12s");
 }
@@ -484,7 +516,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
   std::atomic<int> stop{0};
   train::TrainerOptions first = quiet(split.config);
   first.stop_signal = &stop;
-  first.before_step = [&](BertTrainModel&, int64_t step) {
+  first.before_step = [&](std::vector<Param>&, int64_t step) {
     if (step == 2) stop.store(SIGINT);  // arrives during step 3: it finishes, then the loop stops
   };
   train::TrainResult b1 = train::pretrain(first);
@@ -534,7 +566,7 @@ TEST(Trainer, ScheduleWiringAndConfigChecks) {
   for (int64_t k = 0; k < 4; ++k) {
     double p = double(k + 1) / 4.0, mult = p < 0.5 ? p / 0.5 : std::pow(1.0 - p, 0.5);
     EXPECT_NEAR(r.steps[size_t(k)].lr, 2e-3 * mult, 1e-15) << "step " << k + 1;
-    EXPECT_EQ(r.steps[size_t(k)].sequences, 6);  // batch 3 x accumulation 2
+    EXPECT_EQ(r.steps[size_t(k)].samples, 6);  // batch 3 x accumulation 2
   }
   EXPECT_EQ(train::list_checkpoints(s.config.output).size(), 1u);  // only at the end
   // Starting again in the same run directory without --resume is refused.
@@ -569,13 +601,13 @@ TEST(Trainer, InitCheckpointStartsPhaseTwoAtStepZero) {
   p2.warmup = 0.5;
   train::TrainerOptions o = quiet(p2);
   bool checked = false;
-  o.before_step = [&](BertTrainModel& m, int64_t step) {
+  o.before_step = [&](std::vector<Param>& ps, int64_t step) {
     if (step != 0) return;
     checked = true;
-    for (size_t i = 0; i < m.params().size(); ++i)
-      ASSERT_EQ(0, std::memcmp(m.params()[i].value.contiguous().raw(), want.params()[i].value.contiguous().raw(),
+    for (size_t i = 0; i < ps.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(ps[i].value.contiguous().raw(), want.params()[i].value.contiguous().raw(),
                                want.params()[i].value.nbytes()))
-          << m.params()[i].name;
+          << ps[i].name;
   };
   train::TrainResult r = train::pretrain(o);
   EXPECT_TRUE(checked);
@@ -597,9 +629,9 @@ void expect_nan_stop(const std::string& victim, const std::string& shape, const 
   TinySetup s(9, 5);
   s.config.checkpoint_every = 1;
   train::TrainerOptions o = quiet(s.config);
-  o.before_step = [&](BertTrainModel& m, int64_t step) {
+  o.before_step = [&](std::vector<Param>& ps, int64_t step) {
     if (step != 2) return;
-    for (Param& p : m.params())
+    for (Param& p : ps)
       if (p.name == victim) p.value.data<float>()[5] = std::nanf("");
   };
   std::string e = expect_error([&] { train::pretrain(o); });
@@ -699,11 +731,11 @@ TEST(Trainer, DynamicLossScalingIsExactAndSkipsOverflows) {
   std::vector<Tensor> before, after;
   int64_t iteration = 0;
   train::TrainerOptions o = quiet(overflow.config);
-  o.after_backward = [&](BertTrainModel& m, int64_t step) {
+  o.after_backward = [&](std::vector<Param>& ps, int64_t step) {
     ++iteration;
-    if (iteration == 2) before.push_back(m.params()[5].value.contiguous());
-    if (iteration == 2 || iteration == 3) m.params()[7].grad.data<float>()[0] = std::numeric_limits<float>::infinity();
-    if (iteration == 4) after.push_back(m.params()[5].value.contiguous());
+    if (iteration == 2) before.push_back(ps[5].value.contiguous());
+    if (iteration == 2 || iteration == 3) ps[7].grad.data<float>()[0] = std::numeric_limits<float>::infinity();
+    if (iteration == 4) after.push_back(ps[5].value.contiguous());
     EXPECT_EQ(step, iteration <= 1 ? 0 : iteration <= 4 ? 1 : iteration - 3) << "skips do not count as steps";
   };
   const train::TrainResult c = train::pretrain(o);

@@ -14,6 +14,7 @@
 // it, i.e. that one (or a thread a library started before main, such as OpenBLAS's idle pool):
 // default actions (terminate) and installed handlers work as before, off the compute threads.
 #pragma once
+#include <atomic>
 
 namespace unmask {
 
@@ -27,5 +28,10 @@ void unblock_async_signals();
 
 /// True when the calling thread blocks SIGINT and SIGTERM (tests: compute threads must).
 bool async_signals_blocked();
+
+/// A training command's stop request: SIGINT and SIGTERM set the returned flag to the signal's
+/// number and print "unmask COMMAND: SIGINT: finishing this step and saving a checkpoint"; a
+/// second one takes the default action (terminates). The trainer polls the flag between steps.
+const std::atomic<int>* install_stop_handlers(const char* command);
 
 }  // namespace unmask

@@ -68,10 +68,13 @@ int64_t step_of(const std::string& name) {
 
 nlohmann::json metrics_json(const CheckpointMetrics& m) {
   auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  return {{"loss", num(m.loss)},         {"mlm_loss", num(m.mlm_loss)}, {"nsp_loss", num(m.nsp_loss)},
-          {"mlm_acc", num(m.mlm_acc)},   {"nsp_acc", num(m.nsp_acc)},   {"lr", num(m.lr)},
-          {"grad_norm", num(m.grad_norm)}, {"first_loss", num(m.first_loss)}, {"elapsed_s", num(m.elapsed_s)},
-          {"sequences", m.sequences},    {"tokens", m.tokens}};
+  nlohmann::json j = {{"loss", num(m.loss)},         {"accuracy", num(m.accuracy)},     {"lr", num(m.lr)},
+                      {"grad_norm", num(m.grad_norm)}, {"first_loss", num(m.first_loss)}, {"elapsed_s", num(m.elapsed_s)},
+                      {"samples", m.samples},        {"tokens", m.tokens}};
+  nlohmann::json extras = nlohmann::json::array();
+  for (const auto& [name, v] : m.extras) extras.push_back({name, num(v)});
+  j["extras"] = extras;
+  return j;
 }
 
 std::string state_json(const TrainerState& s) {
@@ -93,6 +96,7 @@ std::string state_json(const TrainerState& s) {
     for (const data::LoaderPosition& p : s.rank_loaders) ranks.push_back(position(p));
     j["rank_loaders"] = ranks;
   }
+  if (!s.data.empty()) j["data"] = s.data;
   j["config_hash"] = s.config_hash;
   j["config"] = s.config;
   j["metrics"] = metrics_json(s.metrics);
@@ -163,6 +167,13 @@ void remove_stale_checkpoint_temporaries(const std::string& run_dir) {
 
 std::string write_checkpoint(const std::string& run_dir, const BertTrainModel& model, const Optimizer& optimizer,
                              const TrainerState& state, const CheckpointWriteOptions& options) {
+  return write_checkpoint(
+      run_dir, [&](const std::string& dir) { model.save_pretrained(dir, options.vocab_path, options.tokenizer); },
+      optimizer, state, options.keep_last);
+}
+
+std::string write_checkpoint(const std::string& run_dir, const std::function<void(const std::string&)>& save_model,
+                             const Optimizer& optimizer, const TrainerState& state, int64_t keep_last) {
   const std::string root = checkpoints_root(run_dir);
   const std::string name = checkpoint_name(state.step);
   const std::string final_dir = root + "/" + name;
@@ -174,9 +185,9 @@ std::string write_checkpoint(const std::string& run_dir, const BertTrainModel& m
   fs::remove_all(tmp, ec);
   std::string stage = "model";
   try {
-    // 1. the HF model directory (config.json, model.safetensors, vocab.txt)
+    // 1. the model's own files (BERT: an HF model directory)
     maybe_fail("model", tmp + "/model.safetensors");
-    model.save_pretrained(tmp, options.vocab_path, options.tokenizer);
+    save_model(tmp);
     // 2. optimizer moments
     stage = "optimizer";
     OptimizerState os = optimizer.state();
@@ -210,9 +221,9 @@ std::string write_checkpoint(const std::string& run_dir, const BertTrainModel& m
                                             " is intact; free disk space and continue with --resume"));
   }
   // 5. prune: the oldest complete checkpoints beyond keep_last (never the one just written)
-  if (options.keep_last > 0) {
+  if (keep_last > 0) {
     auto all = list_checkpoints(run_dir);
-    int64_t excess = int64_t(all.size()) - options.keep_last;
+    int64_t excess = int64_t(all.size()) - keep_last;
     for (int64_t i = 0; i < excess; ++i)
       if (all[size_t(i)] != final_dir) fs::remove_all(all[size_t(i)], ec);
   }
@@ -259,16 +270,18 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir) {
       return it == m.end() || it->is_null() ? std::numeric_limits<double>::quiet_NaN() : it->get<double>();
     };
     s.metrics.loss = num("loss");
-    s.metrics.mlm_loss = num("mlm_loss");
-    s.metrics.nsp_loss = num("nsp_loss");
-    s.metrics.mlm_acc = num("mlm_acc");
-    s.metrics.nsp_acc = num("nsp_acc");
+    s.metrics.accuracy = num("accuracy");
     s.metrics.lr = num("lr");
     s.metrics.grad_norm = num("grad_norm");
     s.metrics.first_loss = num("first_loss");
     s.metrics.elapsed_s = m.value("elapsed_s", 0.0);
-    s.metrics.sequences = m.value("sequences", int64_t(0));
+    s.metrics.samples = m.value("samples", m.value("sequences", int64_t(0)));  // "sequences": BERT-only builds
     s.metrics.tokens = m.value("tokens", int64_t(0));
+    if (auto it = m.find("extras"); it != m.end())
+      for (const auto& e : *it)
+        s.metrics.extras.emplace_back(e.at(0).get<std::string>(),
+                                      e.at(1).is_null() ? std::numeric_limits<double>::quiet_NaN() : e.at(1).get<double>());
+    if (auto it = j.find("data"); it != j.end()) s.data = it->get<std::map<std::string, int64_t>>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(path, ": ", e.what(), Hint("the checkpoint is damaged; resume from an earlier one"));
   } catch (const Error& e) {

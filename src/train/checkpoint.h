@@ -21,9 +21,11 @@
 // set_checkpoint_fault()) makes the writer throw at that stage, as a full disk would.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/pretrain_data.h"
@@ -31,13 +33,15 @@
 
 namespace unmask::train {
 
-/// Averages of the last logged step (what `unmask pretrain` reports), kept in trainer_state.json.
+/// The last step's figures and the run's totals (what a run's summary reports), kept in
+/// trainer_state.json.
 struct CheckpointMetrics {
   double loss = std::numeric_limits<double>::quiet_NaN();
-  double mlm_loss = 0, nsp_loss = 0, mlm_acc = 0, nsp_acc = 0, lr = 0, grad_norm = 0;
+  double accuracy = std::numeric_limits<double>::quiet_NaN(), lr = 0, grad_norm = 0;
   double first_loss = std::numeric_limits<double>::quiet_NaN();  // of the whole run (step 1)
   double elapsed_s = 0;           // training time so far, over all resumed segments
-  int64_t sequences = 0, tokens = 0;
+  int64_t samples = 0, tokens = 0;
+  std::vector<std::pair<std::string, double>> extras;  // the task's own (StepMetrics::extras)
 };
 
 struct TrainerState {
@@ -49,6 +53,8 @@ struct TrainerState {
   // data_sharding = files / local: every rank's own loader position, in rank order (empty for batch).
   std::string data_sharding = "batch";
   std::vector<data::LoaderPosition> rank_loaders;
+  // Other tasks' data positions by name (video: "clip_batches", the loader batches consumed).
+  std::map<std::string, int64_t> data;
   double loss_scale = 0;           // dynamic loss scaling: the scale (0 = off) and its run of finite steps
   int64_t loss_scale_good_steps = 0;
   std::string config_hash;         // PretrainConfig::numeric_hash()
@@ -69,7 +75,11 @@ std::string checkpoints_root(const std::string& run_dir);
 
 /// Writes run_dir/checkpoints/step-NNNNNN (NNNNNN = state.step) atomically, replacing one of the
 /// same step, then deletes the oldest complete checkpoints beyond keep_last. Returns its path.
+/// save_model writes the model's files (its users' layout) into the directory it is given.
 /// Errors say which stage failed and that the previous checkpoint is intact.
+std::string write_checkpoint(const std::string& run_dir, const std::function<void(const std::string&)>& save_model,
+                             const Optimizer& optimizer, const TrainerState& state, int64_t keep_last);
+/// BERT's: an HF model directory (config.json, model.safetensors, vocab.txt, tokenizer files).
 std::string write_checkpoint(const std::string& run_dir, const BertTrainModel& model, const Optimizer& optimizer,
                              const TrainerState& state, const CheckpointWriteOptions& options);
 

@@ -527,13 +527,15 @@ std::string PretrainConfig::to_toml() const {
 }
 
 std::string PretrainConfig::numeric_hash() const {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const std::string& s) {
-    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull;
-  };
+  std::string text;
   for (const auto& k : keys())
-    if (k.numeric) mix(std::string(k.name) + "=" + k.get(*this));
+    if (k.numeric) text += std::string(k.name) + "=" + k.get(*this) + '\xff';
+  return fnv1a_hex(text);
+}
+
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
   return buf;

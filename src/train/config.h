@@ -113,6 +113,9 @@ struct ConfigKeyInfo {
 };
 const std::vector<ConfigKeyInfo>& config_keys();
 
+/// FNV-1a (64 bits) of `text` as 16 hex digits: the settings hash a checkpoint records.
+std::string fnv1a_hex(const std::string& text);
+
 /// Levenshtein distance (insert, delete, substitute; all cost 1).
 size_t edit_distance(const std::string& a, const std::string& b);
 

@@ -75,25 +75,31 @@ struct Series {
   double width;
 };
 
-// One panel: frame, grid, ticks with labels, axis titles, polylines (and a legend).
+// One panel: frame, grid, ticks with labels, axis titles, polylines, and a legend in the strip
+// above the frame (never over the curves). The y range fits the finite values; with
+// `robust_from` > 0 the steps before it (warm-up outliers such as the first step's speed) only
+// count when nothing else is there, and points outside the range are drawn on its edge.
 void draw_panel(std::ostringstream& o, const std::vector<StepMetrics>& h, const std::vector<Series>& series, double x0,
                 double y0, double w, double ht, const std::string& y_title, bool y_from_zero, double step_lo,
-                double step_hi) {
+                double step_hi, int64_t robust_from = 0) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (const auto& s : series)
-    for (const auto& m : h)
-      if (double v = s.value(m); std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  for (int pass = 0; pass < 2 && !std::isfinite(lo); ++pass)
+    for (const auto& s : series)
+      for (const auto& m : h)
+        if (double v = s.value(m); std::isfinite(v) && (pass == 1 || m.step >= robust_from))
+          lo = std::min(lo, v), hi = std::max(hi, v);
+  const bool empty = !std::isfinite(lo);
+  if (empty) lo = 0, hi = 1;
   if (y_from_zero) lo = std::min(lo, 0.0);
   double pad = (hi - lo) * 0.05;
-  if (pad == 0) pad = std::max(std::abs(hi) * 0.05, 0.5);
+  if (pad == 0) pad = std::max(std::abs(hi) * 0.05, 1e-3);
   lo -= y_from_zero && lo == 0 ? 0 : pad;
   hi += pad;
-  auto yticks = nice_ticks(lo, hi, 5);
+  auto yticks = nice_ticks(lo, hi, 4);
   lo = std::min(lo, yticks.front()), hi = std::max(hi, yticks.back());
   auto xticks = nice_ticks(step_lo, step_hi, 8);
   auto X = [&](double s) { return x0 + (s - step_lo) / (step_hi - step_lo) * w; };
-  auto Y = [&](double v) { return y0 + ht - (v - lo) / (hi - lo) * ht; };
+  auto Y = [&](double v) { return y0 + ht - (std::clamp(v, lo, hi) - lo) / (hi - lo) * ht; };
 
   o << "<rect x='" << x0 << "' y='" << y0 << "' width='" << w << "' height='" << ht
     << "' fill='white' stroke='#444' stroke-width='1'/>\n";
@@ -112,16 +118,15 @@ void draw_panel(std::ostringstream& o, const std::vector<StepMetrics>& h, const 
     o << "<text x='" << fmt("%.2f", x) << "' y='" << y0 + ht + 18 << "' text-anchor='middle'>" << tick_label(t)
       << "</text>\n";
   }
-  o << "<text x='" << x0 + w / 2 << "' y='" << y0 + ht + 36 << "' text-anchor='middle'>optimizer step</text>\n";
   o << "<text transform='translate(" << x0 - 58 << "," << y0 + ht / 2 << ") rotate(-90)' text-anchor='middle'>"
     << xml_escape(y_title) << "</text>\n";
+  if (empty) {
+    o << "<text x='" << x0 + w / 2 << "' y='" << y0 + ht / 2 << "' text-anchor='middle' fill='#888'>not measured by this task</text>\n";
+    return;
+  }
   // At most ~2000 points per line: every k-th step (the last one always).
   const size_t stride = std::max<size_t>(1, h.size() / 2000);
-  double legend_x = x0 + w - 10;
-  std::ostringstream legend;  // drawn last, on a backdrop over the lines
-  if (series.size() > 1)
-    legend << "<rect x='" << legend_x - 116 << "' y='" << y0 + 4 << "' width='" << 122 << "' height='"
-           << 16 * double(series.size()) + 6 << "' fill='white' fill-opacity='0.9' stroke='#ccc'/>\n";
+  double legend_x = x0 + w;  // right-aligned entries in the strip above the frame
   for (size_t si = series.size(); si-- > 0;) {
     const auto& s = series[si];
     std::ostringstream pts;
@@ -142,42 +147,61 @@ void draw_panel(std::ostringstream& o, const std::vector<StepMetrics>& h, const 
       o << "<polyline fill='none' stroke='" << s.color << "' stroke-width='" << s.width << "' points='" << pts.str()
         << "'/>\n";
     }
-    if (series.size() > 1) {
-      double ly = y0 + 16 + 16 * double(si);
-      legend << "<line x1='" << legend_x - 110 << "' y1='" << ly - 4 << "' x2='" << legend_x - 90 << "' y2='" << ly - 4
-             << "' stroke='" << s.color << "' stroke-width='2'/>\n";
-      legend << "<text x='" << legend_x - 85 << "' y='" << ly << "'>" << xml_escape(s.name) << "</text>\n";
+    if (n > 0 && series.size() > 1) {
+      const double tw = 7.0 * double(s.name.size()) + 30;
+      legend_x -= tw;
+      o << "<line x1='" << legend_x << "' y1='" << y0 - 8 << "' x2='" << legend_x + 18 << "' y2='" << y0 - 8
+        << "' stroke='" << s.color << "' stroke-width='2'/>\n";
+      o << "<text x='" << legend_x + 22 << "' y='" << y0 - 4 << "'>" << xml_escape(s.name) << "</text>\n";
     }
   }
-  o << legend.str();
+}
+
+const char* kColors[] = {"#d9822b", "#2b9d4a", "#b03f6e", "#3fa7b0", "#7a7a7a"};
+
+// The series of a panel: `main` first, then the extras whose names end in `suffix`.
+std::vector<Series> panel_series(const std::vector<StepMetrics>& h, Series main, const std::string& suffix) {
+  std::vector<Series> out{std::move(main)};
+  if (h.empty()) return out;
+  size_t k = 0;
+  for (const auto& [name, value] : h.back().extras) {
+    (void)value;
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    out.push_back({name, kColors[k++ % 5], [n = name](const StepMetrics& m) { return m.extra(n); }, 1.0});
+  }
+  return out;
 }
 
 }  // namespace
 
+double StepMetrics::extra(const std::string& name) const {
+  for (const auto& [n, v] : extras)
+    if (n == name) return v;
+  return kNaN;
+}
+
 std::string metrics_json_line(const StepMetrics& m) {
-  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  nlohmann::json j = {{"step", m.step},
-                      {"loss", num(m.loss)},
-                      {"mlm_loss", num(m.mlm_loss)},
-                      {"nsp_loss", num(m.nsp_loss)},
-                      {"mlm_acc", num(m.mlm_acc)},
-                      {"nsp_acc", num(m.nsp_acc)},
-                      {"lr", num(m.lr)},
-                      {"grad_norm", num(m.grad_norm)},
-                      {"seq_per_s", num(m.seq_per_s)},
-                      {"tokens_per_s", num(m.tokens_per_s)},
-                      {"flops_per_s", num(m.flops_per_s)},
-                      {"mfu", num(m.mfu)},
-                      {"step_s", num(m.step_s)},
-                      {"elapsed", num(m.elapsed)},
-                      {"sequences", m.sequences},
-                      {"tokens", m.tokens}};
+  auto num = [](double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); };
+  nlohmann::ordered_json j = {{"step", m.step},
+                              {"loss", num(m.loss)},
+                              {"accuracy", num(m.accuracy)},
+                              {"lr", num(m.lr)},
+                              {"grad_norm", num(m.grad_norm)},
+                              {"samples_per_s", num(m.samples_per_s)},
+                              {"tokens_per_s", num(m.tokens_per_s)},
+                              {"flops_per_s", num(m.flops_per_s)},
+                              {"mfu", num(m.mfu)},
+                              {"step_s", num(m.step_s)},
+                              {"elapsed", num(m.elapsed)},
+                              {"samples", m.samples},
+                              {"tokens", m.tokens}};
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale, j["skipped"] = m.skipped;
+  for (const auto& [name, v] : m.extras) j[name] = num(v);
   return j.dump();
 }
 
 StepMetrics parse_metrics_line(const std::string& line) {
-  nlohmann::json j = nlohmann::json::parse(line);  // throws on bad text
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(line);  // throws on bad text
   if (!j.is_object() || !j.contains("step")) throw Error("metrics line without \"step\": ", line.substr(0, 80));
   auto num = [&](const char* k) {
     auto it = j.find(k);
@@ -185,17 +209,24 @@ StepMetrics parse_metrics_line(const std::string& line) {
   };
   StepMetrics m;
   m.step = j.at("step").get<int64_t>();
-  m.loss = num("loss"), m.mlm_loss = num("mlm_loss"), m.nsp_loss = num("nsp_loss");
-  m.mlm_acc = num("mlm_acc"), m.nsp_acc = num("nsp_acc"), m.lr = num("lr"), m.grad_norm = num("grad_norm");
-  m.seq_per_s = num("seq_per_s"), m.tokens_per_s = num("tokens_per_s"), m.flops_per_s = num("flops_per_s");
+  m.loss = num("loss"), m.accuracy = num("accuracy"), m.lr = num("lr"), m.grad_norm = num("grad_norm");
+  m.samples_per_s = num("samples_per_s"), m.tokens_per_s = num("tokens_per_s"), m.flops_per_s = num("flops_per_s");
   m.mfu = num("mfu"), m.step_s = num("step_s"), m.elapsed = num("elapsed");
-  m.sequences = j.value("sequences", int64_t(0)), m.tokens = j.value("tokens", int64_t(0));
+  m.samples = j.value("samples", int64_t(0)), m.tokens = j.value("tokens", int64_t(0));
   m.loss_scale = j.value("loss_scale", 0.0), m.skipped = j.value("skipped", int64_t(0));
+  static const char* kCommon[] = {"step",  "loss",   "accuracy", "lr",     "grad_norm",  "samples_per_s", "tokens_per_s",
+                                  "flops_per_s", "mfu", "step_s", "elapsed", "samples", "tokens", "loss_scale", "skipped"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (std::find_if(std::begin(kCommon), std::end(kCommon), [&](const char* c) { return it.key() == c; }) != std::end(kCommon))
+      continue;
+    if (it->is_number() || it->is_null()) m.extras.emplace_back(it.key(), it->is_number() ? it->get<double>() : kNaN);
+  }
   return m;
 }
 
-std::string render_loss_svg(const std::vector<StepMetrics>& h, const std::string& title) {
-  const double W = 960, H = 680, left = 90, right = 30, top = 50, panel_h = 240, gap = 80;
+std::string render_loss_svg(const std::vector<StepMetrics>& h, const std::string& title, const std::string& samples) {
+  const double W = 960, left = 90, right = 30, top = 64, panel_h = 150, gap = 74;
+  const double H = top + 4 * panel_h + 3 * gap + 66;
   std::ostringstream o;
   o << "<?xml version='1.0' encoding='UTF-8'?>\n"
     << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
@@ -208,16 +239,27 @@ std::string render_loss_svg(const std::vector<StepMetrics>& h, const std::string
   }
   double s_lo = double(h.front().step), s_hi = double(h.back().step);
   if (s_hi <= s_lo) s_lo -= 0.5, s_hi += 0.5;
-  std::vector<Series> losses = {
-      {"loss (MLM + NSP)", "#1f5fbf", [](const StepMetrics& m) { return m.loss; }, 1.6},
-      {"MLM loss", "#d9822b", [](const StepMetrics& m) { return m.mlm_loss; }, 1.0},
-      {"NSP loss", "#2b9d4a", [](const StepMetrics& m) { return m.nsp_loss; }, 1.0}};
-  draw_panel(o, h, losses, left, top, W - left - right, panel_h, "loss", false, s_lo, s_hi);
-  std::vector<Series> speed = {{"sequences/s", "#7a3fb0", [](const StepMetrics& m) { return m.seq_per_s; }, 1.4}};
-  draw_panel(o, h, speed, left, top + panel_h + gap, W - left - right, panel_h, "sequences / s", true, s_lo, s_hi);
+  const double w = W - left - right;
+  double y = top;
+  auto next_panel = [&] {
+    const double at = y;
+    y += panel_h + gap;
+    return at;
+  };
+  draw_panel(o, h, panel_series(h, {"loss", "#1f5fbf", [](const StepMetrics& m) { return m.loss; }, 1.6}, "_loss"), left,
+             next_panel(), w, panel_h, "loss", false, s_lo, s_hi);
+  draw_panel(o, h, {{"learning rate", "#1f5fbf", [](const StepMetrics& m) { return m.lr; }, 1.4}}, left, next_panel(), w,
+             panel_h, "learning rate", true, s_lo, s_hi);
+  draw_panel(o, h, panel_series(h, {"accuracy", "#1f5fbf", [](const StepMetrics& m) { return m.accuracy; }, 1.6}, "_acc"),
+             left, next_panel(), w, panel_h, "accuracy", false, s_lo, s_hi);
+  // The first steps of each segment (warm-up, allocation) are slow outliers: the axis fits the rest.
+  draw_panel(o, h, {{samples + "/s", "#7a3fb0", [](const StepMetrics& m) { return m.samples_per_s; }, 1.4}}, left,
+             next_panel(), w, panel_h, samples + " / s", false, s_lo, s_hi, h.front().step + 2);
   const StepMetrics& last = h.back();
-  o << "<text x='" << left << "' y='" << H - 12 << "'>step " << last.step << ": loss " << fmt("%.4f", last.loss)
-    << ", " << fmt("%.2f", last.seq_per_s) << " seq/s, elapsed " << format_duration(last.elapsed) << "</text>\n";
+  o << "<text x='" << left + w / 2 << "' y='" << H - 38 << "' text-anchor='middle'>optimizer step</text>\n";
+  o << "<text x='" << left << "' y='" << H - 12 << "'>step " << last.step << ": loss " << fmt("%.4f", last.loss) << ", "
+    << fmt("%.2f", last.samples_per_s) << " " << xml_escape(samples) << "/s, elapsed " << format_duration(last.elapsed)
+    << "</text>\n";
   o << "</svg>\n";
   return o.str();
 }
@@ -259,8 +301,8 @@ void MetricsLog::append(const StepMetrics& m) {
     throw Error("cannot append to ", path_, ": ", std::strerror(errno), Hint("is the disk full?"));
 }
 
-void MetricsLog::write_plot(const std::string& title) const {
-  io::write_file_atomic(run_dir_ + "/loss.svg", render_loss_svg(history_, title));
+void MetricsLog::write_plot(const std::string& title, const std::string& samples) const {
+  io::write_file_atomic(run_dir_ + "/loss.svg", render_loss_svg(history_, title, samples));
 }
 
 // ---- progress --------------------------------------------------------------------------------
@@ -275,19 +317,23 @@ std::string format_duration(double s) {
   return buf;
 }
 
-Progress::Progress(int64_t first_step, int64_t total_steps, int64_t log_every, bool tty)
+Progress::Progress(int64_t first_step, int64_t total_steps, int64_t log_every, bool tty, std::string unit)
     : first_step_(first_step), total_steps_(total_steps), log_every_(std::max<int64_t>(1, log_every)), tty_(tty),
-      start_s_(now_s()) {}
+      unit_(std::move(unit)), start_s_(now_s()) {}
 
 void Progress::update(const StepMetrics& m) {
   const double now = now_s();
   const int64_t done = m.step - first_step_;
   const double eta = done > 0 ? (now - start_s_) / double(done) * double(total_steps_ - m.step) : kNaN;
   const bool last = m.step >= total_steps_;
-  char info[256];
-  std::snprintf(info, sizeof info, "loss %.4f  mlm %.3f  nsp %.3f  lr %.3g  %.2f seq/s  %.1f GFLOP/s%s%s", m.loss,
-                m.mlm_loss, m.nsp_loss, m.lr, m.seq_per_s, m.flops_per_s / 1e9,
-                m.mfu > 0 ? fmt("  MFU %.1f%%", 100 * m.mfu).c_str() : "", "");
+  // loss, the task's part losses (mlm_loss -> "mlm"), accuracy, lr, throughput, GFLOP/s, MFU
+  std::string info = fmt("loss %.4f", m.loss);
+  for (const auto& [name, v] : m.extras)
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, "_loss") == 0)
+      info += "  " + name.substr(0, name.size() - 5) + fmt(" %.3f", v);
+  if (std::isfinite(m.accuracy)) info += fmt("  acc %.3f", m.accuracy);
+  info += fmt("  lr %.3g", m.lr) + fmt("  %.2f ", m.samples_per_s) + unit_ + fmt("  %.1f GFLOP/s", m.flops_per_s / 1e9);
+  if (m.mfu > 0) info += fmt("  MFU %.1f%%", 100 * m.mfu);
   if (tty_) {
     if (!last && last_draw_s_ >= 0 && now - last_draw_s_ < 0.1) return;
     last_draw_s_ = now;
@@ -295,10 +341,10 @@ void Progress::update(const StepMetrics& m) {
     int filled = int(double(width) * double(m.step) / double(std::max<int64_t>(1, total_steps_)));
     std::string bar = std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.');
     std::fprintf(stderr, "\r\033[K[%s] %lld/%lld  %s  ETA %s", bar.c_str(), (long long)m.step, (long long)total_steps_,
-                 info, format_duration(eta).c_str());
+                 info.c_str(), format_duration(eta).c_str());
     drawn_ = true;
   } else if (m.step % log_every_ == 0 || last || done == 1) {
-    std::fprintf(stderr, "step %lld/%lld  %s  elapsed %s  ETA %s\n", (long long)m.step, (long long)total_steps_, info,
+    std::fprintf(stderr, "step %lld/%lld  %s  elapsed %s  ETA %s\n", (long long)m.step, (long long)total_steps_, info.c_str(),
                  format_duration(m.elapsed).c_str(), format_duration(eta).c_str());
   }
   std::fflush(stderr);

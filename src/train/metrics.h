@@ -1,7 +1,8 @@
 // train/metrics.h: what the trainer records per optimizer step, and how it shows it.
 //
 //   run/metrics.jsonl   one JSON object per step (the fields of StepMetrics), appended and flushed
-//   run/loss.svg        two panels: loss (and MLM / NSP loss) vs step, sequences/s vs step;
+//   run/loss.svg        four panels against the step: loss (and the task's part losses), learning
+//                       rate, accuracy, samples/s;
 //                       rewritten atomically at every checkpoint and at the end
 //   stderr              a progress bar with ETA on a terminal, else a plain line every log_every
 //
@@ -11,7 +12,9 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "unmask/context.h"
@@ -21,27 +24,36 @@ namespace unmask::train {
 
 struct StepMetrics {
   int64_t step = 0;          // optimizer steps completed (1-based)
-  double loss = 0;           // mean over the step's micro-batches of (MLM loss + NSP loss)
-  double mlm_loss = 0, nsp_loss = 0;  // means over the step's masked positions / sequences
-  double mlm_acc = 0, nsp_acc = 0;
+  double loss = 0;           // the task's training loss (mean over the step's micro-batches)
+  double accuracy = std::numeric_limits<double>::quiet_NaN();  // the task's headline accuracy (NaN: none)
   double lr = 0, grad_norm = 0;
-  double seq_per_s = 0, tokens_per_s = 0;  // real (unpadded) tokens
-  double flops_per_s = 0;    // bert_train_flops / step time
+  double samples_per_s = 0, tokens_per_s = 0;  // samples: sequences (BERT) or clips (video); real tokens
+  double flops_per_s = 0;    // the task's FLOP count / step time (this rank's: MFU per device)
   double mfu = 0;            // flops_per_s / peak (0 when the peak is unknown)
   double step_s = 0;         // wall time of the step (forward, backward, optimizer)
   double elapsed = 0;        // training seconds since step 0, over resumed segments
-  int64_t sequences = 0, tokens = 0;  // of this step
+  int64_t samples = 0, tokens = 0;  // of this step (all ranks)
   double loss_scale = 0;     // dynamic loss scaling: the scale this step's gradients were taken at (0 = off)
   int64_t skipped = 0;       // dynamic loss scaling: overflowed iterations skipped since the last step
+  /// The task's own figures, in its order (BERT: mlm_loss, nsp_loss, mlm_acc, nsp_acc). Names
+  /// ending in _loss join the loss panel of the plot, names ending in _acc the accuracy panel.
+  std::vector<std::pair<std::string, double>> extras;
+  /// An extra by name; NaN when absent.
+  double extra(const std::string& name) const;
 };
 
+/// metrics.jsonl: the same keys for every model, in this order: step, loss, accuracy, lr,
+/// grad_norm, samples_per_s, tokens_per_s, flops_per_s, mfu, step_s, elapsed, samples, tokens
+/// (then loss_scale and skipped when dynamic loss scaling is on), then the task's extras.
 /// One JSONL line (no trailing newline); non-finite values are written as null.
 std::string metrics_json_line(const StepMetrics& m);
 /// Parses a line written by metrics_json_line (null -> NaN); throws on other text.
 StepMetrics parse_metrics_line(const std::string& line);
 
-/// The two-panel SVG (self-contained, no scripts); `title` is XML-escaped.
-std::string render_loss_svg(const std::vector<StepMetrics>& history, const std::string& title);
+/// The four-panel SVG (loss, learning rate, accuracy, throughput vs step; self-contained, no
+/// scripts); `title` is XML-escaped, `samples` names the throughput's unit ("sequences", "clips").
+std::string render_loss_svg(const std::vector<StepMetrics>& history, const std::string& title,
+                            const std::string& samples = "samples");
 
 class MetricsLog {
  public:
@@ -55,7 +67,7 @@ class MetricsLog {
   void append(const StepMetrics& m);
   const std::vector<StepMetrics>& history() const { return history_; }
   /// Writes run_dir/loss.svg atomically.
-  void write_plot(const std::string& title) const;
+  void write_plot(const std::string& title, const std::string& samples = "samples") const;
   const std::string& path() const { return path_; }
 
  private:
@@ -68,7 +80,8 @@ class MetricsLog {
 class Progress {
  public:
   /// tty: a bar redrawn in place (at most ~10 times a second); else a line every log_every steps.
-  Progress(int64_t first_step, int64_t total_steps, int64_t log_every, bool tty);
+  /// unit: the throughput's short unit ("seq/s", "clips/s").
+  Progress(int64_t first_step, int64_t total_steps, int64_t log_every, bool tty, std::string unit = "samples/s");
   void update(const StepMetrics& m);
   /// Ends the bar's line (a TTY bar is left on screen).
   void finish();
@@ -78,6 +91,7 @@ class Progress {
  private:
   int64_t first_step_, total_steps_, log_every_;
   bool tty_;
+  std::string unit_;
   bool drawn_ = false;
   double start_s_, last_draw_s_ = -1;
 };

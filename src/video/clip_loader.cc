@@ -129,6 +129,7 @@ struct ClipLoader::Impl {
   mutable std::mutex mu;
   std::condition_variable worker_cv, consumer_cv;
   int64_t next_unit = 0, consumed = 0;
+  int64_t resume_batch = 0;  // options.start_batch: rows of earlier batches (a unit straddling it) are dropped
   std::map<int64_t, PendingBatch> pending;
   std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders;  // epoch -> video order
   std::vector<uint8_t> open_failed, counted_bad;                          // per video
@@ -218,6 +219,14 @@ struct ClipLoader::Impl {
     pool = std::make_shared<BufferPool>(batch_bytes, size_t(p.queue_depth) + 4);
     open_failed.assign(size_t(n), 0);
     counted_bad.assign(size_t(n), 0);
+    // Resume: start at global batch start_batch, as if the batches before it had been consumed
+    // (every draw is keyed by epoch and position, so the batches that follow are the same).
+    if (p.start_batch < 0) throw Error("clip loader: start_batch must be >= 0, got ", p.start_batch);
+    if (p.start_batch > 0 && test()) throw Error("clip loader: test mode always starts at the first batch");
+    resume_batch = consumed = p.start_batch;
+    epoch = p.start_batch / batches_per_epoch;
+    epoch_batch = p.start_batch % batches_per_epoch;
+    next_unit = epoch * units_per_epoch + epoch_batch * p.batch / rows_per_unit;
     for (int t = 0; t < p.threads; ++t) workers.emplace_back([this] { work(); });
   }
 
@@ -420,6 +429,7 @@ struct ClipLoader::Impl {
     for (int64_t j = 0; j < nrows; ++j) {
       const int64_t r = row0 + j;
       const int64_t g = e * batches_per_epoch + r / o.batch, slot = r % o.batch;
+      if (g < resume_batch) continue;
       Tensor dst;
       {
         std::lock_guard<std::mutex> lock(mu);

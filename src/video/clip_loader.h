@@ -96,6 +96,10 @@ struct ClipLoaderOptions {
   Sharding sharding = Sharding::none;
   int rank = 0, ranks = 1;
   std::vector<int64_t> rank_counts;  // resample
+  /// Resume (pretrain/train): the global batch to start at, counting every batch next() returned
+  /// since epoch 0 (epoch start_batch / batches_per_epoch). The batches from there on are those an
+  /// uninterrupted loader would return.
+  int64_t start_batch = 0;
 };
 
 struct ClipBatch {
