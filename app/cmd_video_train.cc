@@ -27,6 +27,7 @@
 #include "video/masking.h"
 #include "video/videomae_checkpoint.h"
 #include "video/videomae_flops.h"
+#include "video/videomae_finetune_task.h"
 #include "video/videomae_pretrain_task.h"
 #include "core/signals.h"
 #include "train/trainer.h"
@@ -36,8 +37,6 @@ namespace unmask::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::vector<OptionSpec> with(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -78,36 +77,80 @@ OptimizerSetup optimizer_setup(const Args& a, int64_t total_steps) {
   return s;
 }
 
+// --resume takes an optional value (a run or checkpoint directory): taken out before the parser.
+std::vector<char*> take_resume(int argc, char** argv, bool* resume, std::string* dir) {
+  std::vector<char*> rest = {argv[0], argv[1]};
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--resume") == 0) {
+      *resume = true;
+      if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) *dir = argv[++i];
+    } else if (std::strncmp(argv[i], "--resume=", 9) == 0) {
+      *resume = true;
+      *dir = argv[i] + 9;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  return rest;
+}
+
+// A new run refuses an --out holding a run unless --force, which clears it; --resume continues it.
+void prepare_video_output(const Args& a, const std::string& out, const char* command, bool resume) {
+  if (resume && a.has("force")) throw Error(command, ": --resume continues the run in --out; --force would replace it");
+  if (resume) return;
+  check_video_output(a, out, command);
+  if (a.has("force"))  // the user asked to replace the earlier run
+    for (const char* old : {"checkpoints", "model", "metrics.jsonl", "loss.svg", "eval.json"})
+      std::filesystem::remove_all(out + "/" + old);
+}
+
+std::string settings_hash(const std::map<std::string, std::string>& settings) {
+  std::string text;
+  for (const auto& [k, v] : settings) text += k + "=" + v + "\n";
+  return train::fnv1a_hex(text);
+}
+
+// The loop's settings from the shared options; a checkpoint records every option but where the
+// run reads and writes and how it reports.
+train::LoopConfig loop_config(const Args& a, const std::string& out, int64_t steps, int64_t accumulation,
+                              const OptimizerSetup& os, uint64_t seed) {
+  train::LoopConfig lc;
+  lc.output = out;
+  lc.steps = steps;
+  lc.accumulation = accumulation;
+  lc.lr = double(os.config.lr);
+  lc.optimizer = os.config;
+  lc.schedule = os.schedule;
+  lc.checkpoint_every = a.get_int("checkpoint-every");
+  lc.keep_checkpoints = a.get_int("keep-checkpoints");
+  if (lc.checkpoint_every < 0 || lc.keep_checkpoints < 0) throw Error("--checkpoint-every and --keep-checkpoints must be >= 0");
+  lc.log_every = std::max<int64_t>(1, a.get_int("log-every"));
+  lc.seed = seed;
+  lc.config = a.values();
+  for (const char* k : {"data", "out", "val", "threads", "log-every", "quiet", "stop-after", "checkpoint-every",
+                        "keep-checkpoints", "force", "device", "root", "init-from", "no-overlap", "strict", "workers",
+                        "test-segments", "test-crops"})
+    lc.config.erase(k);
+  lc.config_hash = settings_hash(lc.config);
+  return lc;
+}
+
+train::RunControl run_control(const Args& a, const char* command) {
+  train::RunControl control;
+  control.max_steps_this_run = a.get_int("stop-after");
+  if (control.max_steps_this_run < 0) throw Error("--stop-after must be >= 0, got ", control.max_steps_this_run);
+  control.progress = !a.has("quiet");
+  control.tty = control.progress && ::isatty(2);
+  control.stop_signal = install_stop_handlers(command);
+  return control;
+}
+
+
 video::VideoMAENaming naming_of(const Args& a) {
   const std::string n = a.get("naming");
   if (n == "original") return video::VideoMAENaming::original;
   if (n == "hf") return video::VideoMAENaming::hf;
   throw Error("--naming must be original or hf, got '", n, "'");
-}
-
-std::string loader_split(const video::LoaderTimes& t) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "loader: %lld clips, read %.2fs, augment %.2fs, copy %.2fs (worker seconds), trainer waited %.2fs; "
-                "skipped videos: %s",
-                (long long)t.clips, t.read_s, t.augment_s, t.copy_s, t.wait_s, t.skipped.summary().c_str());
-  return buf;
-}
-
-// The next batch, starting a new epoch at the end of one.
-void next_batch(video::ClipLoader& loader, video::ClipBatch& b) {
-  if (loader.next(b)) return;
-  if (!loader.next(b))
-    throw Error("the clip loader produced no batch in a whole epoch",
-                Hint("the data has fewer videos than --batch (drop_last), or every video was skipped"));
-}
-
-void print_step(int64_t step, int64_t total, double loss, double lr, double gnorm, double clips_s, double gflops,
-                double extra, const char* extra_name) {
-  std::fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  |g| %.3f  %.2f clips/s  %.1f GFLOP/s", (long long)step,
-               (long long)total, loss, lr, gnorm, clips_s, gflops);
-  if (extra_name) std::fprintf(stderr, "  %s %.3f", extra_name, extra);
-  std::fputc('\n', stderr);
 }
 
 }  // namespace
@@ -142,21 +185,9 @@ int cmd_pretrain_video(int argc, char** argv) {
             video_force_spec()},
            video_model_specs()),
       with(video_data_specs(), optimizer_specs("1.5e-4", "0.95", "0.1")));
-  // --resume takes an optional value: taken out before the common parser.
   bool resume = false;
   std::string resume_dir;
-  std::vector<char*> rest = {argv[0], argv[1]};
-  for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--resume") == 0) {
-      resume = true;
-      if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) resume_dir = argv[++i];
-    } else if (std::strncmp(argv[i], "--resume=", 9) == 0) {
-      resume = true;
-      resume_dir = argv[i] + 9;
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
+  std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
   auto parsed = Args::parse("pretrain-video",
                             "VideoMAE pretraining (tube masking, normalized-pixel MSE). Checkpoints under "
                             "OUT/checkpoints/step-N (model, optimizer, trainer state); SIGINT/SIGTERM finish the step, "
@@ -166,12 +197,7 @@ int cmd_pretrain_video(int argc, char** argv) {
   const Args& a = *parsed;
   std::string data = a.require("data");
   const std::string out = a.require("out");
-  if (resume && a.has("force")) throw Error("pretrain-video: --resume continues the run in --out; --force would replace it");
-  if (!resume) {
-    check_video_output(a, out, "pretrain-video");
-    if (a.has("force"))  // the user asked to replace the earlier run
-      for (const char* old : {"checkpoints", "model", "metrics.jsonl", "loss.svg"}) std::filesystem::remove_all(out + "/" + old);
-  }
+  prepare_video_output(a, out, "pretrain-video", resume);
   video::VideoMAEPretrainSettings vs;
   vs.config = video_model_config(a);
   vs.preset = a.get("preset");
@@ -188,9 +214,6 @@ int cmd_pretrain_video(int argc, char** argv) {
   const std::string act_name = a.get("activations");
   if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
   vs.activations = act_name == "bf16" ? DType::bf16 : DType::f32;
-  train::RunControl control;
-  control.max_steps_this_run = a.get_int("stop-after");
-  if (control.max_steps_this_run < 0) throw Error("--stop-after must be >= 0, got ", control.max_steps_this_run);
 
   Communicator& comm = Communicator::world();
   const int world = comm.size(), rank = comm.rank();
@@ -208,27 +231,10 @@ int cmd_pretrain_video(int argc, char** argv) {
   const Device device = device_of(a);
   const std::string precision = precision_of(a, device);
 
-  // The loop's settings; a checkpoint records every option but where the run reads and writes.
-  train::LoopConfig lc;
-  lc.output = out;
-  lc.steps = steps;
-  lc.accumulation = accumulation;
-  lc.optimizer = os.config;
-  lc.lr = double(os.config.lr);
-  lc.schedule = os.schedule;
+  train::LoopConfig lc = loop_config(a, out, steps, accumulation, os, vs.seed);
   lc.overlap_allreduce = !a.has("no-overlap");
-  lc.checkpoint_every = a.get_int("checkpoint-every");
-  lc.keep_checkpoints = a.get_int("keep-checkpoints");
-  lc.log_every = std::max<int64_t>(1, a.get_int("log-every"));
-  lc.seed = vs.seed;
-  lc.config = a.values();
-  for (const char* k : {"data", "out", "threads", "log-every", "quiet", "stop-after", "checkpoint-every", "keep-checkpoints",
-                        "force", "device", "root", "init-from", "no-overlap", "strict", "workers"})
-    lc.config.erase(k);
   lc.config["batch"] = std::to_string(vs.batch * world);  // the global batch: any rank count giving it may resume
-  std::string text;
-  for (const auto& [k, v] : lc.config) text += k + "=" + v + "\n";
-  lc.config_hash = train::fnv1a_hex(text);
+  lc.config_hash = settings_hash(lc.config);
   auto warn = [&](const std::string& w) {
     if (root) std::fprintf(stderr, "warning: %s\n", w.c_str());
   };
@@ -273,9 +279,7 @@ int cmd_pretrain_video(int argc, char** argv) {
                  (long long)vs.config.decoder_dim, (long long)vs.config.decoder_depth, (long long)vs.config.num_frames,
                  (long long)vs.config.img_size, (long long)task.videos(), (long long)vs.batch, (long long)accumulation,
                  (long long)steps, vs.mask_ratio, task.micro_batch_flops() / 1e9);
-  control.progress = !a.has("quiet");
-  control.tty = control.progress && ::isatty(2);
-  control.stop_signal = install_stop_handlers("pretrain-video");
+  train::RunControl control = run_control(a, "pretrain-video");
   const train::TrainResult r = train::run_training(task, ctx, lc, start, control);
   if (!root) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
   // The final model, where users and finetune-video --init-from expect it (the checkpoints keep
@@ -313,6 +317,12 @@ int cmd_finetune_video(int argc, char** argv) {
             {"test-crops", "N", "evaluation: spatial crops per view", "3"},
             {"naming", "KIND", "checkpoint names: original (VideoMAE) or hf (transformers)", "original"},
             {"log-every", "N", "print a line every N steps", "10"},
+            {"quiet", "", "no progress output", ""},
+            {"accumulation", "N", "micro-batches per optimizer step (gradient accumulation)", "1"},
+            {"resume", "[DIR]", "continue the run in --out (or in DIR, or from the checkpoint DIR) where it stopped", ""},
+            {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
+            {"checkpoint-every", "N", "write a checkpoint (model, optimizer, trainer state) every N steps (0 = at the end)", "0"},
+            {"keep-checkpoints", "N", "keep the last N checkpoints (0 = all)", "3"},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
             {"seed", "N", "seed of the head, augmentation, mixing and drop path", "0"},
             {"classes", "FILE", "class names, one per line in label order, for the model's id2label (default: "
@@ -320,13 +330,18 @@ int cmd_finetune_video(int argc, char** argv) {
             video_force_spec()},
            video_model_specs()),
       with(video_data_specs(), optimizer_specs("1e-3", "0.999", "0.1")));
-  auto parsed = Args::parse("finetune-video", "VideoMAE fine-tuning (mean pooling, layer decay, mixup/cutmix)", specs,
-                            argc, argv, 2);
+  bool resume = false;
+  std::string resume_dir;
+  std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
+  auto parsed = Args::parse("finetune-video",
+                            "VideoMAE fine-tuning (mean pooling, layer decay, mixup/cutmix). Checkpoints under "
+                            "OUT/checkpoints/step-N; SIGINT/SIGTERM save one and exit 130/143; --resume continues",
+                            specs, int(rest.size()), rest.data(), 2);
   if (!parsed) return 0;
   const Args& a = *parsed;
   std::string data = a.require("data");
   const std::string out = a.require("out");
-  check_video_output(a, out, "finetune-video");
+  prepare_video_output(a, out, "finetune-video", resume);
   VideoMAEConfig config = video_model_config(a);
   if (a.has("init-from")) {
     // the checkpoint's config wins over the preset, except the clip size given on the command line
@@ -361,19 +376,26 @@ int cmd_finetune_video(int argc, char** argv) {
                     Hint("one name per line, in label order (label k on line k + 1)"));
     }
   }
-  const int64_t batch = a.get_int("batch"), epochs = a.get_int("epochs"), seed = a.get_int("seed");
-  if (batch < 1 || epochs < 1) throw Error("--batch and --epochs must be >= 1");
-  const video::VideoMAENaming naming = naming_of(a);
-
-  Context ctx({.num_threads = int(a.get_int("threads"))});
-  VideoMAEClassifier model = VideoMAEClassifier::random(config, K, uint64_t(seed));
-  if (a.has("init-from")) {
-    video::VideoMAELoadOptions lo;
-    lo.allow_missing_prefixes = {"head.", "fc_norm."};
-    const video::LoadReport r = video::load_videomae(a.get("init-from"), config, model.params(), lo);
-    std::fprintf(stderr, "%s\n", r.summary().c_str());
-  }
-  model.set_layer_decay(float(a.get_double("layer-decay")));
+  const int64_t batch = a.get_int("batch"), epochs = a.get_int("epochs"), accumulation = a.get_int("accumulation");
+  if (batch < 1 || epochs < 1 || accumulation < 1) throw Error("--batch, --epochs and --accumulation must be >= 1");
+  video::VideoMAEFinetuneSettings fs;
+  fs.config = config;
+  fs.preset = a.get("preset");
+  fs.output = out;
+  fs.num_classes = K;
+  fs.class_names = class_names;
+  fs.batch = batch;
+  fs.seed = uint64_t(a.get_int("seed"));
+  fs.layer_decay = float(a.get_double("layer-decay"));
+  fs.drop_path = float(a.get_double("drop-path"));
+  fs.head_dropout = float(a.get_double("head-dropout"));
+  fs.mixup = float(a.get_double("mixup"));
+  fs.cutmix = float(a.get_double("cutmix"));
+  fs.smoothing = float(a.get_double("smoothing"));
+  fs.naming = naming_of(a);
+  fs.init_from = a.get("init-from");
+  if (Communicator::world().size() > 1)
+    throw Error("finetune-video runs in one process", Hint("run it without mpirun / srun"));
 
   video::ClipLoaderOptions lo;
   lo.mode = video::ClipLoaderOptions::Mode::train;
@@ -381,83 +403,41 @@ int cmd_finetune_video(int argc, char** argv) {
   lo.batch = int(batch);
   lo.num_frames = int(config.num_frames);
   lo.crop = int(config.img_size);
-  lo.seed = uint64_t(seed);
-  video::ClipLoader loader = open_video_loader(a, data, lo);
-  const int64_t per_epoch = loader.batches_per_epoch();
-  if (per_epoch < 1) throw Error("--data has ", loader.size(), " videos, fewer than one --batch of ", batch);
-  const int64_t steps = per_epoch * epochs;
+  lo.seed = fs.seed;
+  // The number of steps needs the loader's epoch length before the run (and its resume point) is opened.
+  const int64_t per_epoch = open_video_loader(a, data, lo).batches_per_epoch();
+  if (per_epoch < 1) throw Error("--data has fewer videos than one --batch of ", batch);
+  const int64_t steps = std::max<int64_t>(1, per_epoch * epochs / accumulation);
   const OptimizerSetup os = optimizer_setup(a, steps);
-  Optimizer opt(os.config, model.params());
-  MixupOptions mo;
-  mo.mixup_alpha = float(a.get_double("mixup"));
-  mo.cutmix_alpha = float(a.get_double("cutmix"));
-  mo.label_smoothing = float(a.get_double("smoothing"));
-  VideoMAEClassifyOptions co;
-  co.drop_path_rate = float(a.get_double("drop-path"));
-  co.head_dropout = float(a.get_double("head-dropout"));
-  co.seed = uint64_t(seed);
-
-  video::VideoMAEFlopConfig fc;
-  fc.img_size = config.img_size, fc.frames = config.num_frames, fc.tubelet = config.tubelet, fc.patch = config.patch;
-  fc.enc_dim = config.dim, fc.enc_depth = config.depth, fc.enc_heads = config.heads;
-  fc.enc_mlp_hidden = config.mlp_hidden(config.dim);
-  fc.num_classes = K;
-  fc.batch = batch;
-  const double step_flops = video::videomae_finetune_step_flops(fc);
-
-  std::filesystem::create_directories(out);
-  JsonlLog log(out + "/metrics.jsonl");
-  std::fprintf(stderr, "finetune-video: %s (dim %lld, depth %lld), %lld classes, %lld videos, batch %lld, %lld epochs "
-               "= %lld steps, layer decay %s, drop path %s, mixup %s / cutmix %s, smoothing %s\n",
-               a.get("preset").c_str(), (long long)config.dim, (long long)config.depth, (long long)K,
-               (long long)loader.size(), (long long)batch, (long long)epochs, (long long)steps,
-               a.get("layer-decay").c_str(), a.get("drop-path").c_str(), a.get("mixup").c_str(),
-               a.get("cutmix").c_str(), a.get("smoothing").c_str());
-  const auto t0 = Clock::now();
-  video::ClipBatch b;
-  double window_loss = 0;
-  int64_t window = 0, window_hits = 0, window_rows = 0;
-  for (int64_t step = 0; step < steps; ++step) {
-    next_batch(loader, b);
-    const auto ts = Clock::now();
-    const int64_t B = b.videos.size(0);
-    const MixupResult mix = mixup_cutmix(b.videos, b.labels, K, mo, data::derive_key(uint64_t(seed), {uint64_t(step)}));
-    model.zero_grad(ctx);
-    co.step = uint64_t(step);
-    const VideoMAEClassifyStats st = model.step(ctx, b.videos, mix.targets, co);
-    const float lr = float(double(os.config.lr) * lr_multiplier(os.schedule, opt.step_count()));
-    const OptimizerStepStats ost = opt.step(ctx, lr);
-    const double step_s = seconds_since(ts);
-    if (!std::isfinite(st.loss))
-      throw Error("finetune-video: the loss is ", st.loss, " at step ", step + 1, Hint("lower --lr"));
-    for (int64_t r = 0; r < B; ++r) {  // training accuracy on the (mixed) batch, against the clip's own label
-      const float* z = st.logits.data<float>() + r * K;
-      window_hits += std::max_element(z, z + K) - z == b.labels[size_t(r)];
-    }
-    window_rows += B;
-    window_loss += st.loss;
-    ++window;
-    std::ostringstream line;
-    line.precision(9);
-    line << "{\"step\": " << step + 1 << ", \"epoch\": " << b.epoch << ", \"loss\": " << st.loss << ", \"lr\": " << lr
-         << ", \"grad_norm\": " << ost.grad_norm << ", \"lam\": " << mix.lam << ", \"clips\": " << B
-         << ", \"step_s\": " << step_s << ", \"clips_per_s\": " << double(B) / step_s
-         << ", \"gflops_per_s\": " << step_flops / step_s / 1e9 << ", \"elapsed_s\": " << seconds_since(t0) << "}";
-    log.write(line.str());
-    const int64_t every = std::max<int64_t>(1, a.get_int("log-every"));
-    if ((step + 1) % every == 0 || step + 1 == steps) {
-      print_step(step + 1, steps, window_loss / double(window), lr, ost.grad_norm, double(B) / step_s,
-                 step_flops / step_s / 1e9, double(window_hits) / double(window_rows), "train acc");
-      window_loss = 0;
-      window = window_hits = window_rows = 0;
-    }
+  train::LoopConfig lc = loop_config(a, out, steps, accumulation, os, fs.seed);
+  const train::LoopStart start =
+      train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", [](const std::string& w) {
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+      });
+  Context ctx({.num_threads = int(a.get_int("threads"))});
+  lc.peak_gflops = train::measure_peak_gflops(ctx.num_threads());
+  video::VideoMAEFinetuneTask task(
+      fs, ctx, lo, [&](const video::ClipLoaderOptions& o) { return open_video_loader(a, data, o); }, start);
+  if (!a.has("quiet"))
+    std::fprintf(stderr, "finetune-video: %s (dim %lld, depth %lld), %lld classes, %lld videos, batch %lld x %lld, "
+                 "%lld epochs = %lld steps, layer decay %s, drop path %s, mixup %s / cutmix %s, smoothing %s\n",
+                 fs.preset.c_str(), (long long)config.dim, (long long)config.depth, (long long)K,
+                 (long long)task.videos(), (long long)batch, (long long)accumulation, (long long)epochs, (long long)steps,
+                 a.get("layer-decay").c_str(), a.get("drop-path").c_str(), a.get("mixup").c_str(),
+                 a.get("cutmix").c_str(), a.get("smoothing").c_str());
+  train::RunControl control = run_control(a, "finetune-video");
+  const train::TrainResult r = train::run_training(task, ctx, lc, start, control);
+  std::fprintf(stderr, "%s\n", task.closing_note().c_str());
+  std::printf("%s\n", train::summary_line(r, "fine-tuned", "clips").c_str());
+  if (r.end_step < r.total_steps) {  // stopped: no final model, no evaluation
+    if (!r.checkpoint.empty()) std::printf("checkpoint: %s\ncontinue:   the same command with --resume\n", r.checkpoint.c_str());
+    return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
   }
-  video::save_videomae(out + "/model", config, model.params(), naming, K, class_names);
-  std::fprintf(stderr, "%s\n", loader_split(loader.times()).c_str());
+  video::save_videomae(out + "/model", config, task.params(), fs.naming, K, class_names);
   std::ostringstream summary;
-  summary << "{\"steps\": " << steps << ", \"seconds\": " << seconds_since(t0) << ", \"model\": \"" << out << "/model\"";
+  summary << "{\"steps\": " << steps << ", \"seconds\": " << r.invocation_s << ", \"model\": \"" << out << "/model\"";
   if (a.has("val")) {
-    const ViewEvalResult ev = evaluate_video_views(ctx, model, a, a.get("val"), int(a.get_int("test-segments")),
+    const ViewEvalResult ev = evaluate_video_views(ctx, task.model(), a, a.get("val"), int(a.get_int("test-segments")),
                                                    int(a.get_int("test-crops")), int(batch));
     summary << ", \"val_videos\": " << ev.videos << ", \"views\": " << ev.views << ", \"top1\": " << ev.top1
             << ", \"top5\": " << ev.top5;
@@ -465,14 +445,9 @@ int cmd_finetune_video(int argc, char** argv) {
                  (long long)ev.views, 100 * ev.top1, 100 * ev.top5, ev.loader.skipped.summary().c_str());
   }
   summary << "}";
-  {
-    std::FILE* f = std::fopen((out + "/eval.json").c_str(), "w");
-    if (!f) throw Error("cannot write ", out, "/eval.json");
-    std::fprintf(f, "%s\n", summary.str().c_str());
-    std::fclose(f);
-  }
+  io::write_file_atomic(out + "/eval.json", summary.str() + "\n");
   std::printf("%s\n", summary.str().c_str());
-  return 0;
+  return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
 }
 
 int cmd_eval_video(int argc, char** argv) {
@@ -499,7 +474,7 @@ int cmd_eval_video(int argc, char** argv) {
   std::fprintf(stderr, "%s\n", r.summary().c_str());
   const ViewEvalResult ev = evaluate_video_views(ctx, model, a, data, int(a.get_int("test-segments")),
                                                  int(a.get_int("test-crops")), int(a.get_int("batch")));
-  std::fprintf(stderr, "%s\n", loader_split(ev.loader).c_str());
+  std::fprintf(stderr, "%s\n", video::loader_summary(ev.loader).c_str());
   std::printf("{\"videos\": %lld, \"views\": %lld, \"top1\": %.6f, \"top5\": %.6f, \"seconds\": %.2f, "
               "\"clips_per_s\": %.2f, \"skipped\": %lld}\n",
               (long long)ev.videos, (long long)ev.views, ev.top1, ev.top5, ev.seconds, ev.clips_per_s,

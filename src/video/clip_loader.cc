@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -580,6 +581,15 @@ LoaderTimes ClipLoader::times() const {
   LoaderTimes t = impl_->times;
   t.wall_s = since(impl_->start);
   return t;
+}
+
+std::string loader_summary(const LoaderTimes& t) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "loader: %lld clips, read %.2fs, augment %.2fs, copy %.2fs (worker seconds), trainer waited %.2fs; "
+                "skipped videos: %s",
+                (long long)t.clips, t.read_s, t.augment_s, t.copy_s, t.wait_s, t.skipped.summary().c_str());
+  return buf;
 }
 
 }  // namespace unmask::video

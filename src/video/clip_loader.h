@@ -152,6 +152,10 @@ class ClipLoader {
   std::unique_ptr<Impl> impl_;
 };
 
+/// One line on what the loader did: "loader: N clips, read Xs, augment Ys, copy Zs (worker
+/// seconds), trainer waited Ws; skipped videos: ...".
+std::string loader_summary(const LoaderTimes& times);
+
 /// Frame indices of test view `segment` of `segments` for TSN sampling (the rule above).
 std::vector<int64_t> segment_test_indices(int64_t video_frames, int num_frames, int segment, int segments);
 

@@ -107,14 +107,6 @@ void VideoMAEPretrainTask::save_data_state(train::TrainerState& state) {
   state.data["clip_batches"] = batches_consumed_;
 }
 
-std::string VideoMAEPretrainTask::closing_note() {
-  const LoaderTimes t = loader_->times();
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "loader: %lld clips, read %.2fs, augment %.2fs, copy %.2fs (worker seconds), trainer waited %.2fs; "
-                "skipped videos: %s",
-                (long long)t.clips, t.read_s, t.augment_s, t.copy_s, t.wait_s, t.skipped.summary().c_str());
-  return buf;
-}
+std::string VideoMAEPretrainTask::closing_note() { return loader_summary(loader_->times()); }
 
 }  // namespace unmask::video
