@@ -10,7 +10,9 @@
 #include <string>
 
 #include "cli.h"
+#include "core/signals.h"
 #include "finetune/finetune.h"
+#include "train/checkpoint.h"
 #include "io/file.h"
 #include "model_dir.h"
 #include "data/pretrain_data.h"
@@ -107,6 +109,11 @@ int cmd_finetune(int argc, char** argv) {
       {"seed", "N", "seed of the head initialisation, shuffling and dropout", "42"},
       {"max-steps", "N", "stop after N steps (0 = --epochs); the schedule spans them", "0"},
       {"log-every", "N", "steps between loss reports", "50"},
+      {"run-dir", "DIR", "the run's checkpoints (model, optimizer, trainer state), metrics.jsonl and loss.svg, kept "
+       "beside --output rather than in it (default: OUTPUT-run; a new run replaces it, as it replaces --output)", ""},
+      {"checkpoint-every", "N", "write a checkpoint every N steps (0 = only at the end)", "0"},
+      {"resume", "", "continue the run in --run-dir from its latest checkpoint (the same options)", ""},
+      {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
       {"eval-batch", "N", "features per forward when evaluating --dev", "32"},
       {"format", "table|json", "how the dev metrics are printed", "table"},
   });
@@ -134,6 +141,25 @@ int cmd_finetune(int argc, char** argv) {
   to.seed = uint64_t(positive_int(*args, "seed", 0));
   to.max_steps = positive_int(*args, "max-steps", 0);
   to.log_every = positive_int(*args, "log-every");
+  std::string run_dir = args->get("run-dir");
+  if (run_dir.empty()) {
+    run_dir = output;
+    while (run_dir.size() > 1 && run_dir.back() == '/') run_dir.pop_back();
+    run_dir += "-run";
+  }
+  if (io::paths_overlap(run_dir, output))
+    throw Error("--run-dir ", run_dir, " and --output ", output, " overlap: the checkpoints would land in the model directory",
+                Hint("keep the run directory beside --output (the default is OUTPUT-run)"));
+  to.run_dir = run_dir;
+  to.checkpoint_every = positive_int(*args, "checkpoint-every", 0);
+  to.stop_after = positive_int(*args, "stop-after", 0);
+  if (args->has("resume")) to.resume = run_dir;
+  else  // a new run replaces the earlier one's state, as it replaces --output
+    for (const char* old : {"checkpoints", "metrics.jsonl", "loss.svg"}) std::filesystem::remove_all(run_dir + "/" + old);
+  to.settings = args->values();
+  for (const char* k : {"output", "run-dir", "dev", "threads", "log-every", "checkpoint-every", "resume", "stop-after",
+                        "eval-batch", "format"})
+    to.settings.erase(k);
   const int64_t eval_batch = positive_int(*args, "eval-batch");
   if (!(to.lr > 0)) throw Error("--lr must be positive, got ", args->get("lr"));
   if (!(to.warmup >= 0 && to.warmup <= 1)) throw Error("--warmup must be in [0, 1], got ", args->get("warmup"));
@@ -152,27 +178,35 @@ int cmd_finetune(int argc, char** argv) {
   }
 
   Context ctx({.num_threads = int(args->get_int("threads"))});
-  BertTrainModel model = finetune::load_model_for_task(model_dir, task, train.labels, to.seed);
+  // Resuming: the weights (head included) of the run's latest checkpoint; else --model's encoder.
+  const std::string resume_from = to.resume.empty() ? "" : train::resolve_checkpoint(to.resume);
+  BertTrainModel model = finetune::load_model_for_task(resume_from.empty() ? model_dir : resume_from, task, train.labels, to.seed);
+  // vocab.txt and tokenizer_config.json (the casing the model was tuned with) go with the model; a
+  // model that came with tokenizer.json only gets its vocabulary written out as vocab.txt.
+  std::string vocab_file = bert_checkpoint_dir(model_dir) + "/vocab.txt";
+  if (!io::file_exists(vocab_file)) {  // written once into the run directory, beside its checkpoints
+    std::filesystem::create_directories(run_dir);
+    std::string lines;
+    for (int32_t i = 0; i < tok.vocab().size(); ++i) lines += tok.vocab().token(i) + "\n";
+    vocab_file = run_dir + "/vocab.txt";
+    io::write_file_atomic(vocab_file, lines);
+  }
+  const TokenizerSettings tok_settings = text::tokenizer_settings(tok.options());
+  auto save_model = [&](const std::string& dir) { model.save_pretrained(dir, vocab_file, tok_settings); };
+  to.save_model = save_model;
+  to.stop_signal = install_stop_handlers("finetune");
   const finetune::TrainResult tr = finetune::train(ctx, model, train, to, [](const finetune::StepLog& l) {
     std::fprintf(stderr, "unmask finetune: step %lld/%lld epoch %lld loss %.4f lr %.3g (%.1f features/s)\n",
                  (long long)l.step, (long long)l.total_steps, (long long)l.epoch + 1, l.loss, l.lr, l.features_per_s);
   });
-  std::fprintf(stderr, "unmask finetune: %lld steps in %.1f s; loss %.4f -> %.4f\n", (long long)tr.steps, tr.seconds,
-               tr.losses.front(), tr.losses.back());
-
-  // vocab.txt and tokenizer_config.json (the casing the model was tuned with) go with the model; a
-  // model that came with tokenizer.json only gets its vocabulary written out as vocab.txt.
-  std::string vocab_file = bert_checkpoint_dir(model_dir) + "/vocab.txt";
-  const bool vocab_from_json = !io::file_exists(vocab_file);
-  if (vocab_from_json) {
-    vocab_file = (std::filesystem::temp_directory_path() / ("unmask-vocab-" + std::to_string(::getpid()) + ".txt")).string();
-    std::string lines;
-    for (int32_t i = 0; i < tok.vocab().size(); ++i) lines += tok.vocab().token(i) + "\n";
-    io::write_file_atomic(vocab_file, lines);
+  std::fprintf(stderr, "unmask finetune: %s\n", train::summary_line(tr.run, "fine-tuned", "features").c_str());
+  if (tr.run.end_step < tr.run.total_steps) {  // stopped (signal or --stop-after): no model, no evaluation yet
+    std::fprintf(stderr, "unmask finetune: checkpoint %s; continue with the same command and --resume\n",
+                 tr.run.checkpoint.c_str());
+    return tr.run.stopped_by_signal ? 128 + tr.run.stopped_by_signal : 0;
   }
-  model.save_pretrained(output, vocab_file, text::tokenizer_settings(tok.options()));
-  if (vocab_from_json) std::filesystem::remove(vocab_file);
-  std::fprintf(stderr, "unmask finetune: wrote %s\n", output.c_str());
+  save_model(output);
+  std::fprintf(stderr, "unmask finetune: wrote %s (run: %s)\n", output.c_str(), run_dir.c_str());
 
   if (args->has("dev")) {
     const finetune::EvalResult r = finetune::evaluate(ctx, model.to_inference_model(), dev, tok, eval_batch);

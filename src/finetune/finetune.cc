@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <numeric>
 #include <random>
 
 #include "finetune/batch.h"
 #include "models/bert_checkpoint.h"
 #include "train/config.h"
+#include "train/task.h"
 #include "unmask/error.h"
 
 namespace unmask::finetune {
@@ -195,6 +197,78 @@ BertTrainModel load_model_for_task(const std::string& dir, TaskKind task, const 
 
 // ---- training ---------------------------------------------------------------------------------
 
+namespace {
+
+// One task's fine-tuning as the loop's task: the features of each epoch in a permutation from
+// std::mt19937_64(seed + epoch), batch after batch (the last one of an epoch may be short); the
+// data position is the number of batches taken.
+class BertFinetuneTask final : public train::TrainTask {
+ public:
+  BertFinetuneTask(BertTrainModel& model, const TaskData& data, const TrainOptions& o, int64_t batches_done)
+      : model_(model), data_(data), o_(o), n_(int64_t(data.num_features())), per_epoch_((n_ + o.batch - 1) / o.batch),
+        batches_(batches_done) {}
+  std::string title() const override {
+    return o_.run_dir + ": fine-tuning (" + task_name(data_.task) + ") on " + data_.path + ", batch " +
+           std::to_string(o_.batch) + ", AdamW lr " + std::to_string(o_.lr);
+  }
+  std::string sample_name() const override { return "features"; }
+  std::vector<Param>& params() override { return model_.params(); }
+  void zero_grad(Context& ctx) override {
+    model_.zero_grad(ctx);
+    loss_ = 0, micro_ = 0, rows_ = 0, tokens_ = 0;
+  }
+  double micro_batch(Context& ctx, const train::MicroBatchOptions& mo) override {
+    const int64_t epoch = batches_ / per_epoch_, first = (batches_ % per_epoch_) * o_.batch;
+    if (epoch != order_epoch_) {
+      order_.resize(size_t(n_));
+      std::iota(order_.begin(), order_.end(), size_t(0));
+      std::mt19937_64 rng(o_.seed + uint64_t(epoch));
+      std::shuffle(order_.begin(), order_.end(), rng);
+      order_epoch_ = epoch;
+    }
+    const std::vector<size_t> rows(order_.begin() + first, order_.begin() + std::min(n_, first + o_.batch));
+    ++batches_;
+    epoch_ = epoch;
+    TrainStepOptions so;
+    so.hidden_dropout = o_.hidden_dropout;
+    so.attention_dropout = o_.attention_dropout;
+    so.seed = o_.seed;
+    so.step = mo.step * mo.accumulation + mo.micro;  // dropout masks keyed by the micro-batch
+    so.loss_scale = mo.loss_scale;
+    const TaskBatch batch = data_.batch(rows, true);
+    const TaskResult r = model_.task_step(ctx, batch, train_task(data_.task), so);
+    loss_ += r.loss;
+    ++micro_;
+    rows_ += int64_t(rows.size());
+    for (size_t i : rows) tokens_ += int64_t(data_.feature_length(i));
+    return 0;
+  }
+  train::StepSummary finish_step() override {
+    train::StepSummary s;
+    s.loss = micro_ ? loss_ / double(micro_) : 0;
+    s.samples = rows_, s.tokens = tokens_;
+    s.extras = {{"epoch", double(epoch_)}};
+    return s;
+  }
+  void save_model(const std::string& dir) override {
+    if (o_.save_model) o_.save_model(dir);
+    else model_.save_pretrained(dir, "", {});
+  }
+  void save_data_state(train::TrainerState& st) override { st.data["feature_batches"] = batches_; }
+
+ private:
+  BertTrainModel& model_;
+  const TaskData& data_;
+  const TrainOptions& o_;
+  int64_t n_, per_epoch_, batches_;
+  std::vector<size_t> order_;
+  int64_t order_epoch_ = -1, epoch_ = 0;
+  double loss_ = 0;
+  int64_t micro_ = 0, rows_ = 0, tokens_ = 0;
+};
+
+}  // namespace
+
 TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, const TrainOptions& options,
                   const std::function<void(const StepLog&)>& on_log) {
   const int64_t N = int64_t(data.num_features());
@@ -206,63 +280,69 @@ TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, con
   const int64_t per_epoch = (N + options.batch - 1) / options.batch;
   const int64_t total = options.max_steps > 0 ? options.max_steps : options.epochs * per_epoch;
 
-  OptimizerConfig oc;
-  oc.kind = OptimizerKind::adamw;
-  oc.lr = options.lr;
-  oc.eps = 1e-8f;  // HF's adam_epsilon
-  oc.weight_decay = options.weight_decay;
-  oc.max_grad_norm = 1.0f;
-  Optimizer opt(oc, model.params());
-  ScheduleConfig sc;
-  sc.kind = ScheduleConfig::Kind::linear;
-  sc.warmup = options.warmup;
-  sc.total_steps = total;
-
-  TrainResult result;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  double window_loss = 0;
-  int64_t window_steps = 0, features_done = 0;
-  std::vector<size_t> order(static_cast<size_t>(N));
-  for (int64_t epoch = 0; result.steps < total; ++epoch) {
-    std::iota(order.begin(), order.end(), size_t(0));
-    std::mt19937_64 rng(options.seed + uint64_t(epoch));
-    std::shuffle(order.begin(), order.end(), rng);
-    for (int64_t first = 0; first < N && result.steps < total; first += options.batch) {
-      const std::vector<size_t> rows(order.begin() + first, order.begin() + std::min(N, first + options.batch));
-      model.zero_grad(ctx);
-      TrainStepOptions so;
-      so.hidden_dropout = options.hidden_dropout;
-      so.attention_dropout = options.attention_dropout;
-      so.seed = options.seed;
-      so.step = opt.step_count();
-      TaskResult r = model.task_step(ctx, data.batch(rows, true), train_task(data.task), so);
-      if (!std::isfinite(r.loss))
-        throw Error("finetune: the loss is ", r.loss, " at step ", result.steps + 1,
-                    Hint("lower --lr, or check the data (labels, very long inputs)"));
-      const double lr = double(oc.lr) * lr_multiplier(sc, opt.step_count());
-      opt.step(ctx, float(lr));
-      ++result.steps;
-      result.losses.push_back(r.loss);
-      features_done += int64_t(rows.size());
-      window_loss += r.loss;
-      ++window_steps;
-      if (on_log && (result.steps % std::max<int64_t>(options.log_every, 1) == 0 || result.steps == total)) {
-        StepLog log;
-        log.step = result.steps;
-        log.total_steps = total;
-        log.epoch = epoch;
-        log.loss = window_loss / double(window_steps);
-        log.lr = lr;
-        log.seconds = seconds();
-        log.features_per_s = log.seconds > 0 ? double(features_done) / log.seconds : 0;
-        on_log(log);
-        window_loss = 0;
-        window_steps = 0;
-      }
-    }
+  train::LoopConfig lc;
+  lc.output = options.run_dir;
+  lc.steps = total;
+  lc.lr = double(options.lr);
+  lc.optimizer.kind = OptimizerKind::adamw;
+  lc.optimizer.lr = options.lr;
+  lc.optimizer.eps = 1e-8f;  // HF's adam_epsilon
+  lc.optimizer.weight_decay = options.weight_decay;
+  lc.optimizer.max_grad_norm = 1.0f;
+  lc.schedule.kind = ScheduleConfig::Kind::linear;
+  lc.schedule.warmup = options.warmup;
+  lc.schedule.total_steps = total;
+  lc.checkpoint_every = options.checkpoint_every;
+  lc.keep_checkpoints = options.keep_checkpoints;
+  lc.log_every = std::max<int64_t>(options.log_every, 1);
+  lc.seed = options.seed;
+  lc.config = options.settings;
+  std::string text;
+  for (const auto& [k, v] : lc.config) text += k + "=" + v + "\n";
+  lc.config_hash = train::fnv1a_hex(text);
+  const train::LoopStart start = train::open_run(lc, options.resume, [&](const std::string& w) {
+    if (options.progress) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  });
+  int64_t batches_done = 0;
+  if (!start.resume_dir.empty()) {
+    auto it = start.resumed.data.find("feature_batches");
+    if (it == start.resumed.data.end())
+      throw Error("the checkpoint ", start.resume_dir, " records no data position (data.feature_batches)",
+                  Hint("it was not written by `unmask finetune`; resume a finetune run"));
+    batches_done = it->second;
   }
-  result.seconds = seconds();
+  BertFinetuneTask task(model, data, options, batches_done);
+  train::RunControl control;
+  control.stop_signal = options.stop_signal;
+  control.max_steps_this_run = options.stop_after;
+  control.progress = options.progress;
+  control.tty = options.tty;
+  // The caller's log lines: every log_every steps and the last, with the mean loss since the last.
+  if (on_log) {
+    auto window = std::make_shared<std::pair<double, int64_t>>(0.0, 0);
+    auto t0 = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    auto features = std::make_shared<int64_t>(0);
+    control.after_step = [=, &on_log](const train::StepMetrics& m) {
+      window->first += m.loss, ++window->second;
+      *features += m.samples;
+      if (m.step % lc.log_every != 0 && m.step != total) return;
+      StepLog log;
+      log.step = m.step;
+      log.total_steps = total;
+      log.epoch = int64_t(m.extra("epoch"));
+      log.loss = window->first / double(window->second);
+      log.lr = m.lr;
+      log.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *t0).count();
+      log.features_per_s = log.seconds > 0 ? double(*features) / log.seconds : 0;
+      on_log(log);
+      *window = {0.0, 0};
+    };
+  }
+  TrainResult result;
+  result.run = train::run_training(task, ctx, lc, start, control);
+  result.steps = result.run.end_step;
+  for (const train::StepMetrics& m : result.run.steps) result.losses.push_back(m.loss);
+  result.seconds = result.run.invocation_s;
   return result;
 }
 

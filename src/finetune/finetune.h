@@ -14,6 +14,7 @@
 // (seed, step). Evaluation runs the inference model (no dropout) over batches of features sorted
 // by length (less padding), then scores with the task's official rules (squad.h, glue.h, conll.h).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -25,6 +26,7 @@
 #include "finetune/squad.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
+#include "train/trainer.h"
 #include "unmask/train.h"
 
 namespace unmask::finetune {
@@ -93,6 +95,17 @@ BertTrainModel model_for_task(BertTrainModel& base, TaskKind task, const std::ve
                               uint64_t seed);
 
 struct TrainOptions {
+  // The run (train/trainer.h's loop): where its checkpoints, metrics.jsonl and loss.svg go ("" =
+  // nowhere: an in-memory run), the checkpoint to resume, and how it stops and reports.
+  std::string run_dir;
+  std::string resume;
+  int64_t checkpoint_every = 0;     // steps (0 = only the final checkpoint)
+  int64_t keep_checkpoints = 1;
+  int64_t stop_after = 0;           // stop after this many steps of this invocation (0 = all)
+  const std::atomic<int>* stop_signal = nullptr;
+  bool progress = false, tty = false;
+  std::function<void(const std::string&)> save_model;  // writes the model's files into a directory
+  std::map<std::string, std::string> settings;         // recorded in checkpoints (resume diffs)
   int64_t epochs = 2;
   int64_t batch = 8;
   float lr = 3e-5f;
@@ -116,11 +129,13 @@ struct StepLog {
 
 struct TrainResult {
   int64_t steps = 0;
-  std::vector<double> losses;  // every step's loss
+  std::vector<double> losses;  // every step's loss (of this invocation)
   double seconds = 0;
+  train::TrainResult run;      // the loop's account (resume point, checkpoint, signal)
 };
 
-/// Fine-tunes `model` on `data` (see the file comment for the recipe).
+/// Fine-tunes `model` on `data` (see the file comment for the recipe) on the training loop. With
+/// options.resume, `model` must hold that checkpoint's weights (load_model_for_task on it).
 TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, const TrainOptions& options,
                   const std::function<void(const StepLog&)>& on_log = {});
 

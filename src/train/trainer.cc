@@ -79,11 +79,11 @@ LoopStart open_run(const LoopConfig& config, const std::string& resume,
       warn("the settings differ from the checkpoint's (" + (diff.empty() ? std::string("?") : diff) +
            "): the resumed run is not the same computation as an uninterrupted one");
     }
-  } else if (std::string last = latest_checkpoint(config.output); !last.empty()) {
+  } else if (std::string last = config.output.empty() ? "" : latest_checkpoint(config.output); !last.empty()) {
     throw Error("the output directory ", config.output, " already holds checkpoints (latest ", last, ")",
                 Hint("pass --resume to continue that run, or choose another output directory"));
   }
-  if (Communicator::world().is_root()) remove_stale_checkpoint_temporaries(config.output);
+  if (Communicator::world().is_root() && !config.output.empty()) remove_stale_checkpoint_temporaries(config.output);
   return start;
 }
 
@@ -148,11 +148,12 @@ TrainResult run_training(TrainTask& task, Context& ctx, const LoopConfig& cfg, c
   }
   result.start_step = result.end_step = step;
 
-  const std::string& run_dir = cfg.output;
+  const std::string& run_dir = cfg.output;  // "": an in-memory run (tests): no files at all
+  const bool files = !run_dir.empty();
   const double peak = cfg.peak_gflops;
   result.peak_gflops = peak;
   std::optional<MetricsLog> log;  // rank 0 writes the run's files
-  if (root) log.emplace(run_dir, step);
+  if (root && files) log.emplace(run_dir, step);
   const std::string title = task.title(), samples_name = task.sample_name();
   const std::string unit = samples_name == "sequences" ? "seq/s" : samples_name + "/s";
   Progress progress(step, cfg.steps, cfg.log_every, control.tty, unit);
@@ -176,7 +177,7 @@ TrainResult run_training(TrainTask& task, Context& ctx, const LoopConfig& cfg, c
   };
   int64_t saved_step = -1;
   auto save = [&](const StepMetrics* last) {
-    if (saved_step == step) return;
+    if (saved_step == step || !files) return;
     TrainerState st = make_state(last);
     if (control.progress && root) progress.message("saving checkpoint " + checkpoint_name(step) + " ...");
     if (root) {
@@ -228,7 +229,7 @@ TrainResult run_training(TrainTask& task, Context& ctx, const LoopConfig& cfg, c
     const double loss = sum.loss;
     auto non_finite = [&](const std::string& what) {
       progress.finish();
-      const std::string last_good = latest_checkpoint(run_dir);
+      const std::string last_good = files ? latest_checkpoint(run_dir) : "";
       std::string culprit = first_non_finite(params);
       throw Error("step ", step + 1, ": ", what, "; first non-finite tensor: ",
                   culprit.empty() ? std::string("none found among the parameters and gradients") : culprit,
@@ -282,10 +283,11 @@ TrainResult run_training(TrainTask& task, Context& ctx, const LoopConfig& cfg, c
     carried.samples += sum.samples, carried.tokens += sum.tokens;
     time_in_steps += step_s;
     samples_this_run += sum.samples;
-    if (root) log->append(m);
+    if (log) log->append(m);
     result.steps.push_back(m);
     last = &result.steps.back();
     if (control.progress && root) progress.update(m);
+    if (control.after_step) control.after_step(m);
 
     if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0 && step < cfg.steps) save(last);
   }
@@ -301,7 +303,7 @@ TrainResult run_training(TrainTask& task, Context& ctx, const LoopConfig& cfg, c
   result.invocation_s = now_s() - seg_start;
   result.samples_per_s = time_in_steps > 0 ? double(samples_this_run) / time_in_steps : 0;
   result.elapsed_s = last ? last->elapsed : carried.elapsed_s;
-  if (result.checkpoint.empty()) result.checkpoint = latest_checkpoint(run_dir);
+  if (result.checkpoint.empty() && files) result.checkpoint = latest_checkpoint(run_dir);
   return result;
 }
 

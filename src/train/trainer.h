@@ -40,7 +40,7 @@ namespace unmask::train {
 
 /// What the loop does whatever the model; a checkpoint records `config` and `config_hash`.
 struct LoopConfig {
-  std::string output;                // run directory: checkpoints/, metrics.jsonl, loss.svg
+  std::string output;                // run directory: checkpoints/, metrics.jsonl, loss.svg ("" = write nothing)
   int64_t steps = 0;                 // total optimizer steps
   int64_t accumulation = 1;          // micro-batches per optimizer step
   double lr = 0;                     // the peak learning rate (the schedule multiplies it)
@@ -82,6 +82,8 @@ struct RunControl {
   /// Tests: called once the step's gradients are final (reduced over ranks), before loss-scale
   /// checks and the update, with the number of steps completed (e.g. to plant an overflow).
   std::function<void(std::vector<Param>&, int64_t)> after_backward;
+  /// Called after each step with its metrics (a caller's own log lines).
+  std::function<void(const StepMetrics&)> after_step;
 };
 
 struct TrainerOptions {

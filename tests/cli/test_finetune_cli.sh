@@ -134,5 +134,17 @@ expect 1 "label \"maybe\" is not one of the model's labels" -- "$U" eval --task 
 expect 1 "--format must be table or json" -- "$U" eval --task squad --model "$W/squad" --data $D/squad_dev.json --format xml
 check "no output directory left by failed runs" -- test ! -e "$W/x"
 
+# The training loop: --stop-after leaves a checkpoint in OUTPUT-run (not in the model directory),
+# --resume finishes the run, and the model equals the uninterrupted run's byte for byte.
+R=(--task classify --train $D/sst_train.tsv --max-steps 6 --batch 4 --checkpoint-every 2)
+expect 0 "fine-tuned 6 steps" -- "${FT[@]}" "${R[@]}" --output "$W/ra"
+expect 0 "fine-tuned 3 steps (step 0 -> 3 of 6)" -- "${FT[@]}" "${R[@]}" --output "$W/rb" --stop-after 3
+check "no model before the run ends" -- test ! -e "$W/rb/model.safetensors"
+check "checkpoint beside the output" -- test -f "$W/rb-run/checkpoints/step-000003/trainer_state.json"
+expect 0 "fine-tuned 3 steps (step 3 -> 6 of 6)" -- "${FT[@]}" "${R[@]}" --output "$W/rb" --resume
+check "resumed model = uninterrupted model" -- cmp "$W/ra/model.safetensors" "$W/rb/model.safetensors"
+check "the model directory holds no run state" -- test ! -e "$W/ra/checkpoints" -a ! -e "$W/ra/optimizer.safetensors"
+check "metrics.jsonl of the run" -- test "$(wc -l < "$W/rb-run/metrics.jsonl")" = 6
+
 echo "finetune CLI: $pass passed, $fail failed"
 [[ $fail == 0 ]]
