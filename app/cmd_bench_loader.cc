@@ -8,7 +8,7 @@
 
 #include "cli.h"
 #include "unmask/error.h"
-#include "video/clip_loader.h"
+#include "data/video/clip_loader.h"
 
 namespace unmask::cli {
 

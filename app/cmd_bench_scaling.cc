@@ -30,7 +30,7 @@
 #include "unmask/error.h"
 #include "unmask/train.h"
 #include "unmask/videomae.h"
-#include "video/masking.h"
+#include "data/video/masking.h"
 
 namespace unmask::cli {
 

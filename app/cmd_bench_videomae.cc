@@ -55,9 +55,9 @@
 #include "train/metrics.h"
 #include "unmask/error.h"
 #include "unmask/videomae.h"
-#include "video/clip_loader.h"
-#include "video/masking.h"
-#include "video/videomae_flops.h"
+#include "data/video/clip_loader.h"
+#include "data/video/masking.h"
+#include "models/videomae/flops.h"
 
 namespace unmask::cli {
 

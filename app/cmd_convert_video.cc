@@ -6,7 +6,7 @@
 
 #include "cli.h"
 #include "unmask/error.h"
-#include "video/videomae_checkpoint.h"
+#include "models/videomae/checkpoint.h"
 
 namespace unmask::cli {
 

@@ -1,6 +1,6 @@
 // app/cmd_finetune.cc: `unmask finetune` (SQuAD v1.1, GLUE-style TSV classification, CoNLL
 // token classification on an HF model directory) and `unmask eval` (the task's metrics for a
-// fine-tuned directory). The work is in src/finetune/finetune.h; this file parses options and
+// fine-tuned directory). The work is in src/models/bert/finetune.h; this file parses options and
 // prints.
 #include <unistd.h>
 
@@ -11,14 +11,14 @@
 
 #include "cli.h"
 #include "core/signals.h"
-#include "finetune/finetune.h"
+#include "models/bert/finetune.h"
 #include "train/checkpoint.h"
 #include "io/file.h"
 #include "model_dir.h"
-#include "data/pretrain_data.h"
-#include "models/bert_checkpoint.h"
-#include "train/mlm_eval.h"
-#include "text/tokenizer_config.h"
+#include "data/text/pretrain_data.h"
+#include "models/bert/checkpoint.h"
+#include "models/bert/mlm_eval.h"
+#include "data/text/tokenizer_config.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
 #include "unmask/error.h"

@@ -9,8 +9,8 @@
 
 #include "cli.h"
 #include "io/file.h"
-#include "models/bert_embed.h"
-#include "finetune/finetune.h"
+#include "models/bert/embed.h"
+#include "models/bert/finetune.h"
 #include "io/npy.h"
 #include "model_dir.h"
 #include "unmask/bert.h"

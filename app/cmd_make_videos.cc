@@ -6,7 +6,7 @@
 
 #include "cli.h"
 #include "unmask/error.h"
-#include "video/synthetic.h"
+#include "data/video/synthetic.h"
 
 namespace unmask::cli {
 

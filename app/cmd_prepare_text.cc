@@ -6,11 +6,11 @@
 #include <sstream>
 
 #include "cli.h"
-#include "data/pretrain_data.h"
-#include "data/text_input.h"
+#include "data/text/pretrain_data.h"
+#include "data/text/text_input.h"
 #include "io/file.h"
-#include "text/tokenizer_config.h"
-#include "text/vocab_trainer.h"
+#include "data/text/tokenizer_config.h"
+#include "data/text/vocab_trainer.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {

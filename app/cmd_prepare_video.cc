@@ -12,7 +12,7 @@
 
 #include "cli.h"
 #include "unmask/error.h"
-#include "video/clip_store.h"
+#include "data/video/clip_store.h"
 
 namespace unmask::cli {
 

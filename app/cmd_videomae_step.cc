@@ -15,7 +15,7 @@
 #include "io/safetensors.h"
 #include "unmask/error.h"
 #include "unmask/videomae.h"
-#include "video/masking.h"
+#include "data/video/masking.h"
 
 namespace unmask::cli {
 

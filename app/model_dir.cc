@@ -4,8 +4,8 @@
 #include <optional>
 
 #include "io/file.h"
-#include "models/bert_checkpoint.h"
-#include "text/tokenizer_config.h"
+#include "models/bert/checkpoint.h"
+#include "data/text/tokenizer_config.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {

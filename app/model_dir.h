@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "text/wordpiece.h"
+#include "data/text/wordpiece.h"
 
 namespace unmask::cli {
 

@@ -9,8 +9,8 @@
 
 #include "io/file.h"
 #include "unmask/error.h"
-#include "video/clip_store.h"
-#include "video/sampling.h"
+#include "data/video/clip_store.h"
+#include "data/video/sampling.h"
 
 namespace unmask::cli {
 

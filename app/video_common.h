@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "unmask/videomae.h"
-#include "video/clip_loader.h"
+#include "data/video/clip_loader.h"
 
 namespace unmask::cli {
 

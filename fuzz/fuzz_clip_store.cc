@@ -11,7 +11,7 @@
 // seeds reach read_frames.
 //
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-//       fuzz/fuzz_clip_store.cc src/video/clip_store.cc src/video/sampling.cc -lz -o /tmp/fuzz_clip_store
+//       fuzz/fuzz_clip_store.cc src/data/video/clip_store.cc src/data/video/sampling.cc -lz -o /tmp/fuzz_clip_store
 //   /tmp/fuzz_clip_store -max_total_time=60 fuzz/corpus_clip_store
 #include <cstdint>
 #include <cstdlib>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "unmask/error.h"
-#include "video/clip_store.h"
+#include "data/video/clip_store.h"
 
 namespace {
 

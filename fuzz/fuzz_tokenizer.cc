@@ -12,7 +12,7 @@
 // small built-in one.
 //
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-//       fuzz/fuzz_tokenizer.cc src/text/*.cc -o /tmp/fuzz_tokenizer
+//       fuzz/fuzz_tokenizer.cc src/data/text/{wordpiece,unicode,unicode_decompositions,unicode_tables,tokenizer_config,vocab_trainer}.cc -o /tmp/fuzz_tokenizer
 //   UNMASK_VOCAB=data/bert-base-uncased-vocab.txt /tmp/fuzz_tokenizer -max_total_time=30
 #include <cstdint>
 #include <cstdlib>
@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-#include "text/wordpiece.h"
+#include "data/text/wordpiece.h"
 #include "unmask/error.h"
 
 namespace {

@@ -10,14 +10,14 @@
 // the file text.
 //
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-//       fuzz/fuzz_video_list.cc src/video/video_list.cc -o /tmp/fuzz_video_list
+//       fuzz/fuzz_video_list.cc src/data/video/video_list.cc -o /tmp/fuzz_video_list
 //   /tmp/fuzz_video_list -max_total_time=60 fuzz/corpus_video_list
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "unmask/error.h"
-#include "video/sampling.h"
+#include "data/video/sampling.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 # Environment: CXX (default clang++), JOBS (compile jobs, default 2), FUZZ_BUILD_DIR (default
 # build-fuzz; objects, binaries, the growing corpora and crash artifacts land there).
 #
-# Each target links the parser-side library sources (src/core, src/io, src/text) compiled with
+# Each target links the parser-side library sources (src/core, src/io, the tokenizer in src/data/text) compiled with
 # the sanitizers. Files that need BLAS or the thread pool (they include cpu/, cblas or the
 # context) are left out: no fuzz target needs them and they would drag in OpenBLAS.
 # Seeds come from fuzz/corpus_<stem>/ (fuzz_safetensors.cc -> fuzz/corpus_safetensors/) and
@@ -37,7 +37,7 @@ mkdir -p "$OUT/obj"
 
 # ---- library objects, compiled once for all targets ----------------------------------------
 sources=()
-for f in src/core/*.cc src/io/*.cc src/text/*.cc src/video/sampling.cc src/video/video_list.cc src/video/clip_store.cc; do  # + the FFmpeg-free video parsers
+for f in src/core/*.cc src/io/*.cc src/data/text/wordpiece.cc src/data/text/unicode.cc src/data/text/unicode_decompositions.cc src/data/text/unicode_tables.cc src/data/text/tokenizer_config.cc src/data/text/vocab_trainer.cc src/data/video/sampling.cc src/data/video/video_list.cc src/data/video/clip_store.cc; do  # + the FFmpeg-free video parsers
   [ -e "$f" ] || continue
   if grep -Eq '#include +"(cpu/|core/thread_pool\.h|unmask/context\.h)|cblas' "$f"; then
     continue  # needs BLAS / threads: not part of the fuzzed surface

@@ -16,7 +16,7 @@ PKGS=(
   python3-h5py           # independent reader/writer of HDF5 shards in the data tests
   python3.11-doc         # the English corpus of the main job (reStructuredText sources)
   ccache                 # compiler cache for the several build directories
-  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # FFmpeg libraries: video decode/encode (src/video)
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # FFmpeg libraries: video decode/encode (src/data/video)
   libturbojpeg0-dev      # JPEG frame folders (video datasets stored as frames)
   ffmpeg                 # the ffmpeg CLI: reference decoder in the video tests and benchmarks
   openmpi-bin libopenmpi-dev  # Open MPI: data-parallel training across processes (src/dist, mpirun)

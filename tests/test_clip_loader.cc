@@ -19,11 +19,11 @@
 
 #include "temp_dir.h"
 #include "unmask/error.h"
-#include "video/augment.h"
-#include "video/clip_loader.h"
-#include "video/clip_store.h"
-#include "video/decode.h"
-#include "video/synthetic.h"
+#include "data/video/augment.h"
+#include "data/video/clip_loader.h"
+#include "data/video/clip_store.h"
+#include "data/video/decode.h"
+#include "data/video/synthetic.h"
 #include "error_test_util.h"
 
 namespace unmask::video {

@@ -20,10 +20,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "data/instances.h"
-#include "data/pretrain_data.h"
+#include "data/text/instances.h"
+#include "data/text/pretrain_data.h"
 #include "data/rng.h"
-#include "data/text_input.h"
+#include "data/text/text_input.h"
 #include "io/file.h"
 #include "io/npy.h"
 #include "op_test_util.h"

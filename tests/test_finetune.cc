@@ -1,7 +1,7 @@
 // Fine-tuning data and metrics: SQuAD v1.1 (features, decoding, official EM/F1), GLUE-style TSV
 // classification, CoNLL token classification (conlleval chunks), batching. Every expected number
 // is worked out by hand in a comment next to it, following the rules of run_squad.py,
-// evaluate-v1.1.py and conlleval.pl (see src/finetune/*.h).
+// evaluate-v1.1.py and conlleval.pl (see src/data/text/{squad,glue,conll}.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "finetune/batch.h"
-#include "finetune/conll.h"
-#include "finetune/finetune.h"
-#include "finetune/glue.h"
-#include "finetune/squad.h"
+#include "models/bert/finetune_batch.h"
+#include "data/text/conll.h"
+#include "models/bert/finetune.h"
+#include "data/text/glue.h"
+#include "data/text/squad.h"
 #include "op_test_util.h"
-#include "text/unicode.h"
-#include "text/wordpiece.h"
+#include "data/text/unicode.h"
+#include "data/text/wordpiece.h"
 #include "unmask/context.h"
 #include "unmask/error.h"
 #include "unmask/train.h"

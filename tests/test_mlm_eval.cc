@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "data/pretrain_data.h"
+#include "data/text/pretrain_data.h"
 #include "temp_dir.h"
-#include "train/mlm_eval.h"
+#include "models/bert/mlm_eval.h"
 
 namespace unmask {
 namespace {

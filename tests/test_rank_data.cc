@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "data/pretrain_data.h"
+#include "data/text/pretrain_data.h"
 #include "temp_dir.h"
 #include "train/rank_data.h"
 #include "unmask/error.h"

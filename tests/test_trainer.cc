@@ -13,7 +13,7 @@
 #include <random>
 #include <sstream>
 
-#include "data/pretrain_data.h"
+#include "data/text/pretrain_data.h"
 #include "io/file.h"
 #include "op_test_util.h"
 #include "train/checkpoint.h"

@@ -23,11 +23,11 @@
 #include "jpeg_test_util.h"
 #include "temp_dir.h"
 #include "unmask/error.h"
-#include "video/augment.h"
-#include "video/clip_store.h"
-#include "video/decode.h"
-#include "video/sampling.h"
-#include "video/synthetic.h"
+#include "data/video/augment.h"
+#include "data/video/clip_store.h"
+#include "data/video/decode.h"
+#include "data/video/sampling.h"
+#include "data/video/synthetic.h"
 
 namespace unmask::video {
 namespace {

@@ -22,11 +22,11 @@
 #include "jpeg_test_util.h"
 #include "temp_dir.h"
 #include "unmask/error.h"
-#include "video/clip_loader.h"
-#include "video/clip_store.h"
-#include "video/listed_video.h"
-#include "video/synthetic.h"
-#include "video/video_list.h"
+#include "data/video/clip_loader.h"
+#include "data/video/clip_store.h"
+#include "data/video/listed_video.h"
+#include "data/video/synthetic.h"
+#include "data/video/video_list.h"
 #include "error_test_util.h"
 
 namespace unmask::video {

@@ -16,7 +16,7 @@
 #include "op_test_util.h"
 #include "ops/ops.h"
 #include "unmask/videomae.h"
-#include "video/videomae_names.h"
+#include "models/videomae/names.h"
 
 namespace unmask {
 namespace {

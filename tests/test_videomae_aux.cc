@@ -8,9 +8,9 @@
 
 #include "core/half.h"
 #include "op_test_util.h"
-#include "video/masking.h"
-#include "video/videomae_flops.h"
-#include "video/videomae_names.h"
+#include "data/video/masking.h"
+#include "models/videomae/flops.h"
+#include "models/videomae/names.h"
 #include "error_test_util.h"
 
 namespace unmask::video {

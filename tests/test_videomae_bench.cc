@@ -18,9 +18,9 @@
 #include "../app/cli.cc"
 #include "../app/cmd_bench_videomae.cc"
 #include "unmask/videomae.h"
-#include "video/clip_store.h"
-#include "video/synthetic.h"
-#include "video/videomae_flops.h"
+#include "data/video/clip_store.h"
+#include "data/video/synthetic.h"
+#include "models/videomae/flops.h"
 
 namespace unmask {
 namespace {

@@ -1,4 +1,4 @@
-// tests/test_videomae_checkpoint.cc: VideoMAE checkpoint save / load (src/video/videomae_checkpoint.h).
+// tests/test_videomae_checkpoint.cc: VideoMAE checkpoint save / load (src/models/videomae/checkpoint.h).
 //
 // Round trips (both namings, both models), the pretrain -> classifier encoder transfer, the error
 // paths (missing q_bias, shape and config mismatches, learned tables, strict mode, a directory
@@ -19,7 +19,7 @@
 #include "io/safetensors.h"
 #include "unmask/error.h"
 #include "unmask/videomae.h"
-#include "video/videomae_checkpoint.h"
+#include "models/videomae/checkpoint.h"
 #include "error_test_util.h"
 #include "temp_dir.h"
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "text/unicode.h"
-#include "text/vocab_trainer.h"
-#include "text/wordpiece.h"
+#include "data/text/unicode.h"
+#include "data/text/vocab_trainer.h"
+#include "data/text/wordpiece.h"
 #include "unmask/error.h"
 
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate src/text/unicode_tables.cc and unicode_decompositions.cc: the Unicode data the
+"""Generate src/data/text/unicode_tables.cc and unicode_decompositions.cc: the Unicode data the
 WordPiece tokenizer needs (two files, so that each stays under the project's ~1000-line aim).
 
 Reads the Unicode Character Database shipped by Debian's `unicode-data` package (no
@@ -14,10 +14,10 @@ compact range tables:
     arithmetic runs "start, count, step, delta" plus a short list of multi-code-point
     mappings;
   * canonical decompositions, fully expanded (NFD needs the recursive closure); Hangul
-    syllables are decomposed algorithmically in src/text/unicode.cc and are not listed.
+    syllables are decomposed algorithmically in src/data/text/unicode.cc and are not listed.
 
 Usage:
-  python3 tools/gen_unicode_tables.py                          # writes both files in src/text/
+  python3 tools/gen_unicode_tables.py                          # writes both files in src/data/text/
   python3 tools/gen_unicode_tables.py --ucd DIR --out-dir DIR  # another UCD copy / output folder
   python3 tools/gen_unicode_tables.py --check                  # exit 1 if a committed file is stale
 
@@ -196,8 +196,8 @@ def emit(ucd):
         out.append(f"// (Unicode {version}, /usr/share/unicode). Do not edit; rerun the script instead.")
         out.append("//")
         out.append(f"// {what}")
-        out.append("// Layout and meaning of each table: src/text/unicode_tables.h.")
-        out.append('#include "text/unicode_tables.h"')
+        out.append("// Layout and meaning of each table: src/data/text/unicode_tables.h.")
+        out.append('#include "data/text/unicode_tables.h"')
         out.append("")
         out.append("namespace unmask::text::unicode::tables {")
         out.append("")
@@ -276,7 +276,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ucd", default="/usr/share/unicode",
                         help="directory holding UnicodeData.txt etc. (apt-get install unicode-data)")
-    parser.add_argument("--out-dir", default=os.path.join(root, "src/text"),
+    parser.add_argument("--out-dir", default=os.path.join(root, "src/data/text"),
                         help="where unicode_tables.cc and unicode_decompositions.cc go")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files in --out-dir instead of writing them; exit 1 if different")

@@ -123,7 +123,7 @@ struct BertOutputs {
   }
 };
 
-struct BertWeights;  // src/models/bert_weights.h
+struct BertWeights;  // src/models/bert/weights.h
 
 class BertModel {
  public:

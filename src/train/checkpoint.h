@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/pretrain_data.h"
+#include "data/text/pretrain_data.h"
 #include "unmask/train.h"
 
 namespace unmask::train {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "data/pretrain_data.h"
+#include "data/text/pretrain_data.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 

@@ -41,8 +41,8 @@
 #include "unmask/tensor.h"
 #include "unmask/train.h"
 #include "unmask/videomae.h"
-#include "video/masking.h"
-#include "video/videomae_flops.h"
+#include "data/video/masking.h"
+#include "models/videomae/flops.h"
 
 using namespace unmask;
 

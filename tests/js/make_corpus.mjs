@@ -6,7 +6,7 @@
 // raw). Sections: hand-written prose and edge cases, per-script samples, then seeded random
 // lines that sweep the Unicode tables: every punctuation, nonspacing mark, cased letter,
 // decomposable, whitespace and format character assigned in the Unicode version of
-// UnicodeData.txt (Debian unicode-data, the same data src/text/unicode_tables.cc is
+// UnicodeData.txt (Debian unicode-data, the same data src/data/text/unicode_tables.cc is
 // generated from). Code points newer than that file are left out on purpose: Node's ICU
 // may know them, our tables do not; so are the few whose properties changed between that
 // Unicode version and Node's (unicode_versions.mjs lists them).

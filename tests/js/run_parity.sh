@@ -47,7 +47,7 @@ if [[ -z "$bin" ]]; then
   bin="$fresh/test_wordpiece"
   echo "== compiling $bin"
   "${CXX:-g++}" -std=c++20 -O2 -I"$root/include" -I"$root/src" \
-    -DUNMASK_SOURCE_DIR="\"$root\"" "$root"/src/text/*.cc "$root/src/io/file.cc" "$root/tests/test_wordpiece.cc" \
+    -DUNMASK_SOURCE_DIR="\"$root\"" $(for f in wordpiece unicode unicode_decompositions unicode_tables tokenizer_config vocab_trainer; do echo "$root/src/data/text/$f.cc"; done) "$root/src/io/file.cc" "$root/tests/test_wordpiece.cc" \
     -lgtest -lgtest_main -pthread -o "$bin"
 fi
 echo "== C++ tokenizer against the fresh references"

@@ -3,13 +3,13 @@
 //
 //   node tests/js/unicode_versions.mjs [/usr/share/unicode]   # prints the differences
 //
-// src/text/unicode_tables.cc is generated from Debian's UCD (Unicode 15.0.0 on Debian 12);
+// src/data/text/unicode_tables.cc is generated from Debian's UCD (Unicode 15.0.0 on Debian 12);
 // Node 20.20 ships ICU 78 (Unicode 17.0). Code points first assigned after 15.0 are simply
 // unassigned (Cn, deleted by clean-up) in our tables. This script finds the code points
 // ASSIGNED in the UCD whose relevant behaviour changed: nonspacing mark (dropped when
 // stripping accents), punctuation (split), control/format (deleted), whitespace, per-code-
 // point lowercase and NFD. make_corpus.mjs keeps them out of the parity corpus; the list is
-// recorded in src/text/wordpiece.h.
+// recorded in src/data/text/wordpiece.h.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
