@@ -17,7 +17,7 @@ int bench_loader(int argc, char** argv) {
       {"store", "DIR", "a clip store (unmask prepare-video)", ""},
       {"list", "FILE", "a list file decoded on the fly with FFmpeg instead", ""},
       {"root", "DIR", "directory joined to relative paths of --list", ""},
-      {"format", "F", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto", "auto"},
+      {"list-format", "F", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto", "auto"},
       {"fname-tmpl", "T", "--list: file names in frame folders (videomae2, rawframes)", "img_{:05}.jpg"},
       {"short-side", "N", "--list: resize so the shorter side is N (as prepare-video does)", "128"},
       {"strict", "", "--list: a bad video (prepare-video's rule) is an error instead of skipped and counted", ""},
@@ -73,7 +73,7 @@ int bench_loader(int argc, char** argv) {
       source = "store " + args->get("store");
       return video::ClipLoader::from_store(args->get("store"), o);
     }
-    const video::ListFormat fmt = video::parse_list_format(args->get("format"));
+    const video::ListFormat fmt = video::parse_list_format(args->get("list-format"));
     o.frame_template = args->get("fname-tmpl");
     o.strict = args->has("strict");
     o.keep_truncated = args->has("keep-truncated");

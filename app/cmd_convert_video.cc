@@ -13,7 +13,7 @@ namespace unmask::cli {
 int cmd_convert_videomae(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {
       {"in", "PATH", "checkpoint: .pth/.bin (torch.save), .safetensors, or a model directory", ""},
-      {"out", "DIR", "output directory (model.safetensors + config.json); replaced atomically", ""},
+      {"output", "DIR", "output directory (model.safetensors + config.json); replaced atomically", ""},
       {"to", "NAMING", "hf (transformers VideoMAE names) or original (VideoMAE v1/v2/V-SWIFT names)", ""},
       {"config", "NAME",
        "model size: from-file (the config.json next to the input), tiny, small, base, large, huge, giant", "from-file"},
@@ -27,7 +27,7 @@ int cmd_convert_videomae(int argc, char** argv) {
                           "Writes model.safetensors and config.json (HF fields + the exact unmask config).",
                           specs, argc, argv, 2);
   if (!args) return 0;
-  const std::string in = args->require("in"), out = args->require("out"), to = args->require("to");
+  const std::string in = args->require("in"), out = args->require("output"), to = args->require("to");
   if (to != "hf" && to != "original") throw Error("--to must be hf or original, got '", to, "'");
   const video::VideoMAENaming naming = to == "hf" ? video::VideoMAENaming::hf : video::VideoMAENaming::original;
 

@@ -54,12 +54,12 @@ int check_store(const std::string& dir) {
 
 int cmd_prepare_video(int argc, char** argv) {
   const std::vector<OptionSpec> specs = {
-      {"list", "FILE", "list file of videos, frame ranges or frame folders (--format)", ""},
+      {"list", "FILE", "list file of videos, frame ranges or frame folders (--list-format)", ""},
       {"root", "DIR", "directory joined to relative paths of the list", ""},
-      {"format", "F", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto (first line)",
+      {"list-format", "F", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto (first line)",
        "auto"},
       {"fname-tmpl", "T", "file names in frame folders (videomae2, rawframes lists)", "img_{:05}.jpg"},
-      {"out", "DIR", "the clip store to create (a directory: index.bin + chunk-*.bin)", ""},
+      {"output", "DIR", "the clip store to create (a directory: index.bin + chunk-*.bin)", ""},
       {"short-side", "N", "resize so the shorter side is N pixels (0 = native size)", "128"},
       {"frame-stride", "N", "keep every N-th source frame", "1"},
       {"max-frames", "N", "keep at most N frames per video (0 = all)", "0"},
@@ -85,9 +85,9 @@ int cmd_prepare_video(int argc, char** argv) {
   video::PrepareOptions o;
   o.list = args->require("list");
   o.root = args->get("root");
-  o.format = video::parse_list_format(args->get("format"));
+  o.format = video::parse_list_format(args->get("list-format"));
   o.frame_template = args->get("fname-tmpl");
-  o.out = args->require("out");
+  o.out = args->require("output");
   o.short_side = int(args->get_int("short-side"));
   o.frame_stride = int(args->get_int("frame-stride"));
   o.max_frames = int(args->get_int("max-frames"));

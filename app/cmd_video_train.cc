@@ -3,7 +3,7 @@
 // and `unmask eval-video` (top-1 / top-5 of a fine-tuned checkpoint over test views).
 //
 // Data: --data is a clip store (`unmask prepare-video`, decode-once) or a list file decoded on the
-// fly. Output (--out DIR): DIR/model (model.safetensors + config.json, original or HF names),
+// fly. Output (--output DIR): DIR/model (model.safetensors + config.json, original or HF names),
 // DIR/metrics.jsonl (one line per step), and for fine-tuning DIR/eval.json.
 #include <algorithm>
 #include <chrono>
@@ -94,9 +94,9 @@ std::vector<char*> take_resume(int argc, char** argv, bool* resume, std::string*
   return rest;
 }
 
-// A new run refuses an --out holding a run unless --force, which clears it; --resume continues it.
+// A new run refuses an --output holding a run unless --force, which clears it; --resume continues it.
 void prepare_video_output(const Args& a, const std::string& out, const char* command, bool resume) {
-  if (resume && a.has("force")) throw Error(command, ": --resume continues the run in --out; --force would replace it");
+  if (resume && a.has("force")) throw Error(command, ": --resume continues the run in --output; --force would replace it");
   if (resume) return;
   check_video_output(a, out, command);
   if (a.has("force"))  // the user asked to replace the earlier run
@@ -127,7 +127,7 @@ train::LoopConfig loop_config(const Args& a, const std::string& out, int64_t ste
   lc.log_every = std::max<int64_t>(1, a.get_int("log-every"));
   lc.seed = seed;
   lc.config = a.values();
-  for (const char* k : {"data", "out", "val", "threads", "log-every", "quiet", "stop-after", "checkpoint-every",
+  for (const char* k : {"data", "output", "val", "threads", "log-every", "quiet", "stop-after", "checkpoint-every",
                         "keep-checkpoints", "force", "device", "root", "init-from", "no-overlap", "strict", "workers",
                         "test-segments", "test-crops"})
     lc.config.erase(k);
@@ -158,7 +158,7 @@ video::VideoMAENaming naming_of(const Args& a) {
 int cmd_pretrain_video(int argc, char** argv) {
   const std::vector<OptionSpec> specs = with(
       with({{"data", "PATH", "clip store directory or list file", ""},
-            {"out", "DIR", "run directory (checkpoints/, metrics.jsonl, loss.svg; the final model in DIR/model)", ""},
+            {"output", "DIR", "run directory (checkpoints/, metrics.jsonl, loss.svg; the final model in DIR/model)", ""},
             {"batch", "N", "clips per micro-batch (per rank)", "8"},
             {"accumulation", "N", "micro-batches per optimizer step (gradient accumulation)", "1"},
             {"steps", "N", "optimizer steps", "100"},
@@ -166,7 +166,7 @@ int cmd_pretrain_video(int argc, char** argv) {
             {"decoder-mask-ratio", "R", "VideoMAE v2 running-cell decoder masking ratio (0 = off: decode the masked tokens)", "0"},
             {"naming", "KIND", "checkpoint names: original (VideoMAE) or hf (transformers)", "original"},
             {"init-from", "PATH", "start from a checkpoint (safetensors dir/file or .pth)", ""},
-            {"resume", "[DIR]", "continue the run in --out (or in DIR, or from the checkpoint DIR) where it stopped", ""},
+            {"resume", "[DIR]", "continue the run in --output (or in DIR, or from the checkpoint DIR) where it stopped", ""},
             {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
             {"checkpoint-every", "N", "write a checkpoint (model, optimizer, trainer state) every N steps (0 = at the end)", "0"},
             {"keep-checkpoints", "N", "keep the last N checkpoints (0 = all)", "3"},
@@ -196,7 +196,7 @@ int cmd_pretrain_video(int argc, char** argv) {
   if (!parsed) return 0;
   const Args& a = *parsed;
   std::string data = a.require("data");
-  const std::string out = a.require("out");
+  const std::string out = a.require("output");
   prepare_video_output(a, out, "pretrain-video", resume);
   video::VideoMAEPretrainSettings vs;
   vs.config = video_model_config(a);
@@ -301,7 +301,7 @@ int cmd_finetune_video(int argc, char** argv) {
   const std::vector<OptionSpec> specs = with(
       with({{"data", "PATH", "training clip store or list file", ""},
             {"val", "PATH", "held-out clip store or list file, evaluated at the end (top-1/top-5)", ""},
-            {"out", "DIR", "output directory (model/, metrics.jsonl, eval.json)", ""},
+            {"output", "DIR", "output directory (model/, metrics.jsonl, eval.json)", ""},
             {"init-from", "PATH", "pretrained checkpoint (pretrain or fine-tune layout; orig or HF names)", ""},
             {"num-classes", "K", "classes (default: the largest label of --data + 1)", "0"},
             {"batch", "N", "clips per step", "8"},
@@ -319,7 +319,7 @@ int cmd_finetune_video(int argc, char** argv) {
             {"log-every", "N", "print a line every N steps", "10"},
             {"quiet", "", "no progress output", ""},
             {"accumulation", "N", "micro-batches per optimizer step (gradient accumulation)", "1"},
-            {"resume", "[DIR]", "continue the run in --out (or in DIR, or from the checkpoint DIR) where it stopped", ""},
+            {"resume", "[DIR]", "continue the run in --output (or in DIR, or from the checkpoint DIR) where it stopped", ""},
             {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
             {"checkpoint-every", "N", "write a checkpoint (model, optimizer, trainer state) every N steps (0 = at the end)", "0"},
             {"keep-checkpoints", "N", "keep the last N checkpoints (0 = all)", "3"},
@@ -340,7 +340,7 @@ int cmd_finetune_video(int argc, char** argv) {
   if (!parsed) return 0;
   const Args& a = *parsed;
   std::string data = a.require("data");
-  const std::string out = a.require("out");
+  const std::string out = a.require("output");
   prepare_video_output(a, out, "finetune-video", resume);
   VideoMAEConfig config = video_model_config(a);
   if (a.has("init-from")) {

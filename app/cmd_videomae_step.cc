@@ -26,7 +26,7 @@ int cmd_videomae_step(int argc, char** argv) {
       {"masked", "N", "masked spatial positions per clip (tube mask over all time slots)", "2"},
       {"seed", "N", "seed of the weights, clips and masks", "1"},
       {"perturb", "", "add U(-0.1, 0.1) to biases, LayerNorm weights and the mask token (exercises every gradient)", ""},
-      {"out", "DIR", "output directory (created)", ""},
+      {"output", "DIR", "output directory (created)", ""},
       {"classify", "K", "fine-tuning model with K classes instead of the pretraining model", "0"},
       {"drop-path", "RATE", "--classify: drop path rate (linear over depth)", "0"},
       {"mixup", "", "--classify: mixup 0.8 / cutmix 1.0 / smoothing 0.1 (else smoothing 0.1 only)", ""},
@@ -36,7 +36,7 @@ int cmd_videomae_step(int argc, char** argv) {
                             specs, argc, argv, 2);
   if (!parsed) return 0;
   const Args& a = *parsed;
-  const std::string out = a.require("out");
+  const std::string out = a.require("output");
   const VideoMAEConfig config = VideoMAEConfig::preset(a.get("preset"));
   const int64_t B = a.get_int("batch"), seed = a.get_int("seed"), masked = a.get_int("masked");
   const int64_t HW = config.grid_hw() * config.grid_hw(), Np = config.num_patches();

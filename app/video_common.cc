@@ -17,7 +17,7 @@ namespace unmask::cli {
 std::vector<OptionSpec> video_data_specs() {
   return {
       {"root", "DIR", "prefix for relative paths of a list file", ""},
-      {"format", "KIND", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto", "auto"},
+      {"list-format", "KIND", "list format: videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto", "auto"},
       {"fname-tmpl", "T", "list input: file names in frame folders (videomae2, rawframes)", "img_{:05}.jpg"},
       {"short-side", "N", "list input: resize the short side while decoding (a store is already resized)", "0"},
       {"sampling-rate", "N", "dense sampling: frame step (VideoMAE K400 4, SSv2 pretraining 2)", "4"},
@@ -50,7 +50,7 @@ VideoMAEConfig video_model_config(const Args& a) {
 
 namespace {
 
-video::ListFormat list_format(const Args& a) { return video::parse_list_format(a.get("format")); }
+video::ListFormat list_format(const Args& a) { return video::parse_list_format(a.get("list-format")); }
 
 bool is_store(const std::string& data) {
   if (!std::filesystem::exists(data))
@@ -150,7 +150,7 @@ ViewEvalResult evaluate_video_views(Context& ctx, VideoMAEClassifier& model, con
 }
 
 OptionSpec video_force_spec() {
-  return {"force", "", "write into --out even when it holds an earlier run (its model/ and metrics.jsonl are replaced)", ""};
+  return {"force", "", "write into --output even when it holds an earlier run (its model/ and metrics.jsonl are replaced)", ""};
 }
 
 void check_video_output(const Args& a, const std::string& out, const char* command) {
@@ -159,8 +159,8 @@ void check_video_output(const Args& a, const std::string& out, const char* comma
   for (const std::string& name : io::directory_entries(out))
     if (name == "model" || name == "metrics.jsonl" || name == "eval.json") held += (held.empty() ? "" : ", ") + name;
   if (!held.empty())
-    throw Error(command, ": --out ", out, " already holds a run (", held, "); it would be replaced",
-                Hint("choose a new --out, or pass --force to replace it"));
+    throw Error(command, ": --output ", out, " already holds a run (", held, "); it would be replaced",
+                Hint("choose a new --output, or pass --force to replace it"));
 }
 
 JsonlLog::JsonlLog(const std::string& path) {

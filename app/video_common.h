@@ -42,9 +42,9 @@ struct ViewEvalResult {
 ViewEvalResult evaluate_video_views(Context& ctx, VideoMAEClassifier& model, const Args& a, const std::string& data,
                                     int segments, int crops, int batch);
 
-/// --force: the option that lets a training command write over an earlier run in --out.
+/// --force: the option that lets a training command write over an earlier run in --output.
 OptionSpec video_force_spec();
-/// Refuses --out when it already holds a run (model/, metrics.jsonl, eval.json) unless --force:
+/// Refuses --output when it already holds a run (model/, metrics.jsonl, eval.json) unless --force:
 /// the new run would replace the old one's model and truncate its metrics.
 void check_video_output(const Args& a, const std::string& out, const char* command);
 

@@ -75,7 +75,7 @@ $BENCH_LOADER --list "$LIST" --short-side "$SHORT" $common >"$WORK/list.json"
 
 # ---- (c) prepare once, then the loader from the store --------------------------------------------
 t0=$(now)
-"$BIN" prepare-video --list "$LIST" --out "$WORK/store.ucs" --short-side "$SHORT" --threads "$THREADS" --quiet >"$WORK/prepare.txt"
+"$BIN" prepare-video --list "$LIST" --output "$WORK/store.ucs" --short-side "$SHORT" --threads "$THREADS" --quiet >"$WORK/prepare.txt"
 prepare_s=$(elapsed "$t0" "$(now)")
 store_mb=$(du -sm "$WORK/store.ucs" | cut -f1)
 $BENCH_LOADER --store "$WORK/store.ucs" $common >"$WORK/store.json"
@@ -91,7 +91,7 @@ while read -r path label; do
 done <"$LIST"
 extract_s=$(elapsed "$t0" "$(now)")
 frames_mb=$(du -sm "$WORK/frames" | cut -f1)
-$BENCH_LOADER --list "$WORK/rawframes.txt" --format rawframes --short-side "$SHORT" $common >"$WORK/frames.json"
+$BENCH_LOADER --list "$WORK/rawframes.txt" --list-format rawframes --short-side "$SHORT" $common >"$WORK/frames.json"
 
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 row() {  # name json

@@ -24,13 +24,13 @@ rm -rf "$DIR" && mkdir -p "$DIR"
 echo "== unmask make-videos"
 build/unmask make-videos --output "$DIR/videos" --videos-per-class 100 --width 64 --height 48 --frames 32
 echo "== unmask prepare-video"
-build/unmask prepare-video --list "$DIR/videos/train_videomae.txt" --out "$DIR/train.ucs" --short-side 32
-build/unmask prepare-video --list "$DIR/videos/val_videomae.txt" --out "$DIR/val.ucs" --short-side 32
+build/unmask prepare-video --list "$DIR/videos/train_videomae.txt" --output "$DIR/train.ucs" --short-side 32
+build/unmask prepare-video --list "$DIR/videos/val_videomae.txt" --output "$DIR/val.ucs" --short-side 32
 echo "== unmask pretrain-video (tiny VideoMAE, tube mask 0.9)"
-build/unmask pretrain-video --data "$DIR/train.ucs" --out "$DIR/pretrain" --preset tiny --patch 8 --batch 16 \
+build/unmask pretrain-video --data "$DIR/train.ucs" --output "$DIR/pretrain" --preset tiny --patch 8 --batch 16 \
   --steps 400 --lr 1.5e-3 --warmup 0.05 --log-every 50
 echo "== unmask finetune-video (from the pretrained encoder)"
 build/unmask finetune-video --data "$DIR/train.ucs" --val "$DIR/val.ucs" --init-from "$DIR/pretrain/model" \
-  --classes "$DIR/videos/classes.txt" --out "$DIR/finetune" --batch 16 --epochs 30 --lr 2e-3 --warmup 0.05 --log-every 60
+  --classes "$DIR/videos/classes.txt" --output "$DIR/finetune" --batch 16 --epochs 30 --lr 2e-3 --warmup 0.05 --log-every 60
 echo "== unmask eval-video"
 build/unmask eval-video --model "$DIR/finetune/model" --data "$DIR/val.ucs" --test-segments 2 --test-crops 3

@@ -125,7 +125,7 @@ TEST(VideoListFormats, AutomaticFromTheFirstLine) {
   // Two numbers are either VideoMAE v2 or rawframes: an error that says so and names the line.
   const std::string e = error_of([] { parse_video_list("\nssv2/1234 1 47\n", "l.txt", ListFormat::automatic); });
   EXPECT_TRUE(contains(e, "l.txt:2")) << e;
-  EXPECT_TRUE(contains(e, "--format videomae2 or --format rawframes")) << e;
+  EXPECT_TRUE(contains(e, "--list-format videomae2 or --list-format rawframes")) << e;
   EXPECT_TRUE(contains(error_of([] { parse_video_list("a 1 2 3 4 5 6\n", "l.txt", ListFormat::automatic); }),
                        "l.txt:1"));
 }

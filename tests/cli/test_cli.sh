@@ -42,7 +42,7 @@ if ! "$U" version | grep -q "cuda backend: yes"; then  # a CPU-only build says h
   expect 1 "built without the CUDA backend" -- "$U" infer --model "$W/m" --text "a [MASK] ." --device cuda
   expect 1 "built without the CUDA backend" -- "$U" bench infer --device cuda --batch 1 --seq 8
   expect 1 "built without the CUDA backend" -- "$U" bench videomae --device cuda --model tiny --synthetic
-  expect 1 "built without the CUDA backend" -- "$U" pretrain-video --device cuda --data "$W/none" --out "$W/v"
+  expect 1 "built without the CUDA backend" -- "$U" pretrain-video --device cuda --data "$W/none" --output "$W/v"
 fi
 expect 1 "--precision bf16 needs --device cuda" -- "$U" bench videomae --model tiny --synthetic --precision bf16
 expect 0 "fp32 (act bf16)" -- "$U" bench videomae --model tiny --synthetic --batch 2 --steps 1 --warmup 0 \

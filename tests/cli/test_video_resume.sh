@@ -14,14 +14,14 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 "$BIN" make-videos --output "$T/v" --videos-per-class 6 --width 48 --height 32 --frames 16 --seed 3 >/dev/null 2>&1 \
   && ok || bad "make-videos failed"
-"$BIN" prepare-video --list "$T/v/train_videomae.txt" --out "$T/store" --short-side 32 --quiet >/dev/null 2>&1 \
+"$BIN" prepare-video --list "$T/v/train_videomae.txt" --output "$T/store" --short-side 32 --quiet >/dev/null 2>&1 \
   && ok || bad "prepare-video failed"
 STEPS=120
 run=("$BIN" pretrain-video --data "$T/store" --preset tiny --img 32 --patch 8 --frames 4 --batch 4 --accumulation 2
      --steps $STEPS --lr 1e-3 --warmup 0.1 --threads 2 --seed 7 --checkpoint-every 5 --log-every 1000)
 
 # The uninterrupted run.
-"${run[@]}" --out "$T/a" >"$T/a.out" 2>"$T/a.err" && ok || bad "uninterrupted run: $(tail -3 "$T/a.err")"
+"${run[@]}" --output "$T/a" >"$T/a.out" 2>"$T/a.err" && ok || bad "uninterrupted run: $(tail -3 "$T/a.err")"
 final=$(printf "step-%06d" $STEPS)
 [ -f "$T/a/checkpoints/$final/optimizer.safetensors" ] && [ -f "$T/a/checkpoints/$final/trainer_state.json" ] \
   && [ -f "$T/a/model/model.safetensors" ] && ok || bad "no final checkpoint / model in $T/a"
@@ -30,7 +30,7 @@ grep -q "ETA" "$T/a.err" && ok || bad "no progress line with ETA: $(tail -2 "$T/
 grep -q "pretrained $STEPS steps (step 0 -> $STEPS of $STEPS)" "$T/a.out" && ok || bad "summary: $(cat "$T/a.out")"
 
 # The same run killed with SIGKILL once a checkpoint exists, then resumed.
-"${run[@]}" --out "$T/b" >"$T/b1.out" 2>"$T/b1.err" &
+"${run[@]}" --output "$T/b" >"$T/b1.out" 2>"$T/b1.err" &
 pid=$!
 for _ in $(seq 1 1200); do
   [ -n "$(ls "$T/b/checkpoints" 2>/dev/null | grep step-)" ] && break
@@ -41,9 +41,9 @@ wait "$pid" 2>/dev/null
 killed_at=$(ls "$T/b/checkpoints" 2>/dev/null | grep step- | tail -1)
 [ -n "$killed_at" ] && [ "$killed_at" != "$final" ] && ok || bad "SIGKILL did not land mid-run (latest: '$killed_at')"
 # A new run into the same directory is refused (it would overwrite the run).
-"${run[@]}" --out "$T/b" >"$T/b2.out" 2>&1 && bad "a second run into a run directory was not refused" \
+"${run[@]}" --output "$T/b" >"$T/b2.out" 2>&1 && bad "a second run into a run directory was not refused" \
   || { grep -q "already holds" "$T/b2.out" && ok || bad "refusal message: $(tail -2 "$T/b2.out")"; }
-"${run[@]}" --out "$T/b" --resume >"$T/b3.out" 2>"$T/b3.err" && ok || bad "resume: $(tail -3 "$T/b3.err")"
+"${run[@]}" --output "$T/b" --resume >"$T/b3.out" 2>"$T/b3.err" && ok || bad "resume: $(tail -3 "$T/b3.err")"
 k=$((10#${killed_at#step-}))
 grep -q "pretrained $((STEPS - k)) steps (step $k -> $STEPS of $STEPS)" "$T/b3.out" && grep -q "resumed from" "$T/b3.out" \
   && ok || bad "resumed summary does not report this invocation's steps: $(cat "$T/b3.out")"
@@ -68,7 +68,7 @@ assert a[0]["samples"] == 8, a[0]  # batch 4 x accumulation 2
 EOF
 
 # SIGINT: the step finishes, a checkpoint is written, exit 130; then --stop-after and --resume.
-"${run[@]}" --out "$T/c" --steps 100000 --checkpoint-every 0 >"$T/c1.out" 2>"$T/c1.err" &
+"${run[@]}" --output "$T/c" --steps 100000 --checkpoint-every 0 >"$T/c1.out" 2>"$T/c1.err" &
 pid=$!
 for _ in $(seq 1 1200); do
   [ -f "$T/c/metrics.jsonl" ] && [ "$(wc -l < "$T/c/metrics.jsonl")" -ge 3 ] && break
@@ -82,19 +82,19 @@ last=$(ls "$T/c/checkpoints" 2>/dev/null | grep step- | tail -1)
 [ -n "$last" ] && [ -f "$T/c/checkpoints/$last/trainer_state.json" ] && ok || bad "no checkpoint after SIGINT"
 n=$((10#${last#step-}))
 [ "$(wc -l < "$T/c/metrics.jsonl")" = "$n" ] && ok || bad "metrics rows != steps done ($n)"
-"${run[@]}" --out "$T/c" --steps 100000 --checkpoint-every 0 --resume --stop-after 2 >"$T/c2.out" 2>"$T/c2.err" \
+"${run[@]}" --output "$T/c" --steps 100000 --checkpoint-every 0 --resume --stop-after 2 >"$T/c2.out" 2>"$T/c2.err" \
   && ok || bad "--resume --stop-after: $(tail -2 "$T/c2.err")"
 [ -f "$T/c/checkpoints/$(printf "step-%06d" $((n + 2)))/trainer_state.json" ] && ok || bad "--stop-after 2 left no checkpoint"
 # A resume with nothing to resume from says so.
-"${run[@]}" --out "$T/none" --resume >"$T/n.out" 2>&1 && bad "resume of an empty directory succeeded" \
+"${run[@]}" --output "$T/none" --resume >"$T/n.out" 2>&1 && bad "resume of an empty directory succeeded" \
   || { grep -q "cannot resume" "$T/n.out" && ok || bad "resume message: $(tail -2 "$T/n.out")"; }
 
 # Fine-tuning on the same loop: SIGKILL + --resume gives the uninterrupted run's model and
 # held-out result bit for bit.
 ft=("$BIN" finetune-video --data "$T/store" --val "$T/store" --preset tiny --img 32 --patch 8 --frames 4 --batch 4
     --epochs 40 --lr 1e-3 --threads 2 --seed 5 --checkpoint-every 4 --test-segments 1 --test-crops 1 --log-every 1000)
-"${ft[@]}" --out "$T/fa" >"$T/fa.out" 2>"$T/fa.err" && ok || bad "finetune-video: $(tail -3 "$T/fa.err")"
-"${ft[@]}" --out "$T/fb" >/dev/null 2>&1 &
+"${ft[@]}" --output "$T/fa" >"$T/fa.out" 2>"$T/fa.err" && ok || bad "finetune-video: $(tail -3 "$T/fa.err")"
+"${ft[@]}" --output "$T/fb" >/dev/null 2>&1 &
 pid=$!
 for _ in $(seq 1 1200); do
   [ -n "$(ls "$T/fb/checkpoints" 2>/dev/null | grep step-)" ] && break
@@ -104,7 +104,7 @@ kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 [ ! -f "$T/fb/eval.json" ] && [ -n "$(ls "$T/fb/checkpoints" 2>/dev/null | grep step-)" ] && ok \
   || bad "finetune-video SIGKILL did not land mid-run"
-"${ft[@]}" --out "$T/fb" --resume >"$T/fb.out" 2>"$T/fb.err" && ok || bad "finetune-video --resume: $(tail -3 "$T/fb.err")"
+"${ft[@]}" --output "$T/fb" --resume >"$T/fb.out" 2>"$T/fb.err" && ok || bad "finetune-video --resume: $(tail -3 "$T/fb.err")"
 cmp -s "$T/fa/model/model.safetensors" "$T/fb/model/model.safetensors" && ok || bad "fine-tuned model differs after resume"
 /usr/bin/python3 - "$T/fa/eval.json" "$T/fb/eval.json" "$T/fa/metrics.jsonl" <<'EOF2' && ok || bad "held-out results differ"
 import json, sys

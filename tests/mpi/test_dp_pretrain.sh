@@ -122,11 +122,11 @@ run "${MPIRUN[@]}" -np 2 "$U" pretrain --config "$W/dp.toml" --set "output=\"$W/
 
 # 4. VideoMAE: 2 ranks x 4 clips give the loss and gradient-norm curves of 1 rank x 8 clips
 "$U" make-videos --output "$W/v" --videos-per-class 4 --width 64 --height 48 --frames 16 >/dev/null 2>&1 \
-  && "$U" prepare-video --list "$W/v/train_videomae.txt" --out "$W/v.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
+  && "$U" prepare-video --list "$W/v/train_videomae.txt" --output "$W/v.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
   && ok || bad "video data"
 vargs=(--data "$W/v.ucs" --preset tiny --patch 8 --steps 6 --lr 1e-3 --threads 1 --log-every 100)
-run "$U" pretrain-video "${vargs[@]}" --out "$W/v1" --batch 8 >/dev/null 2>&1 && ok || bad "videomae 1 rank"
-run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --out "$W/v2" --batch 4 >"$W/v2.out" 2>&1 \
+run "$U" pretrain-video "${vargs[@]}" --output "$W/v1" --batch 8 >/dev/null 2>&1 && ok || bad "videomae 1 rank"
+run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --output "$W/v2" --batch 4 >"$W/v2.out" 2>&1 \
   && ok || bad "videomae 2 ranks: $(tail -3 "$W/v2.out")"
 /usr/bin/python3 - "$W/v1/metrics.jsonl" "$W/v2/metrics.jsonl" <<'EOF'
 import json, sys
@@ -139,7 +139,7 @@ sys.exit(0 if worst <= 1e-5 else 1)
 EOF
 [ $? = 0 ] && ok || bad "VideoMAE 2 ranks differ from 1"
 # the all-reduce overlapped with the backward (the default) and after it: the same bits
-run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --out "$W/v2s" --batch 4 --no-overlap >/dev/null 2>&1 \
+run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --output "$W/v2s" --batch 4 --no-overlap >/dev/null 2>&1 \
   && /usr/bin/python3 -c "
 import json, sys
 f = lambda p: [(r['loss'], r['grad_norm']) for r in map(json.loads, open(p))]
@@ -147,11 +147,11 @@ sys.exit(0 if f(sys.argv[1]) == f(sys.argv[2]) and len(f(sys.argv[1])) == 6 else
   && ok || bad "VideoMAE: overlapped and non-overlapped all-reduce give different numbers"
 # mode 2: each rank its own store (different sizes), resampled to the larger count
 head -n 5 "$W/v/train_videomae.txt" > "$W/vpart0.txt" && tail -n +6 "$W/v/train_videomae.txt" > "$W/vpart1.txt" \
-  && "$U" prepare-video --list "$W/vpart0.txt" --out "$W/vl0.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
-  && "$U" prepare-video --list "$W/vpart1.txt" --out "$W/vl1.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
+  && "$U" prepare-video --list "$W/vpart0.txt" --output "$W/vl0.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
+  && "$U" prepare-video --list "$W/vpart1.txt" --output "$W/vl1.ucs" --short-side 32 --quiet >/dev/null 2>&1 \
   && ok || bad "video parts"
 nv1=$(wc -l < "$W/vpart1.txt")
-run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --data "$W/vl{rank}.ucs" --data-sharding local --out "$W/vl" \
+run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --data "$W/vl{rank}.ucs" --data-sharding local --output "$W/vl" \
   --batch 4 >"$W/vl.out" 2>&1 && grep -q "the ranks hold 5, $nv1 videos; each epoch visits $nv1 on every rank" "$W/vl.out" \
   && [ "$(wc -l < "$W/vl/metrics.jsonl")" = 6 ] && ok || bad "VideoMAE local sharding: $(tail -3 "$W/vl.out")"
 

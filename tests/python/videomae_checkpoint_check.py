@@ -276,50 +276,50 @@ def check(unmask):
         # 1. v1 pretraining checkpoint, {'model': sd} + epoch + args.
         pt = original_pretrain(rng)
         save_pth(P("v1_pt.pth"), pt, "model")
-        ck.run("--in", P("v1_pt.pth"), "--out", P("v1_pt_hf"), "--to", "hf", "--config", "tiny")
+        ck.run("--in", P("v1_pt.pth"), "--output", P("v1_pt_hf"), "--to", "hf", "--config", "tiny")
         ck.same("v1 pretrain .pth -> hf", read_dir(P("v1_pt_hf")), orig_to_hf(pt))
         ck.config("v1 pretrain -> hf", P("v1_pt_hf"), 0, True)
-        ck.run("--in", P("v1_pt_hf"), "--out", P("v1_pt_back"), "--to", "original")  # config from-file
+        ck.run("--in", P("v1_pt_hf"), "--output", P("v1_pt_back"), "--to", "original")  # config from-file
         ck.same("v1 pretrain hf -> original", read_dir(P("v1_pt_back")), pt)
-        ck.run("--in", P("v1_pt.pth"), "--out", P("v1_pt_orig"), "--to", "original", "--config", "tiny")
+        ck.run("--in", P("v1_pt.pth"), "--output", P("v1_pt_orig"), "--to", "original", "--config", "tiny")
         ck.same("v1 pretrain .pth -> original", read_dir(P("v1_pt_orig")), pt)
 
         # 2. v1 fine-tuned checkpoint (DeepSpeed {'module': sd}), 5 classes.
         ft = original_finetune(rng, 5)
         save_pth(P("v1_ft.pth"), ft, "module")
-        ck.run("--in", P("v1_ft.pth"), "--out", P("v1_ft_hf"), "--to", "hf", "--config", "tiny")
+        ck.run("--in", P("v1_ft.pth"), "--output", P("v1_ft_hf"), "--to", "hf", "--config", "tiny")
         ck.same("v1 fine-tune .pth -> hf", read_dir(P("v1_ft_hf")), orig_to_hf(ft))
         ck.config("v1 fine-tune -> hf", P("v1_ft_hf"), 5, False)
-        ck.run("--in", P("v1_ft_hf"), "--out", P("v1_ft_back"), "--to", "original")
+        ck.run("--in", P("v1_ft_hf"), "--output", P("v1_ft_back"), "--to", "original")
         ck.same("v1 fine-tune hf -> original", read_dir(P("v1_ft_back")), ft)
 
         # 3. V-SWIFT: pos_embed buffers (fixed sinusoid) in the state dict.
         vs = original_pretrain(rng, vswift=True)
         save_pth(P("vswift.pth"), vs, "model")
-        p = ck.run("--in", P("vswift.pth"), "--out", P("vswift_hf"), "--to", "hf", "--config", "tiny")
+        p = ck.run("--in", P("vswift.pth"), "--output", P("vswift_hf"), "--to", "hf", "--config", "tiny")
         ck.same("V-SWIFT .pth -> hf (tables dropped)", read_dir(P("vswift_hf")), orig_to_hf(vs))
         if "pos_embed" not in p.stdout:
             ck.fail("V-SWIFT -> hf did not report the dropped pos_embed tables")
-        ck.run("--in", P("vswift.pth"), "--out", P("vswift_orig"), "--to", "original", "--config", "tiny")
+        ck.run("--in", P("vswift.pth"), "--output", P("vswift_orig"), "--to", "original", "--config", "tiny")
         ck.same("V-SWIFT .pth -> original (tables kept)", read_dir(P("vswift_orig")), vs)
         learned = collections.OrderedDict(vs)
         learned["encoder.pos_embed"] = learned["encoder.pos_embed"] + np.float32(0.25)
         save_pth(P("learned.pth"), learned, "model")
-        p = ck.run("--in", P("learned.pth"), "--out", P("learned_hf"), "--to", "hf", "--config", "tiny", ok=False)
+        p = ck.run("--in", P("learned.pth"), "--output", P("learned_hf"), "--to", "hf", "--config", "tiny", ok=False)
         if "learned" not in p.stderr:
             ck.fail(f"a learned pos_embed -> hf: the error does not say 'learned': {p.stderr.strip()}")
 
         # 4. Half precision and DDP prefixes: fp16 {'model': ...}, bf16 plain sd with module.* names.
         save_pth(P("fp16.pth"), pt, "model", dtype=torch.float16)
-        ck.run("--in", P("fp16.pth"), "--out", P("fp16_hf"), "--to", "hf", "--config", "tiny")
+        ck.run("--in", P("fp16.pth"), "--output", P("fp16_hf"), "--to", "hf", "--config", "tiny")
         pt16 = collections.OrderedDict((k, v.astype(np.float16).astype(np.float32)) for k, v in pt.items())
         ck.same("fp16 .pth -> hf", read_dir(P("fp16_hf")), orig_to_hf(pt16))
         save_pth(P("vswift16.pth"), vs, "model", dtype=torch.bfloat16)  # tables rounded to bf16: still fixed
-        ck.run("--in", P("vswift16.pth"), "--out", P("vswift16_hf"), "--to", "hf", "--config", "tiny")
+        ck.run("--in", P("vswift16.pth"), "--output", P("vswift16_hf"), "--to", "hf", "--config", "tiny")
         vsbf = collections.OrderedDict((k, torch.from_numpy(v).bfloat16().float().numpy()) for k, v in vs.items())
         ck.same("bf16 V-SWIFT .pth -> hf (tables dropped)", read_dir(P("vswift16_hf")), orig_to_hf(vsbf))
         save_pth(P("bf16.pth"), ft, None, dtype=torch.bfloat16, prefix="module.")
-        ck.run("--in", P("bf16.pth"), "--out", P("bf16_orig"), "--to", "original", "--config", "tiny")
+        ck.run("--in", P("bf16.pth"), "--output", P("bf16_orig"), "--to", "original", "--config", "tiny")
         ftbf = collections.OrderedDict(
             (k, torch.from_numpy(v).bfloat16().float().numpy()) for k, v in ft.items())
         ck.same("bf16 module.* .pth -> original", read_dir(P("bf16_orig")), ftbf)
@@ -327,31 +327,31 @@ def check(unmask):
         # 5. HF VideoMAEForPreTraining directory with HF's config (layer_norm_eps 1e-12).
         hf_pt = orig_to_hf(original_pretrain(rng))
         save_st_dir(P("hf_pt"), hf_pt, hf_config())
-        p = ck.run("--in", P("hf_pt"), "--out", P("hf_pt_orig"), "--to", "original")
+        p = ck.run("--in", P("hf_pt"), "--output", P("hf_pt_orig"), "--to", "original")
         ck.same("HF pretrain dir -> original", read_dir(P("hf_pt_orig")), hf_to_orig(hf_pt, True))
         if "1e-6" not in p.stdout and "1e-06" not in p.stdout:
             ck.fail("HF config with layer_norm_eps 1e-12: no note about the eps divergence")
         ck.config("HF pretrain -> original", P("hf_pt_orig"), 0, True, hf=False)
-        ck.run("--in", P("hf_pt_orig"), "--out", P("hf_pt_back"), "--to", "hf")
+        ck.run("--in", P("hf_pt_orig"), "--output", P("hf_pt_back"), "--to", "hf")
         ck.same("HF pretrain -> original -> hf", read_dir(P("hf_pt_back")), hf_pt)
 
         # 6. HF VideoMAEForVideoClassification as a bare .safetensors file (no config: --config tiny).
         hf_ft = orig_to_hf(original_finetune(rng, 3))
         save_st_dir(P("hf_ft"), hf_ft, None)
-        ck.run("--in", P("hf_ft", "model.safetensors"), "--out", P("hf_ft_orig"), "--to", "original", "--config", "tiny")
+        ck.run("--in", P("hf_ft", "model.safetensors"), "--output", P("hf_ft_orig"), "--to", "original", "--config", "tiny")
         ck.same("HF classifier file -> original", read_dir(P("hf_ft_orig")), hf_to_orig(hf_ft, False))
         ck.config("HF classifier -> original", P("hf_ft_orig"), 3, False, hf=False)
-        ck.run("--in", P("hf_ft_orig"), "--out", P("hf_ft_back"), "--to", "hf")
+        ck.run("--in", P("hf_ft_orig"), "--output", P("hf_ft_back"), "--to", "hf")
         ck.same("HF classifier -> original -> hf", read_dir(P("hf_ft_back")), hf_ft)
 
         # 7. q_bias missing (never a silent zero) and a wrong config are errors.
         nobias = collections.OrderedDict((k, v) for k, v in pt.items() if not k.endswith("blocks.1.attn.q_bias"))
         save_pth(P("nobias.pth"), nobias, "model")
         for to in ("hf", "original"):
-            p = ck.run("--in", P("nobias.pth"), "--out", P("nobias_" + to), "--to", to, "--config", "tiny", ok=False)
+            p = ck.run("--in", P("nobias.pth"), "--output", P("nobias_" + to), "--to", to, "--config", "tiny", ok=False)
             if "q_bias" not in p.stderr:
                 ck.fail(f"missing q_bias -> {to}: the error does not name q_bias: {p.stderr.strip()}")
-        p = ck.run("--in", P("v1_pt.pth"), "--out", P("wrong"), "--to", "hf", "--config", "small", ok=False)
+        p = ck.run("--in", P("v1_pt.pth"), "--output", P("wrong"), "--to", "hf", "--config", "small", ok=False)
         if "config" not in p.stderr:
             ck.fail(f"tiny weights with --config small: unclear error: {p.stderr.strip()}")
     print(f"videomae checkpoints: {ck.checks} checks, {ck.failures} failure(s)")

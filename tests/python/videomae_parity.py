@@ -187,7 +187,7 @@ def compare(name, stats, loss, p, grads, tol, extra_checks=()):
 
 def run_step(unmask, extra_args):
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [unmask, "videomae-step", "--preset", "tiny", "--perturb", "--out", tmp] + extra_args
+        cmd = [unmask, "videomae-step", "--preset", "tiny", "--perturb", "--output", tmp] + extra_args
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             raise RuntimeError("unmask videomae-step failed: " + res.stderr)

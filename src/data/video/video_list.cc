@@ -117,7 +117,7 @@ ListFormat detect(const std::string& text, const std::string& name) {
     if (!first.empty()) break;
   }
   const bool csv = name.size() >= 4 && name.compare(name.size() - 4, 4, ".csv") == 0;
-  const std::string hint = "pass --format (" + list_format_help() + ")";
+  const std::string hint = "pass --list-format (" + list_format_help() + ")";
   const Trailing t = trailing_integers(first);
   std::string_view head = t.rest, field;
   const bool one_field_head = !pop_left(&head, &field);  // a numeric path behind a source name
@@ -130,7 +130,7 @@ ListFormat detect(const std::string& text, const std::string& name) {
       throw Error("video list ", name, ":", line_no, ": 'X N M' lines are either VideoMAE v2 pretraining ",
                   "('path start_idx total_frames') or frame folders ('folder total_frames label'): got '",
                   std::string(first.substr(0, 80)), "'",
-                  Hint("pass --format videomae2 or --format rawframes"));
+                  Hint("pass --list-format videomae2 or --list-format rawframes"));
     case 3:
       return ListFormat::vswift4;
     case 4:
@@ -151,7 +151,7 @@ const char* list_format_name(ListFormat format) { return info_of(format).name; }
 ListFormat parse_list_format(const std::string& name) {
   for (const FormatInfo& i : kFormats)
     if (name == i.name) return i.format;
-  throw Error("--format must be one of videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto, got '", name,
+  throw Error("--list-format must be one of videomae, vswift, vswift4, vswift6, videomae2, rawframes or auto, got '", name,
               "'", Hint(list_format_help()));
 }
 

@@ -2,7 +2,7 @@
 // unmask's users come from, parsed into one ListEntry per clip.
 //
 //   auto list = video::read_video_list("train.csv", video::ListFormat::automatic, "/data/k400");
-//   video::ListFormat f = video::parse_list_format("vswift4");   // from a --format value
+//   video::ListFormat f = video::parse_list_format("vswift4");   // from a --list-format value
 //
 // The formats (one clip per line; blank lines skipped; \r\n accepted):
 //   videomae   "path label"                            VideoMAE v1 (a space or a tab; the label is the
@@ -29,7 +29,7 @@
 // for videomae/vswift (vswift when the file ends in .csv and the line has a comma, as before), 3
 // for vswift4, 4 for vswift6 (5 when the path itself is a number and one field precedes it); 2
 // ending in -1 is videomae2 ('path 0 -1'), any other 2 is ambiguous between videomae2 and
-// rawframes, so it is an error asking for --format.
+// rawframes, so it is an error asking for --list-format.
 //
 // Every malformed line throws an Error naming file:line, what was expected and what was found.
 #pragma once
@@ -49,9 +49,9 @@ enum class ListFormat {
   automatic,  // from the first line (above)
 };
 
-/// "videomae", "vswift", ... (the --format names).
+/// "videomae", "vswift", ... (the --list-format names).
 const char* list_format_name(ListFormat format);
-/// The --format value -> the format; an unknown name throws an Error listing the names.
+/// The --list-format value -> the format; an unknown name throws an Error listing the names.
 ListFormat parse_list_format(const std::string& name);
 /// One line per format: "videomae: 'path label' (VideoMAE v1)" ... for --help texts.
 std::string list_format_help();
