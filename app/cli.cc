@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -59,10 +60,45 @@ std::optional<Args> Args::parse(const std::string& command, const std::string& s
     }
     auto it = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
     if (it == specs.end()) {
+      auto has = [&](const std::string& n) {
+        return std::any_of(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == n; });
+      };
+      // The names Hugging Face's Trainer and NVIDIA DeepLearningExamples' scripts use.
+      static const std::pair<const char*, std::vector<const char*>> kForeign[] = {
+          {"learning_rate", {"lr"}},
+          {"output_dir", {"output"}},
+          {"max_steps", {"steps", "max-steps"}},
+          {"num_train_epochs", {"epochs"}},
+          {"gradient_accumulation_steps", {"accumulation"}},
+          {"resume_from_checkpoint", {"resume"}},
+          {"per_device_train_batch_size", {"batch"}},
+          {"train_batch_size", {"batch"}},
+          {"warmup_ratio", {"warmup"}},
+          {"warmup_proportion", {"warmup"}},
+          {"model_name_or_path", {"model"}},
+          {"init_checkpoint", {"init-from", "model"}},
+          {"max_seq_length", {"seq", "max-seq"}},
+          {"input_dir", {"data"}},
+          {"train_file", {"train"}},
+          {"logging_steps", {"log-every"}},
+          {"save_steps", {"checkpoint-every"}},
+      };
+      for (const auto& [foreign, ours] : kForeign)
+        if (name == foreign)
+          for (const char* o : ours)
+            if (has(o))
+              throw Error("unknown option --", name, Hint(std::string("unmask calls it --") + o + " (--" + name +
+                                                          " is the Hugging Face / DLE name)"));
+      std::string dashed = name;  // --weight_decay -> --weight-decay
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      if (dashed != name && has(dashed)) throw Error("unknown option --", name, Hint("did you mean --" + dashed + "?"));
       std::string best;
       size_t best_d = SIZE_MAX;
-      for (const auto& s : specs)
-        if (size_t d = train::edit_distance(name, s.name); d < best_d) best_d = d, best = s.name;
+      for (const auto& s : specs) {  // a name the option begins (--out: --output) before the nearest by edits
+        size_t d = train::edit_distance(name, s.name);
+        if (name.size() >= 3 && s.name.rfind(name, 0) == 0) d = std::min<size_t>(d, 1);
+        if (d < best_d) best_d = d, best = s.name;
+      }
       throw Error("unknown option --", name,
                   Hint(best_d <= 3 ? "did you mean --" + best + "?" : "see unmask " + command + " --help"));
     }

@@ -1,15 +1,19 @@
 // app/main.cc: the `unmask` binary. Each subcommand lives in its own file; errors become one
 // line on stderr and a non-zero exit.
 #include <cstdio>
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <string>
 
 #include "cli.h"
 #include "core/signals.h"
+#include "train/config.h"
 #include "unmask/context.h"
 #include "unmask/dist.h"
 #include "unmask/error.h"
+#include "unmask_version.h"  // generated: UNMASK_GIT_COMMIT
 
 namespace {
 
@@ -35,7 +39,8 @@ const char* kUsage =
     "  eval-video  multi-view top-1/top-5 of a fine-tuned VideoMAE checkpoint\n"
     "  videomae-step  one VideoMAE pretraining step on a random model; dumps inputs, params, grads\n"
     "  convert-videomae  VideoMAE checkpoint (.pth / safetensors, original or HF names) -> safetensors dir\n"
-    "  version   what this build holds: CPU kernels, CUDA backend and devices, MPI, NCCL\n"
+    "  version   the commit and what this build holds: CPU kernels, CUDA backend and devices, MPI, NCCL\n"
+    "            (also --version)\n"
     "  dist-check  check a data-parallel launch (mpirun -np N / srun): every rank all-reduces a known pattern\n"
     "\n"
     "Run `unmask <command> --help` for the options of a command.\n";
@@ -50,6 +55,23 @@ int fail(const std::string& cmd, const std::string& message) {
   return 1;
 }
 
+const char* kCommands[] = {"infer",         "forward",        "bench",          "prepare-text",  "train-vocab",
+                           "pretrain",      "finetune",       "eval",           "predict",       "embed",
+                           "train-step",    "make-videos",    "prepare-video",  "pretrain-video", "finetune-video",
+                           "eval-video",    "videomae-step",  "convert-videomae", "version",     "dist-check"};
+
+/// The command nearest to a mistyped one (edit distance at most 3, or one that starts with it).
+std::string nearest_command(const std::string& cmd) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const char* c : kCommands) {
+    size_t d = unmask::train::edit_distance(cmd, c);
+    if (std::string(c).rfind(cmd, 0) == 0 && cmd.size() >= 3) d = std::min<size_t>(d, 1);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best_d <= 3 ? best : "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +82,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "-V") cmd = "version";
   try {
     if (cmd == "infer") return unmask::cli::cmd_infer(argc, argv);
     if (cmd == "forward") return unmask::cli::cmd_forward(argc, argv);
@@ -82,11 +105,17 @@ int main(int argc, char** argv) {
     if (cmd == "dist-check") return unmask::cli::cmd_dist_check(argc, argv);
     if (cmd == "version") {
       const unmask::BuildInfo b = unmask::build_info();
-      std::printf("unmask (C++20)\n  cpu kernels: %s\n  cuda backend: %s", b.cpu_isa.c_str(), b.cuda ? "yes" : "no");
+      std::printf("unmask %s (C++20)\n  cpu kernels: %s\n  cuda backend: %s", UNMASK_GIT_COMMIT, b.cpu_isa.c_str(),
+                  b.cuda ? "yes" : "no");
       if (b.cuda) std::printf(" (archs %s; %d device(s) visible)", b.cuda_archs.c_str(), b.cuda_devices);
       std::printf("\n  mpi: %s\n  nccl: %s\n  onednn: %s\n", b.mpi ? "yes" : "no", b.nccl ? "yes" : "no",
                   b.dnnl ? "yes" : "no");
       return 0;
+    }
+    const std::string near = nearest_command(cmd);
+    if (!near.empty()) {
+      std::fprintf(stderr, "unmask: unknown command '%s' (hint: did you mean `unmask %s`?)\n", cmd.c_str(), near.c_str());
+      return 2;
     }
     std::fprintf(stderr, "unmask: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;

@@ -33,6 +33,20 @@ expect 0 "usage: unmask infer" -- "$U" infer --help
 expect 0 "usage: unmask bench infer" -- "$U" bench infer --help
 expect 0 "usage: unmask forward" -- "$U" forward --help
 expect 2 "unknown command" -- "$U" frobnicate
+expect 2 "did you mean \`unmask pretrain\`" -- "$U" pretrian
+expect 2 "did you mean \`unmask finetune-video\`" -- "$U" finetune_video
+# --version names the commit the binary was built from (this checkout's HEAD, maybe -dirty)
+expect 0 "unmask $(git rev-parse --short=12 HEAD)" -- "$U" --version
+expect 0 "cpu kernels" -- "$U" version
+# the option names Hugging Face's Trainer and DLE's scripts use get unmask's name
+expect 1 "unmask calls it --lr" -- "$U" finetune --learning_rate 3e-5
+expect 1 "unmask calls it --output" -- "$U" pretrain-video --output_dir x
+expect 1 "unmask calls it --steps" -- "$U" pretrain --max_steps 10
+expect 1 "unmask calls it --max-steps" -- "$U" finetune --max_steps 10
+expect 1 "unmask calls it --accumulation" -- "$U" pretrain-video --gradient_accumulation_steps 2
+expect 1 "unmask calls it --resume" -- "$U" finetune --resume_from_checkpoint x
+expect 1 "did you mean --weight-decay" -- "$U" finetune --weight_decay 0.01
+expect 1 "did you mean --output" -- "$U" prepare-video --out x
 expect 1 "did you mean --text" -- "$U" infer --model "$W/m" --txt hi
 expect 1 "--model is required" -- "$U" infer --text hi
 expect 1 "--device must be cpu or cuda, got 'gpu'" -- "$U" infer --model "$W/m" --text "a [MASK] ." --device gpu
