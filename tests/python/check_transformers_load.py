@@ -8,7 +8,7 @@ compares its outputs with `unmask infer --dump` on the same text. Needs transfor
 
 Run on 2026-11-22 with transformers 5.17 on a `unmask pretrain` checkpoint: no missing,
 unexpected or mis-shaped keys; relative errors 1.1e-7 (hidden states), 2.7e-7 (MLM logits),
-1.2e-7 (NSP logits); log in bench/gpu/results/2026-11-22-h100-train/.
+1.2e-7 (NSP logits); log in bench/gpu/RUNS.md (2026-11-22-h100-train).
 """
 import json, sys, numpy as np, torch, transformers
 from transformers import BertForPreTraining, BertTokenizer
