@@ -180,7 +180,7 @@ int cmd_finetune(int argc, char** argv) {
   Context ctx({.num_threads = int(args->get_int("threads"))});
   // Resuming: the weights (head included) of the run's latest checkpoint; else --model's encoder.
   const std::string resume_from = to.resume.empty() ? "" : train::resolve_checkpoint(to.resume);
-  BertTrainModel model = finetune::load_model_for_task(resume_from.empty() ? model_dir : resume_from, task, train.labels, to.seed);
+  BertTrainModel model = finetune::load_model_for_task(resume_from.empty() ? model_dir : train::checkpoint_model_dir(resume_from), task, train.labels, to.seed);
   // vocab.txt and tokenizer_config.json (the casing the model was tuned with) go with the model; a
   // model that came with tokenizer.json only gets its vocabulary written out as vocab.txt.
   std::string vocab_file = bert_checkpoint_dir(model_dir) + "/vocab.txt";

@@ -442,6 +442,13 @@ TEST(TrainCheckpoint, WritesKeepsLastAndReadsBack) {
   EXPECT_EQ(back.metrics.loss, 3.5);
   EXPECT_TRUE(std::isnan(back.metrics.first_loss));
 
+  // The model sits in model/ (what a user uploads: no optimizer or trainer state in it), and the
+  // checkpoint directory itself loads as that model.
+  EXPECT_TRUE(io::file_exists(all[1] + "/model/config.json"));
+  EXPECT_TRUE(io::file_exists(all[1] + "/model/vocab.txt"));
+  EXPECT_FALSE(io::file_exists(all[1] + "/model/optimizer.safetensors"));
+  EXPECT_FALSE(io::file_exists(all[1] + "/model/trainer_state.json"));
+  EXPECT_EQ(train::checkpoint_model_dir(all[1]), all[1] + "/model");
   // The model directory loads to the same parameters; the optimizer state round-trips exactly.
   BertTrainModel loaded = BertTrainModel::load(all[1], {.pooler = true, .mlm = true, .nsp = true}, 0);
   ASSERT_EQ(loaded.params().size(), model.params().size());
@@ -462,8 +469,6 @@ TEST(TrainCheckpoint, WritesKeepsLastAndReadsBack) {
     ASSERT_TRUE(by_name.count(name)) << name;
     EXPECT_EQ(0, std::memcmp(by_name[name].contiguous().raw(), t.contiguous().raw(), t.nbytes())) << name;
   }
-  EXPECT_TRUE(io::file_exists(all[1] + "/vocab.txt"));
-  EXPECT_TRUE(io::file_exists(all[1] + "/config.json"));
 }
 
 TEST(TrainCheckpoint, FailureLeavesThePreviousOneIntact) {
@@ -476,7 +481,7 @@ TEST(TrainCheckpoint, FailureLeavesThePreviousOneIntact) {
   train::TrainerState st;
   st.step = 1;
   train::write_checkpoint(run, model, opt, st, {.vocab_path = vocab, .keep_last = 1});
-  const std::string before = io::read_file(run + "/checkpoints/step-000001/model.safetensors");
+  const std::string before = io::read_file(run + "/checkpoints/step-000001/model/model.safetensors");
   for (const char* stage : {"model", "optimizer", "state", "publish"}) {
     SCOPED_TRACE(stage);
     train::set_checkpoint_fault(stage);
@@ -487,7 +492,7 @@ TEST(TrainCheckpoint, FailureLeavesThePreviousOneIntact) {
     EXPECT_NE(e.find(std::string("(") + stage + " stage failed)"), std::string::npos) << e;
     EXPECT_NE(e.find("previous checkpoint " + run + "/checkpoints/step-000001 is intact"), std::string::npos) << e;
     EXPECT_EQ(train::latest_checkpoint(run), run + "/checkpoints/step-000001");
-    EXPECT_TRUE(io::read_file(run + "/checkpoints/step-000001/model.safetensors") == before) << "step 1 changed";
+    EXPECT_TRUE(io::read_file(run + "/checkpoints/step-000001/model/model.safetensors") == before) << "step 1 changed";
     // Nothing half-written is left behind.
     for (const auto& entry : fs::directory_iterator(run + "/checkpoints"))
       EXPECT_EQ(entry.path().filename(), "step-000001");
@@ -541,7 +546,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
 
   // The final weights and optimizer state are the same bytes.
   const std::string wa = straight.config.output + "/checkpoints/step-000006", wb = split.config.output + "/checkpoints/step-000006";
-  for (const char* file : {"/model.safetensors", "/optimizer.safetensors"})
+  for (const char* file : {"/model/model.safetensors", "/optimizer.safetensors"})
     EXPECT_TRUE(io::read_file(wa + file) == io::read_file(wb + file)) << file << " differs";
   EXPECT_EQ(train::read_trainer_state(wa).loader.sample_index, train::read_trainer_state(wb).loader.sample_index);
 
@@ -590,7 +595,7 @@ TEST(Trainer, InitCheckpointStartsPhaseTwoAtStepZero) {
   s.config.checkpoint_every = 0;
   train::pretrain(quiet(s.config));
   const std::string phase1 = s.config.output + "/checkpoints/step-000003";
-  BertTrainModel want = BertTrainModel::load(phase1, {.pooler = true, .mlm = true, .nsp = true}, 0);
+  BertTrainModel want = BertTrainModel::load(phase1 + "/model", {.pooler = true, .mlm = true, .nsp = true}, 0);
 
   train::PretrainConfig p2 = s.config;
   p2.phase = 2;

@@ -153,6 +153,16 @@ std::string resolve_checkpoint(const std::string& path) {
   return last;
 }
 
+std::string checkpoint_model_dir(const std::string& checkpoint_dir) {
+  std::error_code ec;
+  return fs::is_directory(fs::path(checkpoint_dir) / "model", ec) ? checkpoint_dir + "/model" : checkpoint_dir;
+}
+
+bool is_training_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / kStateFile, ec);
+}
+
 void remove_stale_checkpoint_temporaries(const std::string& run_dir) {
   std::error_code ec;
   const std::string root = checkpoints_root(run_dir);
@@ -186,8 +196,8 @@ std::string write_checkpoint(const std::string& run_dir, const std::function<voi
   std::string stage = "model";
   try {
     // 1. the model's own files (BERT: an HF model directory)
-    maybe_fail("model", tmp + "/model.safetensors");
-    save_model(tmp);
+    maybe_fail("model", tmp + "/model/model.safetensors");
+    save_model(tmp + "/model");
     // 2. optimizer moments
     stage = "optimizer";
     OptimizerState os = optimizer.state();

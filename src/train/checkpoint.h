@@ -1,10 +1,11 @@
 // train/checkpoint.h: training checkpoints, written whole or not at all.
 //
 //   run/checkpoints/step-000200/
-//     config.json, model.safetensors, vocab.txt   an HF model directory (unmask infer --model ...)
-//     optimizer.safetensors                        "P.exp_avg", "P.exp_avg_sq" for every param P;
-//                                                  metadata: optimizer, step
-//     trainer_state.json                           step, loader position(s), seed, config, metrics
+//     model/                 the model as its users have it (BERT: an HF directory, config.json,
+//                            model.safetensors, vocab.txt, tokenizer files), nothing else: the
+//                            directory to upload or to pass to `unmask infer --model`
+//     optimizer.safetensors  "P.exp_avg", "P.exp_avg_sq" for every param P; metadata: optimizer, step
+//     trainer_state.json     step, data position(s), seed, settings, metrics
 //
 //   train::TrainerState st; st.step = 200; ...
 //   std::string dir = train::write_checkpoint("run", model, optimizer, st, {.vocab_path = v, .keep_last = 3});
@@ -75,7 +76,8 @@ std::string checkpoints_root(const std::string& run_dir);
 
 /// Writes run_dir/checkpoints/step-NNNNNN (NNNNNN = state.step) atomically, replacing one of the
 /// same step, then deletes the oldest complete checkpoints beyond keep_last. Returns its path.
-/// save_model writes the model's files (its users' layout) into the directory it is given.
+/// save_model writes the model's files (its users' layout) into the directory it is given (the
+/// checkpoint's model/).
 /// Errors say which stage failed and that the previous checkpoint is intact.
 std::string write_checkpoint(const std::string& run_dir, const std::function<void(const std::string&)>& save_model,
                              const Optimizer& optimizer, const TrainerState& state, int64_t keep_last);
@@ -90,6 +92,11 @@ std::string latest_checkpoint(const std::string& run_dir);
 /// A checkpoint directory from a --resume argument: a checkpoint itself, or a run directory
 /// (its latest checkpoint). Throws when there is none.
 std::string resolve_checkpoint(const std::string& path);
+/// The model directory of a checkpoint (checkpoint_dir/model; a checkpoint of an earlier build
+/// held the model files beside the state: then checkpoint_dir itself).
+std::string checkpoint_model_dir(const std::string& checkpoint_dir);
+/// Whether `dir` is a training checkpoint (it holds trainer_state.json).
+bool is_training_checkpoint(const std::string& dir);
 /// Removes leftover .tmp-* directories of interrupted writes (at the start of a run).
 void remove_stale_checkpoint_temporaries(const std::string& run_dir);
 

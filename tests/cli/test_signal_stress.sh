@@ -47,7 +47,7 @@ for i in $(seq 1 "$RUNS"); do
   if [[ $rc != "$want" ]] || grep -q -E "corrupted|free\(\)|outside \[0" "$W/out"; then
     fail=$((fail + 1)); echo "FAIL: run $i, SIG$sig: exit $rc (want $want):"; tail -3 "$W/out"; continue
   fi
-  if [[ -z "$last" || ! -f "$run/checkpoints/$last/trainer_state.json" || ! -f "$run/checkpoints/$last/model.safetensors" ]]; then
+  if [[ -z "$last" || ! -f "$run/checkpoints/$last/trainer_state.json" || ! -f "$run/checkpoints/$last/model/model.safetensors" ]]; then
     fail=$((fail + 1)); echo "FAIL: run $i, SIG$sig: no complete checkpoint ($last)"; continue
   fi
   done_steps=$((10#${last#step-}))

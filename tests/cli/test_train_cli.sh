@@ -64,7 +64,7 @@ EOF
 
 # ---- a run to the end ------------------------------------------------------------------------
 expect 0 "pretrained 8 steps (step 0 -> 8 of 8)" -- "$U" pretrain --config "$W/tiny.toml"
-check "final checkpoint" test -f "$W/run/checkpoints/step-000008/model.safetensors"
+check "final checkpoint" test -f "$W/run/checkpoints/step-000008/model/model.safetensors"
 check "optimizer state" test -f "$W/run/checkpoints/step-000008/optimizer.safetensors"
 check "keep_checkpoints = 2" test "$(ls "$W/run/checkpoints" | tr '\n' ' ')" = "step-000006 step-000008 "
 check "metrics.jsonl has 8 rows" test "$(wc -l < "$W/run/metrics.jsonl")" = 8
@@ -73,13 +73,13 @@ expect 0 "[MASK] at position" -- "$U" infer --model "$W/run/checkpoints/step-000
 expect 0 "| unigram (always" -- "$U" eval --task mlm --model "$W/run/checkpoints/step-000008" --data "$W/shards"
 expect 0 '"unigram_accuracy"' -- "$U" eval --task mlm --model "$W/run/checkpoints/step-000008" --data "$W/shards" --format json
 expect 1 "does not exist" -- "$U" eval --task mlm --model "$W/run/checkpoints/step-000008" --data "$W/none"
-check "checkpoint carries its casing" grep -q '"do_lower_case": true' "$W/run/checkpoints/step-000008/tokenizer_config.json"
-check "checkpoint carries special_tokens_map.json" grep -q '"mask_token": "\[MASK\]"' "$W/run/checkpoints/step-000008/special_tokens_map.json"
+check "checkpoint carries its casing" grep -q '"do_lower_case": true' "$W/run/checkpoints/step-000008/model/tokenizer_config.json"
+check "checkpoint carries special_tokens_map.json" grep -q '"mask_token": "\[MASK\]"' "$W/run/checkpoints/step-000008/model/special_tokens_map.json"
 # Shards made with --cased train a model that stays cased: its checkpoints say do_lower_case false.
 expect 0 "" -- "$U" prepare-text --input "$W/corpus.txt" --vocab "$W/vocab.txt" --output "$W/cased_shards" \
   --max-seq 32 --max-pred 5 --dupe-factor 1 --cased --quiet
 expect 0 "pretrained 1 steps" -- "$U" pretrain --config "$W/tiny.toml" --set "data=\"$W/cased_shards\"" --output "$W/cased" --steps 1 --quiet
-check "a cased run's checkpoint is cased" grep -q '"do_lower_case": false' "$W/cased/checkpoints/step-000001/tokenizer_config.json"
+check "a cased run's checkpoint is cased" grep -q '"do_lower_case": false' "$W/cased/checkpoints/step-000001/model/tokenizer_config.json"
 expect 1 "already holds checkpoints" -- "$U" pretrain --config "$W/tiny.toml"
 expect 1 "has already done 8 of steps = 8" -- "$U" pretrain --config "$W/tiny.toml" --resume
 expect 0 "pretrained 4 steps (step 8 -> 12 of 12)" -- "$U" pretrain --config "$W/tiny.toml" --resume --set steps=12 --quiet

@@ -47,7 +47,7 @@ killed_at=$(ls "$T/b/checkpoints" 2>/dev/null | grep step- | tail -1)
 k=$((10#${killed_at#step-}))
 grep -q "pretrained $((STEPS - k)) steps (step $k -> $STEPS of $STEPS)" "$T/b3.out" && grep -q "resumed from" "$T/b3.out" \
   && ok || bad "resumed summary does not report this invocation's steps: $(cat "$T/b3.out")"
-for f in model.safetensors optimizer.safetensors; do
+for f in model/model.safetensors optimizer.safetensors; do
   cmp -s "$T/a/checkpoints/$final/$f" "$T/b/checkpoints/$final/$f" && ok || bad "$f differs after SIGKILL + --resume"
 done
 cmp -s "$T/a/model/model.safetensors" "$T/b/model/model.safetensors" && ok || bad "final model differs"

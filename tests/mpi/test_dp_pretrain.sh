@@ -53,8 +53,8 @@ worst = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
 ga = [json.loads(l)["grad_norm"] for l in open(os.path.join(a, "metrics.jsonl"))]
 gb = [json.loads(l)["grad_norm"] for l in open(os.path.join(b, "metrics.jsonl"))]
 worst = max([worst] + [abs(x - y) / abs(x) for x, y in zip(ga, gb)])
-wa, _ = st_io.read_safetensors(os.path.join(a, "checkpoints/step-000008/model.safetensors"))
-wb, _ = st_io.read_safetensors(os.path.join(b, "checkpoints/step-000008/model.safetensors"))
+wa, _ = st_io.read_safetensors(os.path.join(a, "checkpoints/step-000008/model/model.safetensors"))
+wb, _ = st_io.read_safetensors(os.path.join(b, "checkpoints/step-000008/model/model.safetensors"))
 # per tensor ||a - b|| / (||a|| + 1e-2): the key biases get zero gradient (softmax ignores them),
 # so their norm is ~1e-8 of rounding noise and a pure relative error would be meaningless there
 wworst = max(np.linalg.norm(wa[k].to_float64() - wb[k].to_float64()) / (np.linalg.norm(wa[k].to_float64()) + 1e-2)

@@ -77,8 +77,8 @@ ra = [json.loads(l) for l in open(os.path.join(a, "metrics.jsonl"))]
 rb = [json.loads(l) for l in open(os.path.join(b, "metrics.jsonl"))]
 assert len(ra) == len(rb) == 8, (len(ra), len(rb))
 worst = max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(ra, rb) for k in ("loss", "grad_norm"))
-wa, _ = st_io.read_safetensors(os.path.join(a, "checkpoints/step-000008/model.safetensors"))
-wb, _ = st_io.read_safetensors(os.path.join(b, "checkpoints/step-000008/model.safetensors"))
+wa, _ = st_io.read_safetensors(os.path.join(a, "checkpoints/step-000008/model/model.safetensors"))
+wb, _ = st_io.read_safetensors(os.path.join(b, "checkpoints/step-000008/model/model.safetensors"))
 # per tensor ||a - b|| / (||a|| + 1e-2), as test_dp_pretrain.sh (the key biases' norms are rounding noise)
 wworst = max(np.linalg.norm(wa[k].to_float64() - wb[k].to_float64()) / (np.linalg.norm(wa[k].to_float64()) + 1e-2)
              for k in wa)

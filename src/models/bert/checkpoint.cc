@@ -60,6 +60,9 @@ Location locate(const std::string& path) {
   }
   if (is_dir(path)) {
     loc.dir = path;
+    // A training checkpoint (checkpoints/step-N): its model is in model/, beside the optimizer
+    // and trainer state.
+    if (is_file(loc.dir / "trainer_state.json") && is_dir(loc.dir / "model")) loc.dir /= "model";
   } else {
     loc.file = path;
     loc.dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
@@ -75,7 +78,8 @@ Location locate(const std::string& path) {
   std::vector<std::string> steps;
   if (is_dir(ckpts))
     for (const auto& e : fs::directory_iterator(ckpts, ec))
-      if (e.path().filename().string().rfind("step-", 0) == 0 && is_file(e.path() / "config.json"))
+      if (e.path().filename().string().rfind("step-", 0) == 0 &&
+          (is_file(e.path() / "model" / "config.json") || is_file(e.path() / "config.json")))
         steps.push_back(e.path().filename().string());
   std::sort(steps.begin(), steps.end());
   if (!steps.empty())

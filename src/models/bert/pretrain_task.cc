@@ -315,25 +315,31 @@ TrainResult pretrain(const TrainerOptions& options) {
 
   // ---- where the weights come from
   LoopStart start = open_run(lc, options.resume, warn);
-  // init_checkpoint may name a checkpoint (an HF directory) or a run directory (its latest one).
-  if (!cfg.init_checkpoint.empty() && start.resume_dir.empty() && !io::file_exists(cfg.init_checkpoint + "/config.json")) {
-    std::string last = is_dir(cfg.init_checkpoint) ? latest_checkpoint(cfg.init_checkpoint) : "";
-    if (last.empty())
-      throw Error(cfg.origin.count("init_checkpoint") ? cfg.origin.at("init_checkpoint") : "config", ": init_checkpoint ",
-                  cfg.init_checkpoint, " is neither a model directory (config.json) nor a run directory with checkpoints",
-                  Hint("run phase 1 first, or point init_checkpoint at one of its checkpoints/step-* directories"));
-    cfg.init_checkpoint = last;
+  // init_checkpoint may name a model (an HF directory), a training checkpoint, or a run directory
+  // (its latest checkpoint). A training checkpoint gives its model/ and its optimizer moments.
+  std::string init_state_dir;  // the checkpoint whose optimizer moments phase 2 takes
+  if (!cfg.init_checkpoint.empty() && start.resume_dir.empty()) {
+    std::string init = cfg.init_checkpoint;
+    if (!is_training_checkpoint(init) && !io::file_exists(init + "/config.json")) {
+      init = is_dir(init) ? latest_checkpoint(init) : "";
+      if (init.empty())
+        throw Error(cfg.origin.count("init_checkpoint") ? cfg.origin.at("init_checkpoint") : "config", ": init_checkpoint ",
+                    cfg.init_checkpoint, " is neither a model directory (config.json) nor a run directory with checkpoints",
+                    Hint("run phase 1 first, or point init_checkpoint at one of its checkpoints/step-* directories"));
+    }
+    if (is_training_checkpoint(init)) init_state_dir = init;
+    cfg.init_checkpoint = init;
   }
   const bool random_model = cfg.model.rfind("random:", 0) == 0;
-  const std::string weights_dir = !start.resume_dir.empty()         ? start.resume_dir
-                                  : !cfg.init_checkpoint.empty() ? cfg.init_checkpoint
+  const std::string weights_dir = !start.resume_dir.empty()      ? checkpoint_model_dir(start.resume_dir)
+                                  : !cfg.init_checkpoint.empty() ? checkpoint_model_dir(cfg.init_checkpoint)
                                   : random_model                 ? ""
                                                                  : cfg.model;
   if (!weights_dir.empty() && !is_dir(weights_dir))
     throw Error("model directory ", weights_dir, " not found",
                 Hint("model is an HF directory (config.json, model.safetensors) or random:tiny|mini|small|medium|base|large"));
   // DLE phase 2: the phase-1 weights and optimizer moments, the step counter back to 0.
-  if (start.resume_dir.empty() && !cfg.init_checkpoint.empty()) start.init_optimizer_dir = cfg.init_checkpoint;
+  if (start.resume_dir.empty()) start.init_optimizer_dir = init_state_dir.empty() ? cfg.init_checkpoint : init_state_dir;
 
   int threads = cfg.threads;
   if (threads == 0 && comm.local_size() > 1)  // share the host's cores between its ranks

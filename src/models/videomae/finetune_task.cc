@@ -18,7 +18,7 @@ VideoMAEFinetuneTask::VideoMAEFinetuneTask(const VideoMAEFinetuneSettings& setti
   const VideoMAEConfig& c = s_.config;
   model_.emplace(VideoMAEClassifier::random(c, s_.num_classes, s_.seed));
   if (!start.resume_dir.empty()) {
-    load_videomae(start.resume_dir, c, model_->params());  // every tensor, head included
+    load_videomae(train::checkpoint_model_dir(start.resume_dir), c, model_->params());  // every tensor, head included
     auto it = start.resumed.data.find("clip_batches");
     if (it == start.resumed.data.end())
       throw Error("the checkpoint ", start.resume_dir, " records no clip-loader position (data.clip_batches)",

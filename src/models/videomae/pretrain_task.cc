@@ -23,7 +23,7 @@ VideoMAEPretrainTask::VideoMAEPretrainTask(const VideoMAEPretrainSettings& setti
 
   // Weights: the checkpoint resumed from, else --init-from, else VideoMAE's init from the seed.
   model_.emplace(VideoMAEPretrainModel::random(c, s_.seed));
-  const std::string weights = !start.resume_dir.empty() ? start.resume_dir : s_.init_from;
+  const std::string weights = !start.resume_dir.empty() ? train::checkpoint_model_dir(start.resume_dir) : s_.init_from;
   if (!weights.empty()) {
     const LoadReport r = load_videomae(weights, c, model_->params());
     if (comm.is_root() && start.resume_dir.empty()) std::fprintf(stderr, "%s\n", r.summary().c_str());
