@@ -11,6 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
+#include <set>
+#include <regex>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -82,6 +86,26 @@ TEST(OpsDispatch, IsaTablesAndErrors) {
   EXPECT_FALSE(ops::supports("softmax", Device::cuda, DType::f32));  // this build has no CUDA backend
 #endif
   EXPECT_FALSE(ops::supports("conv", Device::cpu, DType::f32));
+}
+
+// One table (src/ops/op_table.cc) for every backend: it names exactly the op front-ends that
+// ops.h declares (a front-end added without a row, or a row left after its op went, fails), and
+// an op known to one device is known to the other (the optimizer ops were missing from the CPU's
+// list while the CUDA backend's own list had them).
+TEST(Ops, OneSupportTableNamesEveryFrontEnd) {
+  std::ifstream in(std::string(UNMASK_SOURCE_DIR) + "/src/ops/ops.h");
+  ASSERT_TRUE(in.good());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::set<std::string> declared;
+  const std::regex decl(R"(\b([a-z_0-9]+)\(Context& ctx)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), decl); it != std::sregex_iterator(); ++it)
+    declared.insert((*it)[1].str());
+  for (const char* helper : {"pack_weight", "layernorm_input_dropout_in_kernel"}) declared.erase(helper);  // not ops
+  std::set<std::string> table;
+  for (std::string_view op : ops::supported_ops()) EXPECT_TRUE(table.insert(std::string(op)).second) << op << " twice";
+  EXPECT_EQ(table, declared);
+  for (const std::string& op : table) EXPECT_TRUE(ops::supports(op, Device::cpu, op == "videomae_index" ? DType::i32 : DType::f32)) << op;
+  EXPECT_TRUE(ops::supports("adamw_update", Device::cpu, DType::f32));
 }
 
 // ---- activation ----------------------------------------------------------------------------------

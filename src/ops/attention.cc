@@ -197,11 +197,11 @@ void check_dropout(const char* op, const AttentionTrainArgs& train) {
 }
 
 /// The CUDA branch of the training ops: Unsupported without a CUDA build or for a dtype the
-/// backend lacks (cuda::supports), else run() (cuda::attention_forward_train / _backward).
+/// backend lacks (ops::supports, op_table.cc), else run() (cuda::attention_forward_train / _backward).
 template <typename Run>
 void train_on_cuda(const char* op, Context& ctx, const Tensor& q, Run&& run) {
 #ifdef UNMASK_WITH_CUDA
-  if (!cuda::supports(op, q.dtype())) detail::throw_unsupported(op, Device::cuda, q.dtype());
+  if (!supports(op, Device::cuda, q.dtype())) detail::throw_unsupported(op, Device::cuda, q.dtype());
   UNMASK_CHECK(ctx.device() == Device::cuda, op, ": tensors are on cuda but the context runs on ",
                device_name(ctx.device()));
   run();
@@ -219,7 +219,7 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
   detail::OpScope op_scope(ctx, "attention");
   const Layout lay = check_attention("attention", q, k, v, out, args);
 #ifdef UNMASK_WITH_CUDA
-  if (q.device() == Device::cuda && !cuda::supports("attention", q.dtype()))
+  if (q.device() == Device::cuda && !supports("attention", Device::cuda, q.dtype()))
     throw Unsupported("attention: device cuda, dtype ", dtype_name(q.dtype()), " is not implemented");
 #endif
   if (lay.N == 0) return;

@@ -1,13 +1,10 @@
-// ops/op_common.cc: validation helpers for the op front-ends, and the supports() table.
+// ops/op_common.cc: validation helpers for the op front-ends (the supports() table: op_table.cc).
 #include "ops/op_common.h"
 
 #include <string>
 #include <utility>
 
 #include "ops/ops.h"
-#ifdef UNMASK_WITH_CUDA
-#include "cuda/ops_cuda.h"
-#endif
 
 namespace unmask::ops {
 namespace detail {
@@ -158,36 +155,5 @@ void throw_unsupported(std::string_view op, Device device, DType dtype) {
 }
 
 }  // namespace detail
-
-bool supports(std::string_view op, Device device, DType dtype) {
-  const bool known = op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" ||
-                     op == "embedding" || op == "embedding_layernorm" || op == "attention" ||
-                     // training
-                     op == "layernorm_backward" || op == "activation_backward" ||
-                     op == "bias_grad" || op == "softmax_backward" ||
-                     op == "embedding_backward" || op == "cross_entropy" || op == "dropout" ||
-                     op == "dropout_backward" || op == "attention_forward_train" ||
-                     op == "attention_backward" ||
-                     // video tokens (video_ops.cc)
-                     op == "tubelet_gather" || op == "tubelet_target" || op == "mse_rows";
-  if (!known) return false;
-  switch (device) {
-    case Device::cpu:
-      // f32 kernels; bf16 / f16 emulated (f32 copies, one rounding) by the ops the bf16 training
-      // path uses.
-      return dtype == DType::f32 ||
-             ((dtype == DType::bf16 || dtype == DType::f16) &&
-              (op == "gemm" || op == "layernorm" || op == "activation" || op == "layernorm_backward" ||
-               op == "activation_backward" || op == "bias_grad" || op == "dropout" || op == "dropout_backward" ||
-               op == "attention_forward_train" || op == "attention_backward"));
-    case Device::cuda:
-#ifdef UNMASK_WITH_CUDA
-      return cuda::supports(op, dtype);  // the CUDA backend's own table (src/cuda/ops_cuda.cc)
-#else
-      return false;  // this build has no CUDA backend
-#endif
-  }
-  return false;
-}
 
 }  // namespace unmask::ops

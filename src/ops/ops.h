@@ -25,6 +25,8 @@ namespace unmask::ops {
 /// all three. On the CPU, bf16 / f16 are emulated (f32 arithmetic, one rounding of each output:
 /// correct, not fast) by gemm, layernorm, activation and the training ops of the encoder layers.
 bool supports(std::string_view op, Device device, DType dtype);
+/// Every op name the table knows (op_table.cc), in its order.
+std::vector<std::string_view> supported_ops();
 
 /// Elementwise activations (also GEMM epilogues).
 enum class Activation : uint8_t {
