@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <utility>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
 
+#include "io/file.h"
 #include "train/config.h"
 #include "train/metrics.h"
 #include "unmask/error.h"
@@ -121,6 +123,77 @@ std::string Args::get(const std::string& name) const {
   if (auto it = values_.find(name); it != values_.end()) return it->second;
   if (auto it = defaults_.find(name); it != defaults_.end()) return it->second;
   return "";
+}
+
+std::vector<OptionSpec> config_option_specs() {
+  return {{"config", "FILE", "read options from FILE: key = value lines (keys: these options' names; # comments)", ""},
+          {"set", "KEY=VALUE", "set one option (repeatable; over --config, under options given directly)", ""},
+          {"print-config", "", "print every option with its value and help as a config file, then exit", ""}};
+}
+
+std::vector<std::string> expand_config_options(const std::vector<OptionSpec>& specs, int argc, char** argv, int first) {
+  std::vector<std::string> head(argv, argv + first), rest;
+  std::vector<train::FlatSetting> settings;
+  std::vector<train::FlatSetting> sets;
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--config" || a.rfind("--config=", 0) == 0) {
+      std::string path = a == "--config" ? (i + 1 < argc ? argv[++i] : "") : a.substr(9);
+      if (path.empty()) throw Error("--config needs a file");
+      if (!io::file_exists(path)) throw Error("config file ", path, " not found");
+      for (auto& s : train::parse_flat_config(io::read_file(path), path)) settings.push_back(s);
+    } else if (a == "--set" || a.rfind("--set=", 0) == 0) {
+      const std::string kv = a == "--set" ? (i + 1 < argc ? argv[++i] : "") : a.substr(6);
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw Error("--set needs KEY=VALUE, got '", kv, "'");
+      std::string key = kv.substr(0, eq);
+      std::replace(key.begin(), key.end(), '_', '-');
+      sets.push_back({key, kv.substr(eq + 1), "--set " + kv});
+    } else {
+      rest.push_back(a);
+    }
+  }
+  settings.insert(settings.end(), sets.begin(), sets.end());
+  std::vector<std::string> out = head;
+  for (const train::FlatSetting& s : settings) {
+    auto it = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& o) { return o.name == s.key; });
+    if (it == specs.end() || s.key == "config" || s.key == "set" || s.key == "print-config") {
+      std::string best;
+      size_t best_d = SIZE_MAX;
+      for (const auto& o : specs)
+        if (size_t d = train::edit_distance(s.key, o.name); d < best_d) best_d = d, best = o.name;
+      throw Error(s.where, ": unknown key '", s.key, "'",
+                  Hint(best_d <= 3 ? "did you mean " + best + "?" : "the keys are the command's options (--help)"));
+    }
+    if (it->value.empty()) {  // a flag
+      if (s.value != "true" && s.value != "false")
+        throw Error(s.where, ": ", s.key, " is a switch: true or false, got '", s.value, "'");
+      // a later false cancels an earlier true
+      out.erase(std::remove(out.begin() + long(head.size()), out.end(), "--" + s.key), out.end());
+      if (s.value == "true") out.push_back("--" + s.key);
+    } else {
+      out.push_back("--" + s.key);
+      out.push_back(s.value);
+    }
+  }
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+
+std::string config_file_text(const Args& args, const std::vector<OptionSpec>& specs, const std::vector<std::string>& skip) {
+  std::string out;
+  for (const OptionSpec& o : specs) {
+    if (o.name == "config" || o.name == "set" || o.name == "print-config" || o.name == "help") continue;
+    if (std::find(skip.begin(), skip.end(), o.name) != skip.end()) continue;
+    std::string key = o.name;
+    std::replace(key.begin(), key.end(), '-', '_');
+    std::string value = o.value.empty() ? (args.has(o.name) ? "true" : "false") : args.get(o.name);
+    bool number = !value.empty();
+    for (char c : value) number = number && (std::isdigit((unsigned char)c) || c == '.' || c == '-' || c == '+' || c == 'e');
+    const bool bare = number || value == "true" || value == "false";
+    out += "# " + o.help + "\n" + key + " = " + (bare ? value : "\"" + value + "\"") + "\n";
+  }
+  return out;
 }
 
 std::map<std::string, std::string> Args::values() const {

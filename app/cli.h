@@ -45,6 +45,19 @@ class Args {
 };
 
 std::string usage(const std::string& command, const std::string& summary, const std::vector<OptionSpec>& specs);
+
+/// The options a command takes from a config file: --config FILE (key = value lines, the keys
+/// the command's option names with '_' or '-'), --set KEY=VALUE (repeatable) and --print-config.
+std::vector<OptionSpec> config_option_specs();
+/// Takes --config and --set out of argv[first..] and puts the options they set in front of the
+/// remaining ones (a flag set true is given, false left out), so that an option on the command
+/// line wins over --set, and --set over the file. An unknown key or a value for a flag other
+/// than true / false is an Error naming its file:line (or --set). Returns argv[0..first) and
+/// the expanded options.
+std::vector<std::string> expand_config_options(const std::vector<OptionSpec>& specs, int argc, char** argv, int first);
+/// A config file of every option of `specs` with its value in `args` and its help as a comment
+/// (--print-config: the file to start a run's config from); options named in `skip` are left out.
+std::string config_file_text(const Args& args, const std::vector<OptionSpec>& specs, const std::vector<std::string>& skip);
 /// The shared `--device cpu|cuda` option, and its value: an Error for another value, and for
 /// cuda in a build without the CUDA backend (saying how to get one).
 OptionSpec device_option();

@@ -129,7 +129,7 @@ train::LoopConfig loop_config(const Args& a, const std::string& out, int64_t ste
   lc.config = a.values();
   for (const char* k : {"data", "output", "val", "threads", "log-every", "quiet", "stop-after", "checkpoint-every",
                         "keep-checkpoints", "force", "device", "root", "init-from", "no-overlap", "strict", "workers",
-                        "test-segments", "test-crops"})
+                        "test-segments", "test-crops", "config", "set", "print-config"})
     lc.config.erase(k);
   lc.config_hash = settings_hash(lc.config);
   return lc;
@@ -188,13 +188,21 @@ int cmd_pretrain_video(int argc, char** argv) {
   bool resume = false;
   std::string resume_dir;
   std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
+  const std::vector<OptionSpec> all_specs = with(specs, config_option_specs());
+  std::vector<std::string> expanded = expand_config_options(all_specs, int(rest.size()), rest.data(), 2);
+  rest.clear();
+  for (std::string& e : expanded) rest.push_back(e.data());
   auto parsed = Args::parse("pretrain-video",
                             "VideoMAE pretraining (tube masking, normalized-pixel MSE). Checkpoints under "
-                            "OUT/checkpoints/step-N (model, optimizer, trainer state); SIGINT/SIGTERM finish the step, "
+                            "OUTPUT/checkpoints/step-N (model, optimizer, trainer state); SIGINT/SIGTERM finish the step, "
                             "save one and exit 130/143; --resume continues bit for bit",
-                            specs, int(rest.size()), rest.data(), 2);
+                            all_specs, int(rest.size()), rest.data(), 2);
   if (!parsed) return 0;
   const Args& a = *parsed;
+  if (a.has("print-config")) {
+    std::fputs(config_file_text(a, specs, {"resume", "stop-after", "quiet", "force"}).c_str(), stdout);
+    return 0;
+  }
   std::string data = a.require("data");
   const std::string out = a.require("output");
   prepare_video_output(a, out, "pretrain-video", resume);
@@ -333,12 +341,20 @@ int cmd_finetune_video(int argc, char** argv) {
   bool resume = false;
   std::string resume_dir;
   std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
+  const std::vector<OptionSpec> all_specs = with(specs, config_option_specs());
+  std::vector<std::string> expanded = expand_config_options(all_specs, int(rest.size()), rest.data(), 2);
+  rest.clear();
+  for (std::string& e : expanded) rest.push_back(e.data());
   auto parsed = Args::parse("finetune-video",
                             "VideoMAE fine-tuning (mean pooling, layer decay, mixup/cutmix). Checkpoints under "
-                            "OUT/checkpoints/step-N; SIGINT/SIGTERM save one and exit 130/143; --resume continues",
-                            specs, int(rest.size()), rest.data(), 2);
+                            "OUTPUT/checkpoints/step-N; SIGINT/SIGTERM save one and exit 130/143; --resume continues",
+                            all_specs, int(rest.size()), rest.data(), 2);
   if (!parsed) return 0;
   const Args& a = *parsed;
+  if (a.has("print-config")) {
+    std::fputs(config_file_text(a, specs, {"resume", "stop-after", "quiet", "force"}).c_str(), stdout);
+    return 0;
+  }
   std::string data = a.require("data");
   const std::string out = a.require("output");
   prepare_video_output(a, out, "finetune-video", resume);

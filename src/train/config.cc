@@ -494,6 +494,40 @@ PretrainConfig parse_config(const std::string& text, const std::string& origin, 
   return c;
 }
 
+std::vector<FlatSetting> parse_flat_config(const std::string& text, const std::string& origin) {
+  std::vector<FlatSetting> out;
+  std::set<std::string> seen;
+  std::istringstream in(text);
+  std::string raw;
+  int line_no = 0;
+  while (std::getline(in, raw)) {
+    ++line_no;
+    const std::string where = origin + ":" + std::to_string(line_no);
+    const std::string line = trim(strip_comment(raw));
+    if (line.empty()) continue;
+    if (line[0] == '[') throw Error(where, ": sections are not used here, got ", line, Hint("write key = value lines"));
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      throw Error(where, ": expected key = value, got ", line, Hint("strings need double quotes: key = \"value\""));
+    const std::string key = trim(line.substr(0, eq));
+    if (key.empty()) throw Error(where, ": missing key before '='");
+    for (char ch : key)
+      if (!(std::isalnum((unsigned char)ch) || ch == '_' || ch == '-'))
+        throw Error(where, ": bad key '", key, "'", Hint("keys are letters, digits, '_' and '-'"));
+    Value v;
+    try {
+      v = parse_value(trim(line.substr(eq + 1)), false);
+    } catch (const Error& e) {
+      throw Error(where, ": ", key, ": ", e.what());
+    }
+    std::string dashed = key;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    if (!seen.insert(dashed).second) throw Error(where, ": '", key, "' is set twice", Hint("remove one of the two"));
+    out.push_back({dashed, v.kind == Value::Kind::string ? v.s : v.text, where});
+  }
+  return out;
+}
+
 PretrainConfig load_config(const std::string& path, int phase) {
   if (!io::file_exists(path))
     throw Error("config file ", path, " not found", Hint("see configs/pretrain-tiny.toml for an example"));

@@ -113,6 +113,15 @@ struct ConfigKeyInfo {
 };
 const std::vector<ConfigKeyInfo>& config_keys();
 
+/// A flat config file (the same TOML subset: `key = value` lines, # comments, no sections) as
+/// (key, value text, "file:line") in file order: strings unquoted, numbers and true / false as
+/// written. Keys are letters, digits, '_' and '-'; a key set twice or a malformed line is an
+/// Error naming the line. What the keys mean is the caller's (the video commands' options).
+struct FlatSetting {
+  std::string key, value, where;
+};
+std::vector<FlatSetting> parse_flat_config(const std::string& text, const std::string& origin);
+
 /// FNV-1a (64 bits) of `text` as 16 hex digits: the settings hash a checkpoint records.
 std::string fnv1a_hex(const std::string& text);
 

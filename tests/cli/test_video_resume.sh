@@ -114,5 +114,26 @@ row = json.loads(open(sys.argv[3]).readline())
 assert row["accuracy"] is not None and "epoch" in row and "mix_lam" in row, row
 EOF2
 
+# A config file of the command's options: --print-config writes one (every option with its help),
+# --config reads it, --set and then options given directly win over it, and the run it describes
+# is the run the same flags give, bit for bit. A wrong key or value names its line.
+"$BIN" pretrain-video --data "$T/store" --preset tiny --img 32 --patch 8 --frames 4 --batch 4 --steps 3 --threads 2 \
+  --seed 9 --print-config > "$T/pv.toml" && grep -q "^mask_ratio = 0.9$" "$T/pv.toml" && grep -q "^# tube mask ratio$" "$T/pv.toml" \
+  && ok || bad "--print-config: $(head -5 "$T/pv.toml")"
+sed -i 's/^steps = 3$/steps = 50/; s/^seed = 9$/seed = 1/' "$T/pv.toml"
+"$BIN" pretrain-video --config "$T/pv.toml" --set steps=4 --seed 9 --print-config | grep -q "^steps = 4$" \
+  && "$BIN" pretrain-video --config "$T/pv.toml" --set steps=4 --seed 9 --print-config | grep -q "^seed = 9$" \
+  && ok || bad "--set / a direct option do not win over --config"
+"$BIN" pretrain-video --config "$T/pv.toml" --set steps=3 --seed 9 --output "$T/cfg" --quiet >/dev/null 2>&1 \
+  && "$BIN" pretrain-video --data "$T/store" --preset tiny --img 32 --patch 8 --frames 4 --batch 4 --steps 3 --threads 2 \
+       --seed 9 --output "$T/flags" --quiet >/dev/null 2>&1 \
+  && cmp -s "$T/cfg/model/model.safetensors" "$T/flags/model/model.safetensors" && ok || bad "the config's run differs from the flags' run"
+printf 'batch = 4\nmask_ratoi = 0.5\n' > "$T/bad.toml"
+"$BIN" pretrain-video --config "$T/bad.toml" --data "$T/store" --output "$T/x" >"$T/bad.out" 2>&1 && bad "a bad key was accepted" \
+  || { grep -q "bad.toml:2: unknown key 'mask-ratoi'.*did you mean mask-ratio" "$T/bad.out" && ok || bad "bad key message: $(cat "$T/bad.out")"; }
+printf 'quiet = "maybe"\n' > "$T/bad2.toml"
+"$BIN" pretrain-video --config "$T/bad2.toml" >"$T/bad2.out" 2>&1 && bad "a bad switch value was accepted" \
+  || { grep -q "bad2.toml:1: quiet is a switch: true or false" "$T/bad2.out" && ok || bad "switch message: $(cat "$T/bad2.out")"; }
+
 echo "test_video_resume: $pass passed, $fail failed"
 [ "$fail" = 0 ]
