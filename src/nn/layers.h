@@ -1,4 +1,5 @@
-// nn/layers.h: BERT's layers as explicit forward/backward pairs for training.
+// nn/layers.h: the layers models share (parameter holders with their bf16 copies, linear, embedding,
+// the post-LN encoder layer of BERT) as explicit forward/backward pairs for training.
 //
 // Every activation is a 2-D row matrix over the N real tokens of a PACKED batch (sequences back
 // to back, cu_seqlens), so no GEMM, attention or elementwise work is spent on padding. Each

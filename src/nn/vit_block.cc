@@ -1,12 +1,14 @@
-// models/videomae/vit_block.cc: the pre-LN ViT block of VideoMAE as an explicit forward/backward pair (shapes
-// and saved tensors in models/videomae/videomae.h), shared by the pretraining and the classification models.
+// nn/vit_block.cc: the pre-LN transformer block as an explicit forward/backward pair (shapes and
+// saved tensors in nn/vit_block.h); VideoMAE's pretraining and classification models use it.
 #include <cmath>
 #include <cstring>
 
 #include "unmask/error.h"
-#include "models/videomae/videomae.h"
+#include "nn/vit_block.h"
 
-namespace unmask::video {
+namespace unmask::nn {
+
+using train::PV;
 
 using ops::Activation;
 using ops::Trans;
@@ -109,7 +111,7 @@ void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const Bl
   const DType adt = x.dtype();  // f32, or bf16 (BlockShape::activations)
   UNMASK_CHECK(adt == s.activations, "ViT block: x is ", x.describe(), " but the block's activations are ",
                dtype_name(s.activations));
-  auto f32 = [&](const Shape& shape) { return video::f32(shape, x.device()); };
+  auto f32 = [&](const Shape& shape) { return nn::f32(shape, x.device()); };
   auto act = [&](const Shape& shape) { return Tensor::empty(shape, adt, x.device()); };
   sv.ln1 = act({N, C}); sv.mean1 = f32({N}); sv.rstd1 = f32({N});
   ops::layernorm(ctx, x, nullptr, p.norm1_g.value, p.norm1_b.value, s.eps, sv.ln1, &sv.mean1, &sv.rstd1);
@@ -196,4 +198,4 @@ std::vector<PV*> block_storages(BlockParams& b) {
           &b.norm2_g, &b.norm2_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b};
 }
 
-}  // namespace unmask::video
+}  // namespace unmask::nn
