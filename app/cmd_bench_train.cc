@@ -84,6 +84,8 @@ int bench_train(int argc, char** argv) {
       {"activations", "f32|bf16", "the encoder layers' activations (bf16: CUDA, head size 64/80/88/128; emulated on the CPU)", "f32"},
       {"optimizer", "adamw|lamb", "the optimizer of the timed update", "lamb"},
       {"dropout", "P", "hidden and attention dropout (as in training)", "0.1"},
+      {"forward-only", "", "time the training layers' forward alone (loss, no backward or update; as evaluation runs "
+       "them): set beside `bench infer`, what BERT's separate inference path saves", ""},
       {"seed", "N", "seed of the weights and the batch", "1234"},
       {"peak-gflops", "X", "peak for MFU (default: CPU measured with an FMA loop; CUDA the GPU's dense datasheet peak)", ""},
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
@@ -102,6 +104,7 @@ int bench_train(int argc, char** argv) {
   const auto seqs = args->get_int_list("seq");
   const auto batches = args->get_int_list("batch");
   const int64_t steps = args->get_int("steps"), warmup = args->get_int("warmup"), profile = args->get_int("profile");
+  const bool forward_only = args->has("forward-only");
   const int64_t accumulate = args->get_int("accumulate");
   if (accumulate < 1 || accumulate > 65536)
     throw Error("--accumulate must be in [1, 65536] (micro-batches per optimizer step), got ", args->get("accumulate"));
@@ -186,9 +189,10 @@ int bench_train(int argc, char** argv) {
           so.reuse_weight_copies = true;  // micro > 0: micro-batch 0's bf16 weight copies (no update since)
           so.activations = activations;
           so.loss_scale = float(1.0 / double(accumulate));  // the trainer's scaling of accumulated gradients
+          so.backward = !forward_only;
           loss += model.pretrain_step(ctx, b, so).loss;
         }
-        opt.step(ctx, oc.lr);
+        if (!forward_only) opt.step(ctx, oc.lr);
         ++step_no;
         return loss / double(accumulate);
       };
@@ -204,7 +208,9 @@ int bench_train(int argc, char** argv) {
       std::sort(times.begin(), times.end());
       if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];
-      const double flops = double(accumulate) * bert_train_flops(cfg, std::vector<int64_t>(size_t(batch), seq), batch * P);
+      // a step is forward + backward = 3x the forward's matrix FLOPs (bert_train_flops)
+      const double flops = double(accumulate) * bert_train_flops(cfg, std::vector<int64_t>(size_t(batch), seq), batch * P) /
+                           (forward_only ? 3.0 : 1.0);
       const double gflops = flops / med / 1e9, sps = double(batch * accumulate) / med;
       const double mfu = peak > 0 ? 100.0 * gflops / peak : 0;
       // CUDA: MFU against the GEMM rate this GPU measurably reaches too (issue 6's definition)
