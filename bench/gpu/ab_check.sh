@@ -8,21 +8,16 @@
 # In order, each under the call's deadline (DEADLINE_S, default 320; a step with under 20 s left
 # is skipped with a note):
 #   1. every CUDA test suite (run_test_suites.sh); the attention, BERT-training and VideoMAE
-#      suites run again with every opt-in variant on after step 4 (UNMASK_CUDA_ATTN_BWD=atomic: the atomic-dQ
+#      suites run again with every variant of VARIANTS after step 4 (UNMASK_CUDA_ATTN_BWD=recompute: the deterministic-dQ
 #      attention backward; UNMASK_FLASH_WARP_ROWS=32: the forward attention with 32 query rows
 #      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue;
 #      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing;
-#      UNMASK_FLASH_BWD_CTAS_PER_SM=3: the dK/dV kernel with K and V in shared memory, 3 CTAs/SM;
-#      UNMASK_CUDA_LN_BWD_FUSED=1: the LayerNorm backward's dx and parameter sums in one pass;
-#      UNMASK_FLASH_BWD_SHORT=1: sequences of at most 128 keys in one attention-backward kernel;
-#      UNMASK_FLASH_WGMMA=1 / UNMASK_FLASH_BWD_WGMMA=1: the attention forward / backward on
-#      Hopper's wgmma, head size 64);
+#      UNMASK_FLASH_BWD_CTAS_PER_SM=2, UNMASK_FLASH_BWD_SHORT=0, UNMASK_CUDA_ATTN_BWD=recompute,
+#      UNMASK_CUDA_TUBELET_WARP=0, UNMASK_CUDA_LN_DROPOUT=1: the defaults of 2026-11-28 switched back);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
-#      new (BERT-large also with 16 micro-batches of gradient accumulation a step), new with the
-#      session's new defaults switched back (UNMASK_CUDA_LN_DROPOUT=0 for BERT-large,
-#      UNMASK_CUDA_ACT_BIAS_GRAD=0 for both; not in QUICK), and new with each of ROW_VARIANTS (the wgmma attention forward + backward with 64- and
-#      128-row CTAs, each alone, the short-sequence backward, the fused LayerNorm backward, atomic
-#      dQ with three CTAs); then --profile 2 of new and of new with the wgmma attention;
+#      new (BERT-large also with 16 micro-batches of gradient accumulation a step), new with
+#      UNMASK_CUDA_ACT_BIAS_GRAD=0 (not in QUICK), and new with each of ROW_VARIANTS (today's
+#      defaults switched back one at a time); then --profile 2 of new;
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
 #      op profile at 256x128, its forward attention with 64- and 128-row CTAs and 32 rows per
 #      warp, its GEMMs autotuned, and the tanh GELU in the GEMM epilogue; then PyTorch (HF
@@ -37,14 +32,12 @@
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 #
 # QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
-# profiles of the two models (row variants: the wgmma attention, forward and backward together,
-# with 64- and with 128-row CTAs; UNMASK_FLASH_BWD_SHORT=1; UNMASK_CUDA_LN_BWD_FUSED=1, last, whose
-# kernel holds half the row cache for rows of up to 512 columns since 2026-11-27), old/new inference with the wgmma forward, its profile, and Nsight
-# Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch peers (measure those
-# in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated; NAME@SKIP
-# skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128 ("flash_fwd_kernel
-# flash_fwd_persistent": the forward attention, one CTA a tile and persistent);
-# NCU_BERT_KERNELS: on a BERT-large phase-1 training step, with the warp stall reasons.
+# profiles of the two models (row variants: UNMASK_FLASH_BWD_SHORT=0, the recompute dQ with two CTAs), old/new inference, its
+# profile, and Nsight Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch
+# peers (measure those in a full call). NCU_KERNELS: the row kernels for 5b (regexes,
+# space-separated; NAME@SKIP skips launches); NCU_INFER_KERNELS: the same on BERT-base inference
+# at 256x128 (e.g. "flash_fwd_kernel"); NCU_BERT_KERNELS: on a BERT-large phase-1 training step,
+# with the warp stall reasons.
 QUICK=${QUICK:-0}
 set -u
 CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
@@ -106,44 +99,22 @@ if go "cuda tests"; then
   grep '^suite ' "$R/cuda_suites.txt" | grep -vE '\(ok\), [0-9]+ s$' | head -12 | tee -a "$summary"
   grep -E '^\[  FAILED  \]' "$R/cuda_tests.log" | head -10 | tee -a "$summary"
 fi
-# The wgmma descriptor probe (CudaWgmmaProbe, first suite): where the kernels' descriptors read
-# wrong as built but right with LBO and SBO exchanged, every later wgmma run here sets
-# UNMASK_FLASH_WGMMA_EXCHANGE to that (k: K-major, mn: MN-major, k,mn: both), and the wgmma
-# suites run again with it, so the call still measures them; the fix is then to exchange them in
-# the source.
-exch=""
-grep -q "K-major k-step [0-9] \] with LBO and SBO exchanged: 0 of" "$R/cuda_tests.log" 2> /dev/null && exch=k
-grep -q "MN-major k-step [0-9] \] with LBO and SBO exchanged: 0 of" "$R/cuda_tests.log" 2> /dev/null &&
-  exch=${exch:+$exch,}mn
-if [ -n "$exch" ]; then
-  export UNMASK_FLASH_WGMMA_EXCHANGE=$exch
-  note "wgmma probe: right only with LBO and SBO exchanged ($exch): UNMASK_FLASH_WGMMA_EXCHANGE=$exch from here on"
-  if go "wgmma suites with the exchange"; then
-    timeout -k 5 "$(lim 120)" "$BIN/unmask_cuda_tests" --gtest_filter='CudaWgmma*' > "$R/wgmma_exchanged.log" 2>&1
-    note "wgmma suites with UNMASK_FLASH_WGMMA_EXCHANGE=$exch: rc $? at $(at)s; $(grep -cE '^\[ +OK +\]' "$R/wgmma_exchanged.log") ok, $(grep -cE '^\[  FAILED  \]' "$R/wgmma_exchanged.log") failed"
-  fi
-fi
 # The opt-in variants, as env assignments (each alone, then all together).
-VARIANTS=("UNMASK_CUDA_ATTN_BWD=atomic" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
-          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=3" "UNMASK_CUDA_LN_BWD_FUSED=1"
-          "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_CUDA_TUBELET_WARP=1"
-          "UNMASK_FLASH_PERSISTENT=1")
+VARIANTS=("UNMASK_CUDA_ATTN_BWD=recompute" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
+          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=2" "UNMASK_FLASH_BWD_SHORT=0"
+          "UNMASK_CUDA_TUBELET_WARP=0" "UNMASK_CUDA_LN_DROPOUT=1")
 ALL_VARIANTS="${VARIANTS[*]}"
-# The step-time rows, most informative first (the deadline cuts the tail): the wgmma attention
-# (built 2026-11-27, not yet measured) forward and backward together with 64- and 128-row CTAs,
-# then each alone; the one-kernel backward of short sequences (BERT only: ViT-B's sequences are
-# longer than 128); the fused LayerNorm backward with its half row cache; the persistent
-# mma.sync forward (built 2026-11-27, sixth session; BERT's 128-key sequences and ViT-B's
-# 157-token encoder are the short ones it is for); last, the best opt-in pair of the H200 A/Bs of
-# 2026-11-26/27 (atomic dQ with the three-CTA dK/dV kernel), measured twice, for reference.
-# (Autotuning, 32 rows per warp and BGRADB lost or tied there; their tests still run above.)
-ROW_VARIANTS=("UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1"
-              "UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=m128n128 UNMASK_FLASH_BWD_WGMMA=1 UNMASK_FLASH_BWD_WGMMA_SHAPE=m128"
-              "UNMASK_FLASH_WGMMA=1" "UNMASK_FLASH_BWD_WGMMA=1" "UNMASK_FLASH_BWD_SHORT=1" "UNMASK_CUDA_LN_BWD_FUSED=1"
-              "UNMASK_FLASH_PERSISTENT=1" "UNMASK_CUDA_ATTN_BWD=atomic UNMASK_FLASH_BWD_CTAS_PER_SM=3")
-# QUICK: the first two, the short-sequence backward, the fused LayerNorm backward, the persistent forward.
-[ "$QUICK" = 1 ] && ROW_VARIANTS=("${ROW_VARIANTS[0]}" "${ROW_VARIANTS[1]}" "${ROW_VARIANTS[4]}" "${ROW_VARIANTS[5]}"
-                                  "${ROW_VARIANTS[6]}")
+# The step-time rows, most informative first (the deadline cuts the tail): the defaults of
+# 2026-11-28 switched back one at a time (each must still lose to "new" to stay a default): the
+# pair kernels instead of the one-kernel backward of short sequences (BERT only), the recompute
+# dQ with two dK/dV CTAs, the block-per-token tubelet target (ViT only), the dropout inside the
+# LayerNorm kernels (BERT only). (Autotuning, 32 rows per warp and BGRADB lost or tied on
+# 2026-11-26/27; the wgmma attention, the persistent forward and the one-pass LayerNorm backward
+# lost on 2026-11-28 and are deleted.)
+ROW_VARIANTS=("UNMASK_FLASH_BWD_SHORT=0" "UNMASK_CUDA_ATTN_BWD=recompute UNMASK_FLASH_BWD_CTAS_PER_SM=2"
+              "UNMASK_CUDA_TUBELET_WARP=0" "UNMASK_CUDA_LN_DROPOUT=1")
+# QUICK: the first two.
+[ "$QUICK" = 1 ] && ROW_VARIANTS=("${ROW_VARIANTS[0]}" "${ROW_VARIANTS[1]}")
 grep -h "bias gradient through" "$R/cuda_tests.log" 2> /dev/null | head -6 | tee -a "$summary"
 
 # 2. training steps: old / new / new with the variants
@@ -171,32 +142,23 @@ for model in vit bert; do
   # here, to fit the call: the LAMB pass, 3.7 of the 46 ms step above, is paid once per 16)
   [ "$model" = bert ] && go "bert new accumulate 16" && row "$f" "$(lim 60)" "bert new --accumulate 16" \
     "$BIN/unmask" "${A[@]}" --steps 3 --warmup 1 --accumulate 16
-  # BERT-large with the dropout ops before its LayerNorms again, against the default dropout inside
-  # the LayerNorm kernels (built 2026-11-27, not yet measured; ViT-B has no dropout)
-  env_row bert full UNMASK_CUDA_LN_DROPOUT=0
-  # ViT-B's reconstruction targets with a warp per token (opt-in, built 2026-11-27, not yet measured)
-  env_row vit all UNMASK_CUDA_TUBELET_WARP=1
   # the MLP's first bias gradient by bias_grad after the GELU backward again (both models)
   env_row "vit bert" full UNMASK_CUDA_ACT_BIAS_GRAD=0
   for v in "${ROW_VARIANTS[@]}"; do
     models="vit bert"
-    # the one-kernel backward takes sequences of at most 128 keys: BERT's, not ViT-B's decoder
-    [ "$v" = UNMASK_FLASH_BWD_SHORT=1 ] && models=bert
+    # the one-kernel backward takes sequences of at most 128 keys (BERT's, not ViT-B's decoder);
+    # the tubelet target is ViT-B's; BERT-large alone has dropout
+    case $v in UNMASK_FLASH_BWD_SHORT=0 | UNMASK_CUDA_LN_DROPOUT=1) models=bert ;; UNMASK_CUDA_TUBELET_WARP=0) models=vit ;; esac
     env_row "$models" all $v
   done
 done
 for model in vit bert; do
   model_args "$model"
-  for mode in default variants; do
-    [ "$QUICK" = 1 ] && [ "$mode" = variants ] && [ "$model" = bert ] && continue  # QUICK: ViT-B's wgmma profile only
-    go "$model profile $mode" || continue
-    envs="UNMASK_UNUSED=0"
-    [ "$mode" = variants ] && envs=${ROW_VARIANTS[0]}  # the wgmma attention
-    env $envs timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 \
-      > "$R/profile_${model}_$mode.jsonl" 2>> "$R/profile.err"
-    note "profile $model $mode: rc $? at $(at)s"
-    python3 bench/gpu/profile_table.py "$R/profile_${model}_$mode.jsonl" 2>&1 | head -16 | tee -a "$summary"
-  done
+  go "$model profile default" || continue
+  timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 \
+    > "$R/profile_${model}_default.jsonl" 2>> "$R/profile.err"
+  note "profile $model default: rc $? at $(at)s"
+  python3 bench/gpu/profile_table.py "$R/profile_${model}_default.jsonl" 2>&1 | head -16 | tee -a "$summary"
 done
 
 # 2b. the GEMMs of each step by shape (UNMASK_PROFILE_SHAPES=1; profile_table.py adds TFLOP/s):
@@ -227,25 +189,6 @@ done
 go "infer residual in layernorm 256" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_CUDA_RESIDUAL_GEMM=0" \
   env UNMASK_CUDA_RESIDUAL_GEMM=0 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
   --seq 128 --min-time 0.5 --iters 20 --format json
-
-# 3''. the persistent forward attention (opt-in, built 2026-11-27, not yet measured): the one-CTA-
-#      per-tile kernel ran at 98.5 us a layer here against a ~45 us memory floor, latency-bound;
-#      with the grid rule's 128-row CTAs and with 64
-for ctas in "" UNMASK_FLASH_BLOCK_M=64; do
-  go "infer persistent $ctas 256" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_FLASH_PERSISTENT=1 $ctas" \
-    env UNMASK_FLASH_PERSISTENT=1 $ctas "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on \
-    --batch 256 --seq 128 --min-time 0.5 --iters 20 --format json
-done
-
-# 3a. the wgmma forward attention (opt-in, not yet measured) at both shapes, each tile shape
-for b in 256 1; do
-  for shape in m64n128 m64n64 m128n128; do
-    [ "$QUICK" = 1 ] && [ "$shape" != m64n128 ] && continue
-    go "infer wgmma $shape $b" && row "$R/infer.jsonl" "$(lim 40)" "infer ${b}x128 new UNMASK_FLASH_WGMMA=1 $shape" \
-      env UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_WGMMA_SHAPE=$shape "$BIN/unmask" bench infer --device cuda \
-      --precision bf16 --cuda-graph on --batch "$b" --seq 128 --min-time 0.5 --iters 20 --format json
-  done
-done
 
 # 3b. where the inference step at batch 256 seq 128 goes (seed 003's 1.2x row), and the forward
 #     attention's CTA height there (the grid rule picks 128; training measured 64 faster)
@@ -355,16 +298,13 @@ if command -v ncu > /dev/null; then
   for sec in ${NCU_EXTRA_SECTIONS:-}; do EXTRA_SECTIONS="$EXTRA_SECTIONS --section $sec"; done
   # NCU_KERNELS entries are NAME or NAME@SKIP (launches of it to skip first: @25 reaches the
   # decoder's LayerNorms, after the encoder's 12 blocks x 2 and its final norm; @12 the decoder's
-  # forward attention). A name with "wgmma" runs with the wgmma attention on (forward and backward).
+  # forward attention).
   for spec in ${NCU_KERNELS:-activation_backward bias_act_kernel tubelet_target_kernel layernorm_backward_dx adamw_many_kernel}; do
     k=${spec%@*}
     skip=0
     [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu $k" || continue
-    knob=(UNMASK_UNUSED=0)
-    [ "$k" = layernorm_backward_fused ] && knob=(UNMASK_CUDA_LN_BWD_FUSED=1)  # the opt-in kernels
-    [[ "$k" == *wgmma* ]] && knob=(UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1)
-    env "${knob[@]}" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+    timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
       --section SpeedOfLight --section LaunchStats $EXTRA_SECTIONS "$BIN/unmask" bench videomae --device cuda --precision bf16 \
       --model vit-b --batch 32 --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$k.txt" 2>&1
     note "ncu $k: rc $? at $(at)s"
@@ -379,9 +319,7 @@ if command -v ncu > /dev/null; then
     skip=0
     [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu bert $k" || continue
-    knob=(UNMASK_UNUSED=0)
-    [[ "$k" == *wgmma* ]] && knob=(UNMASK_FLASH_WGMMA=1 UNMASK_FLASH_BWD_WGMMA=1)
-    env "${knob[@]}" timeout -k 5 "$(lim 50)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+    timeout -k 5 "$(lim 50)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats $EXTRA_SECTIONS \
       --metrics 'regex:smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio' "$BIN/unmask" bench train \
       --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --activations bf16 --optimizer lamb \
@@ -391,16 +329,13 @@ if command -v ncu > /dev/null; then
       "$R/ncu_bert_$k.txt" | head -18 | tee -a "$summary"
   done
   # NCU_INFER_KERNELS: the same for BERT-base inference at batch 256 seq 128 (bf16, eager: no
-  # graph, so ncu sees each launch): the forward attention and the LayerNorm rows there (a name
-  # with "persistent", e.g. flash_fwd_persistent, runs with UNMASK_FLASH_PERSISTENT=1)
+  # graph, so ncu sees each launch): the forward attention and the LayerNorm rows there
   for spec in ${NCU_INFER_KERNELS:-}; do
     k=${spec%@*}
     skip=0
     [[ "$spec" == *@* ]] && skip=${spec#*@}
     go "ncu infer $k" || continue
-    knob=(UNMASK_UNUSED=0)
-    [[ "$k" == *persistent* ]] && knob=(UNMASK_FLASH_PERSISTENT=1)  # e.g. flash_fwd_persistent
-    env "${knob[@]}" timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
+    timeout -k 5 "$(lim 40)" ncu --clock-control none --kernel-name "regex:$k" --launch-skip "$skip" --launch-count 2 \
       --section SpeedOfLight --section LaunchStats --section Occupancy $EXTRA_SECTIONS "$BIN/unmask" bench infer --device cuda \
       --precision bf16 --cuda-graph off --batch 256 --seq 128 --iters 1 --min-time 0 > "$R/ncu_infer_$k.txt" 2>&1
     note "ncu infer $k: rc $? at $(at)s"

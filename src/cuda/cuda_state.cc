@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "core/env.h"
@@ -18,6 +19,14 @@ std::atomic<uint64_t> g_next_state_id{1};
 }  // namespace
 
 CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_next_state_id++), device(dev) {
+  // Switches of kernels that lost their measurement and were deleted (H200, 2026-11-28): set,
+  // they would be silently ignored, so a run that asks for one is refused.
+  for (const char* gone : {"UNMASK_FLASH_WGMMA", "UNMASK_FLASH_BWD_WGMMA", "UNMASK_FLASH_WGMMA_SHAPE",
+                           "UNMASK_FLASH_BWD_WGMMA_SHAPE", "UNMASK_FLASH_WGMMA_EXCHANGE", "UNMASK_FLASH_PERSISTENT",
+                           "UNMASK_CUDA_LN_BWD_FUSED"})
+    if (std::getenv(gone))
+      throw Error(gone, " is set, but its kernel was deleted after it measured slower than the default (H200, "
+                  "2026-11-28; BENCHMARKS.md)", Hint(std::string("unset ") + gone));
   // The 0/1 switches, strict (core/env.h), read before anything is allocated: a bad value fails
   // the construction with nothing to release.
   residual_in_gemm = env_switch("UNMASK_CUDA_RESIDUAL_GEMM", residual_in_gemm);
@@ -32,7 +41,6 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
   attention_bf16 = attention_bf16_env == 1;
   epilogue_round_once = env_switch("UNMASK_CUDA_EPILOGUE_ROUND_ONCE", false);
   bias_grad_epilogue = env_switch("UNMASK_CUDA_BGRAD_EPILOGUE", false);
-  layernorm_backward_fused = env_switch("UNMASK_CUDA_LN_BWD_FUSED", false);
   gemm_autotune = env_switch("UNMASK_CUDA_GEMM_AUTOTUNE", false);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);

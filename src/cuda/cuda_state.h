@@ -78,33 +78,32 @@ class CudaState {
   /// (UNMASK_CUDA_BGRAD_EPILOGUE=1) instead of the bias_grad kernel's pass over dy. Off until
   /// measured against it on a GPU.
   bool bias_grad_epilogue = false;
-  /// ops::layernorm_backward: dx and the dgamma / dbeta partials from one read of the rows
-  /// (UNMASK_CUDA_LN_BWD_FUSED=1; train_kernels.h layernorm_backward_rows) instead of a column
-  /// pass and a row pass. Same dx, parameter sums in another deterministic order. Off until
-  /// measured against the two passes on a GPU.
-  bool layernorm_backward_fused = false;
   /// BERT inference in bf16 / f16: the residual of each post-LN block as the projection GEMM's C
   /// operand (h = x + attn Wo^T + bo rounded once), so that its LayerNorm reads one tensor, not
-  /// two (models/bert.cc). On by default (2026-11-27, not yet measured on a GPU);
-  /// UNMASK_CUDA_RESIDUAL_GEMM=0 adds the residual in the LayerNorm as before, for A/B runs.
-  bool residual_in_gemm = true;
+  /// two (models/bert/bert.cc). Off by default: on an H200 (2026-11-28, batch 256 x seq 128 bf16)
+  /// it took 12.89 ms against 12.75 ms with the residual added in the LayerNorm;
+  /// UNMASK_CUDA_RESIDUAL_GEMM=1 turns it on for A/B runs.
+  bool residual_in_gemm = false;
   /// ops::layernorm / layernorm_backward with an input dropout (BERT's post-LN blocks): the
   /// dropout inside the LayerNorm kernels (train_kernels.h, layernorm_forward_stats), the same bits
-  /// as the dropout op before the LayerNorm. On by default (2026-11-27, not yet measured on a
-  /// GPU); UNMASK_CUDA_LN_DROPOUT=0 runs the separate dropout kernels, for A/B runs and tests.
-  bool layernorm_dropout_fused = true;
+  /// as the dropout op before the LayerNorm. Off by default: on an H200 (2026-11-28, BERT-large
+  /// phase 1) the separate dropout kernels ran 1,436 seq/s against 1,406 with it;
+  /// UNMASK_CUDA_LN_DROPOUT=1 turns it on for A/B runs and tests.
+  bool layernorm_dropout_fused = false;
   /// ops::activation_backward with dbias (the MLPs' first linear layer, BERT and ViT): the bias
   /// gradient's column sums in the activation backward's pass (activation_backward_columns_kernel),
-  /// the bits of bias_grad after it without its read of dx. On by default (2026-11-27, not yet
-  /// measured on a GPU); UNMASK_CUDA_ACT_BIAS_GRAD=0 runs bias_grad after the activation backward.
+  /// the bits of bias_grad after it without its read of dx. On by default (H200, 2026-11-28: ViT-B
+  /// 1,246 clips/s against 1,239 without, BERT-large a tie); UNMASK_CUDA_ACT_BIAS_GRAD=0 runs
+  /// bias_grad after the activation backward.
   /// Either way that bias no longer goes through linear_param_grads, so bias_grad_epilogue below
   /// (BGRADB) covers the other linear layers only.
   bool activation_bias_grad_fused = true;
   /// ops::tubelet_target with one warp per token and its values in registers
   /// (tubelet_target_warp_kernel, video.cu) instead of a 256-thread block per token with six
-  /// block reductions (UNMASK_CUDA_TUBELET_WARP=1; opt-in until measured on a GPU). The sums run
-  /// in another order: within the tests' 1e-6 of the CPU, not the block kernel's bits.
-  bool tubelet_target_warp = false;
+  /// block reductions. On by default (H200, 2026-11-28: ViT-B 1,268 clips/s against 1,247);
+  /// UNMASK_CUDA_TUBELET_WARP=0 runs the block kernel. The sums run in another order: within the
+  /// tests' 1e-6 of the CPU, not the block kernel's bits.
+  bool tubelet_target_warp = true;
   /// GEMM plans choose their algorithm by timing up to 8 of cuBLASLt's heuristic candidates on
   /// first use (UNMASK_CUDA_GEMM_AUTOTUNE=1; gemm_cublaslt.h) instead of taking its first. Off
   /// until measured against the heuristic on a GPU. The winner depends on timings, so two

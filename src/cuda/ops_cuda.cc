@@ -70,25 +70,6 @@ int64_t matrix_row_stride(const Tensor& t) {
 
 }  // namespace
 
-bool supports(std::string_view op, DType dtype) {
-  const bool f = is_float_dtype(dtype);
-  if (op == "gemm" || op == "layernorm" || op == "activation" || op == "softmax" || op == "embedding" ||
-      op == "attention" || op == "embedding_layernorm")
-    return f;
-  if (op == "layernorm_backward" || op == "activation_backward" || op == "bias_grad" || op == "dropout" ||
-      op == "dropout_backward")
-    return f;  // training row kernels (train_ops.cu), any float storage
-  if (op == "softmax_backward" || op == "embedding_backward" || op == "cross_entropy" || op == "adamw_update" ||
-      op == "lamb_moments" || op == "axpy" || op == "sum_squares" || op == "scale_inplace")
-    return dtype == DType::f32;  // training kernels (train_ops.cu, train_loss.cu, optim.cu)
-  // attention_train.cu (f32); bf16: the tensor-core kernels (attention_train_tc.cu, head sizes
-  // 64, 80, 88, 128, checked by the call)
-  if (op == "attention_forward_train" || op == "attention_backward")
-    return dtype == DType::f32 || dtype == DType::bf16;
-  if (op == "tubelet_gather" || op == "tubelet_target" || op == "mse_rows") return dtype == DType::f32;  // video.cu
-  return false;
-}
-
 void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Trans tb, Tensor& c,
           const ops::GemmArgs& args) {
   CudaState& st = cuda_state(ctx);

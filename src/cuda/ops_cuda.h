@@ -27,14 +27,6 @@
 
 namespace unmask::cuda {
 
-/// Whether the CUDA backend implements `op` for `dtype` (ops::supports answers for cuda
-/// with this). Ops: gemm, layernorm, activation, softmax, embedding, attention,
-/// embedding_layernorm (f32, bf16, f16); training: layernorm (statistics), layernorm_backward,
-/// activation_backward, bias_grad, dropout, dropout_backward, attention_forward_train,
-/// attention_backward (f32, bf16, f16 activations; attention bf16: head sizes 64, 80, 88, 128),
-/// softmax_backward, embedding_backward, cross_entropy, adamw_update, lamb_moments, axpy, sum_squares, scale_inplace (f32).
-bool supports(std::string_view op, DType dtype);
-
 /// c = act(alpha * op(a) @ op(b) + bias + beta * c); 2-D or 3-D (batched, b may have batch 1).
 /// cuBLASLt (gemm_cublaslt.h), epilogues fused where cuBLASLt can.
 void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Trans tb, Tensor& c,

@@ -29,7 +29,7 @@ void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* re
                         bool accumulate_dx, const ops::InputDropout* x_dropout, void* dx_dropped, int64_t ld_dx_dropped) {
   CudaState& st = cuda_state(ctx);
   layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                          st.stream, accumulate_dx, st.layernorm_backward_fused, x_dropout, dx_dropped, ld_dx_dropped);
+                          st.stream, accumulate_dx, x_dropout, dx_dropped, ld_dx_dropped);
 }
 
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,

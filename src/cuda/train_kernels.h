@@ -61,17 +61,13 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 ///   dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)); dgamma += sum_n dy xhat; dbeta += sum_n dy
 /// accumulate_dx: dx += that instead (fp32 sum of the old dx and the gradient, one rounding); dx
 /// must then not alias dy.
-/// fused (rows up to 1024 columns): dx and the parameter partials from one read of the rows
-/// (layernorm_backward_fused_kernel) instead of a column pass and a row pass that each read x,
-/// the residual and dy: the same dx bits, parameter sums in another fixed order (deterministic).
 /// x_dropout (optional): the forward's input dropout (s = dropout(x) + residual, recomputed),
 /// and its dx_dropped the gradient of the undropped x (not with accumulate_dx).
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                         const void* residual, int64_t ldr, const float* gamma, const float* mean, const float* rstd,
                         const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream,
-                        bool accumulate_dx = false, bool fused = false,
-                        const ops::InputDropout* x_dropout = nullptr, void* dx_dropped = nullptr,
-                        int64_t ld_dx_dropped = 0);
+                        bool accumulate_dx = false, const ops::InputDropout* x_dropout = nullptr,
+                        void* dx_dropped = nullptr, int64_t ld_dx_dropped = 0);
 
 /// dx = dy * act'(x) elementwise (x the pre-activation); dx may alias dy or x. With y (not null;
 /// overlapping none of them) also y = act(x), the bits of bias_act_forward's. With dbias (f32

@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 }
 
 /// Stores dx = rstd (g - mg - xhat mgx) for one chunk of kVec columns at row dxr, column c (or
-/// adds it to the old dx in fp32 when accumulate: one rounding of the sum). The row kernels'
-/// common last step (layernorm_backward_dx_kernel, layernorm_backward_fused_kernel).
+/// adds it to the old dx in fp32 when accumulate: one rounding of the sum). The last step of
+/// layernorm_backward_dx_kernel (both of its paths).
 /// kDrop with dxdr: also dx through the input dropout's mask (keep bits of the chunk) into row
 /// dxdr, the bits of dropout_rows over the rounded dx (the gradient of the undropped x).
 template <typename T, int kVec, bool kDrop = false>
@@ -179,18 +179,13 @@ __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* x
 }
 
 /// One row of the LayerNorm backward with the row in registers (C <= 32 kChunks kVec): xhat
-/// and g = dy gamma chunk by chunk, on_element(i, j, dy, xhat) called on each element's raw dy
-/// and xhat before g is scaled (the fused kernel's column sums; a no-op for the row kernel), then
-/// the row means of g and g xhat and dx (store_layernorm_dx). Lane chunks as in
-/// warp_layernorm_row; each lane loads all its chunks before storing any (dx may alias dy).
-/// kGammaVec: gamma's chunk in 16-byte loads (load_floats; gamma 16-byte aligned), else one load
-/// a value (the fused kernel: the vector loads' registers took it from 165 to 170, ptxas sm_90a,
-/// and from 3 blocks per SM to 2).
-template <typename T, int kVec, int kChunks, bool kGammaVec = true, bool kDrop = false, typename OnElement>
+/// and g = dy gamma chunk by chunk (gamma in 16-byte loads, load_floats), then the row means of
+/// g and g xhat and dx (store_layernorm_dx). Lane chunks as in warp_layernorm_row; each lane
+/// loads all its chunks before storing any (dx may alias dy).
+template <typename T, int kVec, int kChunks, bool kDrop = false>
 __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* xr, const T* rr, const T* dyr,
                                                               const float* gamma, float mu, float rs, int C, int lane,
-                                                              bool accumulate, OnElement&& on_element,
-                                                              const LnDrop& drop = {}, int64_t row = 0,
+                                                              bool accumulate, const LnDrop& drop = {}, int64_t row = 0,
                                                               T* dxdr = nullptr) {
   float xh[kChunks][kVec], g[kChunks][kVec];
   uint32_t keep[kChunks];  // the input dropout's keep bits of each chunk (kDrop)
@@ -198,16 +193,10 @@ __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* x
     float gm[kVec];
     keep[i] = load_input<T, kVec, kDrop>(xh[i], xr, rr, c, drop, row, C);
     load_row<T, kVec>(g[i], dyr, c);
-    if constexpr (kGammaVec) {
-      load_floats<kVec>(gamma, c, gm);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) gm[j] = gamma[c + j];
-    }
+    load_floats<kVec>(gamma, c, gm);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       xh[i][j] = (xh[i][j] - mu) * rs;
-      on_element(i, j, g[i][j], xh[i][j]);
       g[i][j] *= gm[j];
     }
   });
@@ -262,8 +251,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   T* dxr = dx + row * lddx;
   if (C <= kChunks * kVec * kWarpSize) {
     // xhat and g in registers: one read of x, residual and dy; the same sums in the same order.
-    layernorm_backward_cached_row<T, kVec, kChunks, true, kDrop>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
-                                                                 [](int, int, float, float) {}, drop, row, dxdr);
+    layernorm_backward_cached_row<T, kVec, kChunks, kDrop>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate, drop,
+                                                           row, dxdr);
     return;
   }
   float sum_g = 0.0f, sum_gx = 0.0f;
@@ -281,78 +270,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     const uint32_t keep = load(xh, g, c);
     store_layernorm_dx<T, kVec, kDrop>(dxr, c, xh, g, rs, mg, mgx, accumulate, dxdr, keep, drop.scale);
   }
-}
-
-/// Warps per block of the fused LayerNorm backward: 4, so that its ~166 registers (bf16, a row
-/// of up to 1024 columns and the lane's column sums in registers; ptxas, sm_90a) still let 3
-/// blocks, 12 warps, share an SM.
-constexpr int kFusedWarps = 4;
-
-/// Rows per warp of the fused LayerNorm backward for N rows: 4, more when N is large, so that
-/// there are at most ~8192 blocks. A block's partials (2C floats, written and read back) cost
-/// 1/8 of its 16 rows' traffic (bf16 rows with a residual: x, residual, dy, dx); more rows a
-/// block would cut that but leave BERT-large's 8,192 rows too few blocks for 132 SMs. A function
-/// of N only (determinism).
-int64_t fused_rows_per_warp(int64_t N) { return std::max<int64_t>(4, ceil_div(N, int64_t(kFusedWarps) * 8192)); }
-
-/// LayerNorm backward in one pass over the rows (rows of up to 32 kRowCacheFloats columns, kept
-/// in registers), the dx of layernorm_backward_dx_kernel and the parameter sums of the same read:
-/// block b owns rows [b R W, (b + 1) R W) (W = kFusedWarps) and warp w of it the rows
-/// b R W + w + W k, k < R. Each lane sums dy xhat and dy for its columns over its warp's rows (in
-/// row order); the W warps' sums are added in warp order in shared memory (sbuf, 2C floats) into partial[b][0..2C)
-/// (dgamma | dbeta), which column sums of their own reduce (layernorm_backward_rows). Reads x,
-/// the residual and dy once where the two-kernel path reads them twice. dx may alias dy (each
-/// lane loads its chunks of the row before storing any).
-/// kChunks: the chunks of kVec columns a lane keeps (rows of up to 32 kChunks kVec columns); the
-/// launcher takes half the row cache when the row fits, as for layernorm_backward_dx_kernel (the
-/// lane's columns and the sums' order do not depend on it: for_cached_chunks skips the chunks
-/// past C): ViT-B's decoder rows of 384 need 12 values a lane of 32, and the four per-chunk
-/// arrays (xhat, g and the two column sums) are most of the kernel's registers.
-template <typename T, int kVec, int kChunks, bool kDrop>
-__global__ void __launch_bounds__(kFusedWarps * kWarpSize)
-    layernorm_backward_fused_kernel(T* dx, int64_t lddx, float* partial, const T* x, int64_t ldx, const T* residual,
-                                    int64_t ldr, const float* gamma, const float* mean, const float* rstd, const T* dy,
-                                    int64_t lddy, int64_t N, int C, int64_t rows_per_warp, bool accumulate,
-                                    const LnDrop drop, T* dxd, int64_t lddxd) {
-  extern __shared__ float sbuf[];  // [2C]: dgamma | dbeta partials of the warps folded so far
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  float acc_a[kChunks][kVec], acc_b[kChunks][kVec];  // this lane's columns: sum dy xhat, sum dy
-#pragma unroll
-  for (int i = 0; i < kChunks; ++i)
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) acc_a[i][j] = acc_b[i][j] = 0.0f;
-  const int64_t first = int64_t(blockIdx.x) * rows_per_warp * kFusedWarps;
-  for (int64_t k = 0; k < rows_per_warp; ++k) {
-    const int64_t row = first + warp + k * kFusedWarps;
-    if (row >= N) break;
-    const T* xr = x + row * ldx;
-    const T* rr = residual ? residual + row * ldr : nullptr;
-    const T* dyr = dy + row * lddy;
-    const float mu = mean[row], rs = rstd[row];
-    layernorm_backward_cached_row<T, kVec, kChunks, false, kDrop>(
-        dx + row * lddx, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate,
-        [&](int i, int j, float d, float xhat) {
-          acc_a[i][j] += d * xhat;  // column_partials_kernel's a += d ((s - mu) rs)
-          acc_b[i][j] += d;
-        },
-        drop, row, kDrop && dxd ? dxd + row * lddxd : nullptr);
-  }
-  // The warps' sums in warp order: sbuf = w0, then sbuf += w1, ... (a warp without rows adds
-  // zeros).
-  for (int w = 0; w < kFusedWarps; ++w) {
-    if (warp == w) {
-      for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          sbuf[c + j] = w == 0 ? acc_a[i][j] : sbuf[c + j] + acc_a[i][j];
-          sbuf[C + c + j] = w == 0 ? acc_b[i][j] : sbuf[C + c + j] + acc_b[i][j];
-        }
-      });
-    }
-    __syncthreads();
-  }
-  float* out = partial + int64_t(blockIdx.x) * 2 * C;
-  for (int c = threadIdx.x; c < 2 * C; c += kFusedWarps * kWarpSize) out[c] = sbuf[c];
 }
 
 // ---- deterministic column sums ----------------------------------------------------------------
@@ -744,8 +661,8 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* mean,
                              const float* rstd, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
-                             cudaStream_t stream, bool accumulate_dx, bool fused,
-                             const ops::InputDropout* x_dropout, void* dxd, int64_t lddxd) {
+                             cudaStream_t stream, bool accumulate_dx, const ops::InputDropout* x_dropout, void* dxd,
+                             int64_t lddxd) {
   check_rows("layernorm_backward", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && lddy >= C && lddx >= C && (!residual || ldr >= C)),
                "layernorm_backward (cuda): row strides ldx=", ldx, " ldr=", ldr, " lddy=", lddy, " lddx=", lddx,
@@ -758,7 +675,7 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
   if (N == 0 || C == 0) return;
   if (dxd && !with_drop_on) {  // p = 0: the gradient of the undropped x is dx itself, copied after
     layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                            stream, accumulate_dx, fused, nullptr);
+                            stream, accumulate_dx, nullptr);
     dropout_rows(dxd, lddxd, dx, lddx, N, C, 0.0f, 0, 0, dtype, stream);
     return;
   }
@@ -768,47 +685,12 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     ScratchBuffer xd(size_t(N * C) * dtype_size(dtype), stream);
     dropout_rows(xd.ptr, C, x, ldx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
     layernorm_backward_rows(dx, lddx, dgamma, dbeta, xd.ptr, C, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                            stream, accumulate_dx, fused, nullptr);
+                            stream, accumulate_dx, nullptr);
     if (dxd) dropout_rows(dxd, lddxd, dx, lddx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
     return;
   }
-  if (fused && C <= kRowCacheFloats * kWarpSize) {
-    // One pass: dx and per-block partials [blocks][dgamma C | dbeta C], then their column sums
-    // (column_partials over the blocks' rows, deterministic) and the final adds.
-    const int64_t rows_per_warp = fused_rows_per_warp(N);
-    const int64_t blocks = ceil_div(N, rows_per_warp * kFusedWarps);
-    UNMASK_CHECK(blocks < (int64_t(1) << 31), "layernorm_backward (cuda): too many rows N=", N);
-    ScratchBuffer block_partial(size_t(blocks * 2 * C) * sizeof(float), stream);
-    const int64_t chunk_rows = chunk_rows_for(blocks), chunks = ceil_div(blocks, chunk_rows);
-    ScratchBuffer partial(size_t(chunks * 2 * C) * sizeof(float), stream);
-    dispatch_storage("layernorm_backward", dtype, [&](auto tag) {
-      using T = decltype(tag);
-      with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}}),
-                  [&](auto kvec) {
-        constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
-        static_assert(kHalf >= 1, "half the row cache is at least one chunk");
-        with_drop<V>(with_drop_on, [&](auto kdrop) {
-          constexpr bool kD = decltype(kdrop)::value;
-          const auto launch = [&](auto kernel) {
-            kernel<<<unsigned(blocks), kFusedWarps * kWarpSize, size_t(2 * C) * sizeof(float), stream>>>(
-                static_cast<T*>(dx), lddx, block_partial.as<float>(), static_cast<const T*>(x), ldx,
-                static_cast<const T*>(residual), ldr, gamma, mean, rstd, static_cast<const T*>(dy), lddy, N, int(C),
-                rows_per_warp, accumulate_dx, drop, static_cast<T*>(dxd), lddxd);
-          };
-          if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
-            launch(layernorm_backward_fused_kernel<T, V, kHalf, kD>);
-          else
-            launch(layernorm_backward_fused_kernel<T, V, kFull, kD>);
-        });
-      });
-      CUDA_CHECK_LAUNCH();
-    });
-    column_partials<float, false>(partial.as<float>(), block_partial.as<float>(), 2 * C, nullptr, 0, nullptr, 0,
-                                  nullptr, nullptr, blocks, 2 * C, chunk_rows, chunks, stream);
-    finish_columns(dgamma, partial.as<float>(), 2 * C, chunks, C, stream);
-    finish_columns(dbeta, partial.as<float>() + C, 2 * C, chunks, C, stream);
-    return;
-  }
+  // Two passes (column sums, then dx). A one-pass form lost on an H200 (2026-11-28: ViT-B 1,245
+  // clips/s against 1,246, BERT-large phase 1 1,396 seq/s against 1,406) and was removed.
   const int64_t chunk_rows = chunk_rows_for(N), chunks = ceil_div(N, chunk_rows);
   ScratchBuffer partial(size_t(chunks * 2 * C) * sizeof(float), stream);  // [chunks][dgamma C | dbeta C]
   dispatch_storage("layernorm_backward", dtype, [&](auto tag) {

@@ -108,17 +108,3 @@ inline uint64_t base_seed() {
 
 #define REQUIRE_CUDA_DEVICE() \
   if (!::unmask::cuda_test::has_cuda()) GTEST_SKIP() << "no CUDA device"
-
-/// For the wgmma tests (cuda/flash/flash_api.h must be included): skips on a GPU without wgmma,
-/// and fails on a compute capability 9.x GPU when the build has no sm_90a code, so that such a
-/// build cannot pass by skipping.
-#define REQUIRE_WGMMA_DEVICE()                                                                              \
-  do {                                                                                                      \
-    if (!::unmask::cuda::flash_fwd_wgmma_device()) {                                                        \
-      int dev_ = 0, major_ = 0;                                                                             \
-      if (cudaGetDevice(&dev_) == cudaSuccess &&                                                            \
-          cudaDeviceGetAttribute(&major_, cudaDevAttrComputeCapabilityMajor, dev_) == cudaSuccess && major_ == 9) \
-        FAIL() << "a compute capability 9.x GPU, but this build has no sm_90a code (UNMASK_CUDA_ARCHS)";   \
-      GTEST_SKIP() << "skipped: the wgmma kernels need a compute capability 9.x GPU";                       \
-    }                                                                                                       \
-  } while (0)

@@ -212,9 +212,9 @@ std::vector<int32_t> three_masks(int64_t T) {
 
 TEST(CudaAttentionTrain, SupportsTable) {
   for (const char* op : {"attention_forward_train", "attention_backward"}) {
-    EXPECT_TRUE(cuda::supports(op, DType::f32)) << op;
-    EXPECT_TRUE(cuda::supports(op, DType::bf16)) << op;  // bf16 rows: the tensor-core kernels
-    EXPECT_FALSE(cuda::supports(op, DType::f16)) << op;
+    EXPECT_TRUE(ops::supports(op, Device::cuda, DType::f32)) << op;
+    EXPECT_TRUE(ops::supports(op, Device::cuda, DType::bf16)) << op;  // bf16 rows: the tensor-core kernels
+    EXPECT_FALSE(ops::supports(op, Device::cuda, DType::f16)) << op;
   }
 }
 

@@ -396,8 +396,8 @@ TEST(CudaBertTrain, Bf16ActivationsWithinTwiceTheEmulationError) {
   EXPECT_GE(std::sqrt(sq_gpu), 0.25 * std::sqrt(sq_emul)) << "the CUDA step looks f32, not bf16; " << seed_note();
 }
 
-// The post-LN blocks' LN(dropout(h) + x) with the dropout inside the LayerNorm kernels (the
-// default, CudaState::layernorm_dropout_fused) against the dropout ops (UNMASK_CUDA_LN_DROPOUT=0):
+// The post-LN blocks' LN(dropout(h) + x) with the dropout inside the LayerNorm kernels
+// (CudaState::layernorm_dropout_fused, UNMASK_CUDA_LN_DROPOUT=1) against the dropout ops (the default):
 // two micro-batches with dropout, f32 and bf16 activations: the same loss and gradients bit for
 // bit (the fused kernels draw the mask and round as the dropout op does).
 TEST(CudaBertTrain, LayerNormDropoutInTheKernelSameBitsAsTheOps) {

@@ -264,7 +264,10 @@ TEST(CudaGemm, AutotunedPlansMatchFloat64Reference) {
 // ViT blocks' out = residual + x W^T + b). The same bits as copying the residual into c and
 // accumulating in place (the same epilogue arithmetic), with a fused bf16 bias; the residual is
 // left as it was; an f32 GEMM takes the copy path (ops::gemm) and agrees too.
-TEST(CudaGemm, AddendIsTheCOperandSameBitsAsCopyThenAccumulate) {
+// The residual as cuBLASLt's C operand (out of place) against the residual copied into the output
+// and accumulated (in place): cuBLASLt may pick another algorithm for C != D, so the bits may
+// differ (they did on an H200, 2026-11-28); both must be as close to float64 as each other.
+TEST(CudaGemm, AddendIsTheCOperandAsAccurateAsCopyThenAccumulate) {
   REQUIRE_CUDA();
   Context& ctx = cuda_ctx();
   Rng rng("CudaGemmAddend");
@@ -290,7 +293,18 @@ TEST(CudaGemm, AddendIsTheCOperandSameBitsAsCopyThenAccumulate) {
     args.addend = &residual;
     ops::gemm(ctx, a, Trans::no, w, Trans::yes, got, args);
     const std::vector<double> g = to_host(got), wv = to_host(want);
-    EXPECT_TRUE(g == wv) << "the addend GEMM differs from copy + accumulate";
+    double err_got = 0, err_want = 0, scale = 0;
+    for (int64_t i = 0; i < sh.M; ++i)
+      for (int64_t j = 0; j < sh.N; ++j) {
+        double ref = R[size_t(i * sh.N + j)] + Bias[size_t(j)];
+        for (int64_t k = 0; k < sh.K; ++k) ref += A[size_t(i * sh.K + k)] * W[size_t(j * sh.K + k)];
+        err_got = std::max(err_got, std::fabs(g[size_t(i * sh.N + j)] - ref));
+        err_want = std::max(err_want, std::fabs(wv[size_t(i * sh.N + j)] - ref));
+        scale = std::max(scale, std::fabs(ref));
+      }
+    EXPECT_LE(err_got, 2 * err_want + 1e-6 * scale) << "the addend GEMM is less accurate than copy + accumulate";
+    std::printf("[ addend %s M=%lld ] max error %.3g (copy + accumulate %.3g), bits %s\n", dtype_name(sh.dt).data(),
+                static_cast<long long>(sh.M), err_got, err_want, g == wv ? "equal" : "differ");
     EXPECT_TRUE(to_host(residual) == R) << "the addend was written";
   }
 }

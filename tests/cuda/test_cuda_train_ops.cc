@@ -47,43 +47,29 @@ using namespace train_ops_test;
 TEST(CudaTrainOps, SupportsTable) {
   // The row ops of the encoder layers take any float storage (bf16 training activations).
   for (const char* op : {"layernorm_backward", "activation_backward", "bias_grad", "dropout", "dropout_backward"}) {
-    EXPECT_TRUE(cuda::supports(op, DType::f32)) << op;
-    EXPECT_TRUE(cuda::supports(op, DType::bf16)) << op;
-    EXPECT_TRUE(cuda::supports(op, DType::f16)) << op;
-    EXPECT_FALSE(cuda::supports(op, DType::i32)) << op;
+    EXPECT_TRUE(ops::supports(op, Device::cuda, DType::f32)) << op;
+    EXPECT_TRUE(ops::supports(op, Device::cuda, DType::bf16)) << op;
+    EXPECT_TRUE(ops::supports(op, Device::cuda, DType::f16)) << op;
+    EXPECT_FALSE(ops::supports(op, Device::cuda, DType::i32)) << op;
   }
   for (const char* op : {"softmax_backward", "embedding_backward", "cross_entropy", "adamw_update", "lamb_moments",
                          "axpy", "sum_squares", "scale_inplace"}) {
-    EXPECT_TRUE(cuda::supports(op, DType::f32)) << op;
-    EXPECT_FALSE(cuda::supports(op, DType::bf16)) << op;
+    EXPECT_TRUE(ops::supports(op, Device::cuda, DType::f32)) << op;
+    EXPECT_FALSE(ops::supports(op, Device::cuda, DType::bf16)) << op;
   }
 }
-
-// Both LayerNorm backward paths: the column pass + row pass, and the fused one
-// (CudaState::layernorm_backward_fused, UNMASK_CUDA_LN_BWD_FUSED=1; rows of up to 1024 columns,
-// so C = 1031 keeps the two passes there too).
-/// Sets CudaState::layernorm_backward_fused for a scope and restores it, also on a throw.
-struct ScopedFusedLayerNorm {
-  cuda::CudaState& st;
-  const bool saved = st.layernorm_backward_fused;
-  ~ScopedFusedLayerNorm() { st.layernorm_backward_fused = saved; }
-};
 
 TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainLayerNorm");
-  cuda::CudaState& st = cuda::cuda_state(gpu());
-  const ScopedFusedLayerNorm restore{st};
-  for (const bool fused : {false, true})
   for (int64_t C : {1, 7, 768, 1031})
     for (int64_t N : {1, 37, 300})  // 300 rows: three 128-row chunks of the column sums
       for (int variant = 0; variant < 4; ++variant) {
         // 0: no residual; 1: residual; 2: residual, x and dy strided, dx aliases dy;
         // 3: residual, dx += the gradient (accumulate_dx) onto random values.
         SCOPED_TRACE(rng.note());
-        st.layernorm_backward_fused = fused;
-        const std::string what = std::string(fused ? "fused " : "") + "C=" + std::to_string(C) + " N=" +
-                                 std::to_string(N) + " variant=" + std::to_string(variant);
+        const std::string what =
+            "C=" + std::to_string(C) + " N=" + std::to_string(N) + " variant=" + std::to_string(variant);
         const bool use_res = variant >= 1, accumulate = variant == 3;
         Tensor x = rng.tensor({N, C}, 2.0f, 0.7f), r = rng.tensor({N, C}), g = rng.tensor({C}, 0.5f, 1.0f),
                b = rng.tensor({C}), dy = rng.tensor({N, C}), dg0 = rng.tensor({C}), db0 = rng.tensor({C}),
@@ -135,75 +121,19 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
       }
 }
 
-// The fused LayerNorm backward against the two passes on the models' shapes (bf16 rows of 384,
-// 768 and 1024 columns; up to 140,001 rows: thousands of blocks, whose partials go through a
-// column-sum pass of their own), with a residual, dx over dy, and dx accumulated: dx the same
-// arithmetic (1e-6 relative; bf16 within one ulp), dgamma and dbeta the same sums in another
-// order, and the fused path deterministic run to run.
-TEST(CudaTrainLayerNorm, FusedBackwardMatchesTheTwoPasses) {
-  REQUIRE_CUDA_DEVICE();
-  Rng rng("CudaTrainLayerNormFused");
-  cuda::CudaState& st = cuda::cuda_state(gpu());
-  const ScopedFusedLayerNorm restore{st};
-  struct Shape2 {
-    int64_t N, C;
-  };
-  // 140,001 rows: 5 rows per warp (over 131,072 rows; 4 below) and 7,001 blocks of partials;
-  // 30,011 rows of 1,024 with a residual (bf16, the training type): 1,876 blocks. Only the
-  // operands a case uses are drawn: the host's normal draws were most of this test's 48 s on
-  // the H200's host (2026-11-26) when every case drew all four, in both types.
-  for (const DType dt : {DType::bf16, DType::f32})
-    for (const Shape2 sh : {Shape2{5, 1024}, Shape2{4099, 768}, Shape2{dt == DType::bf16 ? 30011 : 3001, 1024},
-                            Shape2{140001, 384}}) {
-        const int64_t N = sh.N, C = sh.C;
-        const bool accumulate = N == 4099, residual = N != 140001;
-        const std::string what = std::string(dtype_name(dt)) + " C=" + std::to_string(C) + " N=" + std::to_string(N);
-        auto draw = [&](bool used) { return used ? rng.tensor({N, C}).cast(dt).to(Device::cuda) : Tensor(); };
-        const Tensor x = rng.tensor({N, C}, 2.0f, 0.7f).cast(dt).to(Device::cuda), r = draw(residual), dy = draw(true),
-                     dx0 = draw(accumulate);
-        const Tensor g = rng.tensor({C}, 0.5f, 1.0f).to(Device::cuda), b = rng.tensor({C}).to(Device::cuda);
-        Tensor y = Tensor::empty({N, C}, dt, Device::cuda), mean = nan_device({N}), rstd = nan_device({N});
-        ops::layernorm(gpu(), x, residual ? &r : nullptr, g, b, 1e-5f, y, &mean, &rstd);
-        struct Out {
-          std::vector<float> dx, dg, db;
-        };
-        auto run = [&](bool fused) {
-          st.layernorm_backward_fused = fused;
-          Tensor dx = Tensor::empty({N, C}, dt, Device::cuda);  // a copy of dx0 to add to, or of dy to overwrite
-          dx.copy_from(accumulate ? dx0 : dy);
-          Tensor dg = Tensor::zeros({C}, DType::f32, Device::cuda), db = Tensor::zeros({C}, DType::f32, Device::cuda);
-          const Tensor& dyv = accumulate ? dy : dx;
-          ops::layernorm_backward(gpu(), x, residual ? &r : nullptr, g, mean, rstd, dyv, dx, dg, db, accumulate);
-          Tensor dxh = Tensor::empty({N, C}, dt);
-          dxh.copy_from(dx);
-          return Out{values(dxh.cast(DType::f32)), values(dg), values(db)};
-        };
-        const Out two = run(false), one = run(true), again = run(true);
-        const double dx_rel = dt == DType::bf16 ? 1.0 / 128 : 1e-6;
-        expect_close(one.dx, two.dx, 1e-6, dx_rel, what + " dx");
-        const double sum_tol = 2e-6 * std::sqrt(double(N)) * 6.0;
-        expect_close(one.dg, two.dg, sum_tol, 1e-5, what + " dgamma");
-        expect_close(one.db, two.db, sum_tol, 1e-5, what + " dbeta");
-        expect_bits(again.dx, one.dx, what + " dx run 2");
-        expect_bits(again.dg, one.dg, what + " dgamma run 2");
-        expect_bits(again.db, one.db, what + " dbeta run 2");
-      }
-}
-
-// The LayerNorm's input dropout inside its kernels (CudaState::layernorm_dropout_fused, the
-// default) against the dropout op first (UNMASK_CUDA_LN_DROPOUT=0's path), on the same context:
+// The LayerNorm's input dropout inside its kernels (CudaState::layernorm_dropout_fused,
+// UNMASK_CUDA_LN_DROPOUT=1) against the dropout op first (the default), on the same context:
 // y, mean, rstd, dx, dx_dropped, dgamma and dbeta bit for bit, in f32, bf16 and f16; the
 // 16-byte path and the scalar one (C = 13), offsets that start a Philox block and one that does
 // not (6: one block an element), a site near 2^64 whose blocks wrap, with and without a
 // residual, x a column slice of a wider buffer (the counters are of the logical index, not the
 // row stride), rows longer than the register cache (C = 1536: the kernels' re-reading paths),
-// dx in place over dy (BERT's backward), and the one-pass backward (UNMASK_CUDA_LN_BWD_FUSED=1)
-// too. Every output starts as NaN, the kernel form runs first, and x must come back undropped.
+// and dx in place over dy (BERT's backward). Every output starts as NaN, the kernel form runs
+// first, and x must come back undropped.
 TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainLayerNormInputDropout");
   cuda::CudaState& st = cuda::cuda_state(gpu());
-  const ScopedFusedLayerNorm restore{st};
   struct RestoreDropout {
     cuda::CudaState& st;
     const bool saved = st.layernorm_dropout_fused;
@@ -217,19 +147,18 @@ TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
   struct Case {
     int64_t N, C;
     uint64_t offset;
-    bool residual, one_pass_backward, strided_x;
+    bool residual, strided_x;
   };
-  const Case cases[] = {{37, 1024, uint64_t(2) << 32, true, false, false}, {300, 768, 0, false, false, true},
-                        {17, 13, uint64_t(1) << 32, true, false, false},   {41, 64, 6, true, false, false},
-                        {29, 64, ~uint64_t(0) - 63, true, false, true},    {5000, 384, uint64_t(3) << 32, true, true, false},
-                        {64, 1024, uint64_t(5) << 32, true, true, true},   {19, 1536, uint64_t(7) << 32, true, false, true}};
+  const Case cases[] = {{37, 1024, uint64_t(2) << 32, true, false}, {300, 768, 0, false, true},
+                        {17, 13, uint64_t(1) << 32, true, false},   {41, 64, 6, true, false},
+                        {29, 64, ~uint64_t(0) - 63, true, true},    {5000, 384, uint64_t(3) << 32, true, false},
+                        {64, 1024, uint64_t(5) << 32, true, true},  {19, 1536, uint64_t(7) << 32, true, true}};
   for (const DType dt : {DType::bf16, DType::f16, DType::f32})
     for (const Case& k : cases) {
       const int64_t N = k.N, C = k.C;
       const ops::InputDropout d{0.1f, uint64_t(rng.integer(0, INT64_MAX)), k.offset};
       const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
-                               " offset=" + std::to_string(k.offset) + (k.one_pass_backward ? " one-pass" : "") +
-                               (k.strided_x ? " strided x" : "");
+                               " offset=" + std::to_string(k.offset) + (k.strided_x ? " strided x" : "");
       // x: its own [N, C], or the second half of an [N, 2C] buffer (row stride 2C)
       const Tensor x_rows = rng.tensor({N, k.strided_x ? 2 * C : C}).cast(dt).to(Device::cuda);
       const Tensor x = k.strided_x ? x_rows.slice(1, C, 2 * C) : x_rows;
@@ -239,7 +168,6 @@ TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
       std::vector<std::vector<float>> out[2];
       for (int in_kernel = 1; in_kernel >= 0; --in_kernel) {  // the kernels' form first
         st.layernorm_dropout_fused = in_kernel == 1;
-        st.layernorm_backward_fused = k.one_pass_backward;
         EXPECT_EQ(ops::layernorm_input_dropout_in_kernel(gpu()), in_kernel == 1) << what;
         Tensor y = nan_rows(N, C, dt), mean = nan_device({N}), rstd = nan_device({N});
         ops::layernorm(gpu(), x, k.residual ? &r : nullptr, g, b, 1e-5f, y, &mean, &rstd, &d);
@@ -326,7 +254,7 @@ TEST(CudaTrainActivation, Gelu16BitWithinHalfAnUlpPlus1e6OfFloat64) {
     }
     EXPECT_EQ(bad, 0) << dtype_name(dt) << ": beyond half an ulp + 1e-6 of float64 (worst excess " << worst << ")";
     std::printf("[ %s GELU, %lld inputs in [-12, 12] ] forward and gradient: %lld of %lld not correctly rounded\n",
-                dtype_name(dt), static_cast<long long>(n), static_cast<long long>(not_nearest),
+                dtype_name(dt).data(), static_cast<long long>(n), static_cast<long long>(not_nearest),
                 static_cast<long long>(2 * n));
   }
 }

@@ -88,12 +88,10 @@ struct FlashBwdParams {
   // CTAs per SM of the dK/dV kernel: 2 (K and V fragments in registers, 255 of them), 3 (K and V
   // re-read from shared memory every iteration, 168 registers; head size 64 without dropout on
   // a device where three CTAs' shared memory fits an SM, sm_90; elsewhere runs as 2), or 0:
-  // UNMASK_FLASH_BWD_CTAS_PER_SM if set, else 2. Same results.
+  // UNMASK_FLASH_BWD_CTAS_PER_SM if set, else 3 (2 where 3 does not apply). Same results.
   int ctas_per_sm = 0;
   // Set by flash_attention_backward for the atomic variant: f32 [rows, NH HS], zeroed.
   float* dq_accum = nullptr;
-  // The wgmma pair's descriptors with LBO and SBO exchanged (params.h's FlashFwdParams).
-  int wgmma_exchange = 0;
 };
 
 template <int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 64>
@@ -176,7 +174,7 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
 
 /// The lse and delta of a query tile's 64 rows into l[64] and d[64] (shared memory): cp.async
 /// for the `valid` rows (part of the caller's commit group), lse -inf (P = 0) and delta 0 past
-/// them. lse, delta: the tile's first row. Shared by the dK/dV kernels (mma.sync, short, wgmma).
+/// them. lse, delta: the tile's first row. Shared by the dK/dV kernels (the pair's and the short one).
 template <int kThreads>
 __device__ __forceinline__ void stage_lse_delta(float* l, float* d, const float* lse, const float* delta, int valid,
                                                 int tid) {
@@ -377,8 +375,8 @@ __device__ __forceinline__ void atomic_add_rows(float* accum, int64_t ld, const 
 /// keys x 8 queries in the C-fragment layout (element e: key k0 + 16 warp + lane / 4 + 8 (e / 2),
 /// query t 8 + 2 (lane % 4) + e % 2), in place: pt becomes (P f)^T, dpt dS^T = P^T (dP^T f -
 /// delta). The dropout factors f: a Philox block per lane with four-aligned counters, else one
-/// per element. One copy for the three kernels that share this layout per warp: the mma.sync
-/// dK/dV kernel (head sizes up to 80), the short-sequence one (k0 = 0) and the wgmma one.
+/// per element. One copy for the two kernels that share this layout per warp: the mma.sync
+/// dK/dV kernel (head sizes up to 80) and the short-sequence one (k0 = 0).
 template <bool kDropout>
 __device__ __forceinline__ void dkdv_tile_elementwise(float (&pt)[4], float (&dpt)[4], const FlashBwdParams& p,
                                                       int head, int64_t start, int q0, int k0, int warp, int lane,

@@ -1,11 +1,9 @@
 // cuda/flash/flash_bwd.cu: the checked entry of the tensor-core attention backward (bwd_kernel.cuh).
 // Instances: bf16, head sizes 64 (BERT-base/large, ViT-S/B/L and their decoders), 80, 88 and 128
-// (the forward's set); other head sizes keep the f32 kernels (attention_train.cu). dQ by the
-// deterministic recompute kernel, or by atomics in the dK/dV kernel (FlashBwdDq): the default up
-// to 128 keys, where at most two adds per element keep it bitwise reproducible. Opt-in
-// (UNMASK_FLASH_BWD_SHORT=1): sequences of at most 128 keys at head size 64 in one kernel per
-// (sequence, head), dQ summed in the CTA (bwd_short_kernel.cuh). Opt-in (UNMASK_FLASH_BWD_WGMMA=1):
-// head size 64 on Hopper's wgmma (bwd_wgmma_kernel.cuh, the recompute pair).
+// (the forward's set); other head sizes keep the f32 kernels (attention_train.cu). dQ by atomics
+// in the dK/dV kernel (FlashBwdDq; the default), or by the deterministic recompute kernel. On by
+// default (UNMASK_FLASH_BWD_SHORT=0 turns it off): sequences of at most 128 keys at head size 64
+// in one kernel per (sequence, head), dQ summed in the CTA (bwd_short_kernel.cuh).
 #include <algorithm>
 #include <atomic>
 #include <optional>
@@ -45,17 +43,15 @@ __global__ void dq_from_accum_kernel(void* dq, int64_t ld, bool bf16, const floa
   }
 }
 
-/// The longest sequence for which the atomic dQ is the default: two 64-key blocks. Each dQ
-/// element then gets at most two atomic adds (one per key-block CTA; within a CTA each warp adds
-/// its own 16 queries) into a zeroed f32 accumulator, and 0 + a + b = 0 + b + a exactly
-/// (IEEE addition is commutative): the same bits on every run, like the recompute kernel, with
-/// 5 MMAs a tile pair instead of 7 and one launch fewer. Three or more adds depend on their order.
-constexpr int kDeterministicAtomicDqMaxSeqlen = 128;
+/// The atomic dQ is the default at every length (H200, 2026-11-28: with three dK/dV CTAs a SM,
+/// ViT-B's 1,568-key decoder +2.4%). Up to two 64-key blocks it is bitwise reproducible: each dQ
+/// element gets at most two atomic adds into a zeroed f32 accumulator, and 0 + a + b = 0 + b + a
+/// exactly. Past 128 keys three or more adds depend on their order: run-to-run differences in the
+/// last bit; UNMASK_CUDA_ATTN_BWD=recompute (or FlashBwdParams::dq_mode) gives the deterministic
+/// second kernel.
 
-/// The dQ scheme for p: its own choice, else UNMASK_CUDA_ATTN_BWD, else atomic where it is
-/// bitwise reproducible (max_seqlen <= kDeterministicAtomicDqMaxSeqlen: BERT's phase 1 and its
-/// fine-tuning at 128) and recompute (the deterministic second kernel) elsewhere; atomic needs
-/// the batch's row count.
+/// The dQ scheme for p: its own choice, else UNMASK_CUDA_ATTN_BWD, else atomic; atomic needs the
+/// batch's row count.
 /// UNMASK_CUDA_ATTN_BWD's dQ scheme, automatic when unset; throws on another value (checked on
 /// every backward, whatever scheme or kernel the call then takes).
 FlashBwdDq env_dq_mode() {
@@ -63,15 +59,15 @@ FlashBwdDq env_dq_mode() {
   if (!env) return FlashBwdDq::automatic;
   const std::string v = env;
   UNMASK_CHECK(v == "atomic" || v == "recompute", "UNMASK_CUDA_ATTN_BWD=", v,
-               " is not a dQ scheme of the tensor-core attention backward: use atomic (faster; run-to-run "
-               "rounding differences past 128 keys) or recompute (deterministic; the default past 128 keys)");
+               " is not a dQ scheme of the tensor-core attention backward: use atomic (the default: faster; "
+               "run-to-run rounding differences past 128 keys) or recompute (deterministic)");
   return v == "atomic" ? FlashBwdDq::atomic : FlashBwdDq::recompute;
 }
 
 FlashBwdDq resolve_dq_mode(const FlashBwdParams& p) {
   FlashBwdDq mode = p.dq_mode;
   if (mode == FlashBwdDq::automatic) {
-    mode = p.max_seqlen <= kDeterministicAtomicDqMaxSeqlen ? FlashBwdDq::atomic : FlashBwdDq::recompute;
+    mode = FlashBwdDq::atomic;
     if (const FlashBwdDq env = env_dq_mode(); env != FlashBwdDq::automatic) mode = env;
   }
   return mode == FlashBwdDq::atomic && p.rows > 0 ? FlashBwdDq::atomic : FlashBwdDq::recompute;
@@ -86,11 +82,11 @@ bool three_ctas_fit(size_t smem_bytes) {
 }
 
 /// The CTA count asked for: p.ctas_per_sm, else UNMASK_FLASH_BWD_CTAS_PER_SM (checked either
-/// way), else 2.
+/// way), else 3 (H200, 2026-11-28, with atomic dQ: ViT-B +2.4%, BERT-large +1.1%).
 int requested_dkdv_ctas(const FlashBwdParams& p) {
-  int ctas = env_choice("UNMASK_FLASH_BWD_CTAS_PER_SM", {2, 3}, 2,
-                        "CTAs a SM of the attention backward's dK/dV kernel: 2 keeps the K and V fragments in "
-                        "registers (the default), 3 re-reads them from shared memory");
+  int ctas = env_choice("UNMASK_FLASH_BWD_CTAS_PER_SM", {2, 3}, 3,
+                        "CTAs a SM of the attention backward's dK/dV kernel: 3 re-reads K and V from shared memory "
+                        "(the default where they fit), 2 keeps their fragments in registers");
   if (p.ctas_per_sm != 0) ctas = p.ctas_per_sm;
   UNMASK_CHECK(ctas == 2 || ctas == 3, "attention backward (cuda, bf16): ctas_per_sm = ", p.ctas_per_sm,
                " must be 0, 2 or 3");
@@ -106,18 +102,12 @@ int resolve_dkdv_ctas(const FlashBwdParams& p, bool atomic) {
 }
 
 /// UNMASK_FLASH_BWD_SHORT: the one-kernel backward of short sequences (bwd_short_kernel.cuh:
-/// head size 64, at most 128 keys; opt-in until measured).
+/// head size 64, at most 128 keys). On by default (H200, 2026-11-28, BERT-large phase 1: 1,430
+/// seq/s against 1,406); UNMASK_FLASH_BWD_SHORT=0 runs the dK/dV kernel pair.
 bool short_kernel_requested() {
-  return flash_env_switch("UNMASK_FLASH_BWD_SHORT", "the attention backward",
+  return flash_env_switch_default("UNMASK_FLASH_BWD_SHORT", true, "the attention backward",
                           "sequences of at most 128 keys (head size 64) in one kernel with dQ summed in the CTA",
                           "the dK/dV kernel pair");
-}
-
-/// UNMASK_FLASH_BWD_WGMMA: the wgmma pair (bwd_wgmma_kernel.cuh: head size 64 on sm_90; opt-in
-/// until measured).
-bool wgmma_kernels_requested() {
-  return flash_env_switch("UNMASK_FLASH_BWD_WGMMA", "the attention backward",
-                          "head size 64 on the wgmma kernels (H100/H200)", "on the mma.sync kernels");
 }
 
 std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0}, g_launches_short{0};
@@ -172,10 +162,7 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
       if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
       return run_flash_bwd_short<kDropout>(p, stream);
     }
-    if (wgmma_kernels_requested() && flash_fwd_wgmma_device()) {
-      if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
-      return flash_bwd_wgmma(p, stream);  // the recompute scheme: no accumulator, bitwise reproducible
-    }
+    // (A Hopper wgmma pair lost on an H200, 2026-11-28, and was removed: flash_fwd.cu.)
   }
   const dim3 grid(unsigned((p.max_seqlen + 63) / 64), unsigned(p.num_heads), unsigned(p.batch));
   const bool atomic = resolve_dq_mode(p) == FlashBwdDq::atomic;
@@ -227,6 +214,12 @@ bool flash_env_switch(const char* name, const char* op, const char* on, const ch
   return env_switch(name, false, what.c_str());
 }
 
+bool flash_env_switch_default(const char* name, bool fallback, const char* op, const char* on, const char* off) {
+  const std::string what = std::string("a switch of ") + op + ": 1 runs " + on + (fallback ? " (the default)" : "") +
+                           ", 0 " + (fallback ? "" : "(the default) ") + off;
+  return env_switch(name, fallback, what.c_str());
+}
+
 bool flash_bwd_three_ctas_available(bool atomic_dq) {
   using Kt = FlashBwdTraits<64>;
   return three_ctas_fit(atomic_dq ? FlashBwdDkdvSmem<Kt, true, true>::kBytes : FlashBwdDkdvSmem<Kt, false, true>::kBytes);
@@ -234,7 +227,7 @@ bool flash_bwd_three_ctas_available(bool atomic_dq) {
 
 FlashBwdLaunchStats flash_bwd_launch_stats() {
   return {g_launches_without_dropout.load(std::memory_order_relaxed), g_launches_kv_in_smem.load(std::memory_order_relaxed),
-          g_launches_short.load(std::memory_order_relaxed), flash_bwd_wgmma_launches()};
+          g_launches_short.load(std::memory_order_relaxed)};
 }
 
 bool flash_bwd_head_dim_supported(int head_dim) {
@@ -264,8 +257,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
                int64_t(p.batch) * p.max_seqlen, "), or 0");
   requested_dkdv_ctas(p);  // a bad ctas_per_sm / UNMASK_FLASH_BWD_CTAS_PER_SM fails on any batch
   short_kernel_requested();  // and a bad UNMASK_FLASH_BWD_SHORT
-  if (wgmma_kernels_requested()) flash_bwd_wgmma_rows();  // and UNMASK_FLASH_BWD_WGMMA(_SHAPE)
-  env_dq_mode();  // and UNMASK_CUDA_ATTN_BWD, which an explicit dq_mode and the short and wgmma kernels skip
+  env_dq_mode();  // and UNMASK_CUDA_ATTN_BWD, which an explicit dq_mode and the short kernel skip
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {
     case 64: return run_flash_bwd<64>(p, stream);

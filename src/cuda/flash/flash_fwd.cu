@@ -1,5 +1,4 @@
 // cuda/flash/flash_fwd.cu: attention_forward, the checked entry of the attention kernels.
-#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -35,8 +34,6 @@ void check_params(const FlashFwdParams& p) {
                "attention (cuda): scale_log2 (", p.scale_log2, ") must be scale * log2(e) (scale ", p.scale, ")");
 }
 
-std::atomic<uint64_t> g_persistent_launches{0};
-
 }  // namespace
 
 AttentionKernel attention_kernel_for(const FlashFwdParams& p) {
@@ -49,28 +46,15 @@ AttentionKernel attention_kernel_for(const FlashFwdParams& p) {
   return ok ? AttentionKernel::flash : AttentionKernel::naive;
 }
 
-bool flash_fwd_wgmma_applies(const FlashFwdParams& p) {
-  return attention_kernel_for(p) == AttentionKernel::flash && p.head_dim == 64 && flash_fwd_wgmma_device();
-}
-
-bool flash_fwd_persistent_applies(const FlashFwdParams& p) {
-  const int64_t tiles = (int64_t(p.max_seqlen) + 63) / 64 * p.num_heads * p.batch;
-  return attention_kernel_for(p) == AttentionKernel::flash && flash::flash_fwd_has_persistent(p.head_dim) &&
-         tiles <= (int64_t(1) << 30);
-}
-
-uint64_t flash_fwd_persistent_launches() { return g_persistent_launches.load(); }
-
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream) {
   attention_forward(p, stream, attention_kernel_for(p));
 }
 
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m,
-                       int warp_rows, int max_ctas) {
+                       int warp_rows) {
   check_params(p);
   if (p.batch == 0 || p.max_seqlen == 0) return;
-  const bool flash_kernel = force == AttentionKernel::flash || force == AttentionKernel::flash_wgmma ||
-                            force == AttentionKernel::flash_persistent;
+  const bool flash_kernel = force == AttentionKernel::flash;
   UNMASK_CHECK(!(p.o_f32 || p.lse) || flash_kernel,
                "attention (cuda): an f32 output and the log-sum-exp are written by the flash kernels only");
   UNMASK_CHECK(!p.lse || p.lse_head_stride >= 1, "attention (cuda): lse_head_stride must be >= 1 with an lse");
@@ -81,32 +65,15 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
   UNMASK_CHECK(attention_kernel_for(p) == AttentionKernel::flash, "attention (cuda): the flash kernel needs bf16/f16, ",
                "head size 64, 80, 88 or 128 and 16-byte aligned rows; got ", dtype_name(p.dtype), " HS=", p.head_dim,
                " strides q/k/v/o=", p.q_row_stride, "/", p.k_row_stride, "/", p.v_row_stride, "/", p.o_row_stride);
-  if (force == AttentionKernel::flash_wgmma) {
-    UNMASK_CHECK(flash_fwd_wgmma_applies(p), "attention (cuda): the wgmma kernel needs head size 64 (got ", p.head_dim,
-                 ") on a compute capability 9.x GPU (H100/H200)");
-    return flash_fwd_wgmma(p, flash_fwd_wgmma_shape(), stream);
-  }
-  UNMASK_CHECK(max_ctas >= 0, "attention (cuda): max_ctas must be >= 0, got ", max_ctas);
-  bool persistent = force == AttentionKernel::flash_persistent;
-  if (persistent)
-    UNMASK_CHECK(flash_fwd_persistent_applies(p) && (warp_rows == 0 || warp_rows == 16),
-                 "attention (cuda): the persistent forward needs head size 64, 16 rows a warp and at most 2^30 "
-                 "tiles; got HS=", p.head_dim, " warp_rows=", warp_rows);
-  // Opt-in (not yet measured): UNMASK_FLASH_WGMMA=1 runs the wgmma kernel wherever it applies,
-  // unless the caller asked for an mma.sync CTA shape.
-  const bool wgmma = flash_env_switch("UNMASK_FLASH_WGMMA", "the attention forward",
-                                     "head size 64 on the wgmma kernel (H100/H200)", "on the mma.sync kernel");
-  if (!persistent && wgmma && block_m == 0 && warp_rows == 0 && flash_fwd_wgmma_applies(p))
-    return flash_fwd_wgmma(p, flash_fwd_wgmma_shape(), stream);
-  // Opt-in (not yet measured): UNMASK_FLASH_PERSISTENT=1 runs the mma.sync kernel's persistent
-  // form (fwd_persistent_kernel.cuh) wherever it applies with 16 rows a warp.
-  const bool persistent_env = flash_env_switch("UNMASK_FLASH_PERSISTENT", "the attention forward",
-                                               "head size 64 on persistent CTAs", "a CTA per tile");
+  // The mma.sync kernel only. Two alternatives lost on an H200 (2026-11-28) and were removed: a
+  // Hopper wgmma forward + backward (ViT-B pretraining 1,139 clips/s against the default's 1,246,
+  // BERT-large phase 1 1,360 seq/s against 1,406, BERT-base inference 256x128 13.47 ms against
+  // 12.89; m64n64 tiles and the backward with dropout failed their accuracy tests) and persistent
+  // CTAs (1,234 clips/s, 1,409 seq/s: a tie, 13.07 ms).
   UNMASK_CHECK(block_m == 0 || block_m == 64 || block_m == 128, "attention (cuda): block_m must be 0, 64 or 128, got ",
                block_m);
   UNMASK_CHECK(warp_rows == 0 || warp_rows == 16 || warp_rows == 32,
                "attention (cuda): warp_rows must be 0, 16 or 32, got ", warp_rows);
-  if (persistent && warp_rows == 0) warp_rows = 16;  // the persistent form has 16 rows a warp only
   if (warp_rows == 0) {
     // Tuning and test hook: UNMASK_FLASH_WARP_ROWS=32 asks for two row tiles per warp.
     warp_rows = env_choice("UNMASK_FLASH_WARP_ROWS", {16, 32}, 16);
@@ -119,13 +86,6 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
   // they take that height instead of the heuristic's.
   if (block_m == 0 && warp_rows == 32 && flash::flash_fwd_has_two_tile_warps(p.head_dim, 128)) block_m = 128;
   if (block_m == 0) block_m = flash::flash_fwd_block_m(p, current_device_attribute<cudaDevAttrMultiProcessorCount>());
-  if (!persistent) persistent = persistent_env && warp_rows == 16 && flash_fwd_persistent_applies(p);
-  if (persistent) {
-    UNMASK_CHECK(flash::flash_fwd_persistent_switch(p, block_m, max_ctas, stream),
-                 "attention (cuda): no persistent instance for HS=", p.head_dim, " ", dtype_name(p.dtype));
-    g_persistent_launches.fetch_add(1);
-    return;
-  }
   const bool ran = flash::flash_fwd_switch(p, block_m, warp_rows, stream);
   UNMASK_CHECK(ran, "attention (cuda): no flash instance for HS=", p.head_dim, " ", dtype_name(p.dtype));
 }

@@ -62,13 +62,12 @@ __device__ __forceinline__ void load_key_bias(float* bias, const FlashFwdParams&
   }
 }
 
-/// The online-softmax step of one 16-row tile over a block of keys (log2 domain), shared by the
-/// mma.sync and wgmma forwards: s holds the tile's scores in the mma C layout per n8 tile
-/// (element e of tile t: row g + 8 (e / 2), key 8 t + 2 (lane % 4) + e % 2), scaled here by
-/// scale_log2 plus the key bias (0 or -inf) and turned into P = exp2(s - m_new) in place; the
-/// rows' running max and (this thread's partial) sums are updated, and corr = exp2(m_old - m_new),
-/// the factor of O, is returned per row half. A row with no real key so far keeps m = -inf and
-/// subtracts 0 (P = 0).
+/// The online-softmax step of one 16-row tile over a block of keys (log2 domain): s holds the
+/// tile's scores in the mma C layout per n8 tile (element e of tile t: row g + 8 (e / 2), key
+/// 8 t + 2 (lane % 4) + e % 2), scaled here by scale_log2 plus the key bias (0 or -inf) and
+/// turned into P = exp2(s - m_new) in place; the rows' running max and (this thread's partial)
+/// sums are updated, and corr = exp2(m_old - m_new), the factor of O, is returned per row half.
+/// A row with no real key so far keeps m = -inf and subtracts 0 (P = 0).
 template <int NT>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[NT][4], float (&row_max)[2], float (&row_sum)[2],
                                                     float (&corr)[2], const float* bias, float scale_log2, int lane) {

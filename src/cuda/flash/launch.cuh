@@ -4,7 +4,6 @@
 #pragma once
 #include "cuda/check.h"
 #include "cuda/flash/fwd_kernel.cuh"
-#include "cuda/flash/fwd_persistent_kernel.cuh"
 
 namespace unmask::cuda::flash {
 
@@ -23,35 +22,6 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kt::kSmemBytes)));
   const dim3 grid(unsigned((p.max_seqlen + Kt::kBlockM - 1) / Kt::kBlockM), unsigned(p.num_heads), unsigned(p.batch));
   kernel<<<grid, Kt::kThreads, Kt::kSmemBytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
-
-/// Launches the persistent form (fwd_persistent_kernel.cuh) for head size HD, element type T,
-/// BM query rows per CTA (16 a warp, 64 keys a step): as many CTAs as fit the device at once
-/// (the occupancy calculator's CTAs per SM x SMs), at most max_ctas when > 0 (tests: several
-/// tiles per CTA on small problems), at most one per tile. The caller has checked that the
-/// tile count, ceil(max_seqlen / BM) x heads x batch, fits in 2^30 (flash_fwd_persistent_applies).
-template <int HD, typename T, int BM>
-void run_flash_fwd_persistent(const FlashFwdParams& p, int max_ctas, cudaStream_t stream) {
-  using Kt = FlashFwdTraits<HD, T, BM, 64, 1>;
-  constexpr size_t kSmem = Kt::kSmemBytes + Kt::kSmemQ;  // Q double-buffered
-  static_assert(kSmem <= 227 * 1024, "fits sm_90's shared memory");
-  auto kernel = flash_fwd_persistent_kernel<Kt>;
-  if constexpr (kSmem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-  const int m_blocks = (p.max_seqlen + BM - 1) / BM;
-  const int64_t tiles = int64_t(m_blocks) * p.num_heads * p.batch;
-  // CTAs of this instance an SM holds (the occupancy calculator), once per device, not per launch
-  struct Tag;
-  const int per_sm = current_device_cached<Tag>([&](int) {
-    int n = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Kt::kThreads, kSmem));
-    return n;
-  });
-  int64_t ctas = int64_t(per_sm > 0 ? per_sm : 1) * current_device_attribute<cudaDevAttrMultiProcessorCount>();
-  if (max_ctas > 0) ctas = ctas < max_ctas ? ctas : max_ctas;
-  if (ctas > tiles) ctas = tiles;
-  kernel<<<unsigned(ctas), Kt::kThreads, kSmem, stream>>>(p, m_blocks);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -58,9 +58,6 @@ struct FlashFwdParams {
   // (and lse) stay undropped. p = 0: none.
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0, dropout_offset = 0;
-  // The wgmma kernel's descriptors with LBO and SBO exchanged (bit 0: K-major operands, bit 1:
-  // MN-major), flash_wgmma_exchange(): a diagnostic switch, 0 unless UNMASK_FLASH_WGMMA_EXCHANGE.
-  int wgmma_exchange = 0;
 };
 
 }  // namespace unmask::cuda

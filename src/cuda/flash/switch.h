@@ -28,8 +28,6 @@ namespace unmask::cuda::flash {
 
 template <int HD, typename T, int BM, int MT>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream);  // flash/launch.cuh
-template <int HD, typename T, int BM>
-void run_flash_fwd_persistent(const FlashFwdParams& p, int max_ctas, cudaStream_t stream);  // flash/launch.cuh
 
 constexpr int kFlashHeadDims[] = {64, 80, 88, 128};
 
@@ -77,27 +75,6 @@ inline bool flash_fwd_switch(const FlashFwdParams& p, int block_m, int warp_rows
     case DType::f16:
       return m128 ? flash_fwd_switch_head_dim<__half, 128>(p, warp_rows, stream)
                   : flash_fwd_switch_head_dim<__half, 64>(p, warp_rows, stream);
-    default: return false;
-  }
-}
-
-/// The persistent form (fwd_persistent_kernel.cuh) exists for head size 64, 16 rows a warp,
-/// 64- and 128-row CTAs (flash/gen/generate.py's PERSISTENT_HEAD_DIMS).
-inline bool flash_fwd_has_persistent(int head_dim) { return head_dim == 64; }
-
-/// Calls the persistent instance for (p.dtype, block_m); false when there is none.
-inline bool flash_fwd_persistent_switch(const FlashFwdParams& p, int block_m, int max_ctas, cudaStream_t stream) {
-  if (!flash_fwd_has_persistent(p.head_dim)) return false;
-  const bool m128 = block_m == 128;
-  switch (p.dtype) {
-    case DType::bf16:
-      m128 ? run_flash_fwd_persistent<64, __nv_bfloat16, 128>(p, max_ctas, stream)
-           : run_flash_fwd_persistent<64, __nv_bfloat16, 64>(p, max_ctas, stream);
-      return true;
-    case DType::f16:
-      m128 ? run_flash_fwd_persistent<64, __half, 128>(p, max_ctas, stream)
-           : run_flash_fwd_persistent<64, __half, 64>(p, max_ctas, stream);
-      return true;
     default: return false;
   }
 }

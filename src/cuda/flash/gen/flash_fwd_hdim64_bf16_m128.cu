@@ -3,5 +3,4 @@
 
 namespace unmask::cuda::flash {
 template void run_flash_fwd<64, __nv_bfloat16, 128, 1>(const FlashFwdParams&, cudaStream_t);
-template void run_flash_fwd_persistent<64, __nv_bfloat16, 128>(const FlashFwdParams&, int, cudaStream_t);
 }  // namespace unmask::cuda::flash
