@@ -2,7 +2,7 @@
 //
 // Not in the default build. Build and run from the repository root:
 //   g++ -std=c++20 -O3 -Iinclude -Isrc bench/attention_bench.cc src/cpu/attention_cpu.cc
-//       src/ref/attention_ref.cc src/core/context.cc src/core/thread_pool.cc
+//       src/ref/attention_ref.cc src/ops/context.cc src/core/thread_pool.cc
 //       src/core/tensor.cc <src/cpu/dispatch.cc + kernels, or a stub> -pthread
 //       -o /tmp/attention_bench
 //   /tmp/attention_bench            # or: /tmp/attention_bench <threads>

@@ -1,4 +1,4 @@
-// tests/test_op_profile.cc: per-op timing (Context::set_op_profiling, core/op_profile.h), what
+// tests/test_op_profile.cc: per-op timing (Context::set_op_profiling, ops/op_profile.h), what
 // `bench train|videomae|infer --profile` prints: every op front-end call is counted under its
 // name, a nested op stays inside the outer one, take() empties, and off means no profiler.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <string>
 
-#include "core/op_profile.h"
+#include "ops/op_profile.h"
 #include "ops/ops.h"
 #include "unmask/context.h"
 #include "unmask/tensor.h"

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <set>
 #include <regex>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -86,6 +87,21 @@ TEST(OpsDispatch, IsaTablesAndErrors) {
   EXPECT_FALSE(ops::supports("softmax", Device::cuda, DType::f32));  // this build has no CUDA backend
 #endif
   EXPECT_FALSE(ops::supports("conv", Device::cpu, DType::f32));
+}
+
+// The layout's rule: src/core holds what every backend builds on and includes no backend's
+// header (the dispatch layer, src/ops, does: ops/context.cc, ops/device_memory.cc).
+TEST(Layout, CoreIncludesNoBackendHeader) {
+  const std::regex backend(R"(#include\s+"(cpu|cuda)/)");
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(UNMASK_SOURCE_DIR) + "/src/core")) {
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(std::regex_search(text, backend)) << e.path() << " includes a backend header";
+    EXPECT_EQ(text.find("UNMASK_WITH_CUDA"), std::string::npos) << e.path() << " has CUDA-only code";
+    ++files;
+  }
+  EXPECT_GT(files, 5);
 }
 
 // One table (src/ops/op_table.cc) for every backend: it names exactly the op front-ends that

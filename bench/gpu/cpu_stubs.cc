@@ -1,4 +1,4 @@
-// bench/gpu/cpu_stubs.cc: stand-ins for the two CPU-backend symbols src/core/context.cc uses,
+// bench/gpu/cpu_stubs.cc: stand-ins for the two CPU-backend symbols src/ops/context.cc uses,
 // so that the GPU-only build (bench/gpu/CMakeLists.txt) needs neither OpenBLAS nor the CPU
 // kernels. Never linked into the main library.
 #include "cpu/blas.h"

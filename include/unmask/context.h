@@ -19,7 +19,7 @@
 namespace unmask {
 
 class ThreadPool;
-class OpProfiler;                      // src/core/op_profile.h
+class OpProfiler;                      // src/ops/op_profile.h
 namespace cuda { class CudaState; }  // src/cuda/cuda_state.h (only in UNMASK_CUDA builds)
 
 /// The time a context's ops took while profiling was on (Context::set_op_profiling): per op

@@ -6,12 +6,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/device_memory.h"
 #include "core/half.h"
-
-#ifdef UNMASK_WITH_CUDA
-#include "cuda/allocator.h"
-#include "cuda/copy.h"
-#endif
 
 namespace unmask {
 
@@ -60,15 +56,11 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int i = 0; i < shape.ndim(); ++i)
     if (shape[i] < 0) throw Error("Tensor::empty: negative size in shape ", shape.str());
   size_t bytes = size_t(shape.numel()) * dtype_size(dtype);
-  if (device == Device::cuda) {
-#ifdef UNMASK_WITH_CUDA
-    // The caching allocator (src/cuda/allocator.h), tagged with the thread's current stream.
-    void* d = cuda::device_malloc(bytes, cuda::current_stream());
-    return from_blob(d, shape, dtype, device, std::shared_ptr<void>(d, [](void* q) { cuda::device_free(q); }));
-#else
-    throw Unsupported("Tensor::empty on ", device_name(device), " needs the CUDA backend",
-                      Hint("rebuild with -DUNMASK_CUDA=ON"));
-#endif
+  if (device != Device::cpu) {
+    // The backend's allocator (CUDA: the caching allocator, tagged with the thread's current stream).
+    void* d = detail::device_alloc(device, bytes);
+    return from_blob(d, shape, dtype, device,
+                     std::shared_ptr<void>(d, [device](void* q) { detail::device_free(device, q); }));
   }
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
@@ -78,12 +70,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-#ifdef UNMASK_WITH_CUDA
-  if (device == Device::cuda) {
-    cuda::memset_zero(t.data_, t.nbytes());
+  if (device != Device::cpu) {
+    detail::device_memset_zero(device, t.data_, t.nbytes());
     return t;
   }
-#endif
   std::memset(t.data_, 0, t.nbytes());
   return t;
 }
@@ -163,18 +153,17 @@ static void copy_strided(const Tensor& src, Tensor& dst) {
   }
 }
 
-#ifdef UNMASK_WITH_CUDA
-// Copies to or from (or within) device memory: one cudaMemcpy2D per 2-D slab of the last two
-// dims, so the innermost stride must be 1 on both sides unless both are contiguous.
-static void copy_strided_cuda(const Tensor& src, Tensor& dst) {
+// Copies to or from (or within) device memory: one 2-D copy per slab of the last two dims, so the
+// innermost stride must be 1 on both sides unless both are contiguous.
+static void copy_strided_device(const Tensor& src, Tensor& dst) {
   const size_t es = dtype_size(src.dtype());
   if (src.is_contiguous() && dst.is_contiguous()) {
-    cuda::copy_2d(dst.raw(), 0, src.raw(), 0, src.nbytes(), 1);
+    detail::device_copy_2d(dst.raw(), 0, src.raw(), 0, src.nbytes(), 1);
     return;
   }
   const int nd = src.ndim();
   if (nd < 1) {  // one element (a 0-d tensor is contiguous: unreachable, and it keeps stride(-1) out)
-    cuda::copy_2d(dst.raw(), 0, src.raw(), 0, es, 1);
+    detail::device_copy_2d(dst.raw(), 0, src.raw(), 0, es, 1);
     return;
   }
   if (src.stride(nd - 1) != 1 || dst.stride(nd - 1) != 1)
@@ -188,7 +177,7 @@ static void copy_strided_cuda(const Tensor& src, Tensor& dst) {
   for (int64_t s = 0; s < slabs; ++s) {
     int64_t so = 0, dof = 0;
     for (int i = 0; i < nd - 2; ++i) so += idx[size_t(i)] * src.stride(i), dof += idx[size_t(i)] * dst.stride(i);
-    cuda::copy_2d(static_cast<char*>(dst.raw()) + dof * int64_t(es), dpitch,
+    detail::device_copy_2d(static_cast<char*>(dst.raw()) + dof * int64_t(es), dpitch,
                   static_cast<const char*>(src.raw()) + so * int64_t(es), spitch, width, size_t(rows));
     for (int i = nd - 3; i >= 0; --i) {
       if (++idx[size_t(i)] < src.size(i)) break;
@@ -196,7 +185,6 @@ static void copy_strided_cuda(const Tensor& src, Tensor& dst) {
     }
   }
 }
-#endif
 
 Tensor Tensor::contiguous() const {
   Tensor t = empty(shape_, dtype_, device_);
@@ -209,12 +197,8 @@ void Tensor::copy_from(const Tensor& src) {
     throw Error("copy_from: source ", src.describe(), " does not match destination ", describe());
   if (numel() == 0) return;
   if (src.device() != Device::cpu || device_ != Device::cpu) {
-#ifdef UNMASK_WITH_CUDA
-    copy_strided_cuda(src, *this);
+    copy_strided_device(src, *this);
     return;
-#else
-    throw Unsupported("copy_from across devices needs the CUDA backend");
-#endif
   }
   copy_strided(src, *this);
 }

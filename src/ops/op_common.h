@@ -8,7 +8,7 @@
 #include <string_view>
 #include <utility>
 
-#include "core/op_profile.h"
+#include "ops/op_profile.h"
 #include "unmask/context.h"
 #include "unmask/error.h"
 #include "unmask/tensor.h"

@@ -1,4 +1,4 @@
-// core/op_profile.h: time per op front-end (`bench train|videomae|infer --profile`).
+// ops/op_profile.h: time per op front-end (`bench train|videomae|infer --profile`).
 //
 // A Context with profiling on (Context::set_op_profiling) times every call of an op front-end
 // (src/ops: ops::OpScope at the top of each): on the CPU with the steady clock around the call,

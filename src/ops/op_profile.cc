@@ -1,5 +1,5 @@
-// core/op_profile.cc: see op_profile.h.
-#include "core/op_profile.h"
+// ops/op_profile.cc: see op_profile.h.
+#include "ops/op_profile.h"
 
 #include <algorithm>
 #include <chrono>

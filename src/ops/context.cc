@@ -1,11 +1,11 @@
-// core/context.cc
+// ops/context.cc: Context, the threads and backend state the op front-ends dispatch with
 #include "unmask/context.h"
 #include "unmask/error.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "core/op_profile.h"
+#include "ops/op_profile.h"
 #include "core/thread_pool.h"
 #include "cpu/blas.h"
 #include "cpu/kernels.h"
