@@ -16,10 +16,7 @@
 #include "train/config.h"
 #include "train/metrics.h"
 #include "unmask/error.h"
-#ifdef UNMASK_WITH_CUDA
-#include "cuda/allocator.h"
-#include "cuda/cuda_state.h"
-#endif
+#include "ops/device_info.h"
 
 namespace unmask::cli {
 
@@ -263,40 +260,19 @@ DType inference_dtype(const std::string& precision) {
 }
 
 std::string setup_device(Context& ctx, const std::string& precision) {
-#ifdef UNMASK_WITH_CUDA
-  if (ctx.device() == Device::cuda) {
-    cuda::CudaState& cs = cuda::cuda_state(ctx);
-    cs.set_training_precision(precision == "tf32", precision == "bf16" ? DType::bf16 : DType::f32);
-    return std::string("1x ") + cs.props.name;
-  }
-#endif
-  (void)precision;
-  return "CPU (" + std::to_string(ctx.num_threads()) + " threads)";
+  ops::set_training_precision(ctx, precision);
+  return ops::device_description(ctx);
 }
 
-std::string attention_mode(Context& ctx) {
-#ifdef UNMASK_WITH_CUDA
-  if (ctx.device() == Device::cuda) return cuda::cuda_state(ctx).attention_bf16 ? "bf16-tc" : "f32";
-#endif
-  (void)ctx;
-  return "cpu";
-}
+std::string attention_mode(Context& ctx) { return ops::training_attention(ctx); }
 
 int gpu_for_local_rank(Device device, int local_rank) {
-#ifdef UNMASK_WITH_CUDA
-  const int n = device == Device::cuda ? cuda::device_count() : 0;
-  if (n > 0) return local_rank % n;
-#endif
-  (void)device, (void)local_rank;
-  return 0;
+  const int n = device == Device::cuda ? ops::gpu_count() : 0;
+  return n > 0 ? local_rank % n : 0;
 }
 
 GpuPeak gpu_peak(Context& ctx, const std::string& precision) {
-  std::string name = "no CUDA device";
-#ifdef UNMASK_WITH_CUDA
-  if (ctx.device() == Device::cuda) name = cuda::cuda_state(ctx).props.name;
-#endif
-  (void)ctx;
+  std::string name = ctx.device() == Device::cuda ? ops::gpu_name(ctx) : "no CUDA device";
   struct Peaks {
     const char* match;  // a substring of the device name; the first match wins
     const char* family;
@@ -343,33 +319,16 @@ double peak_rss_mb() {
   return double(ru.ru_maxrss) / 1024.0;
 }
 
-double peak_gpu_mb(const Context& ctx) {
-#ifdef UNMASK_WITH_CUDA
-  if (ctx.device() == Device::cuda) return double(cuda::allocator_stats().peak_allocated_bytes) / (1024.0 * 1024.0);
-#endif
-  (void)ctx;
-  return 0.0;
-}
+double peak_gpu_mb(const Context& ctx) { return ops::device_memory_peaks(ctx).allocated_mb; }
 
 GpuMemoryPeaks gpu_memory_peaks(const Context& ctx) {
+  const ops::DeviceMemoryPeaks p = ops::device_memory_peaks(ctx);
   GpuMemoryPeaks m;
-#ifdef UNMASK_WITH_CUDA
-  if (ctx.device() == Device::cuda) {
-    const cuda::AllocatorStats s = cuda::allocator_stats();
-    m.requested_mb = double(s.peak_requested_bytes) / (1024.0 * 1024.0);
-    m.reserved_mb = double(s.peak_reserved_bytes) / (1024.0 * 1024.0);
-  }
-#endif
-  (void)ctx;
+  m.requested_mb = p.requested_mb, m.reserved_mb = p.reserved_mb;
   return m;
 }
 
-void reset_peak_gpu(const Context& ctx) {
-#ifdef UNMASK_WITH_CUDA
-  if (ctx.device() == Device::cuda) cuda::allocator_reset_peak();
-#endif
-  (void)ctx;
-}
+void reset_peak_gpu(const Context& ctx) { ops::reset_device_memory_peaks(ctx); }
 
 double Args::get_double(const std::string& name) const {
   std::string v = get(name);

@@ -89,8 +89,9 @@ TEST(OpsDispatch, IsaTablesAndErrors) {
   EXPECT_FALSE(ops::supports("conv", Device::cpu, DType::f32));
 }
 
-// The layout's rule: src/core holds what every backend builds on and includes no backend's
-// header (the dispatch layer, src/ops, does: ops/context.cc, ops/device_memory.cc).
+// The layout's rules: src/core holds what every backend builds on and includes no backend's
+// header (the dispatch layer, src/ops, does: ops/context.cc, ops/device_memory.cc), and neither
+// does app/.
 TEST(Layout, CoreIncludesNoBackendHeader) {
   const std::regex backend(R"(#include\s+"(cpu|cuda)/)");
   int files = 0;
@@ -102,6 +103,12 @@ TEST(Layout, CoreIncludesNoBackendHeader) {
     ++files;
   }
   EXPECT_GT(files, 5);
+  // app/ only parses and calls: no backend header there either (ops/device_info.h answers it).
+  for (const auto& e : std::filesystem::directory_iterator(std::string(UNMASK_SOURCE_DIR) + "/app")) {
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(std::regex_search(text, backend)) << e.path() << " includes a backend header";
+  }
 }
 
 // One table (src/ops/op_table.cc) for every backend: it names exactly the op front-ends that
