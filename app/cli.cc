@@ -188,7 +188,8 @@ std::string config_file_text(const Args& args, const std::vector<OptionSpec>& sp
     bool number = !value.empty();
     for (char c : value) number = number && (std::isdigit((unsigned char)c) || c == '.' || c == '-' || c == '+' || c == 'e');
     const bool bare = number || value == "true" || value == "false";
-    out += "# " + o.help + "\n" + key + " = " + (bare ? value : "\"" + value + "\"") + "\n";
+    // an option without a value (its default is decided later, e.g. by the task) stays unset
+    out += "# " + o.help + "\n" + (value.empty() ? "# " : "") + key + " = " + (bare ? value : "\"" + value + "\"") + "\n";
   }
   return out;
 }

@@ -117,8 +117,18 @@ int cmd_finetune(int argc, char** argv) {
       {"eval-batch", "N", "features per forward when evaluating --dev", "32"},
       {"format", "table|json", "how the dev metrics are printed", "table"},
   });
-  auto args = Args::parse("finetune", "Fine-tunes a BERT model on SQuAD v1.1, a GLUE-style TSV or CoNLL data.", specs, argc, argv, 2);
+  std::vector<OptionSpec> all_specs = specs;
+  for (const OptionSpec& o : config_option_specs()) all_specs.push_back(o);
+  std::vector<std::string> expanded = expand_config_options(all_specs, argc, argv, 2);
+  std::vector<char*> av;
+  for (std::string& e : expanded) av.push_back(e.data());
+  auto args = Args::parse("finetune", "Fine-tunes a BERT model on SQuAD v1.1, a GLUE-style TSV or CoNLL data.", all_specs,
+                          int(av.size()), av.data(), 2);
   if (!args) return 0;
+  if (args->has("print-config")) {
+    std::fputs(config_file_text(*args, specs, {"resume", "stop-after"}).c_str(), stdout);
+    return 0;
+  }
   const TaskKind task = finetune::parse_task(args->require("task"));
   const std::string model_dir = args->require("model");
   const std::string train_path = args->require("train");
@@ -158,7 +168,7 @@ int cmd_finetune(int argc, char** argv) {
     for (const char* old : {"checkpoints", "metrics.jsonl", "loss.svg"}) std::filesystem::remove_all(run_dir + "/" + old);
   to.settings = args->values();
   for (const char* k : {"output", "run-dir", "dev", "threads", "log-every", "checkpoint-every", "resume", "stop-after",
-                        "eval-batch", "format"})
+                        "eval-batch", "format", "config", "set", "print-config"})
     to.settings.erase(k);
   const int64_t eval_batch = positive_int(*args, "eval-batch");
   if (!(to.lr > 0)) throw Error("--lr must be positive, got ", args->get("lr"));

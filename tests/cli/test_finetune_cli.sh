@@ -146,5 +146,14 @@ check "resumed model = uninterrupted model" -- cmp "$W/ra/model.safetensors" "$W
 check "the model directory holds no run state" -- test ! -e "$W/ra/checkpoints" -a ! -e "$W/ra/optimizer.safetensors"
 check "metrics.jsonl of the run" -- test "$(wc -l < "$W/rb-run/metrics.jsonl")" = 6
 
+# The same options from a config file: --print-config writes them, --config reads them, --set and
+# direct options win; the run equals the flags' run byte for byte.
+"${FT[@]}" "${R[@]}" --output "$W/rc" --print-config > "$W/ft.toml"
+check "print-config lists the options with their help" -- grep -q '^max_steps = 6$' "$W/ft.toml"
+sed -i 's/^max_steps = 6$/max_steps = 2/' "$W/ft.toml"
+expect 0 "fine-tuned 6 steps" -- "$U" finetune --config "$W/ft.toml" --set max_steps=6 --output "$W/rc"
+check "config run = flags run" -- cmp "$W/ra/model.safetensors" "$W/rc/model.safetensors"
+expect 1 "unknown key 'learning-rate'" -- "$U" finetune --config "$W/ft.toml" --set learning_rate=1 --output "$W/rd"
+
 echo "finetune CLI: $pass passed, $fail failed"
 [[ $fail == 0 ]]
