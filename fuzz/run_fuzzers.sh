@@ -37,7 +37,7 @@ mkdir -p "$OUT/obj"
 
 # ---- library objects, compiled once for all targets ----------------------------------------
 sources=()
-for f in src/core/*.cc src/io/*.cc src/data/text/wordpiece.cc src/data/text/unicode.cc src/data/text/unicode_decompositions.cc src/data/text/unicode_tables.cc src/data/text/tokenizer_config.cc src/data/text/vocab_trainer.cc src/data/video/sampling.cc src/data/video/video_list.cc src/data/video/clip_store.cc; do  # + the FFmpeg-free video parsers
+for f in src/core/*.cc src/ops/device_memory.cc src/io/*.cc src/data/text/wordpiece.cc src/data/text/unicode.cc src/data/text/unicode_decompositions.cc src/data/text/unicode_tables.cc src/data/text/tokenizer_config.cc src/data/text/vocab_trainer.cc src/data/video/sampling.cc src/data/video/video_list.cc src/data/video/clip_store.cc; do  # + the FFmpeg-free video parsers
   [ -e "$f" ] || continue
   if grep -Eq '#include +"(cpu/|core/thread_pool\.h|unmask/context\.h)|cblas' "$f"; then
     continue  # needs BLAS / threads: not part of the fuzzed surface
