@@ -3,7 +3,7 @@
 // Not in the default build. Build and run from the repository root:
 //   g++ -std=c++20 -O3 -Iinclude -Isrc bench/attention_bench.cc src/cpu/attention_cpu.cc
 //       src/ref/attention_ref.cc src/ops/context.cc src/core/thread_pool.cc
-//       src/core/tensor.cc <src/cpu/dispatch.cc + kernels, or a stub> -pthread
+//       src/core/tensor.cc src/ops/device_memory.cc <src/cpu/dispatch.cc + kernels, or a stub> -pthread
 //       -o /tmp/attention_bench
 //   /tmp/attention_bench            # or: /tmp/attention_bench <threads>
 //

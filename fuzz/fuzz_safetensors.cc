@@ -5,7 +5,7 @@
 // which ASan checks by touching the first and last byte of each tensor.
 //
 //   clang++ -std=c++20 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-//       fuzz/fuzz_safetensors.cc src/io/*.cc src/core/tensor.cc -o /tmp/fuzz_safetensors
+//       fuzz/fuzz_safetensors.cc src/io/*.cc src/core/tensor.cc src/ops/device_memory.cc -o /tmp/fuzz_safetensors
 //   /tmp/fuzz_safetensors -max_total_time=60 fuzz/corpus_safetensors   (or fuzz/run_fuzzers.sh)
 #include <cstdint>
 #include <cstring>

@@ -8,7 +8,7 @@
 // returned must lie in readable memory, which ASan checks by touching its first and last byte.
 //
 //   clang++ -std=c++20 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-//       fuzz/fuzz_torch_pickle.cc src/io/torch_pickle.cc src/core/tensor.cc -o /tmp/fuzz_torch_pickle
+//       fuzz/fuzz_torch_pickle.cc src/io/torch_pickle.cc src/core/tensor.cc src/ops/device_memory.cc -o /tmp/fuzz_torch_pickle
 //   /tmp/fuzz_torch_pickle -max_total_time=60 fuzz/corpus_torch_pickle   (or fuzz/run_fuzzers.sh)
 #include <cstdint>
 #include <cstring>
