@@ -222,7 +222,7 @@ TEST(TrainMetrics, JsonLineRoundTripAndPlot) {
   for (int i = 1; i <= 40; ++i) {
     train::StepMetrics s;
     s.step = i, s.loss = 10.0 / i, s.samples_per_s = i == 1 ? 1000 : 20 + i % 3, s.lr = 1e-3 * i, s.accuracy = 0.01 * i;
-    s.extras = {{"mlm_loss", 9.0 / i}, {"nsp_loss", 0.7}, {"mlm_acc", 0.01 * i}};
+    s.extras = {{"mlm_loss", 9.0 / i}, {"nsp_loss", 0.7}, {"mlm_acc", 0.01 * i}, {"nsp_acc", 0.5 + 0.001 * i}};
     h.push_back(s);
   }
   std::string svg = train::render_loss_svg(h, "run <a&b>", "sequences");
@@ -231,7 +231,8 @@ TEST(TrainMetrics, JsonLineRoundTripAndPlot) {
   EXPECT_NE(svg.find("run &lt;a&amp;b&gt;"), std::string::npos);
   size_t polylines = 0;
   for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++polylines;
-  EXPECT_EQ(polylines, 7u);  // loss, MLM, NSP; lr; accuracy, mlm_acc; sequences/s
+  EXPECT_EQ(polylines, 7u);  // loss, MLM, NSP; lr; accuracy, nsp_acc (mlm_acc = accuracy: drawn once); sequences/s
+  EXPECT_EQ(svg.find(">mlm_acc<"), std::string::npos) << "an extra equal to the accuracy is drawn twice";
   for (const char* title : {">loss<", ">learning rate<", ">accuracy<", ">sequences / s<"})
     EXPECT_NE(svg.find(title), std::string::npos) << title;
   EXPECT_NE(svg.find(">40<"), std::string::npos);  // an x tick label at the last step
@@ -243,7 +244,7 @@ TEST(TrainMetrics, JsonLineRoundTripAndPlot) {
   for (size_t p = svg.find("<text x='"); p != std::string::npos; p = svg.find("<text x='", p + 1)) {
     const size_t close = svg.find("</text>", p);
     const std::string label = svg.substr(svg.find('>', p) + 1, close - svg.find('>', p) - 1);
-    if (label != "nsp_loss" && label != "mlm_acc") continue;
+    if (label != "nsp_loss" && label != "nsp_acc") continue;
     const double y = std::stod(svg.substr(svg.find("y='", p) + 3));
     bool above_a_frame = false;
     for (size_t r = svg.find("<rect x='90' y='"); r != std::string::npos; r = svg.find("<rect x='90' y='", r + 1)) {

@@ -159,14 +159,18 @@ void draw_panel(std::ostringstream& o, const std::vector<StepMetrics>& h, const 
 
 const char* kColors[] = {"#d9822b", "#2b9d4a", "#b03f6e", "#3fa7b0", "#7a7a7a"};
 
-// The series of a panel: `main` first, then the extras whose names end in `suffix`.
+// The series of a panel: `main` first, then the extras whose names end in `suffix` (an extra
+// equal to `main` at every step, as BERT's mlm_acc is its accuracy, is not drawn twice).
 std::vector<Series> panel_series(const std::vector<StepMetrics>& h, Series main, const std::string& suffix) {
-  std::vector<Series> out{std::move(main)};
+  std::vector<Series> out{main};
   if (h.empty()) return out;
   size_t k = 0;
   for (const auto& [name, value] : h.back().extras) {
     (void)value;
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    bool same = true;
+    for (const StepMetrics& m : h) same = same && m.extra(name) == main.value(m);
+    if (same) continue;
     out.push_back({name, kColors[k++ % 5], [n = name](const StepMetrics& m) { return m.extra(n); }, 1.0});
   }
   return out;
@@ -226,7 +230,7 @@ StepMetrics parse_metrics_line(const std::string& line) {
 
 std::string render_loss_svg(const std::vector<StepMetrics>& h, const std::string& title, const std::string& samples) {
   const double W = 960, left = 90, right = 30, top = 64, panel_h = 150, gap = 74;
-  const double H = top + 4 * panel_h + 3 * gap + 66;
+  const double H = top + 4 * panel_h + 3 * gap + 82;
   std::ostringstream o;
   o << "<?xml version='1.0' encoding='UTF-8'?>\n"
     << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
@@ -256,8 +260,8 @@ std::string render_loss_svg(const std::vector<StepMetrics>& h, const std::string
   draw_panel(o, h, {{samples + "/s", "#7a3fb0", [](const StepMetrics& m) { return m.samples_per_s; }, 1.4}}, left,
              next_panel(), w, panel_h, samples + " / s", false, s_lo, s_hi, h.front().step + 2);
   const StepMetrics& last = h.back();
-  o << "<text x='" << left + w / 2 << "' y='" << H - 38 << "' text-anchor='middle'>optimizer step</text>\n";
-  o << "<text x='" << left << "' y='" << H - 12 << "'>step " << last.step << ": loss " << fmt("%.4f", last.loss) << ", "
+  o << "<text x='" << left + w / 2 << "' y='" << H - 40 << "' text-anchor='middle'>optimizer step</text>\n";
+  o << "<text x='" << left << "' y='" << H - 10 << "'>step " << last.step << ": loss " << fmt("%.4f", last.loss) << ", "
     << fmt("%.2f", last.samples_per_s) << " " << xml_escape(samples) << "/s, elapsed " << format_duration(last.elapsed)
     << "</text>\n";
   o << "</svg>\n";
