@@ -236,7 +236,9 @@ std::string render_loss_svg(const std::vector<StepMetrics>& h, const std::string
     << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' viewBox='0 0 " << W << " " << H
     << "' font-family='sans-serif' font-size='12'>\n"
     << "<rect width='100%' height='100%' fill='#fafafa'/>\n"
-    << "<text x='" << W / 2 << "' y='26' text-anchor='middle' font-size='16'>" << xml_escape(title) << "</text>\n";
+    // a long title (run directory and recipe) in a smaller font, so it fits the width
+    << "<text x='" << W / 2 << "' y='26' text-anchor='middle' font-size='" << (title.size() > 90 ? 11 : 16) << "'>"
+    << xml_escape(title) << "</text>\n";
   if (h.empty()) {
     o << "<text x='" << W / 2 << "' y='" << H / 2 << "' text-anchor='middle'>no steps yet</text>\n</svg>\n";
     return o.str();
