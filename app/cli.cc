@@ -194,6 +194,22 @@ std::string config_file_text(const Args& args, const std::vector<OptionSpec>& sp
   return out;
 }
 
+std::optional<Args> parse_with_config(const std::string& command, const std::string& summary,
+                                      const std::vector<OptionSpec>& specs, int argc, char** argv, int first,
+                                      const std::vector<std::string>& not_in_config) {
+  std::vector<OptionSpec> all_specs = specs;
+  for (const OptionSpec& o : config_option_specs()) all_specs.push_back(o);
+  std::vector<std::string> expanded = expand_config_options(all_specs, argc, argv, first);
+  std::vector<char*> av;
+  for (std::string& e : expanded) av.push_back(e.data());
+  std::optional<Args> args = Args::parse(command, summary, all_specs, int(av.size()), av.data(), first);
+  if (args && args->has("print-config")) {
+    std::fputs(config_file_text(*args, specs, not_in_config).c_str(), stdout);
+    return std::nullopt;
+  }
+  return args;
+}
+
 std::map<std::string, std::string> Args::values() const {
   std::map<std::string, std::string> all = defaults_;
   for (const auto& [k, v] : values_) all[k] = v.empty() ? "true" : v;

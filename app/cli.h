@@ -55,6 +55,12 @@ std::vector<OptionSpec> config_option_specs();
 /// than true / false is an Error naming its file:line (or --set). Returns argv[0..first) and
 /// the expanded options.
 std::vector<std::string> expand_config_options(const std::vector<OptionSpec>& specs, int argc, char** argv, int first);
+/// Args::parse of a command that takes a config file: --config / --set expanded
+/// (expand_config_options) and --print-config answered (config_file_text, leaving out the options
+/// in `not_in_config`). Returns nullopt after printing --help or the config.
+std::optional<Args> parse_with_config(const std::string& command, const std::string& summary,
+                                      const std::vector<OptionSpec>& specs, int argc, char** argv, int first,
+                                      const std::vector<std::string>& not_in_config);
 /// A config file of every option of `specs` with its value in `args` and its help as a comment
 /// (--print-config: the file to start a run's config from); options named in `skip` are left out.
 std::string config_file_text(const Args& args, const std::vector<OptionSpec>& specs, const std::vector<std::string>& skip);

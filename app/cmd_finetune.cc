@@ -117,18 +117,9 @@ int cmd_finetune(int argc, char** argv) {
       {"eval-batch", "N", "features per forward when evaluating --dev", "32"},
       {"format", "table|json", "how the dev metrics are printed", "table"},
   });
-  std::vector<OptionSpec> all_specs = specs;
-  for (const OptionSpec& o : config_option_specs()) all_specs.push_back(o);
-  std::vector<std::string> expanded = expand_config_options(all_specs, argc, argv, 2);
-  std::vector<char*> av;
-  for (std::string& e : expanded) av.push_back(e.data());
-  auto args = Args::parse("finetune", "Fine-tunes a BERT model on SQuAD v1.1, a GLUE-style TSV or CoNLL data.", all_specs,
-                          int(av.size()), av.data(), 2);
+  auto args = parse_with_config("finetune", "Fine-tunes a BERT model on SQuAD v1.1, a GLUE-style TSV or CoNLL data.",
+                                specs, argc, argv, 2, {"resume", "stop-after"});
   if (!args) return 0;
-  if (args->has("print-config")) {
-    std::fputs(config_file_text(*args, specs, {"resume", "stop-after"}).c_str(), stdout);
-    return 0;
-  }
   const TaskKind task = finetune::parse_task(args->require("task"));
   const std::string model_dir = args->require("model");
   const std::string train_path = args->require("train");

@@ -104,12 +104,6 @@ void prepare_video_output(const Args& a, const std::string& out, const char* com
       std::filesystem::remove_all(out + "/" + old);
 }
 
-std::string settings_hash(const std::map<std::string, std::string>& settings) {
-  std::string text;
-  for (const auto& [k, v] : settings) text += k + "=" + v + "\n";
-  return train::fnv1a_hex(text);
-}
-
 // The loop's settings from the shared options; a checkpoint records every option but where the
 // run reads and writes and how it reports.
 train::LoopConfig loop_config(const Args& a, const std::string& out, int64_t steps, int64_t accumulation,
@@ -131,7 +125,7 @@ train::LoopConfig loop_config(const Args& a, const std::string& out, int64_t ste
                         "keep-checkpoints", "force", "device", "root", "init-from", "no-overlap", "strict", "workers",
                         "test-segments", "test-crops", "config", "set", "print-config"})
     lc.config.erase(k);
-  lc.config_hash = settings_hash(lc.config);
+  lc.config_hash = train::settings_hash(lc.config);
   return lc;
 }
 
@@ -188,21 +182,13 @@ int cmd_pretrain_video(int argc, char** argv) {
   bool resume = false;
   std::string resume_dir;
   std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
-  const std::vector<OptionSpec> all_specs = with(specs, config_option_specs());
-  std::vector<std::string> expanded = expand_config_options(all_specs, int(rest.size()), rest.data(), 2);
-  rest.clear();
-  for (std::string& e : expanded) rest.push_back(e.data());
-  auto parsed = Args::parse("pretrain-video",
-                            "VideoMAE pretraining (tube masking, normalized-pixel MSE). Checkpoints under "
-                            "OUTPUT/checkpoints/step-N (model, optimizer, trainer state); SIGINT/SIGTERM finish the step, "
-                            "save one and exit 130/143; --resume continues bit for bit",
-                            all_specs, int(rest.size()), rest.data(), 2);
+  auto parsed = parse_with_config("pretrain-video",
+                                  "VideoMAE pretraining (tube masking, normalized-pixel MSE). Checkpoints under "
+                                  "OUTPUT/checkpoints/step-N (model, optimizer, trainer state); SIGINT/SIGTERM finish "
+                                  "the step, save one and exit 130/143; --resume continues bit for bit",
+                                  specs, int(rest.size()), rest.data(), 2, {"resume", "stop-after", "quiet", "force"});
   if (!parsed) return 0;
   const Args& a = *parsed;
-  if (a.has("print-config")) {
-    std::fputs(config_file_text(a, specs, {"resume", "stop-after", "quiet", "force"}).c_str(), stdout);
-    return 0;
-  }
   std::string data = a.require("data");
   const std::string out = a.require("output");
   prepare_video_output(a, out, "pretrain-video", resume);
@@ -242,7 +228,7 @@ int cmd_pretrain_video(int argc, char** argv) {
   train::LoopConfig lc = loop_config(a, out, steps, accumulation, os, vs.seed);
   lc.overlap_allreduce = !a.has("no-overlap");
   lc.config["batch"] = std::to_string(vs.batch * world);  // the global batch: any rank count giving it may resume
-  lc.config_hash = settings_hash(lc.config);
+  lc.config_hash = train::settings_hash(lc.config);
   auto warn = [&](const std::string& w) {
     if (root) std::fprintf(stderr, "warning: %s\n", w.c_str());
   };
@@ -341,20 +327,12 @@ int cmd_finetune_video(int argc, char** argv) {
   bool resume = false;
   std::string resume_dir;
   std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
-  const std::vector<OptionSpec> all_specs = with(specs, config_option_specs());
-  std::vector<std::string> expanded = expand_config_options(all_specs, int(rest.size()), rest.data(), 2);
-  rest.clear();
-  for (std::string& e : expanded) rest.push_back(e.data());
-  auto parsed = Args::parse("finetune-video",
-                            "VideoMAE fine-tuning (mean pooling, layer decay, mixup/cutmix). Checkpoints under "
-                            "OUTPUT/checkpoints/step-N; SIGINT/SIGTERM save one and exit 130/143; --resume continues",
-                            all_specs, int(rest.size()), rest.data(), 2);
+  auto parsed = parse_with_config("finetune-video",
+                                  "VideoMAE fine-tuning (mean pooling, layer decay, mixup/cutmix). Checkpoints under "
+                                  "OUTPUT/checkpoints/step-N; SIGINT/SIGTERM save one and exit 130/143; --resume continues",
+                                  specs, int(rest.size()), rest.data(), 2, {"resume", "stop-after", "quiet", "force"});
   if (!parsed) return 0;
   const Args& a = *parsed;
-  if (a.has("print-config")) {
-    std::fputs(config_file_text(a, specs, {"resume", "stop-after", "quiet", "force"}).c_str(), stdout);
-    return 0;
-  }
   std::string data = a.require("data");
   const std::string out = a.require("output");
   prepare_video_output(a, out, "finetune-video", resume);

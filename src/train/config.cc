@@ -347,6 +347,25 @@ Value parse_value(const std::string& text, bool bare_strings) {
               Hint("strings go in double quotes (key = \"text\"); numbers like 6e-3; booleans true/false"));
 }
 
+// One `key = value` line (comment stripped, trimmed, not a section header): the key, checked
+// (letters, digits, '_', and '-' where `dashes`), and its value; errors name `where`.
+std::pair<std::string, Value> parse_assignment(const std::string& line, const std::string& where, bool dashes) {
+  const size_t eq = line.find('=');
+  if (eq == std::string::npos)
+    throw Error(where, ": expected key = value, got ", line, Hint("strings need double quotes: key = \"value\""));
+  std::string key = trim(line.substr(0, eq));
+  if (key.empty()) throw Error(where, ": missing key before '='");
+  for (char ch : key)
+    if (!(std::isalnum((unsigned char)ch) || ch == '_' || (dashes && ch == '-')))
+      throw Error(where, ": bad key '", key, "'",
+                  Hint(dashes ? "keys are letters, digits, '_' and '-'" : "keys are letters, digits and underscores"));
+  try {
+    return {key, parse_value(trim(line.substr(eq + 1)), false)};
+  } catch (const Error& e) {
+    throw Error(where, ": ", key, ": ", e.what());
+  }
+}
+
 // Removes a # comment that is not inside a string.
 std::string strip_comment(const std::string& line) {
   char q = 0;
@@ -462,20 +481,7 @@ PretrainConfig parse_config(const std::string& text, const std::string& origin, 
                     Hint("the only section is [phase2] (keys overriding the top level for --phase 2)"));
       continue;
     }
-    size_t eq = line.find('=');
-    if (eq == std::string::npos)
-      throw Error(where, ": expected key = value, got ", line, Hint("strings need double quotes: key = \"value\""));
-    std::string key = trim(line.substr(0, eq));
-    if (key.empty()) throw Error(where, ": missing key before '='");
-    for (char ch : key)
-      if (!(std::isalnum((unsigned char)ch) || ch == '_'))
-        throw Error(where, ": bad key '", key, "'", Hint("keys are letters, digits and underscores"));
-    Value v;
-    try {
-      v = parse_value(trim(line.substr(eq + 1)), false);
-    } catch (const Error& e) {
-      throw Error(where, ": ", key, ": ", e.what());
-    }
+    auto [key, v] = parse_assignment(line, where, false);
     if (!find_key(key)) assign(c, key, v, where);  // throws: unknown key, with a suggestion
     auto& seen = section.empty() ? seen_top : seen_phase2;
     if (!seen.insert(key).second)
@@ -506,20 +512,7 @@ std::vector<FlatSetting> parse_flat_config(const std::string& text, const std::s
     const std::string line = trim(strip_comment(raw));
     if (line.empty()) continue;
     if (line[0] == '[') throw Error(where, ": sections are not used here, got ", line, Hint("write key = value lines"));
-    const size_t eq = line.find('=');
-    if (eq == std::string::npos)
-      throw Error(where, ": expected key = value, got ", line, Hint("strings need double quotes: key = \"value\""));
-    const std::string key = trim(line.substr(0, eq));
-    if (key.empty()) throw Error(where, ": missing key before '='");
-    for (char ch : key)
-      if (!(std::isalnum((unsigned char)ch) || ch == '_' || ch == '-'))
-        throw Error(where, ": bad key '", key, "'", Hint("keys are letters, digits, '_' and '-'"));
-    Value v;
-    try {
-      v = parse_value(trim(line.substr(eq + 1)), false);
-    } catch (const Error& e) {
-      throw Error(where, ": ", key, ": ", e.what());
-    }
+    const auto [key, v] = parse_assignment(line, where, true);
     std::string dashed = key;
     std::replace(dashed.begin(), dashed.end(), '_', '-');
     if (!seen.insert(dashed).second) throw Error(where, ": '", key, "' is set twice", Hint("remove one of the two"));
@@ -564,6 +557,12 @@ std::string PretrainConfig::numeric_hash() const {
   std::string text;
   for (const auto& k : keys())
     if (k.numeric) text += std::string(k.name) + "=" + k.get(*this) + '\xff';
+  return fnv1a_hex(text);
+}
+
+std::string settings_hash(const std::map<std::string, std::string>& settings) {
+  std::string text;
+  for (const auto& [k, v] : settings) text += k + "=" + v + "\n";
   return fnv1a_hex(text);
 }
 

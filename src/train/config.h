@@ -125,6 +125,9 @@ std::vector<FlatSetting> parse_flat_config(const std::string& text, const std::s
 /// FNV-1a (64 bits) of `text` as 16 hex digits: the settings hash a checkpoint records.
 std::string fnv1a_hex(const std::string& text);
 
+/// The hash a checkpoint records of a run's settings (key=value lines in key order): fnv1a_hex.
+std::string settings_hash(const std::map<std::string, std::string>& settings);
+
 /// Levenshtein distance (insert, delete, substitute; all cost 1).
 size_t edit_distance(const std::string& a, const std::string& b);
 

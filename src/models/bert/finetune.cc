@@ -297,9 +297,7 @@ TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, con
   lc.log_every = std::max<int64_t>(options.log_every, 1);
   lc.seed = options.seed;
   lc.config = options.settings;
-  std::string text;
-  for (const auto& [k, v] : lc.config) text += k + "=" + v + "\n";
-  lc.config_hash = train::fnv1a_hex(text);
+  lc.config_hash = train::settings_hash(lc.config);
   const train::LoopStart start = train::open_run(lc, options.resume, [&](const std::string& w) {
     if (options.progress) std::fprintf(stderr, "warning: %s\n", w.c_str());
   });
