@@ -9,12 +9,12 @@
 
 namespace unmask::cli {
 
-StepProfile profile_steps(Context& ctx, int64_t steps, const std::function<void()>& step) {
+StepProfile profile_steps(Context& ctx, int64_t steps, bool by_shape, const std::function<void()>& step) {
   StepProfile p;
   p.steps = steps;
   if (steps <= 0) return p;
   ctx.synchronize();
-  ctx.set_op_profiling(true);
+  ctx.set_op_profiling(true, by_shape);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     for (int64_t i = 0; i < steps; ++i) step();

@@ -19,9 +19,10 @@ struct StepProfile {
 };
 
 /// Runs `step` `steps` times with op profiling on (synchronising around each), then turns it off.
+/// by_shape (--profile-shapes): each GEMM shape and epilogue gets its own row.
 /// A step that throws an unmask::Error (out of device memory) ends the profile, not the
 /// benchmark: the error goes to stderr and an empty profile (steps = 0) comes back.
-StepProfile profile_steps(Context& ctx, int64_t steps, const std::function<void()>& step);
+StepProfile profile_steps(Context& ctx, int64_t steps, bool by_shape, const std::function<void()>& step);
 
 /// Markdown lines after a table row: op | calls/step | ms/step | % of step | host ms/step | gap
 /// before, ms/step, and "(not in an op)" with the gaps' sum.

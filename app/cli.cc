@@ -74,11 +74,12 @@ std::optional<Args> Args::parse(const std::string& command, const std::string& s
           {"train_batch_size", {"batch"}},
           {"warmup_ratio", {"warmup"}},
           {"warmup_proportion", {"warmup"}},
-          {"model_name_or_path", {"model"}},
+          {"model_name_or_path", {"model", "init-from"}},
           {"init_checkpoint", {"init-from", "model"}},
           {"max_seq_length", {"seq", "max-seq"}},
           {"input_dir", {"data"}},
-          {"train_file", {"train"}},
+          {"train_file", {"data"}},
+          {"validation_file", {"val"}},
           {"logging_steps", {"log-every"}},
           {"save_steps", {"checkpoint-every"}},
       };
@@ -88,6 +89,13 @@ std::optional<Args> Args::parse(const std::string& command, const std::string& s
             if (has(o))
               throw Error("unknown option --", name, Hint(std::string("unmask calls it --") + o + " (--" + name +
                                                           " is the Hugging Face / DLE name)"));
+      // unmask's own earlier names of a concept that now has one name in every command.
+      static const std::pair<const char*, const char*> kRenamed[] = {
+          {"train", "data"}, {"dev", "val"}, {"model", "init-from"}};
+      for (const auto& [old, now] : kRenamed)
+        if (name == old && has(now))
+          throw Error("unknown option --", name, Hint(std::string("it is --") + now + " now: one name per concept in "
+                                                      "every command (--init-from, --data, --val, --output)"));
       std::string dashed = name;  // --weight_decay -> --weight-decay
       std::replace(dashed.begin(), dashed.end(), '_', '-');
       if (dashed != name && has(dashed)) throw Error("unknown option --", name, Hint("did you mean --" + dashed + "?"));

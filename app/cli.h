@@ -81,7 +81,7 @@ DType inference_dtype(const std::string& precision);
 /// GEMM, and returns the devices column "1x <GPU name>" (CPU: "CPU (<n> threads)").
 std::string setup_device(Context& ctx, const std::string& precision);
 /// Which training attention a context runs: "cpu", "f32" (CUDA cores) or "bf16-tc" (tensor cores,
-/// CudaState::attention_bf16: on with bf16 GEMMs unless UNMASK_CUDA_ATTN_BF16=0).
+/// CudaState::attention_bf16: on with bf16 GEMMs).
 std::string attention_mode(Context& ctx);
 /// The GPU a process of a host uses: local_rank % visible GPUs (0 on the CPU or without a GPU).
 int gpu_for_local_rank(Device device, int local_rank);

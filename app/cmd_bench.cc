@@ -127,6 +127,7 @@ int bench_infer(int argc, char** argv) {
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
       {"profile", "N", "after each row, N more forward calls with every op timed (eager: a graph replay runs no op "
                        "front-end): the time per op and call (table: after the row; json: the row's \"profile\")", "0"},
+      {"profile-shapes", "", "with --profile: one row per GEMM shape and epilogue instead of one \"gemm\" row", ""},
       {"peer", "FILE", "a peer's JSON rows (batch, seq, latency_ms): the table becomes seed 003's side by side, per seq", ""},
       {"peer-label", "NAME", "the peer's column label", "PT"},
   };
@@ -291,7 +292,7 @@ int bench_infer(int argc, char** argv) {
       model.clear_cuda_graphs();  // each shape's graph holds its activations: let go before the next
       ForwardOptions eager = fo;
       eager.cuda_graph = false;  // a replay runs no op front-end, and events must not be captured
-      const StepProfile prof = profile_steps(ctx, profile, [&] { model.forward(ctx, in, eager); });
+      const StepProfile prof = profile_steps(ctx, profile, args->has("profile-shapes"), [&] { model.forward(ctx, in, eager); });
       std::sort(times.begin(), times.end());
       const double med = times[times.size() / 2];
       Row r{batch, seq, N, med * 1e3, double(batch) / med, forward_flops(cfg, lengths, encoders_only) / med / 1e9, 0, peak_rss_mb()};

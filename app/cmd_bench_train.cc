@@ -91,6 +91,8 @@ int bench_train(int argc, char** argv) {
       {"format", "table|json|csv", "output format (json: one object per row)", "table"},
       {"profile", "N", "after each row, N more steps with every op timed: the time per op and step (table: after the "
                        "row; json: the row's \"profile\")", "0"},
+      {"profile-shapes", "", "with --profile: one row per GEMM shape and epilogue instead of one \"gemm\" row", ""},
+      {"deterministic", "", "CUDA: bitwise reproducible attention gradients (the recompute dQ kernel; a little slower)", ""},
   };
   auto args = Args::parse("bench train",
                           "BERT pretraining throughput: full steps (forward, backward, optimizer) on random weights and a "
@@ -129,7 +131,9 @@ int bench_train(int argc, char** argv) {
   }
   const bool on_cuda = device_of(*args) == Device::cuda;
   const std::string precision = precision_of(*args, on_cuda ? Device::cuda : Device::cpu);
-  Context ctx({.num_threads = int(args->get_int("threads")), .device = on_cuda ? Device::cuda : Device::cpu});
+  Context ctx({.num_threads = int(args->get_int("threads")),
+               .device = on_cuda ? Device::cuda : Device::cpu,
+               .kernels = {.deterministic = args->has("deterministic")}});
   const std::string devices_name = setup_device(ctx, precision);
   const char* devices = devices_name.c_str();
   const std::string act_name = args->get("activations");
@@ -204,7 +208,7 @@ int bench_train(int argc, char** argv) {
         const double dt = now_s() - t0;
         if (i >= warmup) times.push_back(dt);
       }
-      const StepProfile prof = profile_steps(ctx, profile, [&] { one_step(); });
+      const StepProfile prof = profile_steps(ctx, profile, args->has("profile-shapes"), [&] { one_step(); });
       std::sort(times.begin(), times.end());
       if (measured_peak) peak = std::max(peak, train::measure_peak_gflops(ctx.num_threads()));
       const double med = times[times.size() / 2];

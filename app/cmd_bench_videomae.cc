@@ -212,6 +212,8 @@ int bench_videomae(int argc, char** argv) {
       {"format", "table|json", "output format (json: one object per row)", "table"},
       {"profile", "N", "after each row, N more steps (on the first timed steps' masks) with every op timed: the time "
                        "per op and step (table: after the row; json: the row's \"profile\")", "0"},
+      {"profile-shapes", "", "with --profile: one row per GEMM shape and epilogue instead of one \"gemm\" row", ""},
+      {"deterministic", "", "CUDA: bitwise reproducible attention gradients (the recompute dQ kernel; a little slower)", ""},
   };
   auto args =
       Args::parse("bench videomae",
@@ -260,7 +262,9 @@ int bench_videomae(int argc, char** argv) {
   if (act_name != "f32" && act_name != "bf16") throw Error("--activations must be f32 or bf16, got '", act_name, "'");
   // The dtype column names bf16 activations when they are on (rows stay comparable).
   const std::string precision = act_name == "bf16" ? gemm_precision + " (act bf16)" : gemm_precision;
-  Context ctx({.num_threads = int(args->get_int("threads")), .device = device});
+  Context ctx({.num_threads = int(args->get_int("threads")),
+               .device = device,
+               .kernels = {.deterministic = args->has("deterministic")}});
   const std::string devices_name = setup_device(ctx, gemm_precision);
   const char* devices = devices_name.c_str();
   const bool fixed_peak = args->has("peak-gflops");
@@ -385,7 +389,7 @@ int bench_videomae(int argc, char** argv) {
           waits.push_back(t_data);
         }
       }
-      prof = profile_steps(ctx, profile, [&, k = int64_t(0)]() mutable {
+      prof = profile_steps(ctx, profile, args->has("profile-shapes"), [&, k = int64_t(0)]() mutable {
         if (loader) {
           while (!loader->next(cb)) {
           }

@@ -97,9 +97,9 @@ std::string check_format(const Args& args) {
 int cmd_finetune(int argc, char** argv) {
   const std::vector<OptionSpec> specs = with_data_specs({
       {"task", "squad|classify|tokens", "squad: SQuAD v1.1 JSON; classify: GLUE-style TSV; tokens: CoNLL (label in the last column)", ""},
-      {"model", "DIR", "Hugging Face model directory to start from (config.json, model.safetensors, vocab.txt)", ""},
-      {"train", "FILE", "training data", ""},
-      {"dev", "FILE", "evaluation data, scored after training (metrics also written to OUTPUT/eval_results.json)", ""},
+      {"init-from", "DIR", "Hugging Face model directory to start from (config.json, model.safetensors, vocab.txt)", ""},
+      {"data", "FILE", "training data", ""},
+      {"val", "FILE", "held-out data, scored after training (metrics also written to OUTPUT/eval_results.json)", ""},
       {"output", "DIR", "where the fine-tuned model is written (HF layout; replaced whole if it exists)", ""},
       {"epochs", "N", "passes over the training features", "2"},
       {"batch", "N", "features per optimizer step", "8"},
@@ -114,21 +114,21 @@ int cmd_finetune(int argc, char** argv) {
       {"checkpoint-every", "N", "write a checkpoint every N steps (0 = only at the end)", "0"},
       {"resume", "", "continue the run in --run-dir from its latest checkpoint (the same options)", ""},
       {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
-      {"eval-batch", "N", "features per forward when evaluating --dev", "32"},
+      {"eval-batch", "N", "features per forward when evaluating --val", "32"},
       {"format", "table|json", "how the dev metrics are printed", "table"},
   });
   auto args = parse_with_config("finetune", "Fine-tunes a BERT model on SQuAD v1.1, a GLUE-style TSV or CoNLL data.",
                                 specs, argc, argv, 2, {"resume", "stop-after"});
   if (!args) return 0;
   const TaskKind task = finetune::parse_task(args->require("task"));
-  const std::string model_dir = args->require("model");
-  const std::string train_path = args->require("train");
+  const std::string model_dir = args->require("init-from");
+  const std::string train_path = args->require("data");
   const std::string output = args->require("output");
   const std::string format = check_format(*args);
   if (io::paths_overlap(output, model_dir)) {
     std::string base = model_dir;
     while (base.size() > 1 && base.back() == '/') base.pop_back();
-    throw Error("--output ", output, " and --model ", model_dir,
+    throw Error("--output ", output, " and --init-from ", model_dir,
                 " are the same directory (or one holds the other): the fine-tuned model would replace the model it "
                 "starts from",
                 Hint("write it elsewhere, e.g. --output " + base + "-finetuned"));
@@ -158,7 +158,7 @@ int cmd_finetune(int argc, char** argv) {
   else  // a new run replaces the earlier one's state, as it replaces --output
     for (const char* old : {"checkpoints", "metrics.jsonl", "loss.svg"}) std::filesystem::remove_all(run_dir + "/" + old);
   to.settings = args->values();
-  for (const char* k : {"output", "run-dir", "dev", "threads", "log-every", "checkpoint-every", "resume", "stop-after",
+  for (const char* k : {"output", "run-dir", "val", "threads", "log-every", "checkpoint-every", "resume", "stop-after",
                         "eval-batch", "format", "config", "set", "print-config"})
     to.settings.erase(k);
   const int64_t eval_batch = positive_int(*args, "eval-batch");
@@ -173,13 +173,13 @@ int cmd_finetune(int argc, char** argv) {
   print_warnings("finetune", train);
   std::fprintf(stderr, "unmask finetune: train %s: %s\n", train_path.c_str(), describe_data(train).c_str());
   finetune::TaskData dev;
-  if (args->has("dev")) {  // read before training, so a bad file fails fast
-    dev = finetune::load_task_data(task, args->get("dev"), tok, dopt, false, train.labels);
-    std::fprintf(stderr, "unmask finetune: dev %s: %s\n", args->get("dev").c_str(), describe_data(dev).c_str());
+  if (args->has("val")) {  // read before training, so a bad file fails fast
+    dev = finetune::load_task_data(task, args->get("val"), tok, dopt, false, train.labels);
+    std::fprintf(stderr, "unmask finetune: val %s: %s\n", args->get("val").c_str(), describe_data(dev).c_str());
   }
 
   Context ctx({.num_threads = int(args->get_int("threads"))});
-  // Resuming: the weights (head included) of the run's latest checkpoint; else --model's encoder.
+  // Resuming: the weights (head included) of the run's latest checkpoint; else --init-from's encoder.
   const std::string resume_from = to.resume.empty() ? "" : train::resolve_checkpoint(to.resume);
   BertTrainModel model = finetune::load_model_for_task(resume_from.empty() ? model_dir : train::checkpoint_model_dir(resume_from), task, train.labels, to.seed);
   // vocab.txt and tokenizer_config.json (the casing the model was tuned with) go with the model; a
@@ -209,11 +209,11 @@ int cmd_finetune(int argc, char** argv) {
   save_model(output);
   std::fprintf(stderr, "unmask finetune: wrote %s (run: %s)\n", output.c_str(), run_dir.c_str());
 
-  if (args->has("dev")) {
+  if (args->has("val")) {
     const finetune::EvalResult r = finetune::evaluate(ctx, model.to_inference_model(), dev, tok, eval_batch);
     io::write_file_atomic(output + "/eval_results.json", finetune::metrics_json(r));
     io::write_file_atomic(output + "/predictions.json", finetune::predictions_json(r));
-    print_metrics(r, args->get("dev"), format);
+    print_metrics(r, args->get("val"), format);
   }
   return 0;
 }

@@ -170,6 +170,7 @@ int cmd_pretrain_video(int argc, char** argv) {
             device_option(),
             {"precision", "fp32|tf32|bf16", "GEMM precision on cuda (bf16: tensor cores, fp32 master weights)", "fp32"},
             {"activations", "f32|bf16", "the ViT blocks' activations (bf16: half the memory; cuda head size 64/80/88/128, cpu emulated)", "f32"},
+            {"deterministic", "", "CUDA: bitwise reproducible attention gradients (the recompute dQ kernel; a little slower)", ""},
             {"seed", "N", "seed of the weights, masks and augmentation", "0"},
             {"no-overlap", "", "data parallel: all-reduce the gradients after the backward instead of during it", ""},
             {"data-sharding", "MODE",
@@ -234,7 +235,10 @@ int cmd_pretrain_video(int argc, char** argv) {
   };
   const train::LoopStart start = train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", warn);
 
-  Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
+  Context ctx({.num_threads = threads,
+               .device = device,
+               .device_index = gpu_for_local_rank(device, comm.local_rank()),
+               .kernels = {.deterministic = a.has("deterministic")}});
   setup_device(ctx, precision);
   // MFU: the CPU's measured FMA peak, the GPU's measured GEMM rate in the run's precision.
   lc.peak_gflops = device == Device::cpu ? train::measure_peak_gflops(ctx.num_threads()) : gpu_matmul_peak(ctx, precision);
@@ -388,8 +392,12 @@ int cmd_finetune_video(int argc, char** argv) {
   fs.smoothing = float(a.get_double("smoothing"));
   fs.naming = naming_of(a);
   fs.init_from = a.get("init-from");
-  if (Communicator::world().size() > 1)
-    throw Error("finetune-video runs in one process", Hint("run it without mpirun / srun"));
+  Communicator& comm = Communicator::world();
+  const int world = comm.size();
+  const bool root = comm.is_root();
+  if (dist::has_rank_placeholder(data))
+    throw Error("--data ", data, " holds {rank}: finetune-video's ranks read slices of one dataset",
+                Hint("give every rank the same --data"));
 
   video::ClipLoaderOptions lo;
   lo.mode = video::ClipLoaderOptions::Mode::train;
@@ -398,21 +406,33 @@ int cmd_finetune_video(int argc, char** argv) {
   lo.num_frames = int(config.num_frames);
   lo.crop = int(config.img_size);
   lo.seed = fs.seed;
+  if (world > 1) {  // rank r reads its slice of every global batch
+    lo.rank = comm.rank(), lo.ranks = world;
+    lo.sharding = video::ClipLoaderOptions::Sharding::slice;
+  }
   // The number of steps needs the loader's epoch length before the run (and its resume point) is opened.
   const int64_t per_epoch = open_video_loader(a, data, lo).batches_per_epoch();
   if (per_epoch < 1) throw Error("--data has fewer videos than one --batch of ", batch);
   const int64_t steps = std::max<int64_t>(1, per_epoch * epochs / accumulation);
   const OptimizerSetup os = optimizer_setup(a, steps);
   train::LoopConfig lc = loop_config(a, out, steps, accumulation, os, fs.seed);
+  lc.config["batch"] = std::to_string(batch * world);  // the global batch: any rank count giving it may resume
+  lc.config_hash = train::settings_hash(lc.config);
   const train::LoopStart start =
-      train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", [](const std::string& w) {
-        std::fprintf(stderr, "warning: %s\n", w.c_str());
+      train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", [&](const std::string& w) {
+        if (root) std::fprintf(stderr, "warning: %s\n", w.c_str());
       });
-  Context ctx({.num_threads = int(a.get_int("threads"))});
+  int threads = int(a.get_int("threads"));
+  if (threads == 0 && comm.local_size() > 1)
+    threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
+  Context ctx({.num_threads = threads});
   lc.peak_gflops = train::measure_peak_gflops(ctx.num_threads());
   video::VideoMAEFinetuneTask task(
       fs, ctx, lo, [&](const video::ClipLoaderOptions& o) { return open_video_loader(a, data, o); }, start);
-  if (!a.has("quiet"))
+  if (root && world > 1)
+    std::fprintf(stderr, "finetune-video: data parallel over %d ranks, batch %lld per rank, %d threads per rank\n", world,
+                 (long long)batch, ctx.num_threads());
+  if (root && !a.has("quiet"))
     std::fprintf(stderr, "finetune-video: %s (dim %lld, depth %lld), %lld classes, %lld videos, batch %lld x %lld, "
                  "%lld epochs = %lld steps, layer decay %s, drop path %s, mixup %s / cutmix %s, smoothing %s\n",
                  fs.preset.c_str(), (long long)config.dim, (long long)config.depth, (long long)K,
@@ -421,6 +441,7 @@ int cmd_finetune_video(int argc, char** argv) {
                  a.get("cutmix").c_str(), a.get("smoothing").c_str());
   train::RunControl control = run_control(a, "finetune-video");
   const train::TrainResult r = train::run_training(task, ctx, lc, start, control);
+  if (!root) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;  // rank 0 writes and evaluates
   std::fprintf(stderr, "%s\n", task.closing_note().c_str());
   std::printf("%s\n", train::summary_line(r, "fine-tuned", "clips").c_str());
   if (r.end_step < r.total_steps) {  // stopped: no final model, no evaluation

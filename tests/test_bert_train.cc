@@ -241,40 +241,6 @@ TEST(BertTrain, DropoutMasksReproducibleAndDistinct) {
   EXPECT_NE(a.first, m.pretrain_step(ctx, batch, no_dropout()).loss);
 }
 
-// The post-LN blocks' dropout in the LayerNorm op's form (what the layers take where the
-// LayerNorm kernels draw the mask: CUDA; UNMASK_CPU_LN_INPUT_DROPOUT=1 makes the CPU answer the
-// same, the op then running the ops in sequence) against the in-place dropout op and the plain
-// LayerNorm: the same loss and gradients bit for bit, in f32 and emulated bf16, with two
-// micro-batches. Checks the layers' wiring of that form (the undropped h kept, the gradient of
-// the undropped h taken from the LayerNorm backward) without a GPU.
-TEST(BertTrain, DropoutInTheLayerNormOpIsTheSameStep) {
-  TestRng rng;
-  SCOPED_TRACE(rng.note());
-  Context ctx({.num_threads = 2});
-  PretrainBatch batch = make_batch(rng, {10, 8, 6}, 10, tiny().vocab_size);
-  for (const DType act : {DType::f32, DType::bf16}) {
-    std::pair<double, std::vector<std::vector<float>>> r[2];
-    for (int in_op = 0; in_op < 2; ++in_op) {
-      if (in_op) setenv("UNMASK_CPU_LN_INPUT_DROPOUT", "1", 1);
-      EXPECT_EQ(ops::layernorm_input_dropout_in_kernel(ctx), in_op == 1);
-      BertTrainModel m = BertTrainModel::random(tiny(), kPretraining, rng.seed());
-      TrainStepOptions o;
-      o.seed = 3, o.step = 2;
-      o.activations = act;
-      r[in_op].first = m.pretrain_step(ctx, batch, o).loss;
-      o.micro = 1;
-      r[in_op].first += m.pretrain_step(ctx, batch, o).loss;
-      r[in_op].second = grads_of(m);
-      unsetenv("UNMASK_CPU_LN_INPUT_DROPOUT");
-    }
-    EXPECT_EQ(r[1].first, r[0].first) << dtype_name(act);
-    EXPECT_EQ(r[1].second, r[0].second) << dtype_name(act);
-  }
-  setenv("UNMASK_CPU_LN_INPUT_DROPOUT", "yes", 1);  // a switch takes 0 or 1 only
-  EXPECT_THROW(ops::layernorm_input_dropout_in_kernel(ctx), Error);
-  unsetenv("UNMASK_CPU_LN_INPUT_DROPOUT");
-}
-
 TEST(BertTrain, SavePretrainedRoundTrip) {
   TestRng rng;
   SCOPED_TRACE(rng.note());

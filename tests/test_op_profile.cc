@@ -52,9 +52,10 @@ TEST(OpProfile, CountsEveryFrontEndCallByName) {
   EXPECT_TRUE(ctx.take_op_profile().empty());
 }
 
-// UNMASK_PROFILE_SHAPES=1 (read when profiling starts): each GEMM shape and epilogue gets its
-// own row, named M x N x K (from c and a, whatever the transposes), dtypes and transposes; other
-// ops keep their names; without the variable every GEMM is one "gemm" row.
+// Profiling by shape (set_op_profiling(true, true), `bench --profile-shapes`): each GEMM shape and
+// epilogue gets its own row, named M x N x K (from c and a, whatever the transposes), dtypes and
+// transposes; other ops keep their names; without it every GEMM is one "gemm" row, also after
+// switching back on a live context.
 TEST(OpProfile, ShapeModeSplitsGemmsByShape) {
   const Tensor a = Tensor::zeros({64, 48}, DType::f32), b = Tensor::zeros({48, 32}, DType::f32);
   const Tensor at = Tensor::zeros({48, 64}, DType::f32), bias = Tensor::zeros({32}, DType::f32);
@@ -71,10 +72,8 @@ TEST(OpProfile, ShapeModeSplitsGemmsByShape) {
     ops::activation(ctx, c, c, ops::Activation::gelu);
   };
   {
-    setenv("UNMASK_PROFILE_SHAPES", "1", 1);
     Context ctx({.num_threads = 2});
-    ctx.set_op_profiling(true);
-    unsetenv("UNMASK_PROFILE_SHAPES");  // read once, when the profiler was made
+    ctx.set_op_profiling(true, true);
     run(ctx);
     const auto m = by_name(ctx.take_op_profile());
     ASSERT_EQ(m.size(), 4u);
@@ -84,8 +83,10 @@ TEST(OpProfile, ShapeModeSplitsGemmsByShape) {
     EXPECT_EQ(m.at("activation").calls, 1);
   }
   Context ctx({.num_threads = 2});
-  ctx.set_op_profiling(true);
-  run(ctx);
+  for (const bool by_shape : {true, false}) {  // the second profile is by op again
+    ctx.set_op_profiling(true, by_shape);
+    run(ctx);
+  }
   const auto m = by_name(ctx.take_op_profile());
   ASSERT_EQ(m.size(), 2u);
   EXPECT_EQ(m.at("gemm").calls, 4);
@@ -94,7 +95,7 @@ TEST(OpProfile, ShapeModeSplitsGemmsByShape) {
 // The host time outside any op before an op's call is booked as that op's gap: a 20 ms sleep
 // between two front-end calls shows up before the second, not the first, and not inside either.
 TEST(OpProfile, BooksTheTimeBetweenOpsAsTheGapBeforeTheNext) {
-  OpProfiler p(nullptr);
+  OpProfiler p(nullptr, false);
   p.begin("first");
   p.end();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -112,7 +113,7 @@ TEST(OpProfile, BooksTheTimeBetweenOpsAsTheGapBeforeTheNext) {
 }
 
 TEST(OpProfile, NestedOpsCountOnceInTheOuterOne) {
-  OpProfiler p(nullptr);
+  OpProfiler p(nullptr, false);
   p.begin("outer");
   p.begin("inner");
   p.end();

@@ -7,37 +7,30 @@
 #
 # In order, each under the call's deadline (DEADLINE_S, default 320; a step with under 20 s left
 # is skipped with a note):
-#   1. every CUDA test suite (run_test_suites.sh); the attention, BERT-training and VideoMAE
-#      suites run again with every variant of VARIANTS after step 4 (UNMASK_CUDA_ATTN_BWD=recompute: the deterministic-dQ
-#      attention backward; UNMASK_FLASH_WARP_ROWS=32: the forward attention with 32 query rows
-#      per warp; UNMASK_CUDA_BGRAD_EPILOGUE=1: bias gradients in cuBLASLt's BGRADB epilogue;
-#      UNMASK_CUDA_GEMM_AUTOTUNE=1: GEMM algorithms chosen by timing;
-#      UNMASK_FLASH_BWD_CTAS_PER_SM=2, UNMASK_FLASH_BWD_SHORT=0, UNMASK_CUDA_ATTN_BWD=recompute,
-#      UNMASK_CUDA_TUBELET_WARP=0, UNMASK_CUDA_LN_DROPOUT=1: the defaults of 2026-11-28 switched back);
+#   1. every CUDA test suite, once (run_test_suites.sh; the kernels without a switch of their own
+#      are exercised there through test hooks);
 #   2. ViT-B batch 128 and BERT-large phase 1 (batch 64, seq 128) steps, bf16 activations: old,
-#      new (BERT-large also with 16 micro-batches of gradient accumulation a step), new with
-#      UNMASK_CUDA_ACT_BIAS_GRAD=0 (not in QUICK), and new with each of ROW_VARIANTS (today's
-#      defaults switched back one at a time); then --profile 2 of new;
+#      new (BERT-large also with 16 micro-batches of gradient accumulation a step), and new with
+#      each of ROW_VARIANTS (--deterministic: the recompute dQ instead of the atomic one); then
+#      --profile 2 of new, and its GEMMs by shape (--profile-shapes);
 #   3. BERT-base inference, bf16 with CUDA graphs, batch 256 and 1 at seq 128: old and new; the
-#      op profile at 256x128, its forward attention with 64- and 128-row CTAs and 32 rows per
-#      warp, its GEMMs autotuned, and the tanh GELU in the GEMM epilogue; then PyTorch (HF
+#      op profile at 256x128 and the tanh GELU in the GEMM epilogue; then PyTorch (HF
 #      BertModel: eager SDPA and torch.compile, exact GELU; eager with the tanh GELU) on the same
 #      two shapes in the same call;
 #   4. the PyTorch BERT-large peer again (bench/gpu/torch_bert_train_gpu.py; with and without
-#      --accumulate 16), and ViT-B without
-#      the GELU recompute;
+#      --accumulate 16), and ViT-B without the GELU recompute;
 #   5. Nsight Systems on ViT-B and BERT-large steps (blocking API calls, kernel time), then Nsight
 #      Compute on the GELU kernels of a ViT-B step (and on the dK/dV kernels for the modes named
-#      in NCU_ATTN_MODES), when `nsys` / `ncu` are there.
+#      in NCU_ATTN_MODES: default, deterministic), when `nsys` / `ncu` are there.
 # Everything lands in $OUT: summary.txt (also printed) and results.tgz with the raw files.
 #
-# QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows and
-# profiles of the two models (row variants: UNMASK_FLASH_BWD_SHORT=0, the recompute dQ with two CTAs), old/new inference, its
-# profile, and Nsight Compute on NCU_KERNELS; no variant tests, inference variants or PyTorch
-# peers (measure those in a full call). NCU_KERNELS: the row kernels for 5b (regexes,
-# space-separated; NAME@SKIP skips launches); NCU_INFER_KERNELS: the same on BERT-base inference
-# at 256x128 (e.g. "flash_fwd_kernel"); NCU_BERT_KERNELS: on a BERT-large phase-1 training step,
-# with the warp stall reasons.
+# QUICK=1 (a call with little device time left, ~4 minutes): the tests, old/new rows (and the
+# --deterministic row) and profiles of the two models, old/new inference, its profile, and
+# Nsight Compute on NCU_KERNELS; no fast_gelu row, PyTorch peers or ViT-B GELU-keeping row
+# (measure those in a full call). NCU_KERNELS: the row kernels for 5b (regexes, space-separated;
+# NAME@SKIP skips launches); NCU_INFER_KERNELS: the same on BERT-base inference at 256x128 (e.g.
+# "flash_fwd_kernel"); NCU_BERT_KERNELS: on a BERT-large phase-1 training step, with the warp
+# stall reasons.
 QUICK=${QUICK:-0}
 set -u
 CARRY=$(cd "${1:?usage: ab_check.sh CARRY [OLD_BINS]}" && pwd)
@@ -99,23 +92,9 @@ if go "cuda tests"; then
   grep '^suite ' "$R/cuda_suites.txt" | grep -vE '\(ok\), [0-9]+ s$' | head -12 | tee -a "$summary"
   grep -E '^\[  FAILED  \]' "$R/cuda_tests.log" | head -10 | tee -a "$summary"
 fi
-# The opt-in variants, as env assignments (each alone, then all together).
-VARIANTS=("UNMASK_CUDA_ATTN_BWD=recompute" "UNMASK_FLASH_WARP_ROWS=32" "UNMASK_CUDA_BGRAD_EPILOGUE=1"
-          "UNMASK_CUDA_GEMM_AUTOTUNE=1" "UNMASK_FLASH_BWD_CTAS_PER_SM=2" "UNMASK_FLASH_BWD_SHORT=0"
-          "UNMASK_CUDA_TUBELET_WARP=0" "UNMASK_CUDA_LN_DROPOUT=1")
-ALL_VARIANTS="${VARIANTS[*]}"
-# The step-time rows, most informative first (the deadline cuts the tail): the defaults of
-# 2026-11-28 switched back one at a time (each must still lose to "new" to stay a default): the
-# pair kernels instead of the one-kernel backward of short sequences (BERT only), the recompute
-# dQ with two dK/dV CTAs, the block-per-token tubelet target (ViT only), the dropout inside the
-# LayerNorm kernels (BERT only). (Autotuning, 32 rows per warp and BGRADB lost or tied on
-# 2026-11-26/27; the wgmma attention, the persistent forward and the one-pass LayerNorm backward
-# lost on 2026-11-28 and are deleted.)
-ROW_VARIANTS=("UNMASK_FLASH_BWD_SHORT=0" "UNMASK_CUDA_ATTN_BWD=recompute UNMASK_FLASH_BWD_CTAS_PER_SM=2"
-              "UNMASK_CUDA_TUBELET_WARP=0" "UNMASK_CUDA_LN_DROPOUT=1")
-# QUICK: the first two.
-[ "$QUICK" = 1 ] && ROW_VARIANTS=("${ROW_VARIANTS[0]}" "${ROW_VARIANTS[1]}")
-grep -h "bias gradient through" "$R/cuda_tests.log" 2> /dev/null | head -6 | tee -a "$summary"
+# The step-time rows beside "new", as extra flags of the same command: --deterministic (the
+# recompute dQ kernel, bitwise reproducible attention gradients) against the default atomic dQ.
+ROW_VARIANTS=("--deterministic")
 
 # 2. training steps: old / new / new with the variants
 model_args() {  # vit | bert: the bench command of that model into A
@@ -125,13 +104,9 @@ model_args() {  # vit | bert: the bench command of that model into A
              --optimizer lamb --format json) ;;
   esac
 }
-# env_row MODELS all|full ENV...: a step row of $model (file $f, command A) with ENV set, when
-# MODELS lists it (full: not in a QUICK call)
-env_row() {
-  case " $1 " in *" $model "*) ;; *) return 0 ;; esac
-  [ "$2" = full ] && [ "$QUICK" = 1 ] && return 0
-  shift 2
-  go "$model new $*" && row "$f" "$(lim 60)" "$model new $*" env "$@" "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2
+# variant_row FLAGS...: a step row of $model (file $f, command A) with FLAGS added
+variant_row() {
+  go "$model new $*" && row "$f" "$(lim 60)" "$model new $*" "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2 "$@"
 }
 for model in vit bert; do
   model_args "$model"
@@ -142,14 +117,8 @@ for model in vit bert; do
   # here, to fit the call: the LAMB pass, 3.7 of the 46 ms step above, is paid once per 16)
   [ "$model" = bert ] && go "bert new accumulate 16" && row "$f" "$(lim 60)" "bert new --accumulate 16" \
     "$BIN/unmask" "${A[@]}" --steps 3 --warmup 1 --accumulate 16
-  # the MLP's first bias gradient by bias_grad after the GELU backward again (both models)
-  env_row "vit bert" full UNMASK_CUDA_ACT_BIAS_GRAD=0
   for v in "${ROW_VARIANTS[@]}"; do
-    models="vit bert"
-    # the one-kernel backward takes sequences of at most 128 keys (BERT's, not ViT-B's decoder);
-    # the tubelet target is ViT-B's; BERT-large alone has dropout
-    case $v in UNMASK_FLASH_BWD_SHORT=0 | UNMASK_CUDA_LN_DROPOUT=1) models=bert ;; UNMASK_CUDA_TUBELET_WARP=0) models=vit ;; esac
-    env_row "$models" all $v
+    variant_row $v
   done
 done
 for model in vit bert; do
@@ -161,13 +130,13 @@ for model in vit bert; do
   python3 bench/gpu/profile_table.py "$R/profile_${model}_default.jsonl" 2>&1 | head -16 | tee -a "$summary"
 done
 
-# 2b. the GEMMs of each step by shape (UNMASK_PROFILE_SHAPES=1; profile_table.py adds TFLOP/s):
+# 2b. the GEMMs of each step by shape (--profile-shapes; profile_table.py adds TFLOP/s):
 #     which of the largest op category's shapes run below the rest (GEMMs were 33 of ViT-B's 111
 #     ms and 22.7 of BERT-large's 46 on 2026-11-27)
 for model in vit bert; do
   model_args "$model"
   go "gemm shapes $model" || continue
-  UNMASK_PROFILE_SHAPES=1 timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 \
+  timeout -k 5 "$(lim 60)" "$BIN/unmask" "${A[@]}" --steps 1 --warmup 1 --profile 2 --profile-shapes \
     > "$R/profile_${model}_shapes.jsonl" 2>> "$R/profile.err"
   note "gemm shapes $model: rc $? at $(at)s"
   python3 bench/gpu/profile_table.py "$R/profile_${model}_shapes.jsonl" 2>&1 | grep -E "^\| gemm" | head -14 |
@@ -184,23 +153,11 @@ for b in 256 1; do
   done
 done
 
-# 3'. the residual in the LayerNorm as before (UNMASK_CUDA_RESIDUAL_GEMM=0) against the default
-#     residual in the projection GEMM's C operand (built 2026-11-27, not yet measured)
-go "infer residual in layernorm 256" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new UNMASK_CUDA_RESIDUAL_GEMM=0" \
-  env UNMASK_CUDA_RESIDUAL_GEMM=0 "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
-  --seq 128 --min-time 0.5 --iters 20 --format json
-
-# 3b. where the inference step at batch 256 seq 128 goes (seed 003's 1.2x row), and the forward
-#     attention's CTA height there (the grid rule picks 128; training measured 64 faster)
+# 3b. where the inference step at batch 256 seq 128 goes (seed 003's 1.2x row)
 go "infer profile" && timeout -k 5 "$(lim 40)" "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph off \
   --batch 256 --seq 128 --min-time 0.3 --iters 10 --profile 3 --format json > "$R/profile_infer.jsonl" 2>> "$R/infer.err" &&
   python3 bench/gpu/profile_table.py "$R/profile_infer.jsonl" 2>&1 | head -16 | tee -a "$summary"
-if [ "$QUICK" != 1 ]; then  # (up to section 5: the variants and the PyTorch peers)
-for shape in UNMASK_FLASH_BLOCK_M=64 UNMASK_FLASH_BLOCK_M=128 UNMASK_FLASH_WARP_ROWS=32 UNMASK_CUDA_GEMM_AUTOTUNE=1; do
-  go "infer $shape" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new $shape" env \
-    $shape "$BIN/unmask" bench infer --device cuda --precision bf16 --cuda-graph on --batch 256 \
-    --seq 128 --min-time 0.5 --iters 20 --format json
-done
+if [ "$QUICK" != 1 ]; then  # (up to section 5: the fast_gelu row and the PyTorch peers)
 # What the exact-erf GELU's own pass costs at 256x128: the tanh form rides in cuBLASLt's GEMM
 # epilogue (--activation fast_gelu, ONNX Runtime's FastGelu; not the HF model's exact GELU)
 go "infer fast_gelu" && row "$R/infer.jsonl" "$(lim 40)" "infer 256x128 new --activation fast_gelu" "$BIN/unmask" \
@@ -238,17 +195,6 @@ go "pytorch bert-large accumulate 16" && row "$R/torch_bert_large.jsonl" "$(lim 
 model_args vit
 go "vit new recompute-gelu off" && row "$R/train_vit.jsonl" "$(lim 60)" "vit new --recompute-gelu off" "$BIN/unmask" \
   "${A[@]}" --steps 5 --warmup 2 --recompute-gelu off
-
-# 4b. the attention, BERT-training and VideoMAE suites again with every opt-in variant on (after
-#     the measurements since 2026-11-27: a full call has more rows than fit before them)
-for suite in CudaAttentionTc CudaVideoMAE CudaBertTrain; do
-  go "variant tests $suite" || continue
-  env $ALL_VARIANTS timeout -k 5 "$(lim 90)" "$BIN/unmask_cuda_tests" --gtest_filter="$suite.*" \
-    > "$R/variants_$suite.log" 2>&1
-  rc=$?
-  note "tests $suite with $ALL_VARIANTS: rc $rc at $(at)s; $(grep -cE '^\[ +OK +\]' "$R/variants_$suite.log") ok, $(grep -cE '^\[  FAILED  \]' "$R/variants_$suite.log") failed"
-  grep -E '^\[  FAILED  \]|atomic vs recompute|Failure|error' "$R/variants_$suite.log" | head -12 | tee -a "$summary"
-done
 fi  # QUICK
 
 # 5a. Nsight Systems on ViT-B batch 128 and BERT-large (when `nsys` is there): the CUDA API calls
@@ -269,20 +215,23 @@ done
 
 # 5b. Nsight Compute on the attention backward kernels (ViT-B batch 32, bf16 activations)
 if command -v ncu > /dev/null; then
-  for mode in ${NCU_ATTN_MODES:-}; do  # recompute atomic atomic-3ctas: measured 2026-11-26 22:31 UTC
+  # NCU_ATTN_MODES: "default" (atomic dQ) and/or "deterministic" (--deterministic: recompute dQ).
+  # 16 launches: a step's 4 decoder blocks (1,568 tokens, where the time goes) and 12 encoder ones
+  # (160 tokens); the kernel lines carry the grid: 25 x 6 x 32 is the decoder's, 3 x 12 x 32 an
+  # encoder's. The stall breakdown: the average warps stalled per issued instruction, by reason
+  # (raw file; the summary keeps the headline figures).
+  for mode in ${NCU_ATTN_MODES:-}; do
+    case $mode in
+      default) flag="" ;;
+      deterministic) flag=--deterministic ;;
+      *) note "ncu $mode: unknown NCU_ATTN_MODES entry (default, deterministic)"; continue ;;
+    esac
     go "ncu $mode" || continue
-    ctas=2
-    [ "$mode" = atomic-3ctas ] && ctas=3
-    # 16 launches: a step's 4 decoder blocks (1,568 tokens, where the time goes) and 12 encoder
-    # ones (160 tokens). (On 2026-11-26 the first launch alone was profiled, and it was an encoder
-    # one, grid 3 x 12 x 32, not the decoder's the comment here expected.) The kernel lines carry
-    # the grid: 25 x 6 x 32 is the decoder's. The stall breakdown: the average warps stalled per
-    # issued instruction, by reason (raw file; the summary keeps the headline figures).
-    UNMASK_CUDA_ATTN_BWD=${mode%-3ctas} UNMASK_FLASH_BWD_CTAS_PER_SM=$ctas timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd_dkdv \
+    timeout -k 5 "$(lim 60)" ncu --clock-control none --kernel-name regex:flash_bwd_dkdv \
       --launch-skip 0 --launch-count 16 --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section LaunchStats --metrics 'regex:smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio' \
       "$BIN/unmask" bench videomae --device cuda --precision bf16 --model vit-b --batch 32 \
-      --synthetic --activations bf16 --steps 1 --warmup 0 > "$R/ncu_$mode.txt" 2>&1
+      --synthetic --activations bf16 --steps 1 --warmup 0 $flag > "$R/ncu_$mode.txt" 2>&1
     note "ncu $mode: rc $? at $(at)s"
     grep -E "flash_bwd|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued" \
       "$R/ncu_$mode.txt" | head -35 | tee -a "$summary"

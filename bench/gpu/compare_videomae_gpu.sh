@@ -11,8 +11,8 @@
 # the GPU, a fresh tube mask per step; a timed step = zero_grad + forward + loss + backward +
 # optimizer step, bracketed by device synchronisation; median of STEPS after WARMUP.
 #   unmask    `unmask bench videomae --device cuda --precision P --synthetic --format json`; for bf16
-#             first with --activations bf16 (bf16 blocks end to end), then with f32 activations
-#             and autocast GEMMs, with and without UNMASK_CUDA_ATTN_BF16=1 (tensor-core attention)
+#             first with --activations bf16 (bf16 blocks end to end), then with f32 activations,
+#             autocast GEMMs and the tensor-core attention (both come with bf16)
 #   PyTorch   bench/peers/torch_videomae_train.py --device cuda --precision P --attention sdpa
 #             (VideoMAE's modules in torch.nn, F.scaled_dot_product_attention, torch.autocast bf16),
 #             and the same under torch.compile for the bf16 rows.
@@ -52,12 +52,12 @@ largest=$(echo $BATCHES | tr ' ' '\n' | sort -n | tail -1)
 # gets no second, "failed" one; one that printed no measurement does get it)
 measured_rows() { grep -c '"videos_per_s"' "$ROWS"; }
 added_rows() { [ "$(measured_rows)" -gt "$1" ]; }
-unmask_row() {  # precision batch [f32 (default) | bf16 = UNMASK_CUDA_ATTN_BF16=1, tensor-core attention | act = bf16 activations]
+unmask_row() {  # precision batch [f32 (default) | act = bf16 activations]; bf16 brings the tensor-core attention
   local n
   n=$(measured_rows)
-  UNMASK_CUDA_ATTN_BF16=$([ "${3:-f32}" = bf16 ] && echo 1 || echo 0) timeout "$(row_t 300)" "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
+  timeout "$(row_t 300)" "$BIN/unmask" bench videomae --device cuda --precision "$1" --model vit-b --batch "$2" --synthetic \
     --activations $([ "${3:-f32}" = act ] && echo bf16 || echo f32) --steps "$STEPS" --warmup "$WARMUP" --format json >> "$ROWS" 2>> "$OUT/videomae_unmask.err" || added_rows "$n" ||
-    echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"activations\": \"$([ "${3:-f32}" = act ] && echo bf16 || echo f32)\", \"attention\": \"$([ "${3:-f32}" = bf16 ] && echo bf16-tc || echo f32)\", \"failed\": true}" >> "$ROWS"
+    echo "{\"engine\": \"unmask\", \"dtype\": \"$1\", \"batch\": $2, \"activations\": \"$([ "${3:-f32}" = act ] && echo bf16 || echo f32)\", \"attention\": \"$([ "$1" = bf16 ] && echo bf16-tc || echo f32)\", \"failed\": true}" >> "$ROWS"
 }
 torch_row() {  # precision batch [--compile]
   local n
@@ -71,14 +71,13 @@ for prec in $PRECISIONS; do
   for b in $BATCHES; do
     [ "$prec" = bf16 ] && in_time "$prec $b act" && unmask_row "$prec" "$b" act
     in_time "$prec $b" && unmask_row "$prec" "$b"
-    [ "$prec" = bf16 ] && in_time "$prec $b tc" && unmask_row "$prec" "$b" bf16
     in_time "torch $prec $b" && torch_row "$prec" "$b"
     [ "$prec" = bf16 ] && [ "$b" = "$largest" ] && in_time "torch compile $b" && torch_row "$prec" "$b" --compile
     echo "videomae $prec batch $b done at $(at)s"
   done
 done
 in_time "memory row" && unmask_row bf16 "$MEM_BATCH" act
-in_time "memory row (f32 activations)" && unmask_row bf16 "$MEM_BATCH" bf16
+in_time "memory row (f32 activations)" && unmask_row bf16 "$MEM_BATCH"
 in_time "torch memory row" && torch_row bf16 "$MEM_BATCH"
 echo "memory rows (batch $MEM_BATCH) done at $(at)s"
 # Where a bf16-activation step goes, every op timed over 2 steps (bench_profile.h), at the largest batch

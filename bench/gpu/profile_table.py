@@ -2,7 +2,7 @@
 """Prints the op profile of `unmask bench ... --profile N --format json` rows as a markdown table:
 op | calls/step | ms/step | % of step (| host ms/step | gap before, ms/step where the build reports
 them), and what no op accounts for (host work, copies, launch gaps). Lines that are not JSON, or rows without a profile, are skipped.
-With UNMASK_PROFILE_SHAPES=1 the GEMM rows carry their shapes, and their TFLOP/s are printed.
+With --profile-shapes the GEMM rows carry their shapes, and their TFLOP/s are printed.
 
   python3 bench/gpu/profile_table.py ROWS.jsonl
 """
@@ -10,7 +10,7 @@ import json
 import re
 import sys
 
-# "gemm MxNxK[xB] ..." (UNMASK_PROFILE_SHAPES=1): the GEMM's FLOPs, 2 M N K (B), for TFLOP/s
+# "gemm MxNxK[xB] ..." (--profile-shapes): the GEMM's FLOPs, 2 M N K (B), for TFLOP/s
 SHAPE = re.compile(r"^gemm (\d+)x(\d+)x(\d+)(?:x(\d+))? ")
 
 

@@ -18,14 +18,14 @@
 #      MPI all-reduce, dist/grad_sync.h) vs 1 rank at the same global batch;
 #   4. seed 003's table: `bench infer --device cuda --precision bf16 --peer torch_infer.jsonl` (CUDA
 #      graphs) beside HF BertModel in PyTorch (eager SDPA, torch.compile) run just before it;
-#   5. `bench train --device cuda` for fp32, tf32, bf16 (autocast GEMMs) and bf16 activations
-#      (--activations bf16), BERT-base seq 128 batch 32;
+#   5. `bench train --device cuda` for fp32, tf32, bf16 (autocast GEMMs, tensor-core attention)
+#      and bf16 activations (--activations bf16), BERT-base seq 128 batch 32;
 #   6. `bench videomae --device cuda`: ViT-B batch 32 in fp32 and bf16 (the side-by-side with
 #      PyTorch is bench/gpu/compare_videomae_gpu.sh, a call of its own);
 #   7. BERT-large phase 1 (seq 128, batch 64): bf16 activations with LAMB, HF BertForPreTraining
 #      under torch.autocast(bf16) with AdamW (bench/gpu/torch_bert_train_gpu.py; MLM head on the
 #      masked positions, as unmask, and on all), unmask with AdamW (head to head), then bf16 GEMMs
-#      with f32 activations (f32 and tensor-core attention); a failed run leaves a "failed" row;
+#      with f32 activations (tensor-core attention); a failed run leaves a "failed" row;
 #   also in 3: `pretrain precision = "bf16"` and `"fp16"` (with dynamic loss scaling) near the fp32
 #   CPU curve (5e-2).
 #   8. bench/gpu/compare_videomae_gpu.sh: VideoMAE ViT-B vs PyTorch SDPA bf16 and the batch-256
@@ -194,11 +194,10 @@ fi
 # 5. bench train on the device: BERT-base seq 128 batch 32 in each precision
 stage5() {
   [ "$DEVICE" = cuda ] || return 0
-  # bf16-tc: bf16 GEMMs + the tensor-core training attention (UNMASK_CUDA_ATTN_BF16=1);
+  # bf16: bf16 GEMMs + the tensor-core training attention, f32 activations;
   # bf16-act: bf16 activations end to end (TrainStepOptions::activations)
-  for prec in fp32 tf32 bf16 bf16-tc bf16-act; do
-    row "$OUT/bench_train.jsonl" "$(lim 120)" "bench train $prec" \
-      env UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) "$BIN/unmask" bench train \
+  for prec in fp32 tf32 bf16 bf16-act; do
+    row "$OUT/bench_train.jsonl" "$(lim 120)" "bench train $prec" "$BIN/unmask" bench train \
       --device cuda --precision ${prec%-*} --model bert-base --seq 128 --batch 32 \
       --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) --steps 3 --format json
   done
@@ -206,9 +205,8 @@ stage5() {
 # 6. VideoMAE ViT-B pretraining steps on the device (the CUDA tests compared them with the CPU)
 stage6() {
   [ "$DEVICE" = cuda ] || return 0
-  for prec in fp32 bf16 bf16-tc bf16-act; do
-    row "$OUT/bench_videomae.jsonl" "$(lim 150)" "bench videomae $prec" \
-      env UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) "$BIN/unmask" bench videomae \
+  for prec in fp32 bf16 bf16-act; do
+    row "$OUT/bench_videomae.jsonl" "$(lim 150)" "bench videomae $prec" "$BIN/unmask" bench videomae \
       --device cuda --precision ${prec%-*} --model vit-b --batch 32 --synthetic \
       --activations $([ $prec = bf16-act ] && echo bf16 || echo f32) --steps 3 --format json
   done
@@ -216,7 +214,7 @@ stage6() {
 # 7. BERT-large pretraining phase 1, unmask and PyTorch on the same GPU in one call. Order: unmask's
 #    configuration meant to meet the target (bf16 activations, LAMB as DLE), then PyTorch (AdamW;
 #    MLM head on the masked positions as unmask, then on all positions as HF computes it), then
-#    unmask with AdamW (the head-to-head row), then the f32-activation variants.
+#    unmask with AdamW (the head-to-head row), then f32 activations (bf16 GEMMs and attention).
 stage7() {
   [ "$DEVICE" = cuda ] || return 0
   local f="$OUT/bench_train_large.jsonl" common=(--device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --steps 5 --warmup 2 --format json)  # warm-up as the PyTorch peer
@@ -224,10 +222,8 @@ stage7() {
   row "$f" "$(lim 200)" "pytorch bert-large bf16 adamw" python3 bench/gpu/torch_bert_train_gpu.py --model large --seq 128 \
     --batch 64 --precision bf16 --mlm-head masked,all
   row "$f" "$(lim 150)" "bench train bert-large bf16-act adamw" "$BIN/unmask" bench train "${common[@]}" --optimizer adamw --activations bf16
-  for prec in bf16 bf16-tc; do
-    row "$f" "$(lim 150)" "bench train bert-large $prec lamb" env UNMASK_CUDA_ATTN_BF16=$([ $prec = bf16-tc ] && echo 1 || echo 0) \
-      "$BIN/unmask" bench train "${common[@]}" --optimizer lamb --activations f32
-  done
+  row "$f" "$(lim 150)" "bench train bert-large bf16 lamb" "$BIN/unmask" bench train "${common[@]}" --optimizer lamb \
+    --activations f32
   # Where the main configuration's step goes: every op timed over 2 steps (bench_profile.h)
   row "$OUT/bench_train_large_profile.jsonl" "$(lim 120)" "bench train bert-large bf16-act lamb --profile 2" "$BIN/unmask" \
     bench train --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --steps 1 --warmup 1 \

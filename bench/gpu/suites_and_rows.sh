@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# bench/gpu/suites_and_rows.sh CARRY "SUITE ..." [ENV ...]: a short follow-up GPU call after
+# bench/gpu/suites_and_rows.sh CARRY "SUITE ..." ["FLAGS" ...]: a short follow-up GPU call after
 # ab_check.sh: runs the named CUDA test suites (one process each), then ViT-B batch 128 and
-# BERT-large phase 1 steps (bf16 activations) by default and with each ENV assignment given.
+# BERT-large phase 1 steps (bf16 activations) by default and with each FLAGS argument added to
+# the command (e.g. "--deterministic").
 # For a fix made after a full call, when little device time is left. Prints a summary; the
 # test log and the JSON rows land in $OUT.
 set -u
-CARRY=$(cd "${1:?usage: suites_and_rows.sh CARRY \"SUITE ...\" [ENV ...]}" && pwd)
-SUITES=${2:?usage: suites_and_rows.sh CARRY \"SUITE ...\" [ENV ...]}
+CARRY=$(cd "${1:?usage: suites_and_rows.sh CARRY \"SUITE ...\" [\"FLAGS\" ...]}" && pwd)
+SUITES=${2:?usage: suites_and_rows.sh CARRY \"SUITE ...\" [\"FLAGS\" ...]}
 shift 2
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -26,9 +27,9 @@ for model in vit bert; do
     bert) A=(bench train --device cuda --precision bf16 --model bert-large --seq 128 --batch 64 --activations bf16
              --optimizer lamb --format json) ;;
   esac
-  for v in UNMASK_UNUSED=0 "$@"; do
-    timeout -k 5 60 env $v "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2 > "$OUT/row.json" 2>> "$OUT/rows.err"
-    echo "$model $v: rc $? $(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print({k: round(r[k], 2) for k in ("seq_per_s","videos_per_s","step_ms","mfu_pct") if k in r})' "$OUT/row.json" 2>&1)"
+  for v in "" "$@"; do
+    timeout -k 5 60 "$BIN/unmask" "${A[@]}" --steps 5 --warmup 2 $v > "$OUT/row.json" 2>> "$OUT/rows.err"
+    echo "$model ${v:-default}: rc $? $(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print({k: round(r[k], 2) for k in ("seq_per_s","videos_per_s","step_ms","mfu_pct") if k in r})' "$OUT/row.json" 2>&1)"
     cat "$OUT/row.json" >> "$OUT/rows.jsonl"
   done
 done

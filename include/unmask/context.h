@@ -44,6 +44,16 @@ struct OpTime {
   double gap_mostly_after_ms = 0;
 };
 
+/// Kernel choices that stay open (README "Settings"). Every other choice was measured on a GPU
+/// and the winner is the only kernel (BENCHMARKS.md).
+struct KernelOptions {
+  /// CUDA training attention: dQ by the recompute kernel at every length, bitwise reproducible
+  /// from run to run (torch.use_deterministic_algorithms' guarantee). Off: atomic adds, the
+  /// faster default (H200, 2026-11-28: ViT-B +2.4%), whose last bit of dQ may differ between
+  /// runs past 128 keys (up to 128 keys each element gets at most two adds: reproducible anyway).
+  bool deterministic = false;
+};
+
 struct ContextOptions {
   /// CPU threads for ops and BLAS; 0 = all cores (std::thread::hardware_concurrency()).
   int num_threads = 0;
@@ -54,6 +64,7 @@ struct ContextOptions {
   void* cuda_stream = nullptr;
   /// CUDA only: bytes of cuBLASLt workspace (32 MiB suits Hopper).
   size_t cuda_workspace_bytes = size_t(32) << 20;
+  KernelOptions kernels = {};
 };
 
 class Context {
@@ -84,9 +95,13 @@ class Context {
   /// The CUDA backend state (stream, cuBLASLt handle, workspace); null for a CPU context.
   cuda::CudaState* cuda_state() const { return cuda_.get(); }
 
+  const KernelOptions& kernels() const { return options_.kernels; }
+
   /// Times every op front-end call from now on (on) or stops (off, dropping what was not taken).
   /// Profiling adds a few microseconds an op (CUDA event records): time throughput without it.
-  void set_op_profiling(bool on);
+  /// by_shape: each GEMM's shape and epilogue gets its own row ("gemm 4096x768x3072 ..."),
+  /// instead of one "gemm" row.
+  void set_op_profiling(bool on, bool by_shape = false);
   /// The op times since profiling started or the last call, most time first (synchronises).
   std::vector<OpTime> take_op_profile();
   /// The profiler the op front-ends report to; null when profiling is off.

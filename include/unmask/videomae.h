@@ -148,6 +148,10 @@ struct VideoMAEClassifyOptions {
   float head_dropout = 0.0f;  // dropout on the pooled features before the head (fc_drop_rate)
   /// Counter-based RNG for drop path and dropout: the same (seed, step) draws the same masks.
   uint64_t seed = 0, step = 0;
+  /// The index of this batch's first clip in the step's global batch (data parallel: rank r's
+  /// slice starts at r x its batch): drop path and dropout draw, for these clips, the masks the
+  /// whole batch would, so N ranks of b clips compute what one process of N b clips does.
+  int64_t first_clip = 0;
 };
 
 struct VideoMAEClassifyStats {

@@ -12,6 +12,23 @@
 
 namespace unmask::cuda {
 
+/// The tensor-core attention kernels' choices (attention_train_tc.cu, flash/). The defaults are
+/// the kernels that won on an H200 (2026-11-28, BENCHMARKS.md); tests set the others to check them.
+struct AttentionTuning {
+  /// dQ by the recompute kernel (bitwise reproducible) instead of atomic adds into an f32
+  /// accumulator (faster; past 128 keys the last bit may differ between runs).
+  bool deterministic = false;
+  /// Sequences of at most 128 keys (head size 64) in one backward kernel with dQ summed in the CTA
+  /// (BERT-large +1.7%); false runs the dK/dV kernel pair.
+  bool backward_short = true;
+  /// CTAs a SM of the dK/dV kernel: 0 = 3 where three fit (sm_90, head size 64, no dropout; K and
+  /// V re-read from shared memory), else 2; 2 or 3 asks for that count (3 runs as 2 where it
+  /// does not apply). The same results either way.
+  int backward_ctas_per_sm = 0;
+  /// The forward's query rows a CTA: 0 = chosen from the grid and the SM count; 64 or 128.
+  int forward_block_m = 0;
+};
+
 struct AttnTrainParams {
   const float *q = nullptr, *k = nullptr, *v = nullptr;  // [N, NH*HS] each, row strides ldq, ldk, ldv
   float* out = nullptr;                                   // forward: written; backward: read
@@ -35,6 +52,7 @@ struct AttnTrainParams {
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
   int64_t lddq = 0, lddk = 0, lddv = 0;
   float* delta = nullptr;  // scratch f32 [NH, N]: rowsum(dout * out) per head
+  AttentionTuning tuning;  // the tensor-core kernels' choices (CudaState::attention)
 };
 
 /// out and lse (ops::attention_forward_train). head_size in [1, 128].
@@ -46,7 +64,7 @@ void attention_train_delta(const AttnTrainParams& p, cudaStream_t stream);
 
 // The tensor-core twins (attention_train_tc.cu): bf16 operands, fp32 accumulators, the same
 // contract (f32 in and out, lse natural, the same dropout mask, deterministic). They apply to
-// head size 64, 80, 88 or 128; CudaState::attention_bf16 (UNMASK_CUDA_ATTN_BF16=1) selects them in
+// head size 64, 80, 88 or 128; CudaState::attention_bf16 (precision bf16) selects them in
 // ops_cuda_attn_train.cc.
 bool attention_train_tc_applies(const AttnTrainParams& p);
 void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream);

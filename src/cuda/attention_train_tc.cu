@@ -44,6 +44,11 @@ FlashFwdParams flash_fwd_params(const AttnTrainParams& p) {
   return f;
 }
 
+// The tensor-core forward with the context's CTA height (AttentionTuning::forward_block_m).
+void run_flash_forward(const FlashFwdParams& f, const AttnTrainParams& p, cudaStream_t stream) {
+  attention_forward(f, stream, AttentionKernel::flash, p.tuning.forward_block_m);
+}
+
 // The same for both training backwards.
 FlashBwdParams flash_bwd_params(const AttnTrainParams& p) {
   FlashBwdParams b;
@@ -52,6 +57,9 @@ FlashBwdParams flash_bwd_params(const AttnTrainParams& p) {
   b.mask_batch_stride = p.mask_batch_stride;
   b.scale = p.scale, b.scale_log2 = p.scale * kLog2e;
   b.dropout_p = p.dropout_p, b.dropout_seed = p.dropout_seed, b.dropout_offset = p.dropout_offset;
+  b.dq_mode = p.tuning.deterministic ? FlashBwdDq::recompute : FlashBwdDq::automatic;
+  b.ctas_per_sm = p.tuning.backward_ctas_per_sm;
+  b.short_kernel = p.tuning.backward_short;
   return b;
 }
 
@@ -79,7 +87,7 @@ void attention_train_tc_forward(const AttnTrainParams& p, cudaStream_t stream) {
   f.q_row_stride = f.k_row_stride = f.v_row_stride = C;
   f.o_row_stride = p.ldo;
   f.o_f32 = true, f.lse = p.lse, f.lse_head_stride = N;
-  attention_forward(f, stream, AttentionKernel::flash);
+  run_flash_forward(f, p, stream);
 }
 
 void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) {
@@ -101,7 +109,7 @@ void attention_train_tc_backward(const AttnTrainParams& p, cudaStream_t stream) 
   b.lse = p.lse, b.delta = p.delta, b.lse_head_stride = N;
   b.dq = p.dq, b.dk = p.dk, b.dv = p.dv;
   b.dq_row_stride = p.lddq, b.dk_row_stride = p.lddk, b.dv_row_stride = p.lddv;
-  b.rows = N;  // sizes the accumulator of the atomic dQ (UNMASK_CUDA_ATTN_BWD=atomic)
+  b.rows = N;  // sizes the accumulator of the atomic dQ
   flash_attention_backward(b, stream);
 }
 
@@ -118,7 +126,7 @@ void attention_train_bf16_forward(const AttnTrainParams& p, const AttnTrainBf16R
   f.q = rows.q, f.k = rows.k, f.v = rows.v, f.o = rows.out;
   f.q_row_stride = p.ldq, f.k_row_stride = p.ldk, f.v_row_stride = p.ldv, f.o_row_stride = p.ldo;
   f.o_f32 = false, f.lse = p.lse, f.lse_head_stride = p.rows;
-  attention_forward(f, stream, AttentionKernel::flash);
+  run_flash_forward(f, p, stream);
 }
 
 void attention_train_bf16_backward(const AttnTrainParams& p, const AttnTrainBf16Rows& rows, cudaStream_t stream) {

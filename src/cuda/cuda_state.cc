@@ -5,9 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 
-#include "core/env.h"
 #include "cuda/allocator.h"
 #include "cuda/check.h"
 #include "unmask/error.h"
@@ -18,30 +16,44 @@ namespace {
 std::atomic<uint64_t> g_next_state_id{1};
 }  // namespace
 
-CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_next_state_id++), device(dev) {
-  // Switches of kernels that lost their measurement and were deleted (H200, 2026-11-28): set,
-  // they would be silently ignored, so a run that asks for one is refused.
-  for (const char* gone : {"UNMASK_FLASH_WGMMA", "UNMASK_FLASH_BWD_WGMMA", "UNMASK_FLASH_WGMMA_SHAPE",
-                           "UNMASK_FLASH_BWD_WGMMA_SHAPE", "UNMASK_FLASH_WGMMA_EXCHANGE", "UNMASK_FLASH_PERSISTENT",
-                           "UNMASK_CUDA_LN_BWD_FUSED"})
-    if (std::getenv(gone))
-      throw Error(gone, " is set, but its kernel was deleted after it measured slower than the default (H200, "
-                  "2026-11-28; BENCHMARKS.md)", Hint(std::string("unset ") + gone));
-  // The 0/1 switches, strict (core/env.h), read before anything is allocated: a bad value fails
-  // the construction with nothing to release.
-  residual_in_gemm = env_switch("UNMASK_CUDA_RESIDUAL_GEMM", residual_in_gemm);
-  layernorm_dropout_fused = env_switch("UNMASK_CUDA_LN_DROPOUT", layernorm_dropout_fused);
-  activation_bias_grad_fused = env_switch("UNMASK_CUDA_ACT_BIAS_GRAD", activation_bias_grad_fused);
-  tubelet_target_warp = env_switch("UNMASK_CUDA_TUBELET_WARP", tubelet_target_warp);
-  allow_tf32 = env_switch("UNMASK_CUDA_TF32", false);
-  const bool bf16 = env_switch("UNMASK_CUDA_BF16", false), fp16 = env_switch("UNMASK_CUDA_FP16", false);
-  autocast = bf16 ? DType::bf16 : fp16 ? DType::f16 : DType::f32;
-  const std::optional<bool> attn = env_switch_opt("UNMASK_CUDA_ATTN_BF16");
-  attention_bf16_env = attn ? int(*attn) : -1;
-  attention_bf16 = attention_bf16_env == 1;
-  epilogue_round_once = env_switch("UNMASK_CUDA_EPILOGUE_ROUND_ONCE", false);
-  bias_grad_epilogue = env_switch("UNMASK_CUDA_BGRAD_EPILOGUE", false);
-  gemm_autotune = env_switch("UNMASK_CUDA_GEMM_AUTOTUNE", false);
+CudaState::CudaState(const ContextOptions& options)
+    : id(g_next_state_id++), device(options.device_index) {
+  // Environment switches of kernels that were measured and either deleted (they lost) or made
+  // the only kernel (they won), H200 2026-11-28, and of choices that moved to ContextOptions and
+  // the command line. Set, they would be silently ignored, so a run that sets one is refused.
+  static constexpr const char* kGone[][2] = {
+      {"UNMASK_FLASH_WGMMA", "its kernel lost and was deleted"},
+      {"UNMASK_FLASH_BWD_WGMMA", "its kernel lost and was deleted"},
+      {"UNMASK_FLASH_WGMMA_SHAPE", "its kernel lost and was deleted"},
+      {"UNMASK_FLASH_BWD_WGMMA_SHAPE", "its kernel lost and was deleted"},
+      {"UNMASK_FLASH_WGMMA_EXCHANGE", "its kernel lost and was deleted"},
+      {"UNMASK_FLASH_PERSISTENT", "its kernel lost and was deleted"},
+      {"UNMASK_CUDA_LN_BWD_FUSED", "its kernel lost and was deleted"},
+      {"UNMASK_CUDA_LN_DROPOUT", "the dropout inside the LayerNorm kernels lost and was deleted"},
+      {"UNMASK_CUDA_RESIDUAL_GEMM", "the residual as the GEMM's C operand lost and was deleted"},
+      {"UNMASK_CUDA_EPILOGUE_ROUND_ONCE", "the fp32-workspace epilogue lost and was deleted"},
+      {"UNMASK_CUDA_ACT_BIAS_GRAD", "the bias gradient in the activation backward won and is the only kernel"},
+      {"UNMASK_CUDA_TUBELET_WARP", "the warp-per-token tubelet kernel won and runs wherever it applies"},
+      {"UNMASK_FLASH_BWD_SHORT", "the one-kernel short backward won and runs wherever it applies"},
+      {"UNMASK_FLASH_BWD_CTAS_PER_SM", "three dK/dV CTAs a SM won and run wherever they fit"},
+      {"UNMASK_FLASH_BLOCK_M", "the forward's CTA height is chosen from the grid"},
+      {"UNMASK_CUDA_ATTN_BWD", "use ContextOptions::kernels.deterministic (--deterministic) for the recompute dQ"},
+      {"UNMASK_CUDA_ATTN_BF16", "the tensor-core attention comes with --precision bf16"},
+      {"UNMASK_CUDA_TF32", "use --precision tf32"},
+      {"UNMASK_CUDA_BF16", "use --precision bf16"},
+      {"UNMASK_CUDA_FP16", "use --precision fp16"},
+      {"UNMASK_CUDA_GEMM_AUTOTUNE", "timing cuBLASLt's candidates tied with its heuristic and was deleted"},
+      {"UNMASK_CUDA_BGRAD_EPILOGUE", "the bias gradient in the BGRADB epilogue lost and was deleted"},
+      {"UNMASK_FLASH_WARP_ROWS", "32 rows a warp lost and was deleted"},
+  };
+  for (const auto& [name, why] : kGone)
+    if (std::getenv(name))
+      throw Error(name, " is set, but unmask no longer reads it: ", why, " (BENCHMARKS.md, README \"Settings\")",
+                  Hint(std::string("unset ") + name));
+  attention.deterministic = options.kernels.deterministic;
+  void* external_stream = options.cuda_stream;
+  const size_t ws_bytes = options.cuda_workspace_bytes;
+  const int dev = device;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -83,7 +95,7 @@ CudaState::CudaState(int dev, void* external_stream, size_t ws_bytes) : id(g_nex
 void CudaState::set_training_precision(bool tf32, DType gemm_autocast) {
   allow_tf32 = tf32;
   autocast = gemm_autocast;
-  attention_bf16 = attention_bf16_env >= 0 ? attention_bf16_env == 1 : gemm_autocast == DType::bf16;
+  attention_bf16 = gemm_autocast == DType::bf16;
 }
 
 CudaState::~CudaState() {

@@ -6,12 +6,10 @@
 #include <array>
 #include <map>
 #include <memory>
-#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/cuda_state.h"
 #include "cuda/kernels.h"
-#include "cuda/train_kernels.h"
 
 namespace unmask::cuda {
 
@@ -25,8 +23,6 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool fused = false;  // bias/activation in the epilogue (else the caller runs bias_act_forward)
-  // CudaState::gemm_autotune: the heuristic's other candidates, timed once (autotune_plan).
-  std::vector<cublasLtMatmulAlgo_t> candidates;
 
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
@@ -41,7 +37,7 @@ struct GemmPlan {
 
 // Everything a plan depends on except the pointers: transposes, sizes, strides, dtypes,
 // activation, bias presence/dtype, pointer alignments, TF32 mode.
-using PlanKey = std::array<int64_t, 23>;
+using PlanKey = std::array<int64_t, 22>;
 
 cudaDataType_t to_cuda_type(DType t) {
   switch (t) {
@@ -103,10 +99,7 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   int returned = 0;
-  // One algorithm (the heuristic's first), or up to kAutotuneCandidates to time.
-  constexpr int kAutotuneCandidates = 8;
-  cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates] = {};
-  const int wanted = st.gemm_autotune ? kAutotuneCandidates : 1;
+  cublasLtMatmulHeuristicResult_t result = {};  // the heuristic's first algorithm
   try {
     const uint64_t ws = st.workspace_bytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
@@ -123,7 +116,7 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                       &reduction_mask, sizeof(reduction_mask)));
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st.lt, plan->op, plan->la, plan->lb, plan->lc, plan->lc, pref,
-                                                      wanted, results, &returned);
+                                                      1, &result, &returned);
     if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(s);
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(pref);
@@ -131,75 +124,8 @@ std::unique_ptr<GemmPlan> make_plan(CudaState& st, const GemmLtParams& p, cublas
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (returned == 0) return nullptr;
-  plan->algo = results[0].algo;
-  for (int i = 0; returned > 1 && i < returned; ++i)
-    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i].algo);
+  plan->algo = result.algo;
   return plan;
-}
-
-/// Times the plan's candidate algorithms on p's operands (2 warm-up and 5 timed runs each, CUDA
-/// events on `stream`) and keeps the fastest; the first-use cost of CudaState::gemm_autotune,
-/// which AITemplate-style profiling pays at compile time. The timed runs write a scratch c when
-/// beta != 0 (c holds data they must not add to) and a scratch bias gradient; with beta = 0
-/// they write c, which the call that follows overwrites. Not inside a stream capture (the
-/// events' synchronisation): there the heuristic's choice stays. Returns the candidates timed.
-int autotune_plan(CudaState& st, GemmPlan& plan, const GemmLtParams& p, cudaStream_t stream) {
-  std::vector<cublasLtMatmulAlgo_t> candidates;
-  candidates.swap(plan.candidates);
-  if (candidates.size() < 2) return 0;
-  // Accumulating into bf16/f16 (beta != 0) is tuned like the rest. On an H200, 768x512x1024 with
-  // beta = 1 came out as if alpha A B were rounded to 16 bits before beta C was added, with a
-  // timed candidate (2026-11-26) and again with the heuristic's own first choice (2026-11-27):
-  // cuBLASLt's 16-bit epilogue, not the tuning (CudaGemm's tests allow that one rounding).
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return 0;
-  const size_t es_c = dtype_size(p.c_dtype);
-  const size_t c_elems = size_t((p.batch - 1) * p.batch_stride_c + (p.M - 1) * p.ldc + p.N);
-  void* c = p.c;
-  void* c_scratch = nullptr;
-  float* bgrad_scratch = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  int timed = 0;
-  try {
-    if (p.beta != 0.0f) c = c_scratch = device_malloc(c_elems * es_c, stream);
-    if (plan.fused && p.bias)
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
-    if (plan.fused && p.bias_grad) {
-      bgrad_scratch = static_cast<float*>(device_malloc(size_t(p.M) * sizeof(float), stream));
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bgrad_scratch,
-                                                  sizeof(bgrad_scratch)));
-    }
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    float best_ms = 0.0f;
-    for (const cublasLtMatmulAlgo_t& algo : candidates) {
-      auto run = [&] {
-        return cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, c, plan.lc, c, plan.lc,
-                              &algo, st.workspace, st.workspace_bytes, stream);
-      };
-      if (run() != CUBLAS_STATUS_SUCCESS || run() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; refused: skip
-      CUDA_CHECK(cudaEventRecord(start, stream));
-      for (int r = 0; r < 5; ++r) CUBLAS_CHECK(run());
-      CUDA_CHECK(cudaEventRecord(stop, stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0.0f;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (timed == 0 || ms < best_ms) best_ms = ms, plan.algo = algo;
-      ++timed;
-    }
-  } catch (...) {
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-    device_free(c_scratch);
-    device_free(bgrad_scratch);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  device_free(c_scratch);
-  device_free(bgrad_scratch);
-  return timed;
 }
 
 }  // namespace
@@ -207,7 +133,6 @@ int autotune_plan(CudaState& st, GemmPlan& plan, const GemmLtParams& p, cudaStre
 struct GemmPlanCache {
   std::map<PlanKey, std::unique_ptr<GemmPlan>> plans;
   bool last_fused = false;
-  int64_t plans_tuned = 0, candidates_timed = 0;  // CudaState::gemm_autotune's work so far
 };
 
 void GemmPlanCacheDeleter::operator()(GemmPlanCache* c) const noexcept { delete c; }
@@ -220,10 +145,6 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                dtype_name(p.ab_dtype), " or f32, got ", dtype_name(p.c_dtype));
   UNMASK_CHECK(p.M >= 0 && p.N >= 0 && p.K >= 0 && p.batch >= 1, "gemm (cuda): bad sizes batch=", p.batch, " M=", p.M,
                " N=", p.N, " K=", p.K);
-  UNMASK_CHECK(!p.bias_grad || (p.ta == ops::Trans::yes && p.batch == 1 && !p.bias && p.act == ops::Activation::none &&
-                                 p.c_dtype == DType::f32),
-               "gemm (cuda): a bias gradient needs ta = yes, batch 1, no bias, no activation and an f32 c (the "
-               "epilogue writes it in c's type)");
   UNMASK_CHECK(!p.bias || p.bias_dtype == DType::f32 || p.bias_dtype == p.c_dtype,
                "gemm (cuda): bias dtype must be f32 or c's dtype ", dtype_name(p.c_dtype), ", got ",
                dtype_name(p.bias_dtype));
@@ -232,7 +153,7 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                    p.ldc >= std::max<int64_t>(1, p.N),
                "gemm (cuda): row strides lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, " too small for M=", p.M,
                " N=", p.N, " K=", p.K);
-  if (p.c_in && (p.c_in == p.c || p.beta == 0.0f || p.K == 0 || p.batch > 1 || p.bias_grad || p.M == 0 || p.N == 0)) {
+  if (p.c_in && (p.c_in == p.c || p.beta == 0.0f || p.K == 0 || p.batch > 1 || p.M == 0 || p.N == 0)) {
     // Only the single cuBLASLt call below reads C apart from D; every other path accumulates in
     // place: c becomes a copy of c_in first (unless beta ignores it).
     UNMASK_CHECK(p.batch == 1, "gemm (cuda): a separate C operand (c_in) needs batch 1, got ", p.batch);
@@ -242,13 +163,6 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                                    size_t(p.M), cudaMemcpyDeviceToDevice, stream));
     GemmLtParams q = p;
     q.c_in = nullptr;
-    return gemm_lt(st, q, stream);
-  }
-  if (p.bias_grad && p.M > 0 && (p.N == 0 || p.K == 0)) {
-    // Degenerate: the column sums of the [K, M] a (none to add when K = 0), then the GEMM.
-    if (p.K > 0) bias_grad_cols(p.bias_grad, p.a, p.lda, p.K, p.M, p.ab_dtype, stream);
-    GemmLtParams q = p;
-    q.bias_grad = nullptr;
     return gemm_lt(st, q, stream);
   }
   if (p.M == 0 || p.N == 0) return;
@@ -281,15 +195,14 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
     case ops::Activation::gelu:  // exact erf: cuBLASLt has only the tanh form
     case ops::Activation::tanh: fused = false; break;
   }
-  if (p.bias_grad) epi = CUBLASLT_EPILOGUE_BGRADB;  // checked above: no bias, no activation
   if (!bias_fusable) fused = false;
   if (!fused) epi = CUBLASLT_EPILOGUE_DEFAULT;
 
   // An activation cuBLASLt cannot fuse (exact GELU, tanh) on a low-precision output, with a bias
   // it can (or none): the GEMM with the bias epilogue into c, then the activation in place on the
-  // rounded pre-activation (CudaState::epilogue_round_once says why this is the default).
-  if (!fused && !st.epilogue_round_once && p.act != ops::Activation::none && bias_fusable &&
-      p.c_dtype != DType::f32 && p.beta == 0.0f) {
+  // rounded pre-activation: PyTorch eager's roundings, c written once and read-modified-written
+  // once. (An fp32 workspace and one rounding lost: BENCHMARKS.md.)
+  if (!fused && p.act != ops::Activation::none && bias_fusable && p.c_dtype != DType::f32 && p.beta == 0.0f) {
     GemmLtParams q = p;
     q.act = ops::Activation::none;
     gemm_lt(st, q, stream);
@@ -300,9 +213,9 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
     st.gemm_plans->last_fused = false;
     return;
   }
-  // An epilogue cuBLASLt cannot fuse on a low-precision output (exact GELU, tanh, an f32 bias):
-  // run the GEMM into an fp32 workspace and apply bias + activation while converting, so the
-  // pre-activation is rounded once, as a naive fp32-accumulating implementation would.
+  // A bias cuBLASLt cannot take (f32, or off 16-byte alignment) on a low-precision output, with
+  // or without an activation: the GEMM into an fp32 workspace, bias + activation applied while
+  // converting (the pre-activation rounded once).
   if (!fused && (p.bias || p.act != ops::Activation::none) && p.c_dtype != DType::f32 && p.beta == 0.0f) {
     const size_t bytes = size_t(p.batch) * size_t(p.M) * size_t(p.N) * sizeof(float);
     float* tmp = static_cast<float*>(device_malloc(bytes, stream));
@@ -341,7 +254,7 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
   PlanKey key = {int64_t(p.ta), int64_t(p.tb), p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.batch,
                  p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, int64_t(p.ab_dtype), int64_t(p.c_dtype),
                  int64_t(p.act), p.bias ? 1 + int64_t(p.bias_dtype) : 0, align[0], align[1], align[2], align[3],
-                 int64_t(st.allow_tf32), int64_t(fused), int64_t(p.bias_grad != nullptr)};
+                 int64_t(st.allow_tf32), int64_t(fused)};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     std::unique_ptr<GemmPlan> plan = make_plan(st, p, epi, fused, align);
@@ -366,34 +279,14 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
                  " N=", p.N, " K=", p.K, " lda=", p.lda, " ldb=", p.ldb, " ldc=", p.ldc, " ", dtype_name(p.ab_dtype),
                  "->", dtype_name(p.c_dtype));
     it = cache.plans.emplace(key, std::move(plan)).first;
-    if (const int timed = autotune_plan(st, *it->second, p, stream); timed > 0) {
-      cache.plans_tuned += 1;
-      cache.candidates_timed += timed;
-    }
   }
   GemmPlan& plan = *it->second;
   if (plan.fused && p.bias)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
-  // BGRADB writes the gradient (of C's type, f32 here); bias_grad accumulates: into a scratch
-  // vector (the caching allocator's, 256-byte aligned), then one add.
-  float* bgrad_scratch = nullptr;
-  try {
-    if (plan.fused && p.bias_grad) {
-      bgrad_scratch = static_cast<float*>(device_malloc(size_t(p.M) * sizeof(float), stream));
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bgrad_scratch,
-                                                  sizeof(bgrad_scratch)));
-    }
-    const void* c_read = p.c_in ? p.c_in : p.c;  // beta's C: the addend (out of place), or c
-    CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, c_read, plan.lc, p.c,
-                                plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
-    if (bgrad_scratch) axpy_n(1.0f, bgrad_scratch, p.bias_grad, p.M, stream);
-  } catch (...) {
-    device_free(bgrad_scratch);
-    throw;
-  }
-  device_free(bgrad_scratch);
+  const void* c_read = p.c_in ? p.c_in : p.c;  // beta's C: the addend (out of place), or c
+  CUBLAS_CHECK(cublasLtMatmul(st.lt, plan.op, &p.alpha, p.b, plan.la, p.a, plan.lb, &p.beta, c_read, plan.lc, p.c,
+                              plan.lc, &plan.algo, st.workspace, st.workspace_bytes, stream));
   cache.last_fused = plan.fused;
-  if (!plan.fused && p.bias_grad) bias_grad_cols(p.bias_grad, p.a, p.lda, p.K, p.M, p.ab_dtype, stream);
   if (!plan.fused && (p.bias || p.act != ops::Activation::none)) {
     // The epilogue cuBLASLt could not do: c = act(c + bias), in place, per batch.
     for (int64_t i = 0; i < p.batch; ++i) {
@@ -404,10 +297,5 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
 }
 
 bool gemm_lt_last_used_fused_epilogue(const CudaState& st) { return st.gemm_plans && st.gemm_plans->last_fused; }
-
-GemmAutotuneStats gemm_lt_autotune_stats(const CudaState& st) {
-  if (!st.gemm_plans) return {};
-  return {st.gemm_plans->plans_tuned, st.gemm_plans->candidates_timed};
-}
 
 }  // namespace unmask::cuda

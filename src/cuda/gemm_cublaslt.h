@@ -17,18 +17,18 @@
 // (exact fp32 unless CudaState::allow_tf32, then CUBLAS_COMPUTE_32F_FAST_TF32); c is that dtype
 // or f32.
 //
-// Epilogues: none -> DEFAULT; bias -> BIAS; gelu_tanh (+bias) -> GELU(_BIAS); bias_grad ->
-// BGRADB. cuBLASLt's GELU
-// is the tanh approximation, so exact-erf GELU (HF "gelu", BERT's default) and tanh run the
-// GEMM with no epilogue and then the fused bias+activation kernel (activation.cu) over c,
-// one extra read and write of c. The same fallback serves an f32 bias on a bf16/f16 c (the
-// cuBLASLt bias must have the dtype of D).
+// Epilogues: none -> DEFAULT; bias -> BIAS; gelu_tanh (+bias) -> GELU(_BIAS). cuBLASLt's GELU
+// is the tanh approximation, so exact-erf GELU (HF "gelu", BERT's default) and tanh take one
+// more read and write of c (activation.cu): on a bf16/f16 c with beta 0, the GEMM with the bias
+// epilogue (product + bias rounded to c's type) and then the activation in place, PyTorch
+// eager's roundings; otherwise the GEMM alone and then bias + activation in place. A bias the
+// epilogue cannot take (f32 on a bf16/f16 c: cuBLASLt's bias has D's dtype; or not 16-byte
+// aligned) on a bf16/f16 c with beta 0: the GEMM into an fp32 workspace, then bias + activation
+// while converting.
 //
-// Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, dtype,
-// epilogue and pointer alignment in the CudaState; the workspace is the context's. With
-// CudaState::gemm_autotune (UNMASK_CUDA_GEMM_AUTOTUNE=1) a new plan asks the heuristic for up
-// to 8 algorithms and keeps the fastest on its first call's operands (timed with CUDA events;
-// not inside a graph capture).
+// Plans (descriptors, layouts and the heuristic's first algorithm) are cached per shape, dtype,
+// epilogue and pointer alignment in the CudaState; the workspace is the context's. (Timing the
+// heuristic's other candidates tied with its first choice: BENCHMARKS.md.)
 #pragma once
 #include <cuda_runtime.h>
 
@@ -60,27 +60,14 @@ struct GemmLtParams {
   const void* bias = nullptr;    // [N]
   DType bias_dtype = DType::f32;
   ops::Activation act = ops::Activation::none;
-  // The weight-gradient GEMM's bias gradient: bias_grad[m] += sum_k op(a)[m, k] (f32 [M]; a
-  // stored [K, M], ta == yes: dW = dy^T x with a = dy, the column sums of dy). Through
-  // cuBLASLt's BGRADB epilogue (B' = a in the column-major mapping) into a scratch vector added
-  // to bias_grad, or, where the heuristic has no such algorithm, the bias_grad_cols kernel after
-  // the GEMM. batch 1, no bias or activation.
-  float* bias_grad = nullptr;
 };
 
 /// Runs one (batched) GEMM on `stream` with st's cuBLASLt handle and workspace. Checks the
 /// preconditions (dtypes, sizes, strides) and throws Error with the values on violation.
 void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream);
 
-/// CudaState::gemm_autotune's work so far: plans whose algorithm was chosen by timing, and the
-/// candidate algorithms timed for them.
-struct GemmAutotuneStats {
-  int64_t plans_tuned = 0, candidates_timed = 0;
-};
-GemmAutotuneStats gemm_lt_autotune_stats(const CudaState& st);
-
-/// How the last gemm_lt call ran (for tests and the bench): true when the activation/bias (or
-/// the bias gradient) went through cuBLASLt's epilogue, false when through the separate kernel.
+/// How the last gemm_lt call ran (for tests and the bench): true when the activation/bias went
+/// through cuBLASLt's epilogue, false when through the separate kernel.
 bool gemm_lt_last_used_fused_epilogue(const CudaState& st);
 
 }  // namespace unmask::cuda

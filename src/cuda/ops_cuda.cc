@@ -125,43 +125,6 @@ void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Tr
   gemm_lt(st, p, st.stream);
 }
 
-bool gemm_bias_grad_applies(Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
-  CudaState* st = ctx.cuda_state();
-  if (!st || !st->bias_grad_epilogue) return false;
-  for (const Tensor* t : {&dy, &x, &dw, &db})
-    if (!t->defined() || t->device() != Device::cuda) return false;
-  const bool half = dy.dtype() == DType::bf16 || dy.dtype() == DType::f16;
-  if (!half || x.dtype() != dy.dtype() || dw.dtype() != DType::f32 || db.dtype() != DType::f32) return false;
-  if (dy.ndim() != 2 || x.ndim() != 2 || dw.ndim() != 2 || db.ndim() != 1) return false;
-  const int64_t N = dy.size(0), N_out = dy.size(1), K = x.size(1);
-  if (x.size(0) != N || dw.size(0) != N_out || dw.size(1) != K || db.size(0) != N_out) return false;
-  for (const Tensor* t : {&dy, &x, &dw})
-    if (t->size(1) > 1 && t->stride(1) != 1) return false;
-  return db.is_contiguous();
-}
-
-void gemm_bias_grad(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db) {
-  CudaState& st = cuda_state(ctx);
-  UNMASK_CHECK(gemm_bias_grad_applies(ctx, dy, x, dw, db), "gemm_bias_grad (cuda): unsupported arguments dy ",
-               dy.describe(), ", x ", x.describe(), ", dw ", dw.describe(), ", db ", db.describe());
-  GemmLtParams p;
-  p.a = dy.raw();  // op(a) = dy^T [N_out, N]
-  p.ta = ops::Trans::yes;
-  p.lda = matrix_row_stride(dy);
-  p.b = x.raw();  // [N, K]
-  p.ldb = matrix_row_stride(x);
-  p.c = dw.raw();
-  p.ldc = matrix_row_stride(dw);
-  p.M = dy.size(1);
-  p.N = x.size(1);
-  p.K = dy.size(0);
-  p.ab_dtype = dy.dtype();
-  p.c_dtype = DType::f32;
-  p.beta = 1.0f;
-  p.bias_grad = db.data<float>();
-  gemm_lt(st, p, st.stream);
-}
-
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor& beta,
                float eps, Tensor& y) {
   CudaState& st = cuda_state(ctx);
@@ -365,7 +328,8 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
       }
     }
   }
-  attention_forward(p, st.stream);
+  // The CTA height: st.attention.forward_block_m, a test hook (0: chosen from the grid).
+  attention_forward(p, st.stream, attention_kernel_for(p), st.attention.forward_block_m);
 }
 
 // ---- f32 raw-pointer forms ---------------------------------------------------------------

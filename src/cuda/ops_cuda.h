@@ -32,14 +32,6 @@ namespace unmask::cuda {
 void gemm(Context& ctx, const Tensor& a, ops::Trans ta, const Tensor& b, ops::Trans tb, Tensor& c,
           const ops::GemmArgs& args);
 
-/// Whether gemm_bias_grad takes these arguments: CudaState::bias_grad_epilogue on, dy [N, N_out]
-/// and x [N, K] on CUDA in one bf16/f16 dtype with unit inner strides, dw f32 [N_out, K] (unit
-/// inner stride), db a contiguous f32 [N_out]. Never throws.
-bool gemm_bias_grad_applies(Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
-/// dw += dy^T x and db += the column sums of dy, the sums in cuBLASLt's BGRADB epilogue
-/// (gemm_cublaslt.h). Arguments as gemm_bias_grad_applies accepts.
-void gemm_bias_grad(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
-
 /// y = LayerNorm(x + residual) * gamma + beta over the last dim. y may alias x or residual.
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma, const Tensor& beta,
                float eps, Tensor& y);
@@ -108,26 +100,17 @@ void softmax(Context& ctx, const float* x, int64_t ldx, float* y, int64_t ldy, i
 /// The training row ops take their activations as `dtype` (f32, bf16 or f16; fp32 arithmetic
 /// inside, one rounding on the store); statistics, gamma and parameter gradients are f32.
 /// layernorm with the row statistics mean, rstd (f32 [N]); y must not alias x or residual.
-/// Whether ctx runs a LayerNorm's input dropout inside the LayerNorm kernels
-/// (CudaState::layernorm_dropout_fused) rather than as the separate dropout ops.
-bool layernorm_dropout_fused(Context& ctx);
-/// x_dropout (optional): s = dropout(x) + residual inside the kernel (ops::layernorm's).
 void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr, const float* gamma,
                      const float* beta, float eps, void* y, int64_t ldy, float* mean, float* rstd, int64_t N,
-                     int64_t C, DType dtype, const ops::InputDropout* x_dropout = nullptr);
-/// x_dropout, dx_dropped (rows of ld_dx_dropped; optional): ops::layernorm_backward's.
+                     int64_t C, DType dtype);
 void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
                         const float* gamma, const float* mean, const float* rstd, const void* dy, int64_t lddy,
                         void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
-                        bool accumulate_dx, const ops::InputDropout* x_dropout = nullptr, void* dx_dropped = nullptr,
-                        int64_t ld_dx_dropped = 0);
+                        bool accumulate_dx);
 /// dbias (optional): ops::activation_backward's (the column sums of dx in the same pass).
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
                          int64_t lddx, int64_t N, int64_t C, ops::Activation act, DType dtype, void* y = nullptr,
                          int64_t ldy = 0, float* dbias = nullptr);
-/// Whether ctx forms an activation backward's bias gradient in its pass
-/// (CudaState::activation_bias_grad_fused) rather than by bias_grad after it.
-bool activation_bias_grad_fused(Context& ctx);
 void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype);
 void softmax_backward(Context& ctx, const float* y, int64_t ldy, const float* dy, int64_t lddy, float* dx,
                       int64_t lddx, int64_t N, int64_t C);
@@ -185,7 +168,7 @@ void tubelet_gather(Context& ctx, const float* videos, const ops::TubeletGeometr
                     float* cols);
 void tubelet_target(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,
                     const std::vector<float>& mean, const std::vector<float>& stdev, float* target);
-/// Whether tubelet_target can take the warp-per-token kernel for g (UNMASK_CUDA_TUBELET_WARP=1:
+/// Whether tubelet_target takes the warp-per-token kernel for g (else the block kernel:
 /// 1 or 3 channels, p a power of two of at most 16, tt p p a multiple of 32 up to 512); tests.
 bool tubelet_target_warp_applies(const ops::TubeletGeometry& g);
 /// row_weight: u8 [R] in device memory or null; synchronises the stream (returns the host sum).

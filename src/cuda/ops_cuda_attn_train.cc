@@ -36,6 +36,7 @@ struct Uploads {
 void fill_common(const char* op, CudaState& st, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                  const Tensor& lse, const ops::AttentionArgs& args, const ops::AttentionTrainArgs& train,
                  AttnTrainParams& p, Uploads& up) {
+  p.tuning = st.attention;
   check_rows(op, "q", q, q);
   check_rows(op, "k", k, q);
   check_rows(op, "v", v, q);

@@ -13,23 +13,20 @@
 
 namespace unmask::cuda {
 
-bool layernorm_dropout_fused(Context& ctx) { return cuda_state(ctx).layernorm_dropout_fused; }
-
 void layernorm_stats(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr, const float* gamma,
                      const float* beta, float eps, void* y, int64_t ldy, float* mean, float* rstd, int64_t N, int64_t C,
-                     DType dtype, const ops::InputDropout* x_dropout) {
+                     DType dtype) {
   CudaState& st = cuda_state(ctx);
-  layernorm_forward_stats(y, ldy, mean, rstd, x, ldx, residual, ldr, gamma, beta, eps, N, C, dtype, st.stream,
-                          x_dropout);
+  layernorm_forward_stats(y, ldy, mean, rstd, x, ldx, residual, ldr, gamma, beta, eps, N, C, dtype, st.stream);
 }
 
 void layernorm_backward(Context& ctx, const void* x, int64_t ldx, const void* residual, int64_t ldr,
                         const float* gamma, const float* mean, const float* rstd, const void* dy, int64_t lddy,
                         void* dx, int64_t lddx, float* dgamma, float* dbeta, int64_t N, int64_t C, DType dtype,
-                        bool accumulate_dx, const ops::InputDropout* x_dropout, void* dx_dropped, int64_t ld_dx_dropped) {
+                        bool accumulate_dx) {
   CudaState& st = cuda_state(ctx);
   layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                          st.stream, accumulate_dx, x_dropout, dx_dropped, ld_dx_dropped);
+                          st.stream, accumulate_dx);
 }
 
 void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* dy, int64_t lddy, void* dx,
@@ -38,8 +35,6 @@ void activation_backward(Context& ctx, const void* x, int64_t ldx, const void* d
   CudaState& st = cuda_state(ctx);
   activation_backward_rows(dx, lddx, x, ldx, dy, lddy, N, C, act, dtype, st.stream, y, ldy, dbias);
 }
-
-bool activation_bias_grad_fused(Context& ctx) { return cuda_state(ctx).activation_bias_grad_fused; }
 
 void bias_grad(Context& ctx, const void* dy, int64_t lddy, float* dbias, int64_t N, int64_t C, DType dtype) {
   CudaState& st = cuda_state(ctx);

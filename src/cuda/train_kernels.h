@@ -38,22 +38,13 @@ struct ScratchBuffer {
 
 // ---- train_ops.cu ---------------------------------------------------------------------------
 
-/// A dropout of the LayerNorm's input x inside the LayerNorm kernels (ops::layernorm's
-/// x_dropout, an ops::InputDropout; BERT's post-LN blocks: LN(dropout(h) + x)): element (n, c) of
-/// x has counter offset + n C + c, is kept iff its Philox uniform is >= p, scaled by 1 / (1 - p)
-/// and rounded to the dtype, the bits of dropout_rows before the LayerNorm; the backward
-/// recomputes the mask. Its dx_dropped (optional; rows of ld_dx_dropped): also the gradient of the
-/// undropped x, the bits of dropout_rows applied to dx. Saves the dropout kernels' passes: a read
-/// and a write of x in the forward, a read of dx in the backward.
-
 /// y = LayerNorm(x + residual) * gamma + beta and the row statistics mean[n], rstd[n]
 /// (= 1 / sqrt(var + eps)) of s = x + residual, one warp per row, two-pass fp32.
 ///   x, residual (or null), y: [N, C] of dtype (ld*); gamma, beta: f32 [C]; mean, rstd: f32 [N].
-///   y must not alias x or residual. x_dropout (optional): s = dropout(x) + residual.
+///   y must not alias x or residual.
 void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* beta, float eps,
-                             int64_t N, int64_t C, DType dtype, cudaStream_t stream,
-                             const ops::InputDropout* x_dropout = nullptr);
+                             int64_t N, int64_t C, DType dtype, cudaStream_t stream);
 
 /// Backward of layernorm_forward_stats: dx (overwritten, may alias dy) and dgamma, dbeta
 /// (f32 [C], accumulated +=, deterministic two-stage column sums).
@@ -61,13 +52,10 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 ///   dx = rstd (g - mean_c(g) - xhat mean_c(g xhat)); dgamma += sum_n dy xhat; dbeta += sum_n dy
 /// accumulate_dx: dx += that instead (fp32 sum of the old dx and the gradient, one rounding); dx
 /// must then not alias dy.
-/// x_dropout (optional): the forward's input dropout (s = dropout(x) + residual, recomputed),
-/// and its dx_dropped the gradient of the undropped x (not with accumulate_dx).
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                         const void* residual, int64_t ldr, const float* gamma, const float* mean, const float* rstd,
                         const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype, cudaStream_t stream,
-                        bool accumulate_dx = false, const ops::InputDropout* x_dropout = nullptr,
-                        void* dx_dropped = nullptr, int64_t ld_dx_dropped = 0);
+                        bool accumulate_dx = false);
 
 /// dx = dy * act'(x) elementwise (x the pre-activation); dx may alias dy or x. With y (not null;
 /// overlapping none of them) also y = act(x), the bits of bias_act_forward's. With dbias (f32

@@ -72,78 +72,20 @@ __device__ __forceinline__ void load_sum(float* v, const T* x, const T* residual
   }
 }
 
-/// The kernels' copy of an ops::InputDropout (train_kernels.h), by value in their parameters.
-struct LnDrop {
-  float p = 0.0f, scale = 1.0f;  // scale = 1 / (1 - p), computed as dropout_rows computes it
-  uint64_t seed = 0, offset = 0;
-};
-
-/// The Philox block numbers wrap modulo 2^62 as the element counters wrap modulo 2^64.
-constexpr uint64_t kPhiloxBlockMask = (uint64_t(1) << 62) - 1;
-
-/// Chunk v[0..kVec) of row `row` of x, columns c.., through the input dropout: kept values scaled
-/// and rounded to T, dropped ones 0 (dropout_chunks_kernel's bits for element row C + c + j).
-/// Returns the keep bits (bit j: column c + j). One Philox block per four columns where they
-/// start a block (kVec a multiple of 4, so C and c are too, and offset % 4 == 0), else one an
-/// element (an offset that starts no block: 4x the Philox work; the layers' sites start one).
-template <typename T, int kVec>
-__device__ __forceinline__ uint32_t drop_chunk(float* v, const LnDrop& d, int64_t row, int C, int c) {
-  const uint64_t e = uint64_t(row) * uint64_t(C) + uint64_t(c);
-  uint32_t keep = 0;
-  if (kVec % 4 == 0 && (d.offset & 3) == 0) {
-#pragma unroll
-    for (int b = 0; b < kVec / 4; ++b) {
-      const Philox4x32 r = philox_block(d.seed, ((d.offset >> 2) + e / 4 + uint64_t(b)) & kPhiloxBlockMask);
-#pragma unroll
-      for (int w = 0; w < 4; ++w) keep |= uint32_t(philox_uniform_from_bits(r.w[w]) >= d.p) << (4 * b + w);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) keep |= uint32_t(philox_uniform(d.seed, d.offset + e + uint64_t(j)) >= d.p) << j;
-  }
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) v[j] = to_float(from_float<T>((keep >> j) & 1u ? v[j] * d.scale : 0.0f));
-  return keep;
-}
-
-/// The LayerNorm input s = x + residual (load_sum), or with kDrop s = dropout(x) + residual
-/// (drop_chunk); returns the keep bits of the chunk (0 without kDrop).
-template <typename T, int kVec, bool kDrop>
-__device__ __forceinline__ uint32_t load_input(float* v, const T* x, const T* residual, int c, const LnDrop& d,
-                                               int64_t row, int C) {
-  if constexpr (!kDrop) {
-    load_sum<T, kVec>(v, x, residual, c);
-    return 0;
-  } else {
-    float r[kVec];
-    load_row<T, kVec>(v, x, c);
-    if (residual) load_row<T, kVec>(r, residual, c);
-    const uint32_t keep = drop_chunk<T, kVec>(v, d, row, C, c);
-    if (residual) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] += r[j];
-    }
-    return keep;
-  }
-}
-
 /// y, mean, rstd from x (+ residual): one warp per row, the two-pass statistics of
-/// warp_layernorm_row (layernorm.cuh) with an IEEE rstd, as the CPU. kDrop: x through the input
-/// dropout d first (load_input).
+/// warp_layernorm_row (layernorm.cuh) with an IEEE rstd, as the CPU.
 ///   x, residual, y: [N, C] (ld*); gamma, beta: [C]; mean, rstd: [N].
-template <typename T, int kVec, bool kDrop>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_stats_kernel(T* y, int64_t ldy, float* mean, float* rstd, const T* x, int64_t ldx, const T* residual,
-                           int64_t ldr, const float* gamma, const float* beta, float eps, int64_t N, int C,
-                           const LnDrop d) {
+                           int64_t ldr, const float* gamma, const float* beta, float eps, int64_t N, int C) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
   const T* xr = x + row * ldx;
   const T* rr = residual ? residual + row * ldr : nullptr;
   const RowStats st = warp_layernorm_row<kVec, T, float, true>(
-      [&](int c, float* v) { load_input<T, kVec, kDrop>(v, xr, rr, c, d, row, C); }, y + row * ldy, gamma, beta, eps,
-      C, lane);
+      [&](int c, float* v) { load_sum<T, kVec>(v, xr, rr, c); }, y + row * ldy, gamma, beta, eps, C, lane);
   if (lane == 0) {
     mean[row] = st.mean;
     rstd[row] = st.rstd;
@@ -153,12 +95,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 /// Stores dx = rstd (g - mg - xhat mgx) for one chunk of kVec columns at row dxr, column c (or
 /// adds it to the old dx in fp32 when accumulate: one rounding of the sum). The last step of
 /// layernorm_backward_dx_kernel (both of its paths).
-/// kDrop with dxdr: also dx through the input dropout's mask (keep bits of the chunk) into row
-/// dxdr, the bits of dropout_rows over the rounded dx (the gradient of the undropped x).
-template <typename T, int kVec, bool kDrop = false>
+template <typename T, int kVec>
 __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* xh, const float* g, float rs, float mg,
-                                                   float mgx, bool accumulate, T* dxdr = nullptr, uint32_t keep = 0,
-                                                   float scale = 1.0f) {
+                                                   float mgx, bool accumulate) {
   float d[kVec];
 #pragma unroll
   for (int j = 0; j < kVec; ++j) d[j] = rs * (g[j] - mg - xh[j] * mgx);
@@ -169,29 +108,20 @@ __device__ __forceinline__ void store_layernorm_dx(T* dxr, int c, const float* x
     for (int j = 0; j < kVec; ++j) d[j] += old[j];
   }
   store_chunk<kVec>(dxr, c, d);
-  if constexpr (kDrop) {
-    if (dxdr) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) d[j] = (keep >> j) & 1u ? to_float(from_float<T>(d[j])) * scale : 0.0f;
-      store_chunk<kVec>(dxdr, c, d);
-    }
-  }
 }
 
 /// One row of the LayerNorm backward with the row in registers (C <= 32 kChunks kVec): xhat
 /// and g = dy gamma chunk by chunk (gamma in 16-byte loads, load_floats), then the row means of
 /// g and g xhat and dx (store_layernorm_dx). Lane chunks as in warp_layernorm_row; each lane
 /// loads all its chunks before storing any (dx may alias dy).
-template <typename T, int kVec, int kChunks, bool kDrop = false>
+template <typename T, int kVec, int kChunks>
 __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* xr, const T* rr, const T* dyr,
                                                               const float* gamma, float mu, float rs, int C, int lane,
-                                                              bool accumulate, const LnDrop& drop = {}, int64_t row = 0,
-                                                              T* dxdr = nullptr) {
+                                                              bool accumulate) {
   float xh[kChunks][kVec], g[kChunks][kVec];
-  uint32_t keep[kChunks];  // the input dropout's keep bits of each chunk (kDrop)
   for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
     float gm[kVec];
-    keep[i] = load_input<T, kVec, kDrop>(xh[i], xr, rr, c, drop, row, C);
+    load_sum<T, kVec>(xh[i], xr, rr, c);
     load_row<T, kVec>(g[i], dyr, c);
     load_floats<kVec>(gamma, c, gm);
 #pragma unroll
@@ -210,7 +140,7 @@ __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* x
   });
   const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
   for_cached_chunks<kChunks, kVec>(lane, C, [&](int i, int c) {
-    store_layernorm_dx<T, kVec, kDrop>(dxr, c, xh[i], g[i], rs, mg, mgx, accumulate, dxdr, keep[i], drop.scale);
+    store_layernorm_dx<T, kVec>(dxr, c, xh[i], g[i], rs, mg, mgx, accumulate);
   });
 }
 
@@ -223,22 +153,21 @@ __device__ __forceinline__ void layernorm_backward_cached_row(T* dxr, const T* x
 /// columns; longer rows are read twice). The launcher takes half of kRowCacheFloats / kVec when
 /// the row fits: on an H200 the full cache (64 floats) made the bf16 kernel 92 registers, 2
 /// blocks (16 warps) per SM, and ViT-B's decoder rows of 384 ran at 39% of DRAM bandwidth.
-template <typename T, int kVec, int kChunks, bool kDrop>
+template <typename T, int kVec, int kChunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
     layernorm_backward_dx_kernel(T* dx, int64_t lddx, const T* x, int64_t ldx, const T* residual, int64_t ldr,
                                  const float* gamma, const float* mean, const float* rstd, const T* dy, int64_t lddy,
-                                 int64_t N, int C, bool accumulate, const LnDrop drop, T* dxd, int64_t lddxd) {
+                                 int64_t N, int C, bool accumulate) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
   const T* xr = x + row * ldx;
   const T* rr = residual ? residual + row * ldr : nullptr;
   const T* dyr = dy + row * lddy;
-  T* dxdr = kDrop && dxd ? dxd + row * lddxd : nullptr;
   const float mu = mean[row], rs = rstd[row];
-  auto load = [&](float* xh, float* g, int c) {  // xhat and g = dy gamma of one chunk; the keep bits
+  auto load = [&](float* xh, float* g, int c) {  // xhat and g = dy gamma of one chunk
     float gm[kVec];
-    const uint32_t keep = load_input<T, kVec, kDrop>(xh, xr, rr, c, drop, row, C);
+    load_sum<T, kVec>(xh, xr, rr, c);
     load_row<T, kVec>(g, dyr, c);
     load_floats<kVec>(gamma, c, gm);
 #pragma unroll
@@ -246,13 +175,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
       xh[j] = (xh[j] - mu) * rs;
       g[j] *= gm[j];
     }
-    return keep;
   };
   T* dxr = dx + row * lddx;
   if (C <= kChunks * kVec * kWarpSize) {
     // xhat and g in registers: one read of x, residual and dy; the same sums in the same order.
-    layernorm_backward_cached_row<T, kVec, kChunks, kDrop>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate, drop,
-                                                           row, dxdr);
+    layernorm_backward_cached_row<T, kVec, kChunks>(dxr, xr, rr, dyr, gamma, mu, rs, C, lane, accumulate);
     return;
   }
   float sum_g = 0.0f, sum_gx = 0.0f;
@@ -267,8 +194,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   }
   const float mg = warp_sum(sum_g) / float(C), mgx = warp_sum(sum_gx) / float(C);
   for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    const uint32_t keep = load(xh, g, c);
-    store_layernorm_dx<T, kVec, kDrop>(dxr, c, xh, g, rs, mg, mgx, accumulate, dxdr, keep, drop.scale);
+    load(xh, g, c);
+    store_layernorm_dx<T, kVec>(dxr, c, xh, g, rs, mg, mgx, accumulate);
   }
 }
 
@@ -317,11 +244,11 @@ __device__ __forceinline__ void store_column_partials(float* partial, int64_t ch
 /// [C..2C) = sum dy (dbeta), partial rows of 2C; otherwise partial[chunk][0..C) = sum dy (dbias),
 /// rows of C. kVec = 16 / sizeof(T) moves 16 bytes per thread and row (a warp reads 512
 /// contiguous bytes of a row, not 64); each column's sum is the same sequence of adds for any kVec.
-template <typename T, bool kLayerNorm, int kVec, bool kDrop>
+template <typename T, bool kLayerNorm, int kVec>
 __global__ void __launch_bounds__(kColTile * kRowLanes)
     column_partials_kernel(float* partial, const T* dy, int64_t lddy, const T* x, int64_t ldx, const T* residual,
                            int64_t ldr, const float* mean, const float* rstd, int64_t N, int64_t C,
-                           int64_t chunk_rows, const LnDrop drop) {
+                           int64_t chunk_rows) {
   constexpr int kCols = kColTile * kVec;  // columns per block
   const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
   const int64_t c0 = int64_t(blockIdx.x) * kCols + tx * kVec;  // this thread's first column
@@ -343,8 +270,7 @@ __global__ void __launch_bounds__(kColTile * kRowLanes)
         if (n >= r1) break;
         load_row<T, kVec>(d[u], dy + n * lddy, int(c0));
         if constexpr (kLayerNorm) {
-          load_input<T, kVec, kDrop>(s[u], x + n * ldx, residual ? residual + n * ldr : nullptr, int(c0), drop, n,
-                                     int(C));
+          load_sum<T, kVec>(s[u], x + n * ldx, residual ? residual + n * ldr : nullptr, int(c0));
           mu[u] = mean[n], rs[u] = rstd[n];
         }
       }
@@ -568,57 +494,17 @@ void with_vec(bool vec, F&& f) {
 
 /// Stage 1 of the column sums (column_partials_kernel) into partial, 16 bytes a thread and row
 /// where dy (and for LayerNorm x and the residual) allow.
-template <typename T, bool kLayerNorm, bool kDrop = false>
+template <typename T, bool kLayerNorm>
 void column_partials(float* partial, const T* dy, int64_t lddy, const T* x, int64_t ldx, const T* residual, int64_t ldr,
                      const float* mean, const float* rstd, int64_t N, int64_t C, int64_t chunk_rows, int64_t chunks,
-                     cudaStream_t stream, const LnDrop& drop = {}) {
+                     cudaStream_t stream) {
   with_vec<T>(rows_vectorizable<T>(C, {{dy, lddy}, {x, ldx}, {residual, ldr}}), [&](auto kvec) {
     constexpr int V = decltype(kvec)::value;
-    if constexpr (kDrop && V == 1) {  // (no such instance: the launchers drop scalar rows first)
-      UNMASK_CHECK(false, "layernorm_backward (cuda): internal error: an input dropout on rows the 16-byte path "
-                   "cannot take reached the column pass");
-    } else {
-      column_partials_kernel<T, kLayerNorm, V, kDrop>
-          <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
-              partial, dy, lddy, x, ldx, residual, ldr, mean, rstd, N, C, chunk_rows, drop);
-    }
+    column_partials_kernel<T, kLayerNorm, V>
+        <<<dim3(unsigned(ceil_div(C, kColTile * V)), unsigned(chunks)), kColTile * kRowLanes, 0, stream>>>(
+            partial, dy, lddy, x, ldx, residual, ldr, mean, rstd, N, C, chunk_rows);
   });
   CUDA_CHECK_LAUNCH();
-}
-
-/// The kernels' LnDrop of an input dropout (null or p = 0: none), checked.
-LnDrop ln_drop_of(const ops::InputDropout* drop, const char* op) {
-  LnDrop d;
-  if (!drop) return d;
-  UNMASK_CHECK(drop->p >= 0.0f && drop->p < 1.0f, op, " (cuda): the input dropout's p must be in [0, 1), got ", drop->p);
-  d.p = drop->p;
-  d.scale = 1.0f / (1.0f - drop->p);  // as dropout_rows
-  d.seed = drop->seed;
-  d.offset = drop->offset;
-  return d;
-}
-
-/// f(std::bool_constant<on>{}): one launch statement for the kernels with and without the input
-/// dropout. Only the 16-byte path (kVec > 1) has instances with it: the launchers run scalar rows
-/// with an input dropout as the dropout kernel into scratch and the plain LayerNorm (rows_drop_first).
-template <int kVec, typename F>
-void with_drop(bool on, F&& f) {
-  if constexpr (kVec == 1) {
-    UNMASK_CHECK(!on, "layernorm (cuda): internal error: an input dropout on rows the 16-byte path cannot take");
-    f(std::false_type{});
-  } else {
-    if (on)
-      f(std::true_type{});
-    else
-      f(std::false_type{});
-  }
-}
-
-/// Whether rows of C elements of dtype can move 16 bytes at a time (rows_vectorizable of its T).
-bool rows_vectorizable_of(DType dtype, int64_t C, std::initializer_list<std::pair<const void*, int64_t>> rows) {
-  bool vec = false;
-  dispatch_storage("layernorm", dtype, [&](auto tag) { vec = rows_vectorizable<decltype(tag)>(C, rows); });
-  return vec;
 }
 
 int grid_stride_blocks(int64_t work, int threads) {
@@ -629,30 +515,20 @@ int grid_stride_blocks(int64_t work, int threads) {
 
 void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* beta, float eps,
-                             int64_t N, int64_t C, DType dtype, cudaStream_t stream,
-                             const ops::InputDropout* x_dropout) {
+                             int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
   check_rows("layernorm", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && ldy >= C && (!residual || ldr >= C)), "layernorm (cuda): row strides ldx=", ldx,
                " ldr=", ldr, " ldy=", ldy, " smaller than C=", C);
   UNMASK_CHECK(gamma && beta && mean && rstd, "layernorm (cuda): gamma, beta, mean and rstd are required");
-  const LnDrop drop = ln_drop_of(x_dropout, "layernorm");
   if (N == 0 || C == 0) return;
-  // gamma and beta in the list: the kVec path reads them 16 bytes at a time (load_floats)
-  const bool vec = rows_vectorizable_of(dtype, C, {{x, ldx}, {y, ldy}, {residual, ldr}, {gamma, 0}, {beta, 0}});
-  if (drop.p > 0.0f && !vec) {  // scalar rows: the dropout kernel into scratch, then the plain LayerNorm
-    ScratchBuffer xd(size_t(N * C) * dtype_size(dtype), stream);
-    dropout_rows(xd.ptr, C, x, ldx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
-    return layernorm_forward_stats(y, ldy, mean, rstd, xd.ptr, C, residual, ldr, gamma, beta, eps, N, C, dtype, stream);
-  }
   dispatch_storage("layernorm", dtype, [&](auto tag) {
     using T = decltype(tag);
-    with_vec<T>(vec, [&](auto kvec) {
-      with_drop<decltype(kvec)::value>(drop.p > 0.0f, [&](auto kdrop) {
-        layernorm_stats_kernel<T, decltype(kvec)::value, decltype(kdrop)::value>
-            <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-                static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual),
-                ldr, gamma, beta, eps, N, int(C), drop);
-      });
+    // gamma and beta in the list: the kVec path reads them 16 bytes at a time (load_floats)
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {y, ldy}, {residual, ldr}, {gamma, 0}, {beta, 0}}), [&](auto kvec) {
+      layernorm_stats_kernel<T, decltype(kvec)::value>
+          <<<unsigned(ceil_div(N, kWarpsPerBlock)), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+              static_cast<T*>(y), ldy, mean, rstd, static_cast<const T*>(x), ldx, static_cast<const T*>(residual), ldr,
+              gamma, beta, eps, N, int(C));
     });
     CUDA_CHECK_LAUNCH();
   });
@@ -661,34 +537,12 @@ void layernorm_forward_stats(void* y, int64_t ldy, float* mean, float* rstd, con
 void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta, const void* x, int64_t ldx,
                              const void* residual, int64_t ldr, const float* gamma, const float* mean,
                              const float* rstd, const void* dy, int64_t lddy, int64_t N, int64_t C, DType dtype,
-                             cudaStream_t stream, bool accumulate_dx, const ops::InputDropout* x_dropout, void* dxd,
-                             int64_t lddxd) {
+                             cudaStream_t stream, bool accumulate_dx) {
   check_rows("layernorm_backward", N, C);
   UNMASK_CHECK(N <= 1 || (ldx >= C && lddy >= C && lddx >= C && (!residual || ldr >= C)),
                "layernorm_backward (cuda): row strides ldx=", ldx, " ldr=", ldr, " lddy=", lddy, " lddx=", lddx,
                " smaller than C=", C);
-  const LnDrop drop = ln_drop_of(x_dropout, "layernorm_backward");
-  const bool with_drop_on = drop.p > 0.0f;
-  UNMASK_CHECK(!dxd || !accumulate_dx, "layernorm_backward (cuda): dx_dropped with accumulate_dx");
-  UNMASK_CHECK(!dxd || N <= 1 || lddxd >= C, "layernorm_backward (cuda): dx_dropped's row stride ", lddxd,
-               " is smaller than C=", C);
   if (N == 0 || C == 0) return;
-  if (dxd && !with_drop_on) {  // p = 0: the gradient of the undropped x is dx itself, copied after
-    layernorm_backward_rows(dx, lddx, dgamma, dbeta, x, ldx, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                            stream, accumulate_dx, nullptr);
-    dropout_rows(dxd, lddxd, dx, lddx, N, C, 0.0f, 0, 0, dtype, stream);
-    return;
-  }
-  if (with_drop_on &&
-      !rows_vectorizable_of(dtype, C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}})) {
-    // Scalar rows: the dropout kernel into scratch, the plain backward, the dropout's backward.
-    ScratchBuffer xd(size_t(N * C) * dtype_size(dtype), stream);
-    dropout_rows(xd.ptr, C, x, ldx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
-    layernorm_backward_rows(dx, lddx, dgamma, dbeta, xd.ptr, C, residual, ldr, gamma, mean, rstd, dy, lddy, N, C, dtype,
-                            stream, accumulate_dx, nullptr);
-    if (dxd) dropout_rows(dxd, lddxd, dx, lddx, N, C, drop.p, drop.seed, drop.offset, dtype, stream);
-    return;
-  }
   // Two passes (column sums, then dx). A one-pass form lost on an H200 (2026-11-28: ViT-B 1,245
   // clips/s against 1,246, BERT-large phase 1 1,396 seq/s against 1,406) and was removed.
   const int64_t chunk_rows = chunk_rows_for(N), chunks = ceil_div(N, chunk_rows);
@@ -698,26 +552,21 @@ void layernorm_backward_rows(void* dx, int64_t lddx, float* dgamma, float* dbeta
     const T* xp = static_cast<const T*>(x);
     const T* rp = static_cast<const T*>(residual);
     const T* dyp = static_cast<const T*>(dy);
-    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}, {dxd, lddxd}}),
-                [&](auto kvec) {
+    // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
+    column_partials<T, true>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows, chunks,
+                             stream);
+    with_vec<T>(rows_vectorizable<T>(C, {{x, ldx}, {dx, lddx}, {dy, lddy}, {residual, ldr}, {gamma, 0}}), [&](auto kvec) {
       constexpr int V = decltype(kvec)::value, kFull = kRowCacheFloats / V, kHalf = kFull / 2;
       static_assert(kHalf >= 1, "half the row cache is at least one chunk");
-      with_drop<V>(with_drop_on, [&](auto kdrop) {
-        constexpr bool kD = decltype(kdrop)::value;
-        // The parameter partials read dy before the dx kernel may overwrite it (dx may alias dy).
-        column_partials<T, true, kD>(partial.as<float>(), dyp, lddy, xp, ldx, rp, ldr, mean, rstd, N, C, chunk_rows,
-                                     chunks, stream, drop);
-        const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
-        const auto launch = [&](auto kernel) {
-          kernel<<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma,
-                                                                    mean, rstd, dyp, lddy, N, int(C), accumulate_dx,
-                                                                    drop, static_cast<T*>(dxd), lddxd);
-        };
-        if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
-          launch(layernorm_backward_dx_kernel<T, V, kHalf, kD>);
-        else
-          launch(layernorm_backward_dx_kernel<T, V, kFull, kD>);
-      });
+      const unsigned blocks = unsigned(ceil_div(N, kWarpsPerBlock));
+      const auto launch = [&](auto kernel) {
+        kernel<<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(static_cast<T*>(dx), lddx, xp, ldx, rp, ldr, gamma,
+                                                                  mean, rstd, dyp, lddy, N, int(C), accumulate_dx);
+      };
+      if (C <= int64_t(kHalf) * V * kWarpSize)  // ViT-B's decoder (384); the same sums and order either way
+        launch(layernorm_backward_dx_kernel<T, V, kHalf>);
+      else
+        launch(layernorm_backward_dx_kernel<T, V, kFull>);
     });
     CUDA_CHECK_LAUNCH();
   });

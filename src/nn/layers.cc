@@ -99,33 +99,11 @@ void dropout_inplace(Context& ctx, Tensor& x, const DropoutSite& d) {
   if (d.p > 0.0f) ops::dropout(ctx, x, x, d.p, d.seed, d.offset);
 }
 
-// A dropout site as the input dropout of the LayerNorm that follows it (ops::InputDropout): the
-// post-LN blocks' LN(dropout(h) + x) in one LayerNorm op where its kernels draw the mask (CUDA:
-// no dropout pass over h in the forward, none over the gradient in the backward); elsewhere the
-// layers keep the in-place dropout op and the plain LayerNorm. p = 0: none.
-ops::InputDropout input_dropout(const DropoutSite& d) {
-  ops::InputDropout in;
-  in.p = d.p;  // (DropoutPlan checked it: [0, 1))
-  in.seed = d.seed;
-  in.offset = d.offset;
-  return in;
-}
-
-// Backward of y = LN(dropout(h) + r) (saved h undropped when in_kernel, else dropped in place):
-// g (in place) becomes the gradient of the LayerNorm's input, the residual r's; returns that
-// of the undropped h: `dh` (written) with dropout, g itself without.
-const Tensor& layernorm_dropout_backward(Context& ctx, const Tensor& h, const Tensor* r, PV& ln_g, PV& ln_b,
-                                         const Tensor& mean, const Tensor& rstd, const ops::InputDropout& d,
-                                         bool in_kernel, Tensor& g, Tensor& dh) {
-  const bool drop = d.p > 0.0f;
-  if (in_kernel) {
-    ops::layernorm_backward(ctx, h, r, ln_g.value, mean, rstd, g, g, ln_g.grad, ln_b.grad, false, &d,
-                            drop ? &dh : nullptr);
-  } else {
-    ops::layernorm_backward(ctx, h, r, ln_g.value, mean, rstd, g, g, ln_g.grad, ln_b.grad);
-    if (drop) ops::dropout_backward(ctx, g, dh, d.p, d.seed, d.offset);
-  }
-  return drop ? dh : g;
+// The gradient through a dropout site: `dst` = dy * mask / (1 - p), or dy itself at p = 0.
+const Tensor& dropout_grad(Context& ctx, const Tensor& dy, Tensor& dst, const DropoutSite& d) {
+  if (d.p <= 0.0f) return dy;
+  ops::dropout_backward(ctx, dy, dst, d.p, d.seed, d.offset);
+  return dst;
 }
 
 ops::AttentionTrainArgs attention_train_args(const DropoutSite& d) {
@@ -206,19 +184,15 @@ void layer_forward(Context& ctx, const EncoderLayerParams& p, const Tensor& x, c
   ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
                                sv.ctx, sv.lse, aa, attention_train_args(drop.attn_probs));
   linear_forward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, sv.h);
-  // x1 = LN1(dropout(h) + x): the dropout inside the LayerNorm's kernels where they draw it
-  // (sv.h keeps the undropped h), else in place first (the op's own sequence would copy h)
-  sv.dropout_in_layernorm = ops::layernorm_input_dropout_in_kernel(ctx);
-  const ops::InputDropout attn_out_drop = input_dropout(drop.attn_out), ffn_out_drop = input_dropout(drop.ffn_out);
-  if (!sv.dropout_in_layernorm) dropout_inplace(ctx, sv.h, drop.attn_out);
-  ops::layernorm(ctx, sv.h, &x, p.ln1_g.value, p.ln1_b.value, s.eps, sv.x1, &sv.mean1, &sv.rstd1,
-                 sv.dropout_in_layernorm ? &attn_out_drop : nullptr);
+  // x1 = LN1(dropout(h) + x): the dropout op in place, then the LayerNorm (faster on an H200 than
+  // the mask drawn inside the LayerNorm kernels: BENCHMARKS.md)
+  dropout_inplace(ctx, sv.h, drop.attn_out);
+  ops::layernorm(ctx, sv.h, &x, p.ln1_g.value, p.ln1_b.value, s.eps, sv.x1, &sv.mean1, &sv.rstd1);
   linear_forward(ctx, sv.x1, p.ffn_in_w, p.ffn_in_b, sv.fp);  // pre-activation kept for the backward
   ops::activation(ctx, sv.fp, sv.f, s.act);
   linear_forward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, sv.h2);
-  if (!sv.dropout_in_layernorm) dropout_inplace(ctx, sv.h2, drop.ffn_out);
-  ops::layernorm(ctx, sv.h2, &sv.x1, p.ln2_g.value, p.ln2_b.value, s.eps, sv.out, &sv.mean2, &sv.rstd2,
-                 sv.dropout_in_layernorm ? &ffn_out_drop : nullptr);
+  dropout_inplace(ctx, sv.h2, drop.ffn_out);
+  ops::layernorm(ctx, sv.h2, &sv.x1, p.ln2_g.value, p.ln2_b.value, s.eps, sv.out, &sv.mean2, &sv.rstd2);
 }
 
 void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const LayerSaved& sv,
@@ -226,11 +200,9 @@ void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const 
                     LayerScratch& sc) {
   const int64_t C = s.C;
   // out = LN2(dropout(h2) + x1): g becomes the gradient of the LayerNorm's input, which is the
-  // residual x1's, and t1 (with dropout) that of the undropped h2 = f W2^T + b2: from the
-  // LayerNorm's kernels when the forward drew the mask there, else by the dropout's backward.
-  const ops::InputDropout ffn_out_drop = input_dropout(drop.ffn_out);
-  const Tensor& dh2 = layernorm_dropout_backward(ctx, sv.h2, &sv.x1, p.ln2_g, p.ln2_b, sv.mean2, sv.rstd2,
-                                                 ffn_out_drop, sv.dropout_in_layernorm, g, sc.t1);
+  // residual x1's; dh2 (t1 with dropout, else g) that of the undropped h2 = f W2^T + b2.
+  ops::layernorm_backward(ctx, sv.h2, &sv.x1, p.ln2_g.value, sv.mean2, sv.rstd2, g, g, p.ln2_g.grad, p.ln2_b.grad);
+  const Tensor& dh2 = dropout_grad(ctx, g, sc.t1, drop.ffn_out);
   linear_backward(ctx, sv.f, p.ffn_out_w, p.ffn_out_b, dh2, &sc.df);  // df = dh2 W2 [N, I]
   // f = act(fp), fp = x1 W1^T + b1: b1's gradient, the column sums of df, from the same pass
   ops::activation_backward(ctx, sv.fp, sc.df, sc.df, s.act, nullptr, p.ffn_in_b.defined() ? &p.ffn_in_b.grad : nullptr);
@@ -238,8 +210,8 @@ void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const 
   PV bias_done;  // (b1's gradient is in)
   linear_backward(ctx, sv.x1, p.ffn_in_w, bias_done, sc.df, &g, /*accumulate_dx=*/true);
   // x1 = LN1(dropout(h) + x); h = ctx Wo^T + bo; dctx -> t2
-  const Tensor& dh = layernorm_dropout_backward(ctx, sv.h, &x, p.ln1_g, p.ln1_b, sv.mean1, sv.rstd1,
-                                                input_dropout(drop.attn_out), sv.dropout_in_layernorm, g, sc.t1);
+  ops::layernorm_backward(ctx, sv.h, &x, p.ln1_g.value, sv.mean1, sv.rstd1, g, g, p.ln1_g.grad, p.ln1_b.grad);
+  const Tensor& dh = dropout_grad(ctx, g, sc.t1, drop.attn_out);
   linear_backward(ctx, sv.ctx, p.attn_out_w, p.attn_out_b, dh, &sc.t2);
   // ctx = attention(q, k, v): dq, dk, dv land in the column slices of dqkv [N, 3C]
   Tensor dq = sc.dqkv.slice(1, 0, C), dk = sc.dqkv.slice(1, C, 2 * C), dv = sc.dqkv.slice(1, 2 * C, 3 * C);

@@ -102,10 +102,6 @@ struct LayerSaved {
   Tensor h, x1, mean1, rstd1; // [N, C], [N, C], [N], [N]
   Tensor fp, f;               // [N, I] pre-activation and activation
   Tensor h2, out, mean2, rstd2;
-  /// h and h2 hold the projections before their dropout, which the LayerNorms after them draw in
-  /// their kernels (ops::layernorm_input_dropout_in_kernel when the forward ran); false: h and
-  /// h2 were dropped in place first, the LayerNorms plain.
-  bool dropout_in_layernorm = false;
 };
 
 /// Backward scratch (one set, shared by all layers).

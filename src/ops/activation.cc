@@ -78,12 +78,7 @@ void activation_backward(Context& ctx, const Tensor& x, const Tensor& dy, Tensor
   const Device dev = x.device();
   if (dbias) {
     detail::check_vector(op, "dbias", *dbias, detail::as_rows(op, "dx", dx).C, dev);
-#ifdef UNMASK_WITH_CUDA
-    const bool in_pass = dev == Device::cuda && cuda::activation_bias_grad_fused(ctx);
-#else
-    const bool in_pass = false;
-#endif
-    if (!in_pass) {  // the two ops: the bits of the CUDA pass
+    if (dev != Device::cuda) {  // the two ops: the bits of the CUDA pass
       activation_backward(ctx, x, dy, dx, act, y);
       return bias_grad(ctx, dx, *dbias);
     }

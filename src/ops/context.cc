@@ -28,8 +28,7 @@ Context::Context(const ContextOptions& options) : options_(options) {
   cpu::blas_set_num_threads(num_threads_);
   if (options.device == Device::cuda) {
 #ifdef UNMASK_WITH_CUDA
-    cuda_ = std::make_unique<cuda::CudaState>(options.device_index, options.cuda_stream,
-                                              options.cuda_workspace_bytes);
+    cuda_ = std::make_unique<cuda::CudaState>(options_);
 #else
     throw Unsupported("device cuda requested but this build has no CUDA backend",
                       Hint("rebuild with -DUNMASK_CUDA=ON on a machine with the CUDA toolkit"));
@@ -39,8 +38,8 @@ Context::Context(const ContextOptions& options) : options_(options) {
 
 Context::~Context() = default;
 
-void Context::set_op_profiling(bool on) {
-  if (on && !profiler_) profiler_ = std::make_unique<OpProfiler>(cuda_stream());
+void Context::set_op_profiling(bool on, bool by_shape) {
+  if (on && (!profiler_ || profiler_->details() != by_shape)) profiler_ = std::make_unique<OpProfiler>(cuda_stream(), by_shape);
   if (!on) profiler_.reset();
 }
 

@@ -41,7 +41,7 @@ Mat as_mat(const char* name, const Tensor& t) {
 
 namespace {
 
-/// The profiler's name of a GEMM call (UNMASK_PROFILE_SHAPES=1): "MxNxK[xbatch] a->c N|T N|T
+/// The profiler's name of a GEMM call (profiling by shape): "MxNxK[xbatch] a->c N|T N|T
 /// epilogue", M, N from c and K from a, whatever the shapes' validity (checked after).
 std::string gemm_detail(const Tensor& a, Trans ta, Trans tb, const Tensor& c, const GemmArgs& args) {
   const auto dim = [](const Tensor& t, int from_end) { return t.ndim() >= from_end ? t.size(-from_end) : 0; };
@@ -130,7 +130,7 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
       // fuse (exact GELU, tanh) on a half c with beta 0 and a bias the epilogue takes (none, or
       // of c's dtype and 16-byte aligned) is applied after that rounding and rounded again, as
       // CUDA does by default (gemm_cublaslt.cc, and PyTorch eager): both backends give the same
-      // roundings. (UNMASK_CUDA_EPILOGUE_ROUND_ONCE=1 makes CUDA round once: then they differ.)
+      // roundings.
       const bool act_after_rounding =
           c.dtype() != DType::f32 && args.beta == 0.0f && (args.act == Activation::gelu || args.act == Activation::tanh) &&
           (!args.bias || (args.bias->dtype() == c.dtype() && reinterpret_cast<uintptr_t>(args.bias->raw()) % 16 == 0));
@@ -189,14 +189,6 @@ void gemm(Context& ctx, const Tensor& a, Trans ta, const Tensor& b, Trans tb, Te
 }
 
 void linear_param_grads(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db) {
-#ifdef UNMASK_WITH_CUDA
-  // The fused path takes only arguments it fully accepts; anything else (bad input included)
-  // goes through gemm and bias_grad, whose checks name the problem.
-  if (db && cuda::gemm_bias_grad_applies(ctx, dy, x, dw, *db)) {
-    detail::OpScope op_scope(ctx, "gemm_bias_grad");
-    return cuda::gemm_bias_grad(ctx, dy, x, dw, *db);
-  }
-#endif
   if (db) bias_grad(ctx, dy, *db);
   GemmArgs acc;
   acc.beta = 1.0f;

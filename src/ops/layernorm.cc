@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/env.h"
 #include "cpu/kernels.h"
 #include "ops/op_common.h"
 #include "ops/ops.h"
@@ -15,52 +14,12 @@
 
 namespace unmask::ops {
 
-namespace {
-
-// An input dropout's p checked; null when there is none to apply (absent, or p = 0).
-const InputDropout* active_dropout(const char* op, const InputDropout* d) {
-  if (!d) return nullptr;
-  UNMASK_CHECK(d->p >= 0.0f && d->p < 1.0f, op, ": the input dropout's p must be in [0, 1), got ", d->p);
-  return d->p > 0.0f ? d : nullptr;
-}
-
-// Whether the input dropout runs inside the LayerNorm kernels: CUDA unless its context says
-// otherwise (UNMASK_CUDA_LN_DROPOUT=0); elsewhere the dropout op first (the same bits).
-bool dropout_in_kernel(Context& ctx, Device dev) {
-#ifdef UNMASK_WITH_CUDA
-  if (dev == Device::cuda) return cuda::layernorm_dropout_fused(ctx);
-#endif
-  (void)ctx, (void)dev;
-  return false;
-}
-
-// dropout(x) into a new contiguous tensor of x's dtype and device (the two-op form).
-Tensor dropped_copy(Context& ctx, const Tensor& x, const InputDropout& d) {
-  Tensor t = Tensor::empty(x.shape(), x.dtype(), x.device());
-  dropout(ctx, x, t, d.p, d.seed, d.offset);
-  return t;
-}
-
-}  // namespace
-
-bool layernorm_input_dropout_in_kernel(Context& ctx) {
-  // UNMASK_CPU_LN_INPUT_DROPOUT=1: the CPU answers as CUDA does, so that the callers' form with
-  // the dropout inside the op (the ops in sequence here, the same bits) is checked without a GPU.
-  if (ctx.device() == Device::cpu) {
-    return env_switch("UNMASK_CPU_LN_INPUT_DROPOUT", false);
-  }
-  return dropout_in_kernel(ctx, ctx.device());
-}
-
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
-               const Tensor& beta, float eps, Tensor& y, Tensor* mean, Tensor* rstd,
-               const InputDropout* x_dropout_in) {
+               const Tensor& beta, float eps, Tensor& y, Tensor* mean, Tensor* rstd) {
   detail::OpScope op_scope(ctx, "layernorm");
   constexpr const char* op = "layernorm";
   UNMASK_CHECK(!mean == !rstd, op, ": give both statistics outputs mean and rstd (training) or "
                "neither, got ", mean ? "mean only" : "rstd only");
-  const InputDropout* x_dropout = active_dropout(op, x_dropout_in);
-  UNMASK_CHECK(!x_dropout || mean, op, ": an input dropout needs the training form (mean and rstd)");
   // f32 anywhere; bf16 / f16 on CUDA and emulated on the CPU (gamma and beta f32 or that dtype;
   // f32 in the training form with statistics). x, residual and y share the dtype; the arithmetic
   // is fp32.
@@ -110,10 +69,6 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
     if (residual) detail::check_no_overlap(op, "y", y, "residual", *residual, false);
   }
   if (x.numel() == 0) return;
-  if (x_dropout && !dropout_in_kernel(ctx, dev)) {  // the two ops: the same bits the CUDA kernel gives
-    const Tensor xd = dropped_copy(ctx, x, *x_dropout);
-    return layernorm(ctx, xd, residual, gamma, beta, eps, y, mean, rstd);
-  }
   if (half && dev == Device::cpu) {  // emulation: f32 copies, the f32 kernel, one rounding
     const Tensor xf = detail::widen_for_cpu(x);
     const Tensor rf = residual ? detail::widen_for_cpu(*residual) : Tensor();
@@ -147,8 +102,7 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
 #ifdef UNMASK_WITH_CUDA
       if (stats)
         return cuda::layernorm_stats(ctx, x.raw(), rx.ld, rp, rr.ld, gamma.data<float>(), beta.data<float>(), eps,
-                                     y.raw(), ry.ld, mean->data<float>(), rstd->data<float>(), rx.N, rx.C, x.dtype(),
-                                     x_dropout);
+                                     y.raw(), ry.ld, mean->data<float>(), rstd->data<float>(), rx.N, rx.C, x.dtype());
       return cuda::layernorm(ctx, x.data<float>(), rx.ld, static_cast<const float*>(rp), rr.ld, gamma.data<float>(),
                              beta.data<float>(), eps, y.data<float>(), ry.ld, rx.N, rx.C);
 #else
@@ -162,14 +116,9 @@ void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tens
 // do not depend on the thread count.
 void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                         const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta, bool accumulate_dx, const InputDropout* x_dropout_in,
-                        Tensor* dx_dropped) {
+                        Tensor& dgamma, Tensor& dbeta, bool accumulate_dx) {
   detail::OpScope op_scope(ctx, "layernorm_backward");
   constexpr const char* op = "layernorm_backward";
-  UNMASK_CHECK(!dx_dropped || x_dropout_in, op, ": dx_dropped (the gradient of the undropped x) needs x_dropout");
-  UNMASK_CHECK(!dx_dropped || !accumulate_dx, op, ": dx_dropped cannot be combined with accumulate_dx",
-               Hint("apply the dropout's backward to the accumulated gradient with ops::dropout_backward instead"));
-  const InputDropout* x_dropout = active_dropout(op, x_dropout_in);
   const Device dev = x.device();
   // Activations x, residual, dy, dx: f32, or one of bf16 / f16 (CUDA; emulated on the CPU).
   const bool half = detail::check_float_train(op, "x", x);
@@ -199,27 +148,7 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
   detail::check_no_overlap(op, "dx", dx, "dy", dy, !accumulate_dx);  // dx += ...: dy must stay intact
   detail::check_no_overlap(op, "dx", dx, "x", x, false);
   if (residual) detail::check_no_overlap(op, "dx", dx, "residual", *residual, false);
-  detail::Rows rdd;
-  if (dx_dropped) {
-    detail::check_same_dtype(op, x.dtype(), {{"dx_dropped", dx_dropped}});
-    detail::check_device(op, "dx_dropped", *dx_dropped, dev);
-    detail::check_same_shape(op, "x", x, "dx_dropped", *dx_dropped);
-    rdd = detail::as_rows(op, "dx_dropped", *dx_dropped);
-    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"dy", &dy}, {"dx", &dx}})
-      detail::check_no_overlap(op, "dx_dropped", *dx_dropped, name, *t, false);
-    if (residual) detail::check_no_overlap(op, "dx_dropped", *dx_dropped, "residual", *residual, false);
-  }
   if (N == 0 || C == 0) return;
-  if (dx_dropped && !x_dropout) {  // p = 0: the undropped x's gradient is dx itself
-    layernorm_backward(ctx, x, residual, gamma, mean, rstd, dy, dx, dgamma, dbeta, accumulate_dx);
-    return dx_dropped->copy_from(dx);
-  }
-  if (x_dropout && !dropout_in_kernel(ctx, dev)) {  // the two (three) ops: the bits of the CUDA kernels
-    const Tensor xd = dropped_copy(ctx, x, *x_dropout);
-    layernorm_backward(ctx, xd, residual, gamma, mean, rstd, dy, dx, dgamma, dbeta, accumulate_dx);
-    if (dx_dropped) dropout_backward(ctx, dx, *dx_dropped, x_dropout->p, x_dropout->seed, x_dropout->offset);
-    return;
-  }
   if (half && dev == Device::cpu) {  // emulation (see layernorm)
     const Tensor xf = detail::widen_for_cpu(x), dyf = detail::widen_for_cpu(dy);
     const Tensor rf = residual ? detail::widen_for_cpu(*residual) : Tensor();
@@ -269,7 +198,7 @@ void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, c
       return cuda::layernorm_backward(ctx, x.raw(), rx.ld, residual ? residual->raw() : nullptr, rr.ld,
                                       gamma.data<float>(), mean.data<float>(), rstd.data<float>(), dy.raw(), rdy.ld,
                                       dx.raw(), rdx.ld, dgamma.data<float>(), dbeta.data<float>(), N, C, x.dtype(),
-                                      accumulate_dx, x_dropout, dx_dropped ? dx_dropped->raw() : nullptr, rdd.ld);
+                                      accumulate_dx);
 #else
       detail::throw_unsupported(op, Device::cuda, x.dtype());
 #endif

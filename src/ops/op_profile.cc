@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/env.h"
 #include "unmask/error.h"
 #ifdef UNMASK_WITH_CUDA
 #include <cuda_runtime.h>
@@ -22,9 +21,7 @@ double now_ms() {
 }
 }  // namespace
 
-OpProfiler::OpProfiler(void* cuda_stream) : stream_(cuda_stream) {
-  details_ = env_switch("UNMASK_PROFILE_SHAPES", false);
-}
+OpProfiler::OpProfiler(void* cuda_stream, bool by_shape) : stream_(cuda_stream), details_(by_shape) {}
 
 const char* OpProfiler::intern(const std::string& name) { return names_.insert(name).first->c_str(); }
 

@@ -28,14 +28,15 @@ namespace unmask {
 class OpProfiler {
  public:
   /// `cuda_stream`: the context's stream (events), or null for a CPU context (steady clock).
-  explicit OpProfiler(void* cuda_stream);
+  /// by_shape: begin(op, detail) books each detail (a GEMM's shape) as its own row.
+  OpProfiler(void* cuda_stream, bool by_shape);
   ~OpProfiler();
   OpProfiler(const OpProfiler&) = delete;
   OpProfiler& operator=(const OpProfiler&) = delete;
 
   void begin(const char* op);
   /// begin(op) booked as "op detail" (e.g. a GEMM's shape) when detail mode is on
-  /// (UNMASK_PROFILE_SHAPES=1 at construction), as plain op otherwise. `detail` is called only
+  /// (by_shape at construction), as plain op otherwise. `detail` is called only
   /// in detail mode and only for an outermost op (its string is the cost).
   template <typename DetailFn>
   void begin(const char* op, DetailFn&& detail) {

@@ -97,29 +97,15 @@ PackedWeight pack_weight(Context& ctx, const Tensor& w);
 void gemm_packed(Context& ctx, const Tensor& a, const PackedWeight& w, Tensor& c,
                  const GemmArgs& args = {});
 
-/// A dropout an op applies to its input x before using it, as ops::dropout(x, p, seed, offset)
-/// would (the same mask and rounding to x's dtype), without the dropout's own pass over x.
-struct InputDropout {
-  float p = 0.0f;  // [0, 1); 0 = none
-  uint64_t seed = 0, offset = 0;
-};
-
 /// y = LayerNorm(x + residual) * gamma + beta over the last dim C (statistics in fp32 or
 /// wider). x, residual, y: [N, C] (row stride allowed); gamma, beta: [C]. y may alias x.
 ///
 /// Training: when `mean` and `rstd` are given (f32 [N] each) the row statistics of
 /// s = x + residual are written there for layernorm_backward; y must then not alias x or
-/// residual (the backward re-reads them). x_dropout (training form only): s = dropout(x) +
-/// residual, the bits of ops::dropout into a copy of x followed by this op; x itself stays
-/// undropped (CUDA: inside the LayerNorm kernel, one read of x; the CPU: the two ops).
+/// residual (the backward re-reads them).
 void layernorm(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                const Tensor& beta, float eps, Tensor& y, Tensor* mean = nullptr,
-               Tensor* rstd = nullptr, const InputDropout* x_dropout = nullptr);
-/// Whether layernorm / layernorm_backward on ctx's device draw an input dropout inside their
-/// kernels (CUDA, unless UNMASK_CUDA_LN_DROPOUT=0) rather than as the dropout ops in sequence:
-/// a caller with the choice (BERT's layers) takes the in-place dropout op and the plain
-/// LayerNorm when this is false, which costs less than the sequence inside the op.
-bool layernorm_input_dropout_in_kernel(Context& ctx);
+               Tensor* rstd = nullptr);
 
 /// y = act(x) elementwise, same shape; y may alias x.
 void activation(Context& ctx, const Tensor& x, Tensor& y, Activation act);
@@ -200,13 +186,9 @@ void attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, 
 /// accumulate_dx: dx += the gradient instead (fp32 sum, one rounding for bf16/f16), for a
 ///   pre-LN block whose residual stream's gradient already sits in dx (ViT: g += LN2'(dln) in
 ///   one pass instead of a write of dln and an axpy); dx must then not overlap dy.
-/// x_dropout: the forward's (x is the undropped input; the mask is recomputed). dx_dropped
-///   (optional, with x_dropout, not with accumulate_dx; x's shape and dtype, overlapping no other
-///   operand): also the gradient of the undropped x, the bits of ops::dropout_backward(dx).
 void layernorm_backward(Context& ctx, const Tensor& x, const Tensor* residual, const Tensor& gamma,
                         const Tensor& mean, const Tensor& rstd, const Tensor& dy, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta, bool accumulate_dx = false,
-                        const InputDropout* x_dropout = nullptr, Tensor* dx_dropped = nullptr);
+                        Tensor& dgamma, Tensor& dbeta, bool accumulate_dx = false);
 
 /// dx = dy * act'(x) elementwise, x the activation's INPUT (pre-activation). dx may alias dy.
 /// y (optional; x's shape, dtype and device, overlapping none of x, dy, dx): also act(x), the
@@ -224,10 +206,8 @@ void bias_grad(Context& ctx, const Tensor& dy, Tensor& dbias);
 
 /// The parameter gradients of a linear layer y = x W^T + b: dw += dy^T x and, when db is given,
 /// db += sum_n dy[n, :]. dy [N, N_out] and x [N, K] share a dtype (f32; bf16/f16 on CUDA,
-/// emulated on the CPU); dw f32 [N_out, K], db f32 [N_out]. gemm + bias_grad, except on CUDA
-/// with bf16/f16 operands and UNMASK_CUDA_BGRAD_EPILOGUE=1, where cuBLASLt's BGRADB epilogue
-/// sums dy's columns inside the weight GEMM instead of a second pass over dy (opt-in until
-/// measured; the profile names that call gemm_bias_grad).
+/// emulated on the CPU); dw f32 [N_out, K], db f32 [N_out]: bias_grad, then the GEMM (cuBLASLt's
+/// BGRADB epilogue summing dy's columns inside the GEMM was slower on an H200, BENCHMARKS.md).
 void linear_param_grads(Context& ctx, const Tensor& dy, const Tensor& x, Tensor& dw, Tensor* db);
 
 /// dx = y * (dy - rowsum(dy * y)) for y = softmax(x) over the last dim. [N, C]; dx may alias dy.

@@ -31,7 +31,7 @@ got=$("$U" infer --model "$W/tok_json" --text "Paris is [MASK] ." 2>&1 | head -1
 [[ "$got" == "tokens (6): [CLS] paris is [MASK] . [SEP]" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: uncased tokenizer.json: $got"; }
 # fine-tuning from a tokenizer.json-only model writes vocab.txt and keeps the casing
 printf 'sentence\tlabel\nparis is nice\t1\nrain is bad\t0\nthe sun\t1\nthe fog\t0\n' > "$W/train.tsv"
-if "$U" finetune --task classify --model "$W/tok_json_cased" --train "$W/train.tsv" --output "$W/ft" --max-steps 1 \
+if "$U" finetune --task classify --init-from "$W/tok_json_cased" --data "$W/train.tsv" --output "$W/ft" --max-steps 1 \
      --batch 2 --threads 2 >/dev/null 2>&1 && [[ $(wc -l < "$W/ft/vocab.txt") == 30522 ]] &&
    grep -q '"do_lower_case": false' "$W/ft/tokenizer_config.json"; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: finetune from tokenizer.json: $(ls "$W/ft" 2>&1)"; fi

@@ -29,10 +29,10 @@ check() {
   local what=$1; shift 2
   if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what"; fi
 }
-FT=("$U" finetune --model "$W/m" --threads 2 --epochs 1 --log-every 1)
+FT=("$U" finetune --init-from "$W/m" --threads 2 --epochs 1 --log-every 1)
 
 # ---- good runs: finetune writes an HF directory that eval reads back with the same metrics ----
-expect 0 "exact_match" -- "${FT[@]}" --task squad --train $D/squad_train.json --dev $D/squad_dev.json --output "$W/squad" --max-seq 64
+expect 0 "exact_match" -- "${FT[@]}" --task squad --data $D/squad_train.json --val $D/squad_dev.json --output "$W/squad" --max-seq 64
 for f in config.json model.safetensors vocab.txt tokenizer_config.json eval_results.json predictions.json; do
   check "squad output has $f" -- test -s "$W/squad/$f"
 done
@@ -44,27 +44,27 @@ em_eval=$("$U" eval --task squad --model "$W/squad" --data $D/squad_dev.json --m
 check "eval reproduces the finetune dev EM ($em_ft)" -- test "$em_ft" = "$em_eval"
 expect 0 "q1000" -- cat "$W/p.json"
 
-expect 0 "accuracy" -- "${FT[@]}" --task classify --train $D/mrpc_train.tsv --dev $D/mrpc_dev.tsv --output "$W/mrpc"
+expect 0 "accuracy" -- "${FT[@]}" --task classify --data $D/mrpc_train.tsv --val $D/mrpc_dev.tsv --output "$W/mrpc"
 check "classify config has id2label from the training labels" -- grep -q '"1": "1"' "$W/mrpc/config.json"
 expect 0 "f1" -- "$U" eval --task classify --model "$W/mrpc" --data $D/mrpc_dev.tsv
-expect 0 "wrote $W/sst" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/sst" --max-steps 2
-expect 0 "step 2/2" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/sst" --max-steps 2 --text-a sentence --text-b none --label 1
-expect 0 "precision" -- "${FT[@]}" --task tokens --train $D/tokens_train.txt --dev $D/tokens_dev.txt --output "$W/tok"
+expect 0 "wrote $W/sst" -- "${FT[@]}" --task classify --data $D/sst_train.tsv --output "$W/sst" --max-steps 2
+expect 0 "step 2/2" -- "${FT[@]}" --task classify --data $D/sst_train.tsv --output "$W/sst" --max-steps 2 --text-a sentence --text-b none --label 1
+expect 0 "precision" -- "${FT[@]}" --task tokens --data $D/tokens_train.txt --val $D/tokens_dev.txt --output "$W/tok"
 check "tokens config is a token classifier with the BIO labels" -- grep -q '"I-PER"' "$W/tok/config.json"
 expect 0 "recall" -- "$U" eval --task tokens --model "$W/tok" --data $D/tokens_dev.txt
 expect 0 "usage: unmask finetune" -- "$U" finetune --help
 expect 0 "usage: unmask eval" -- "$U" eval --help
 
 # ---- bad input ----
-# --output equal to (or inside) --model: refused before anything is written; the model is intact.
+# --output equal to (or inside) --init-from: refused before anything is written; the model is intact.
 m_sum=$(cat "$W/m"/* | md5sum)
-expect 1 "are the same directory" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/m" --max-steps 1
-expect 1 "are the same directory" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/m/../m/" --max-steps 1
-expect 1 "are the same directory" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --output "$W/m/sub" --max-steps 1
-[[ "$(cat "$W/m"/* | md5sum)" == "$m_sum" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: the refused finetune changed --model"; }
-expect 1 "--train is required" -- "$U" finetune --task squad --model "$W/m" --output "$W/x"
+expect 1 "are the same directory" -- "${FT[@]}" --task classify --data $D/sst_train.tsv --output "$W/m" --max-steps 1
+expect 1 "are the same directory" -- "${FT[@]}" --task classify --data $D/sst_train.tsv --output "$W/m/../m/" --max-steps 1
+expect 1 "are the same directory" -- "${FT[@]}" --task classify --data $D/sst_train.tsv --output "$W/m/sub" --max-steps 1
+[[ "$(cat "$W/m"/* | md5sum)" == "$m_sum" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: the refused finetune changed --init-from"; }
+expect 1 "--data is required" -- "$U" finetune --task squad --init-from "$W/m" --output "$W/x"
 expect 1 "--task is required" -- "$U" eval --model "$W/squad" --data $D/squad_dev.json
-expect 1 "did you mean --task squad?" -- "$U" finetune --task sqaud --model "$W/m" --train $D/squad_train.json --output "$W/x"
+expect 1 "did you mean --task squad?" -- "$U" finetune --task sqaud --init-from "$W/m" --data $D/squad_train.json --output "$W/x"
 # predict: the dev files with their labels removed give eval's predictions, with probabilities.
 /usr/bin/python3 - "$D" "$W" <<'PY'
 import json, sys
@@ -108,25 +108,30 @@ expect 1 "has no label" -- "$U" eval --task tokens --model "$W/tok" --data "$W/t
 expect 0 "class: " -- "$U" infer --model "$W/mrpc" --text "The horse said lovely." --pair "A cat walked."
 expect 0 "tags: [CLS]/" -- "$U" infer --model "$W/tok" --text "John lives in Oslo"
 expect 1 "did you mean --task tokens?" -- "$U" eval --task ner --model "$W/tok" --data $D/tokens_dev.txt
-expect 1 "did you mean --train" -- "$U" finetune --task squad --model "$W/m" --trian $D/squad_train.json --output "$W/x"
-expect 1 "not found" -- "${FT[@]}" --task squad --train "$W/none.json" --output "$W/x"
-expect 1 "nomodel does not exist" -- "$U" finetune --task squad --model "$W/nomodel" --train $D/squad_train.json --output "$W/x"
+expect 1 "did you mean --data" -- "$U" finetune --task squad --init-from "$W/m" --dta $D/squad_train.json --output "$W/x"
+# one name per concept across commands: the earlier names say what they are called now
+expect 1 "it is --data now" -- "${FT[@]}" --task squad --train $D/squad_train.json --output "$W/x"
+expect 1 "it is --val now" -- "${FT[@]}" --task squad --data $D/squad_train.json --dev $D/squad_dev.json --output "$W/x"
+expect 1 "it is --init-from now" -- "$U" finetune --task squad --model "$W/m" --data $D/squad_train.json --output "$W/x"
+expect 1 "unmask calls it --data" -- "${FT[@]}" --task squad --train_file $D/squad_train.json --output "$W/x"
+expect 1 "not found" -- "${FT[@]}" --task squad --data "$W/none.json" --output "$W/x"
+expect 1 "nomodel does not exist" -- "$U" finetune --task squad --init-from "$W/nomodel" --data $D/squad_train.json --output "$W/x"
 printf '{"data": [' > "$W/bad.json"
-expect 1 "is not valid JSON" -- "${FT[@]}" --task squad --train "$W/bad.json" --output "$W/x"
+expect 1 "is not valid JSON" -- "${FT[@]}" --task squad --data "$W/bad.json" --output "$W/x"
 printf '{"version": "1.1"}' > "$W/nodata.json"
-expect 1 "has no \"data\"" -- "${FT[@]}" --task squad --train "$W/nodata.json" --output "$W/x"
+expect 1 "has no \"data\"" -- "${FT[@]}" --task squad --data "$W/nodata.json" --output "$W/x"
 sed 's/"answer_start": [0-9]*/"answer_start": 0/' $D/squad_train.json > "$W/shifted.json"
-expect 1 "every question was skipped" -- "${FT[@]}" --task squad --train "$W/shifted.json" --output "$W/x"
+expect 1 "every question was skipped" -- "${FT[@]}" --task squad --data "$W/shifted.json" --output "$W/x"
 printf 'sentence\tlabel\ngood\t1\nbad\t0\textra\n' > "$W/cols.tsv"
-expect 1 "cols.tsv:3: 3 tab-separated columns, but the header has 2" -- "${FT[@]}" --task classify --train "$W/cols.tsv" --output "$W/x"
+expect 1 "cols.tsv:3: 3 tab-separated columns, but the header has 2" -- "${FT[@]}" --task classify --data "$W/cols.tsv" --output "$W/x"
 printf 'x\ty\n1\t2\n' > "$W/layout.tsv"
-expect 1 "cannot tell the text and label columns" -- "${FT[@]}" --task classify --train "$W/layout.tsv" --output "$W/x"
-expect 1 "\"nope\" is not a column" -- "${FT[@]}" --task classify --train $D/sst_train.tsv --label nope --output "$W/x"
+expect 1 "cannot tell the text and label columns" -- "${FT[@]}" --task classify --data "$W/layout.tsv" --output "$W/x"
+expect 1 "\"nope\" is not a column" -- "${FT[@]}" --task classify --data $D/sst_train.tsv --label nope --output "$W/x"
 printf 'John B-PER\nlonely\n' > "$W/nolabel.txt"
-expect 1 "nolabel.txt:2: \"lonely\" has no label" -- "${FT[@]}" --task tokens --train "$W/nolabel.txt" --output "$W/x"
-expect 1 "longer than the model's 512 positions" -- "${FT[@]}" --task squad --train $D/squad_train.json --output "$W/x" --max-seq 600
-expect 1 "--batch must be at least 1" -- "${FT[@]}" --task squad --train $D/squad_train.json --output "$W/x" --batch 0
-expect 1 "--lr must be a number" -- "${FT[@]}" --task squad --train $D/squad_train.json --output "$W/x" --lr fast
+expect 1 "nolabel.txt:2: \"lonely\" has no label" -- "${FT[@]}" --task tokens --data "$W/nolabel.txt" --output "$W/x"
+expect 1 "longer than the model's 512 positions" -- "${FT[@]}" --task squad --data $D/squad_train.json --output "$W/x" --max-seq 600
+expect 1 "--batch must be at least 1" -- "${FT[@]}" --task squad --data $D/squad_train.json --output "$W/x" --batch 0
+expect 1 "--lr must be a number" -- "${FT[@]}" --task squad --data $D/squad_train.json --output "$W/x" --lr fast
 expect 1 "no question-answering (qa_outputs) head" -- "$U" eval --task squad --model "$W/m" --data $D/squad_dev.json
 expect 1 "no token-classification" -- "$U" eval --task tokens --model "$W/mrpc" --data $D/tokens_dev.txt
 printf 'sentence\tlabel\ngood\tmaybe\n' > "$W/labels.tsv"
@@ -136,7 +141,7 @@ check "no output directory left by failed runs" -- test ! -e "$W/x"
 
 # The training loop: --stop-after leaves a checkpoint in OUTPUT-run (not in the model directory),
 # --resume finishes the run, and the model equals the uninterrupted run's byte for byte.
-R=(--task classify --train $D/sst_train.tsv --max-steps 6 --batch 4 --checkpoint-every 2)
+R=(--task classify --data $D/sst_train.tsv --max-steps 6 --batch 4 --checkpoint-every 2)
 expect 0 "fine-tuned 6 steps" -- "${FT[@]}" "${R[@]}" --output "$W/ra"
 expect 0 "fine-tuned 3 steps (step 0 -> 3 of 6)" -- "${FT[@]}" "${R[@]}" --output "$W/rb" --stop-after 3
 check "no model before the run ends" -- test ! -e "$W/rb/model.safetensors"

@@ -464,7 +464,7 @@ def reference(Q, K, V, dO, key_real, scale, drop, seed, offset, head, N, start):
 
 
 def check_short(drop, T, offset):
-    """bwd_short_kernel.cuh (UNMASK_FLASH_BWD_SHORT=1) against autograd: T <= 128 keys, head size 64."""
+    """bwd_short_kernel.cuh (the default up to 128 keys) against autograd: T <= 128 keys, head size 64."""
     rng = np.random.default_rng(31 + T)
     D, head, N, start, seed = 64, 1, 400, 40, 0x1234ABCD5678
     scale = 1.0 / math.sqrt(D)

@@ -19,7 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>  // setenv
+#include <functional>
 #include <initializer_list>
 #include <cstring>
 #include <random>
@@ -30,7 +30,6 @@
 
 #include "core/philox.h"
 #include "cuda/allocator.h"
-#include "../scoped_env.h"
 #include "cuda/cuda_state.h"
 #include "cuda/flash/flash_api.h"
 #include "cuda_test_common.h"
@@ -41,12 +40,27 @@
 #include "unmask/tensor.h"
 
 using namespace unmask;
-using unmask::test::ScopedEnv;
 
 using cuda_test::base_seed;
 using cuda_test::gpu;
 
 namespace {
+
+// Sets the shared context's tensor-core attention choices (CudaState::attention) for a scope and
+// puts the previous ones back (also when an assertion throws).
+class TuningScope {
+ public:
+  explicit TuningScope(const std::function<void(cuda::AttentionTuning&)>& set)
+      : saved_(cuda::cuda_state(gpu()).attention) {
+    set(cuda::cuda_state(gpu()).attention);
+  }
+  ~TuningScope() { cuda::cuda_state(gpu()).attention = saved_; }
+  TuningScope(const TuningScope&) = delete;
+  TuningScope& operator=(const TuningScope&) = delete;
+
+ private:
+  cuda::AttentionTuning saved_;
+};
 
 double bf16_round(double x) {
   const float f = float(x);
@@ -299,21 +313,8 @@ TEST(CudaAttentionTc, PaddedWithKeyMaskMatchesNaiveBf16) {
 // output and the log-sum-exp too.
 TEST(CudaAttentionTc, PaddedWith128RowBlocksMatchesNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
-  const ScopedEnv block_m("UNMASK_FLASH_BLOCK_M", "128");
+  const TuningScope block_m([](cuda::AttentionTuning& t) { t.forward_block_m = 128; });
   check_case(padded_case("padded m128", 2, 200, {}, 150, false), base_seed() ^ 0x44);
-}
-
-// 32 query rows per warp (two MMA row tiles, UNMASK_FLASH_WARP_ROWS=32, head size 64 in 128-row
-// CTAs): padded with masked keys and a sequence with no real key, packed lengths around the 128
-// rows, and dropout (the Philox counters of the second row tile).
-TEST(CudaAttentionTc, TwoRowTilesPerWarpMatchNaiveBf16) {
-  REQUIRE_CUDA_DEVICE();
-  const Case padded = padded_case("padded w32", 3, 200, {0, 31, 32, 127, 128, 199}, 150, true);
-  const Case packed = packed_case("packed dropout w32", {129, 128, 33, 1, 260}, 0.1f);
-  // The variables as this test needs them (no CTA height forced from outside), and back after.
-  const ScopedEnv warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
-  check_case(padded, base_seed() ^ 0x66);
-  check_case(packed, base_seed() ^ 0x77);
 }
 
 TEST(CudaAttentionTc, PackedUnequalLengthsMatchesNaiveBf16) {
@@ -330,7 +331,7 @@ TEST(CudaAttentionTc, PackedWithDropoutMatchesNaiveBf16) {
 
 // The layers' counters (a site offset, a multiple of 2^32, and a longest sequence of 128): the
 // kernels share each Philox block between lanes (common.cuh dropout_factors_s_tile / _st_tile);
-// the mask must stay the reference's, bit for bit, including on the 32-rows-per-warp forward.
+// the mask must stay the reference's, bit for bit.
 TEST(CudaAttentionTc, DropoutAlignedCountersMatchNaiveBf16) {
   REQUIRE_CUDA_DEVICE();
   Case c = packed_case("packed dropout 0.1, aligned counters", {128, 76, 20, 4}, 0.1f, uint64_t(7) << 32);
@@ -339,9 +340,6 @@ TEST(CudaAttentionTc, DropoutAlignedCountersMatchNaiveBf16) {
   padded.dropout_offset = ~uint64_t(0) - 1023;  // a multiple of 4 whose counters wrap past 2^64
   check_case(c, base_seed() ^ 0x56);
   check_case(padded, base_seed() ^ 0x58);
-  const ScopedEnv warp_rows("UNMASK_FLASH_WARP_ROWS", "32"), block_m("UNMASK_FLASH_BLOCK_M", nullptr);
-  c.name = "packed dropout 0.1, aligned counters, w32";
-  check_case(c, base_seed() ^ 0x57);
 }
 
 TEST(CudaAttentionTc, VideoMAEEncoderShapeMatchesNaiveBf16) {
@@ -379,13 +377,13 @@ TEST(CudaAttentionTc, HeadSizes80_88_128MatchNaiveBf16) {
   }
 }
 
-// UNMASK_CUDA_ATTN_BWD=atomic (FlashBwdDq::atomic): the dK/dV kernel also adds dQ = dS K from its
+// The atomic dQ (FlashBwdDq::atomic, the default): the dK/dV kernel also adds dQ = dS K from its
 // dS^T tiles into an f32 accumulator with atomics. The same bound as the recompute kernels, on
 // masks, a sequence with no real key, packed lengths, dropout and every head size; dK and dV equal
 // the recompute variant's (the same code: only f32 noise allowed), dQ within rounding noise of it; and the variant really ran: it allocates its accumulator, one device_malloc more.
 TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
   REQUIRE_CUDA_DEVICE();
-  const ScopedEnv pair_kernels("UNMASK_FLASH_BWD_SHORT", "0");  // the dK/dV kernel pair, not the one-kernel default
+  const TuningScope pair_kernels([](cuda::AttentionTuning& t) { t.backward_short = false; });  // the dK/dV kernel pair
   std::vector<Case> cases;
   Case padded;
   padded.name = "atomic dq padded";
@@ -411,7 +409,7 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
   }
   uint64_t salt = 0x900;
   for (const Case& c : cases) {
-    setenv("UNMASK_CUDA_ATTN_BWD", "atomic", 1);
+    const TuningScope restore([](cuda::AttentionTuning& t) { t.deterministic = false; });  // atomic dQ
     check_case(c, base_seed() ^ ++salt);
     // Atomic against recompute on the same inputs
     const Inputs in = random_inputs(c, base_seed() ^ salt);
@@ -419,11 +417,10 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
     const uint64_t allocs0 = cuda::allocator_stats().num_allocs;
     const Grads atomic = run_cuda(c, q, k, v, dout, true);
     const uint64_t allocs_atomic = cuda::allocator_stats().num_allocs - allocs0;
-    setenv("UNMASK_CUDA_ATTN_BWD", "recompute", 1);
+    cuda::cuda_state(gpu()).attention.deterministic = true;  // the recompute kernel
     const uint64_t allocs1 = cuda::allocator_stats().num_allocs;
     const Grads recompute = run_cuda(c, q, k, v, dout, true);
     const uint64_t allocs_recompute = cuda::allocator_stats().num_allocs - allocs1;
-    unsetenv("UNMASK_CUDA_ATTN_BWD");
     EXPECT_EQ(allocs_atomic, allocs_recompute + 1) << c.name << ": the atomic variant did not run";
     EXPECT_LE(max_err(atomic.dk, recompute.dk), 1e-6 * (1 + max_abs(recompute.dk))) << c.name;
     EXPECT_LE(max_err(atomic.dv, recompute.dv), 1e-6 * (1 + max_abs(recompute.dv))) << c.name;
@@ -437,7 +434,7 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
   }
 }
 
-// The default dQ scheme (UNMASK_CUDA_ATTN_BWD unset): atomic at every length. Up to 128 keys each
+// The default dQ scheme (AttentionTuning::deterministic false): atomic at every length. Up to 128 keys each
 // dQ element gets at most two adds (one per 64-key CTA) and 0 + a + b = 0 + b + a exactly, so it
 // is as reproducible as the recompute kernel; past that only within rounding. Per case: which
 // scheme ran (the atomic one allocates its accumulator), two default runs equal bit for bit (up to
@@ -445,7 +442,7 @@ TEST(CudaAttentionTc, AtomicDqMatchesNaiveBf16AndTheRecomputeKernels) {
 // masks and packed lengths) and one of 129 keys.
 TEST(CudaAttentionTc, DqDefaultsToAtomicUpToTwoKeyBlocksAndStaysReproducible) {
   REQUIRE_CUDA_DEVICE();
-  const ScopedEnv pair_kernels("UNMASK_FLASH_BWD_SHORT", "0");  // the dK/dV kernel pair, not the one-kernel default
+  const TuningScope pair_kernels([](cuda::AttentionTuning& t) { t.backward_short = false; });  // the dK/dV kernel pair
   struct Want {
     Case c;
     bool atomic;
@@ -477,7 +474,8 @@ TEST(CudaAttentionTc, DqDefaultsToAtomicUpToTwoKeyBlocksAndStaysReproducible) {
     const Case& c = w.c;
     const Inputs in = random_inputs(c, base_seed() ^ ++salt);
     auto run = [&](const char* mode, uint64_t& allocs) {
-      const ScopedEnv env("UNMASK_CUDA_ATTN_BWD", mode);  // nullptr: unset, the default
+      // nullptr: the default; "atomic" as the default explicitly; "recompute": deterministic
+      const TuningScope scheme([&](cuda::AttentionTuning& t) { t.deterministic = mode && std::string(mode) == "recompute"; });
       const uint64_t before = cuda::allocator_stats().num_allocs;
       Grads g = run_cuda(c, in.q, in.k, in.v, in.dout, true);
       allocs = cuda::allocator_stats().num_allocs - before;
@@ -509,15 +507,15 @@ TEST(CudaAttentionTc, DqDefaultsToAtomicUpToTwoKeyBlocksAndStaysReproducible) {
   }
 }
 
-// The dK/dV kernel compiled for three CTAs per SM (UNMASK_FLASH_BWD_CTAS_PER_SM=3: K and V
+// The dK/dV kernel compiled for three CTAs per SM (backward_ctas_per_sm = 3, the default: K and V
 // fragments re-read from shared memory, 168 registers; head size 64 without dropout), with both
-// dQ schemes: the float64 bound, dK and dV equal to the default kernel's (the same arithmetic:
+// dQ schemes: the float64 bound, dK and dV equal to the two-CTA kernel's (the same arithmetic:
 // only f32 noise allowed), dQ the recompute kernel's bit for bit (the same kernel) or within the
 // atomics' rounding noise; the launch counters say which instances ran. A dropout case and head
 // size 80 must fall back to the default instances, and pass.
 TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
   REQUIRE_CUDA_DEVICE();
-  const ScopedEnv pair_kernels("UNMASK_FLASH_BWD_SHORT", "0");  // the dK/dV kernel pair, not the one-kernel default
+  const TuningScope pair_kernels([](cuda::AttentionTuning& t) { t.backward_short = false; });  // the dK/dV kernel pair
   std::vector<Case> cases;
   cases.push_back(padded_case("3 ctas padded", 3, 150, {3, 64, 65, 100, 149}, 120, true));
   cases.push_back(packed_case("3 ctas packed", {300, 77, 1, 64}));
@@ -528,13 +526,13 @@ TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
   cases.push_back(vit);
   uint64_t salt = 0xa00;
   for (const char* dq_mode : {"recompute", "atomic"}) {
-    const ScopedEnv dq("UNMASK_CUDA_ATTN_BWD", dq_mode);
+    const TuningScope dq([&](cuda::AttentionTuning& t) { t.deterministic = std::string(dq_mode) == "recompute"; });
     for (Case c : cases) {
       c.name += std::string(", ") + dq_mode + " dQ";
       const Inputs in = random_inputs(c, base_seed() ^ ++salt);
       Grads three, two;
       {
-        const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "3");
+        const TuningScope ctas([](cuda::AttentionTuning& t) { t.backward_ctas_per_sm = 3; });
         const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
         check_case(c, base_seed() ^ salt);  // the float64 bound, with the same inputs
         three = run_cuda(c, in.q, in.k, in.v, in.dout, true);
@@ -546,7 +544,7 @@ TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
             << c.name << ": the instances without the dropout code did not run";
       }
       {
-        const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "2");
+        const TuningScope ctas([](cuda::AttentionTuning& t) { t.backward_ctas_per_sm = 2; });
         const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
         two = run_cuda(c, in.q, in.k, in.v, in.dout, true);
         EXPECT_EQ(cuda::flash_bwd_launch_stats().kv_in_smem, before.kv_in_smem) << c.name;
@@ -563,7 +561,7 @@ TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
   }
   // Where there is no three-CTA instance: dropout (the default instances with the dropout code)
   // and head size 80 (the default instances); both still pass the bound.
-  const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "3");
+  const TuningScope ctas([](cuda::AttentionTuning& t) { t.backward_ctas_per_sm = 3; });
   Case dropout = packed_case("3 ctas requested, dropout 0.1", {128, 77, 20}, 0.1f);
   Case hs80 = packed_case("3 ctas requested, hs 80", {97, 1, 64});
   hs80.HS = 80;
@@ -576,7 +574,7 @@ TEST(CudaAttentionTc, ThreeCtaDkDvKernelMatchesNaiveBf16AndTheDefault) {
   }
 }
 
-// UNMASK_FLASH_BWD_SHORT=1: sequences of at most 128 keys (head size 64) in one kernel per
+// The short-sequence backward (backward_short, the default): sequences of at most 128 keys (head size 64) in one kernel per
 // (sequence, head), dQ summed inside the CTA (bwd_short_kernel.cuh). BERT's shapes (128 keys,
 // dropout with shared Philox blocks, padding masks, a sequence with no real key, packed lengths
 // of one and two query tiles): the float64 bound; dK and dV equal the default kernels' (the same
@@ -598,7 +596,7 @@ TEST(CudaAttentionTc, ShortSequenceKernelMatchesNaiveBf16AndTheDefault) {
     const Inputs in = random_inputs(c, base_seed() ^ ++salt);
     Grads one, pair, recompute;
     {
-      const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", "1");
+      const TuningScope one_kernel([](cuda::AttentionTuning& t) { t.backward_short = true; });
       const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
       check_case(c, base_seed() ^ salt);  // the float64 bound, with the same inputs
       one = run_cuda(c, in.q, in.k, in.v, in.dout, true);
@@ -606,10 +604,10 @@ TEST(CudaAttentionTc, ShortSequenceKernelMatchesNaiveBf16AndTheDefault) {
           << c.name << ": the short-sequence kernel did not run";
     }
     {
-      const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", "0");
+      const TuningScope pair_kernels([](cuda::AttentionTuning& t) { t.backward_short = false; });
       const cuda::FlashBwdLaunchStats before = cuda::flash_bwd_launch_stats();
       pair = run_cuda(c, in.q, in.k, in.v, in.dout, true);
-      const ScopedEnv dq("UNMASK_CUDA_ATTN_BWD", "recompute");
+      const TuningScope dq([](cuda::AttentionTuning& t) { t.deterministic = true; });
       recompute = run_cuda(c, in.q, in.k, in.v, in.dout, true);
       EXPECT_EQ(cuda::flash_bwd_launch_stats().short_seq, before.short_seq) << c.name;
     }
@@ -624,7 +622,7 @@ TEST(CudaAttentionTc, ShortSequenceKernelMatchesNaiveBf16AndTheDefault) {
                 max_err(one.dq, pair.dq), max_err(one.dk, pair.dk), max_err(one.dv, pair.dv));
   }
   // Where it does not apply: 129 keys, head size 80. Both fall back (and pass the bound).
-  const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", "1");
+  const TuningScope one_kernel([](cuda::AttentionTuning& t) { t.backward_short = true; });
   Case longer = packed_case("short requested, 129 keys", {129, 40});
   Case hs80 = packed_case("short requested, hs 80", {97, 1, 64});
   hs80.HS = 80;
@@ -667,7 +665,7 @@ TEST(CudaAttentionTc, ShortSequenceKernelBf16GradientsMatchTheDefault) {
   Tensor out = Tensor::empty({N, C}, DType::bf16, Device::cuda), lse = Tensor::empty({NH, N}, DType::f32, Device::cuda);
   ops::attention_forward_train(gpu(), q, k, v, out, lse, aa, ta);
   auto backward = [&](const char* short_kernel) {
-    const ScopedEnv env("UNMASK_FLASH_BWD_SHORT", short_kernel);
+    const TuningScope scope([&](cuda::AttentionTuning& t) { t.backward_short = std::string(short_kernel) == "1"; });
     Tensor dqkv = Tensor::empty({N, 3 * C}, DType::bf16, Device::cuda);
     Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
     ops::attention_backward(gpu(), q, k, v, out, lse, dout, dq, dk, dv, aa, ta);
@@ -695,24 +693,24 @@ TEST(CudaAttentionTc, ShortSequenceKernelBf16GradientsMatchTheDefault) {
   }
 }
 
-// A bad UNMASK_FLASH_BWD_CTAS_PER_SM is an error that names the variable.
+// A CTA count the dK/dV kernel has no instance for is an error that names the setting.
 TEST(CudaAttentionTc, UnknownCtasPerSmIsAnError) {
   REQUIRE_CUDA_DEVICE();
   Case c = packed_case("bad ctas", {64});
   const Inputs in = random_inputs(c, 1);
   cuda::CudaState& st = cuda::cuda_state(gpu());
   const bool saved = st.attention_bf16;  // run_cuda restores it only when it returns
-  const ScopedEnv ctas("UNMASK_FLASH_BWD_CTAS_PER_SM", "4");
+  const TuningScope ctas([](cuda::AttentionTuning& t) { t.backward_ctas_per_sm = 4; });
   bool threw = false;
   try {
     run_cuda(c, in.q, in.k, in.v, in.dout, true);
   } catch (const Error& e) {
     threw = true;
-    EXPECT_NE(std::string(e.what()).find("UNMASK_FLASH_BWD_CTAS_PER_SM"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ctas_per_sm"), std::string::npos) << e.what();
   }
   st.attention_bf16 = saved;
   gpu().synchronize();
-  EXPECT_TRUE(threw) << "UNMASK_FLASH_BWD_CTAS_PER_SM=4 was accepted";
+  EXPECT_TRUE(threw) << "4 CTAs a SM was accepted";
 }
 
 // Host cu_seqlens (the trainer's): the context uploads them when they change, not at every call.
@@ -721,11 +719,11 @@ TEST(CudaAttentionTc, UnknownCtasPerSmIsAnError) {
 // device cu_seqlens; the first lengths again: uploaded again.
 TEST(CudaAttentionTc, HostCuSeqlensUploadedWhenTheyChange) {
   REQUIRE_CUDA_DEVICE();
-  const ScopedEnv pair_kernels("UNMASK_FLASH_BWD_SHORT", "0");  // the dK/dV kernel pair, not the one-kernel default
+  const TuningScope pair_kernels([](cuda::AttentionTuning& t) { t.backward_short = false; });  // the dK/dV kernel pair
   const Case a = packed_case("host cu a", {100, 28, 64}, 0.1f, 8);
   const Case b = packed_case("host cu b", {64, 64, 64}, 0.1f, 8);
   const Inputs in = random_inputs(a, base_seed() ^ 0xb00);  // N = 192 rows for both
-  const ScopedEnv deterministic("UNMASK_CUDA_ATTN_BWD", "recompute");  // bitwise comparisons below
+  const TuningScope deterministic([](cuda::AttentionTuning& t) { t.deterministic = true; });  // bitwise comparisons below
   cuda::CudaState& st = cuda::cuda_state(gpu());
   auto run = [&](const Case& c, bool host) { return run_cuda(c, in.q, in.k, in.v, in.dout, true, host); };
   auto same = [](const Grads& x, const Grads& y) {
@@ -749,36 +747,12 @@ TEST(CudaAttentionTc, HostCuSeqlensUploadedWhenTheyChange) {
   EXPECT_TRUE(same(a3, a_device));
 }
 
-namespace {
-
-/// Runs a small tensor-core backward with `var`=`value` and expects an Error that names `var`.
-void expect_env_value_rejected(const char* var, const char* value) {
-  Case c;
-  c.name = "bad env";
-  c.packed = true;
-  c.lens = {64};
-  std::vector<double> x(size_t(64 * c.NH * c.HS), 0.25);
-  cuda::CudaState& st = cuda::cuda_state(gpu());
-  const bool saved = st.attention_bf16;  // run_cuda restores it only when it returns
-  bool threw = false;
-  {
-    const ScopedEnv bad(var, value);
-    try {
-      run_cuda(c, x, x, x, x, true);
-    } catch (const Error& e) {
-      threw = true;
-      EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
-    }
-  }
-  st.attention_bf16 = saved;
-  gpu().synchronize();
-  EXPECT_TRUE(threw) << var << "=" << value << " was accepted";
-}
-
-}  // namespace
-
-// A bad UNMASK_CUDA_ATTN_BWD is an error that names the variable, not a silent default.
-TEST(CudaAttentionTc, UnknownAttnBwdVariantIsAnError) {
+// The deterministic option of the Context (ContextOptions::kernels.deterministic) sets the
+// recompute dQ scheme of its attention (what the tests above force on the shared context and
+// check, kernel by kernel); the default context keeps the atomic one.
+TEST(CudaAttentionTc, TheDeterministicOptionSetsTheRecomputeScheme) {
   REQUIRE_CUDA_DEVICE();
-  expect_env_value_rejected("UNMASK_CUDA_ATTN_BWD", "fast");
+  Context det({.device = Device::cuda, .kernels = {.deterministic = true}});
+  EXPECT_TRUE(cuda::cuda_state(det).attention.deterministic);
+  EXPECT_FALSE(cuda::cuda_state(gpu()).attention.deterministic) << "the default is the atomic dQ";
 }

@@ -136,64 +136,38 @@ TEST(CudaBertLowPrecision, Bf16AndFp16StayNearTheCpuForward) {
   EXPECT_THROW(m.to(gpu(), DType::f16), Error);
 }
 
-// The residual of each post-LN block as the projection GEMM's C operand
-// (CudaState::residual_in_gemm, UNMASK_CUDA_RESIDUAL_GEMM=1) against the LayerNorm adding it (the default):
-// both within the same bound of the CPU's f32 forward, and not the same bits (the switch took
-// the other path). A value other than 0 or 1 is refused when the context is made.
-TEST(CudaBertLowPrecision, ResidualInTheGemmOrInTheLayerNorm) {
+// A switch of a kernel that was measured and deleted is refused when the context is made, not
+// silently ignored (a benchmark would report the default's figures as the switch's).
+TEST(CudaBertLowPrecision, ASwitchOfADeletedKernelIsRefused) {
   REQUIRE_CUDA_DEVICE();
-  const BertConfig cfg = small_config();
-  BertModel ref = BertModel::random(cfg, kHeads, base_seed() ^ 0x61);
-  const BertInput packed = packed_batch(cfg, {17, 40, 3, 29}, base_seed() ^ 0x62);
-  const BertOutputs want = ref.forward(cpu(), packed, all_outputs(false));
-  for (const auto& [dt, bound] : {std::pair{DType::bf16, 6e-2}, std::pair{DType::f16, 8e-3}}) {
-    SCOPED_TRACE(dtype_name(dt));
-    BertOutputs got[2];
-    double worst[2] = {0, 0};
-    for (int in_gemm = 0; in_gemm < 2; ++in_gemm) {
-      test::ScopedEnv env("UNMASK_CUDA_RESIDUAL_GEMM", in_gemm ? "1" : "0");
-      Context ctx({.device = Device::cuda});
-      BertModel m = BertModel::random(cfg, kHeads, base_seed() ^ 0x61);
-      m.to(ctx, dt);
-      got[in_gemm] = m.forward(ctx, packed, all_outputs(false));
-      const auto g = outputs_of(got[in_gemm]), w = outputs_of(want);
-      for (size_t i = 0; i < g.size(); ++i) {
-        const double e = cuda_test::max_relative_error(*g[i], *w[i]);
-        EXPECT_LE(e, bound) << (in_gemm ? "in the GEMM" : "in the LayerNorm") << ", output " << i;
-        worst[in_gemm] = std::max(worst[in_gemm], e);
-      }
-    }
-    EXPECT_FALSE(same_bits(got[0].last_hidden_state, got[1].last_hidden_state))
-        << "UNMASK_CUDA_RESIDUAL_GEMM=0 and =1 gave the same bits: one path is not taken";
-    std::printf("[residual %s] worst relative error: in the LayerNorm %.3g, in the GEMM %.3g\n", dtype_name(dt).data(),
-                worst[0], worst[1]);
+  for (const char* gone : {"UNMASK_CUDA_RESIDUAL_GEMM", "UNMASK_CUDA_LN_DROPOUT", "UNMASK_FLASH_BWD_SHORT"}) {
+    test::ScopedEnv env(gone, "1");
+    EXPECT_THROW(Context({.device = Device::cuda}), Error) << gone;
   }
-  test::ScopedEnv bad("UNMASK_CUDA_RESIDUAL_GEMM", "yes");
-  EXPECT_THROW(Context({.device = Device::cuda}), Error);
 }
 
-// A graph is keyed by the CudaState settings that change the captured work: flipping the
-// residual's place (GEMM or LayerNorm) on a live context captures another graph, whose replay
-// gives that setting's eager bits, not the first graph's.
+// A graph is keyed by the CudaState settings that change the captured work: flipping TF32 on a
+// live context (an f32 model) captures another graph, whose replay gives that setting's eager
+// bits, not the first graph's.
 TEST(CudaBertGraph, ASettingThatChangesTheWorkGetsItsOwnGraph) {
   REQUIRE_CUDA_DEVICE();
   const BertConfig cfg = small_config();
   Context ctx({.device = Device::cuda});
   cuda::CudaState& cs = cuda::cuda_state(ctx);
   BertModel m = BertModel::random(cfg, kHeads, base_seed() ^ 0x81);
-  m.to(ctx, DType::bf16);
+  m.to(ctx, DType::f32);
   const BertInput in = padded_batch(cfg, {32, 20}, 32, base_seed() ^ 0x82);
   Tensor hidden[2];
-  for (int in_gemm = 1; in_gemm >= 0; --in_gemm) {
-    cs.residual_in_gemm = in_gemm == 1;
+  for (int tf32 = 1; tf32 >= 0; --tf32) {
+    cs.allow_tf32 = tf32 == 1;
     const BertOutputs graphed = m.forward(ctx, in, all_outputs(true));
     const BertOutputs eager = m.forward(ctx, in, all_outputs(false));
-    EXPECT_TRUE(same_bits(graphed.last_hidden_state, eager.last_hidden_state)) << "residual_in_gemm " << in_gemm;
-    hidden[in_gemm] = eager.last_hidden_state;
+    EXPECT_TRUE(same_bits(graphed.last_hidden_state, eager.last_hidden_state)) << "tf32 " << tf32;
+    hidden[tf32] = eager.last_hidden_state;
   }
   EXPECT_EQ(m.num_cuda_graphs(), 2u) << "the second setting replayed the first setting's graph";
   EXPECT_FALSE(same_bits(hidden[0], hidden[1])) << "the two settings gave the same bits: one path is not taken";
-  cs.residual_in_gemm = true;
+  cs.allow_tf32 = false;
 }
 
 TEST(CudaBertGraph, ReplayGivesTheEagerBitsForEveryInput) {

@@ -128,7 +128,7 @@ TEST(CudaBertInfer, DeviceMismatchAndPackedWeightsAreErrors) {
   } catch (const Error&) {
     threw = true;
   }
-  // Only an Error when packing really happened (UNMASK_PACKED_GEMM=0 keeps the weights).
+  // Only an Error when packing really happened (ForwardOptions::pack_weights false keeps the weights).
   if (!threw) EXPECT_EQ(m.device(), Device::cuda);
 }
 

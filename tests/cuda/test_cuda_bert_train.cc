@@ -396,44 +396,6 @@ TEST(CudaBertTrain, Bf16ActivationsWithinTwiceTheEmulationError) {
   EXPECT_GE(std::sqrt(sq_gpu), 0.25 * std::sqrt(sq_emul)) << "the CUDA step looks f32, not bf16; " << seed_note();
 }
 
-// The post-LN blocks' LN(dropout(h) + x) with the dropout inside the LayerNorm kernels
-// (CudaState::layernorm_dropout_fused, UNMASK_CUDA_LN_DROPOUT=1) against the dropout ops (the default):
-// two micro-batches with dropout, f32 and bf16 activations: the same loss and gradients bit for
-// bit (the fused kernels draw the mask and round as the dropout op does).
-TEST(CudaBertTrain, LayerNormDropoutInTheKernelSameBitsAsTheOps) {
-  REQUIRE_CUDA_DEVICE();
-  cuda::CudaState& st = cuda::cuda_state(gpu());
-  const bool saved = st.layernorm_dropout_fused;
-  const uint64_t seed = test_seed("LayerNormDropoutInTheKernel");
-  BertConfig cfg = tiny_config();
-  cfg.hidden_size = 128;  // head size 64: bf16 activations' tensor-core attention
-  cfg.num_attention_heads = 2;
-  for (const DType act : {DType::f32, DType::bf16}) {
-    std::mt19937_64 gen(seed);
-    const PretrainBatch batch = comparison_batch(gen, cfg.vocab_size);
-    double loss[2];
-    std::vector<std::vector<double>> grads[2];
-    for (int in_kernel = 0; in_kernel < 2; ++in_kernel) {
-      st.layernorm_dropout_fused = in_kernel == 1;
-      BertTrainModel m = BertTrainModel::random(cfg, kPretrainHeads, seed);
-      m.to(gpu());
-      TrainStepOptions so;
-      so.hidden_dropout = so.attention_dropout = 0.1f;
-      so.seed = 5, so.step = 1;
-      so.activations = act;
-      loss[in_kernel] = m.pretrain_step(gpu(), batch, so).loss;
-      so.micro = 1;
-      loss[in_kernel] += m.pretrain_step(gpu(), batch, so).loss;
-      for (const Param& p : m.params()) grads[in_kernel].push_back(values(p.grad));
-    }
-    st.layernorm_dropout_fused = saved;
-    EXPECT_EQ(loss[1], loss[0]) << dtype_name(act) << "; " << seed_note();
-    ASSERT_EQ(grads[1].size(), grads[0].size());
-    for (size_t i = 0; i < grads[0].size(); ++i)
-      EXPECT_TRUE(grads[1][i] == grads[0][i]) << dtype_name(act) << ": gradient " << i << " differs; " << seed_note();
-  }
-}
-
 TEST(CudaBertTrain, BenchBertBaseSeq128Batch32) {
   REQUIRE_CUDA_DEVICE();
   const BertConfig cfg = BertConfig::base();

@@ -121,72 +121,6 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
       }
 }
 
-// The LayerNorm's input dropout inside its kernels (CudaState::layernorm_dropout_fused,
-// UNMASK_CUDA_LN_DROPOUT=1) against the dropout op first (the default), on the same context:
-// y, mean, rstd, dx, dx_dropped, dgamma and dbeta bit for bit, in f32, bf16 and f16; the
-// 16-byte path and the scalar one (C = 13), offsets that start a Philox block and one that does
-// not (6: one block an element), a site near 2^64 whose blocks wrap, with and without a
-// residual, x a column slice of a wider buffer (the counters are of the logical index, not the
-// row stride), rows longer than the register cache (C = 1536: the kernels' re-reading paths),
-// and dx in place over dy (BERT's backward). Every output starts as NaN, the kernel form runs
-// first, and x must come back undropped.
-TEST(CudaTrainLayerNorm, InputDropoutInTheKernelIsTheTwoOps) {
-  REQUIRE_CUDA_DEVICE();
-  Rng rng("CudaTrainLayerNormInputDropout");
-  cuda::CudaState& st = cuda::cuda_state(gpu());
-  struct RestoreDropout {
-    cuda::CudaState& st;
-    const bool saved = st.layernorm_dropout_fused;
-    ~RestoreDropout() { st.layernorm_dropout_fused = saved; }
-  } restore_dropout{st};
-  const auto nan_rows = [](int64_t N, int64_t C, DType dt) {  // a device [N, C] of dt, all NaN
-    Tensor h = Tensor::empty({N, C}, DType::f32);
-    std::fill(h.data<float>(), h.data<float>() + h.numel(), std::numeric_limits<float>::quiet_NaN());
-    return (dt == DType::f32 ? h : h.cast(dt)).to(Device::cuda);
-  };
-  struct Case {
-    int64_t N, C;
-    uint64_t offset;
-    bool residual, strided_x;
-  };
-  const Case cases[] = {{37, 1024, uint64_t(2) << 32, true, false}, {300, 768, 0, false, true},
-                        {17, 13, uint64_t(1) << 32, true, false},   {41, 64, 6, true, false},
-                        {29, 64, ~uint64_t(0) - 63, true, true},    {5000, 384, uint64_t(3) << 32, true, false},
-                        {64, 1024, uint64_t(5) << 32, true, true},  {19, 1536, uint64_t(7) << 32, true, true}};
-  for (const DType dt : {DType::bf16, DType::f16, DType::f32})
-    for (const Case& k : cases) {
-      const int64_t N = k.N, C = k.C;
-      const ops::InputDropout d{0.1f, uint64_t(rng.integer(0, INT64_MAX)), k.offset};
-      const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
-                               " offset=" + std::to_string(k.offset) + (k.strided_x ? " strided x" : "");
-      // x: its own [N, C], or the second half of an [N, 2C] buffer (row stride 2C)
-      const Tensor x_rows = rng.tensor({N, k.strided_x ? 2 * C : C}).cast(dt).to(Device::cuda);
-      const Tensor x = k.strided_x ? x_rows.slice(1, C, 2 * C) : x_rows;
-      const Tensor r = rng.tensor({N, C}).cast(dt).to(Device::cuda), dy = rng.tensor({N, C}).cast(dt).to(Device::cuda);
-      const Tensor g = rng.tensor({C}, 0.5f, 1.0f).to(Device::cuda), b = rng.tensor({C}).to(Device::cuda);
-      const std::vector<float> x_before = values(x);
-      std::vector<std::vector<float>> out[2];
-      for (int in_kernel = 1; in_kernel >= 0; --in_kernel) {  // the kernels' form first
-        st.layernorm_dropout_fused = in_kernel == 1;
-        EXPECT_EQ(ops::layernorm_input_dropout_in_kernel(gpu()), in_kernel == 1) << what;
-        Tensor y = nan_rows(N, C, dt), mean = nan_device({N}), rstd = nan_device({N});
-        ops::layernorm(gpu(), x, k.residual ? &r : nullptr, g, b, 1e-5f, y, &mean, &rstd, &d);
-        Tensor dx = nan_rows(N, C, dt), dxd = nan_rows(N, C, dt);
-        dx.copy_from(dy);  // in place, as BERT's backward
-        Tensor dg = Tensor::zeros({C}, DType::f32, Device::cuda), db = Tensor::zeros({C}, DType::f32, Device::cuda);
-        ops::layernorm_backward(gpu(), x, k.residual ? &r : nullptr, g, mean, rstd, dx, dx, dg, db, false, &d, &dxd);
-        out[in_kernel] = {values(y), values(mean), values(rstd), values(dx), values(dxd), values(dg), values(db)};
-      }
-      const char* names[] = {"y", "mean", "rstd", "dx", "dx_dropped", "dgamma", "dbeta"};
-      for (size_t i = 0; i < 7; ++i) expect_bits(out[1][i], out[0][i], what + " " + names[i]);
-      expect_bits(values(x), x_before, what + " x afterwards");
-      int64_t dropped = 0, nans = 0;
-      for (float v : out[1][4]) dropped += v == 0.0f, nans += std::isnan(v);
-      EXPECT_GT(dropped, 0) << what << ": no element of dx_dropped is 0: the dropout did not run";
-      EXPECT_EQ(nans, 0) << what << ": dx_dropped has unwritten elements";
-    }
-}
-
 TEST(CudaTrainActivation, BackwardMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainActivation");
@@ -303,16 +237,14 @@ TEST(CudaTrainActivation, BackwardWithOutputIsTheTwoOps) {
 }
 
 // activation_backward with dbias (the MLPs' first linear layer): dx, y and the bias gradient
-// formed in one pass (CudaState::activation_bias_grad_fused, the default) against the activation
-// backward followed by bias_grad (UNMASK_CUDA_ACT_BIAS_GRAD=0's path): the same bits, dbias
-// accumulated onto nonzero values; dx in place over dy; with and without y; the 16-byte path
-// (C = 1536, ViT-B's decoder MLP, at 5,000 rows: several row chunks) and the scalar one (C = 13,
-// and a row stride); f32 and bf16; and several runs equal (determinism).
+// formed in one pass (activation_backward_columns_kernel) against the activation backward
+// without dbias followed by ops::bias_grad over its dx (the kernels it promises the bits of):
+// the same bits, dbias accumulated onto nonzero values; dx in place over dy; with and without
+// y; the 16-byte path (C = 1536, ViT-B's decoder MLP, at 5,000 rows: several row chunks) and
+// the scalar one (C = 13, and a row stride); f32 and bf16; and several runs equal (determinism).
 TEST(CudaTrainActivation, BackwardWithBiasGradIsTheTwoOps) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainActivationBiasGrad");
-  cuda::CudaState& st = cuda::cuda_state(gpu());
-  const bool saved = st.activation_bias_grad_fused;
   for (DType dt : {DType::bf16, DType::f32})
     for (int64_t C : {int64_t(1536), int64_t(13)})
       for (bool with_y : {false, true}) {
@@ -322,17 +254,20 @@ TEST(CudaTrainActivation, BackwardWithBiasGradIsTheTwoOps) {
         const Tensor db0 = rng.tensor({C}).to(Device::cuda);
         std::vector<std::vector<float>> out[3];
         for (int run = 0; run < 3; ++run) {  // 0: the two ops; 1, 2: one pass
-          st.activation_bias_grad_fused = run > 0;
           // in place over a copy of dy, as the layers call it; at C = 13 a column slice (row stride C + 5)
           Tensor wide = Tensor::empty({N, C + 5}, dt, Device::cuda);
           Tensor dx = C == 13 ? wide.slice(1, 3, 3 + C) : Tensor::empty({N, C}, dt, Device::cuda);
           dx.copy_from(dy);
           Tensor y = Tensor::empty({N, C}, dt, Device::cuda), db = Tensor::empty({C}, DType::f32, Device::cuda);
           db.copy_from(db0);
-          ops::activation_backward(gpu(), x, dx, dx, Activation::gelu, with_y ? &y : nullptr, &db);
+          if (run == 0) {
+            ops::activation_backward(gpu(), x, dx, dx, Activation::gelu, with_y ? &y : nullptr);
+            ops::bias_grad(gpu(), dx, db);
+          } else {
+            ops::activation_backward(gpu(), x, dx, dx, Activation::gelu, with_y ? &y : nullptr, &db);
+          }
           out[run] = {values(dx), with_y ? values(y) : std::vector<float>(), values(db)};
         }
-        st.activation_bias_grad_fused = saved;
         const char* names[] = {"dx", "y", "dbias"};
         for (int i = 0; i < 3; ++i) {
           expect_bits(out[1][size_t(i)], out[0][size_t(i)], what + " " + names[i]);
@@ -343,7 +278,6 @@ TEST(CudaTrainActivation, BackwardWithBiasGradIsTheTwoOps) {
         for (size_t c = 0; c < before.size(); ++c) changed = changed || out[1][2][c] != before[c];
         EXPECT_TRUE(changed) << what << ": dbias unchanged";
       }
-  st.activation_bias_grad_fused = saved;
 }
 
 TEST(CudaTrainBiasGrad, MatchesCpuAndIsDeterministic) {
@@ -575,67 +509,46 @@ TEST(CudaTrainDropout, MaskAndValuesBitIdenticalToCpu) {
       }
 }
 
-// ops::linear_param_grads (dw += dy^T x, db += colsum dy) with the bias gradient in cuBLASLt's
-// BGRADB epilogue (CudaState::bias_grad_epilogue, UNMASK_CUDA_BGRAD_EPILOGUE=1) and with the
-// bias_grad kernel, against float64 sums of the same bf16 values, added to nonzero gradients
-// (a gradient written instead of accumulated fails), on odd sizes, no rows, and a dy that is a
-// column slice of a wider buffer (cuda_test::linear_param_grads_misses: every element's bound
-// is 1e-5 of the sum of its terms' magnitudes plus 1e-6).
-TEST(CudaTrainOps, LinearParamGradsWithAndWithoutTheBgradEpilogue) {
+// ops::linear_param_grads (dw += dy^T x, db += colsum dy) against float64 sums of the same bf16
+// values, added to nonzero gradients (a gradient written instead of accumulated fails), on odd
+// sizes, no rows, and a dy that is a column slice of a wider buffer
+// (cuda_test::linear_param_grads_misses: every element's bound is 1e-5 of the sum of its terms'
+// magnitudes plus 1e-6).
+TEST(CudaTrainOps, LinearParamGradsAccumulateTheFloat64Sums) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaLinearParamGrads");
-  cuda::CudaState& st = *gpu().cuda_state();
-  struct Restore {  // the context is shared by the suite: put the flag back however the test ends
-    cuda::CudaState& st;
-    bool saved;
-    ~Restore() { st.bias_grad_epilogue = saved; }
-  } restore{st, st.bias_grad_epilogue};
   struct Sizes {
     int64_t N, N_out, K;
     bool strided_dy;
   };
   const Sizes cases[] = {{300, 768, 768, false}, {37, 1001, 64, false}, {1, 8, 8, false}, {0, 16, 24, false},
                          {512, 3072, 1024, false}, {129, 96, 40, true}};
-  // The kernel path again after the epilogue's: its plan (the same shapes) must not take the
-  // bias-gradient epilogue's cached plan.
-  for (const Sizes& z : cases)
-    for (bool fused : {false, true, false}) {
-      SCOPED_TRACE(rng.note());
-      const std::string what = "N=" + std::to_string(z.N) + " N_out=" + std::to_string(z.N_out) + " K=" +
-                               std::to_string(z.K) + (z.strided_dy ? " strided dy" : "") +
-                               (fused ? " BGRADB epilogue" : " bias_grad kernel");
-      st.bias_grad_epilogue = fused;
-      const Tensor dy = rng.tensor({z.N, z.N_out}).cast(DType::bf16), x = rng.tensor({z.N, z.K}).cast(DType::bf16);
-      const Tensor dw0 = rng.tensor({z.N_out, z.K}), db0 = rng.tensor({z.N_out});
-      Tensor dyd;
-      if (z.strided_dy) {  // columns 5 .. 5 + N_out of a [N, N_out + 16] bf16 buffer
-        Tensor wide = Tensor::zeros({z.N, z.N_out + 16}, DType::bf16, Device::cuda);
-        dyd = wide.slice(1, 5, 5 + z.N_out);
-        dyd.copy_from(dy.to(Device::cuda));
-      } else {
-        dyd = dy.to(Device::cuda);
-      }
-      Tensor dwd = dw0.to(Device::cuda), dbd = db0.to(Device::cuda);
-      ops::linear_param_grads(gpu(), dyd, x.to(Device::cuda), dwd, &dbd);
-      auto f64 = [](const Tensor& t) {
-        const std::vector<float> v = values(t.dtype() == DType::f32 ? t : t.cast(DType::f32));
-        return std::vector<double>(v.begin(), v.end());
-      };
-      EXPECT_EQ(cuda_test::linear_param_grads_misses(f64(dy), f64(x), f64(dw0), f64(db0), f64(dwd), f64(dbd), z.N,
-                                                     z.N_out, z.K),
-                0)
-          << what;
-      if (fused && z.N > 0) {
-        const bool epilogue = cuda::gemm_lt_last_used_fused_epilogue(st);
-        std::printf("[ %s ] bias gradient through %s\n", what.c_str(),
-                    epilogue ? "the BGRADB epilogue" : "the fallback kernel");
-        // BERT-large's FFN shape, aligned: if cuBLASLt offers no BGRADB algorithm here, the
-        // option is pointless and this says so (the results above are right either way).
-        if (z.N == 512) EXPECT_TRUE(epilogue) << what << ": cuBLASLt's heuristic gave no BGRADB algorithm";
-      }
+  for (const Sizes& z : cases) {
+    SCOPED_TRACE(rng.note());
+    const std::string what = "N=" + std::to_string(z.N) + " N_out=" + std::to_string(z.N_out) + " K=" +
+                             std::to_string(z.K) + (z.strided_dy ? " strided dy" : "");
+    const Tensor dy = rng.tensor({z.N, z.N_out}).cast(DType::bf16), x = rng.tensor({z.N, z.K}).cast(DType::bf16);
+    const Tensor dw0 = rng.tensor({z.N_out, z.K}), db0 = rng.tensor({z.N_out});
+    Tensor dyd;
+    if (z.strided_dy) {  // columns 5 .. 5 + N_out of a [N, N_out + 16] bf16 buffer
+      Tensor wide = Tensor::zeros({z.N, z.N_out + 16}, DType::bf16, Device::cuda);
+      dyd = wide.slice(1, 5, 5 + z.N_out);
+      dyd.copy_from(dy.to(Device::cuda));
+    } else {
+      dyd = dy.to(Device::cuda);
     }
-  // db null: the weight gradient only, either way.
-  st.bias_grad_epilogue = true;
+    Tensor dwd = dw0.to(Device::cuda), dbd = db0.to(Device::cuda);
+    ops::linear_param_grads(gpu(), dyd, x.to(Device::cuda), dwd, &dbd);
+    auto f64 = [](const Tensor& t) {
+      const std::vector<float> v = values(t.dtype() == DType::f32 ? t : t.cast(DType::f32));
+      return std::vector<double>(v.begin(), v.end());
+    };
+    EXPECT_EQ(cuda_test::linear_param_grads_misses(f64(dy), f64(x), f64(dw0), f64(db0), f64(dwd), f64(dbd), z.N,
+                                                   z.N_out, z.K),
+              0)
+        << what;
+  }
+  // db null: the weight gradient only.
   const Tensor dy = rng.tensor({64, 32}).cast(DType::bf16), x = rng.tensor({64, 16}).cast(DType::bf16);
   Tensor dw_c = Tensor::zeros({32, 16}, DType::f32), dwd = Tensor::zeros({32, 16}, DType::f32, Device::cuda);
   ops::linear_param_grads(cpu(), dy, x, dw_c, nullptr);

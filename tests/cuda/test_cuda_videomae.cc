@@ -130,13 +130,14 @@ TEST(CudaVideoOps, TubeletGatherAndTargetMatchTheCpu) {
   std::mt19937_64 gen(test_seed("gather-target"));
   // 3 clips of 3 x 4 x 48 x 32. Tubelet 2 x 16: 2 x 3 x 2 = 12 tokens per clip, K = 1536 (a
   // multiple of the kernels' 256-thread block); tubelet 2 x 8: 2 x 6 x 4 = 48 tokens, K = 384 and
-  // P = 128 per channel (the block-strided loops end on a partial pass).
+  // P = 128 per channel (the block-strided loops end on a partial pass); tubelet 1 x 4: 4 x 12 x 8
+  // = 384 tokens, K = 48 (the block kernel's geometry).
   Tensor v = Tensor::empty({3, 3, 4, 48, 32}, DType::f32);
   std::normal_distribution<float> n(0.3f, 1.5f);
   for (int64_t i = 0; i < v.numel(); ++i) v.data<float>()[i] = n(gen);
   const Tensor vg = v.to(Device::cuda);
   const std::vector<float> mean = {0.485f, 0.456f, 0.406f}, stdev = {0.229f, 0.224f, 0.225f};
-  for (const ops::Tubelet tube : {ops::Tubelet{2, 16}, ops::Tubelet{2, 8}}) {
+  for (const ops::Tubelet tube : {ops::Tubelet{2, 16}, ops::Tubelet{2, 8}, ops::Tubelet{1, 4}}) {
     const int64_t tokens = 3 * (4 / tube.tubelet) * (48 / tube.patch) * (32 / tube.patch);
     const int64_t K = 3 * tube.tubelet * tube.patch * tube.patch, R = 29;
     SCOPED_TRACE("tubelet " + std::to_string(tube.tubelet) + " x " + std::to_string(tube.patch));
@@ -149,31 +150,26 @@ TEST(CudaVideoOps, TubeletGatherAndTargetMatchTheCpu) {
     ops::tubelet_gather(gpu(), vg, idg, tube, cols);
     EXPECT_EQ(max_abs_diff(values(cols), values(cols_cpu)), 0.0) << "the gather is a copy; " << seed_note();
     EXPECT_GT(norm(values(tgt_cpu)), 1.0);
-    // The block-per-token kernel (the default) and the warp-per-token one (UNMASK_CUDA_TUBELET_WARP=1;
-    // it takes both geometries here), each from a NaN-filled output, with row 3's id out of the
-    // batch on the device (a zero row; the CPU refuses such ids, so that row is compared with 0).
-    EXPECT_TRUE(cuda::tubelet_target_warp_applies(ops::TubeletGeometry::of(3, 3, 4, 48, 32, tube.tubelet, tube.patch)));
+    // The warp-per-token kernel where it takes the geometry (2 x 16, 2 x 8), the block-per-token
+    // kernel elsewhere (1 x 4: 16 pixels a channel, under a warp), each from a NaN-filled output,
+    // with row 3's id out of the batch on the device (a zero row; the CPU refuses such ids, so
+    // that row is compared with 0).
+    const bool warp = tube.patch != 4;
+    EXPECT_EQ(cuda::tubelet_target_warp_applies(ops::TubeletGeometry::of(3, 3, 4, 48, 32, tube.tubelet, tube.patch)),
+              warp);
     Tensor ids_bad = ids.contiguous();
     ids_bad.data<int32_t>()[3] = -1;
     const Tensor idg_bad = ids_bad.to(Device::cuda);
     std::vector<double> want = values(tgt_cpu);
     std::fill(want.begin() + 3 * K, want.begin() + 4 * K, 0.0);
-    struct RestoreWarp {
-      cuda::CudaState& st;
-      const bool saved = st.tubelet_target_warp;
-      ~RestoreWarp() { st.tubelet_target_warp = saved; }
-    } restore{cuda::cuda_state(gpu())};
-    for (const bool warp : {false, true}) {
-      restore.st.tubelet_target_warp = warp;
-      Tensor nan_host = Tensor::empty({R, K}, DType::f32);
-      std::fill(nan_host.data<float>(), nan_host.data<float>() + nan_host.numel(), std::nanf(""));
-      tgt.copy_from(nan_host);
-      ops::tubelet_target(gpu(), vg, idg_bad, tube, mean, stdev, tgt);
-      const double d = max_abs_diff(values(tgt), want);
-      EXPECT_LE(d, 1e-6) << (warp ? "warp kernel; " : "block kernel; ") << seed_note();
-      std::printf("[ tubelet_target %dx%d, %s kernel ] max |cuda - cpu| %.3g\n", int(tube.tubelet), int(tube.patch),
-                  warp ? "warp" : "block", d);
-    }
+    Tensor nan_host = Tensor::empty({R, K}, DType::f32);
+    std::fill(nan_host.data<float>(), nan_host.data<float>() + nan_host.numel(), std::nanf(""));
+    tgt.copy_from(nan_host);
+    ops::tubelet_target(gpu(), vg, idg_bad, tube, mean, stdev, tgt);
+    const double d = max_abs_diff(values(tgt), want);
+    EXPECT_LE(d, 1e-6) << (warp ? "warp kernel; " : "block kernel; ") << seed_note();
+    std::printf("[ tubelet_target %dx%d, %s kernel ] max |cuda - cpu| %.3g\n", int(tube.tubelet), int(tube.patch),
+                warp ? "warp" : "block", d);
     // An id outside [0, B Np) is an Error on the CPU (host ids are checked).
     Tensor bad = ids.contiguous();
     bad.data<int32_t>()[5] = int32_t(tokens);

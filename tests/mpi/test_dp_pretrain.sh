@@ -10,7 +10,10 @@
 #      names the lost rank; `--resume` then finishes the run from the last complete checkpoint;
 #   4. VideoMAE pretraining: 2 ranks x 4 clips == 1 rank x 8 clips (loss and gradient norms, 1e-5), each
 #      rank's loader reading only its clips of every global batch; the all-reduce overlapped with the
-#      backward gives the bits of one after it; each rank its own store (mode 2);
+#      backward gives the bits of one after it; each rank its own store (mode 2); VideoMAE
+#      fine-tuning: 2 ranks x 2 clips == 1 rank x 4 clips (loss, grad-norm and accuracy curves,
+#      1e-5) with drop path and head dropout on (each rank draws the global batch's masks for its
+#      clips), and a 2-rank run with mixup/cutmix (mixed within each rank) finishes and evaluates;
 #   5. `unmask bench scaling` (BEVT's table) with 1 and 2 ranks;
 #   6. per-rank reading (data_sharding = files / local): a 2-rank run stopped and resumed on 2 ranks
 #      gives the uninterrupted curve (every rank's loader position is in the checkpoint); resumed on
@@ -154,6 +157,30 @@ nv1=$(wc -l < "$W/vpart1.txt")
 run "${MPIRUN[@]}" -np 2 "$U" pretrain-video "${vargs[@]}" --data "$W/vl{rank}.ucs" --data-sharding local --output "$W/vl" \
   --batch 4 >"$W/vl.out" 2>&1 && grep -q "the ranks hold 5, $nv1 videos; each epoch visits $nv1 on every rank" "$W/vl.out" \
   && [ "$(wc -l < "$W/vl/metrics.jsonl")" = 6 ] && ok || bad "VideoMAE local sharding: $(tail -3 "$W/vl.out")"
+
+# 4b. VideoMAE fine-tuning: 2 ranks x 2 clips give the curves of 1 rank x 4 clips
+fargs_v=(--data "$W/v.ucs" --preset tiny --patch 8 --epochs 3 --lr 1e-3 --threads 1 --log-every 100
+         --mixup 0 --cutmix 0 --drop-path 0.2 --head-dropout 0.5 --smoothing 0.1)
+run "$U" finetune-video "${fargs_v[@]}" --output "$W/fv1" --batch 4 >"$W/fv1.out" 2>&1 \
+  && ok || bad "finetune-video 1 rank: $(tail -3 "$W/fv1.out")"
+run "${MPIRUN[@]}" -np 2 "$U" finetune-video "${fargs_v[@]}" --output "$W/fv2" --batch 2 >"$W/fv2.out" 2>&1 \
+  && grep -q "data parallel over 2 ranks" "$W/fv2.out" && ok || bad "finetune-video 2 ranks: $(tail -3 "$W/fv2.out")"
+/usr/bin/python3 - "$W/fv1/metrics.jsonl" "$W/fv2/metrics.jsonl" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) >= 3, (len(a), len(b))
+assert all(x["samples"] == y["samples"] for x, y in zip(a, b)), "the ranks' samples do not add up to the batch"
+worst = max(abs(x[k] - y[k]) / max(abs(x[k]), 1e-12) for x, y in zip(a, b) for k in ("loss", "grad_norm"))
+acc = max(abs(x["accuracy"] - y["accuracy"]) for x, y in zip(a, b))
+print(f"finetune-video 2 ranks x 2 vs 1 x 4 ({len(a)} steps): loss and grad-norm rel diff {worst:.2e}, accuracy diff {acc}")
+sys.exit(0 if worst <= 1e-5 and acc == 0 else 1)
+EOF
+[ $? = 0 ] && ok || bad "finetune-video: 2 ranks differ from 1"
+run "${MPIRUN[@]}" -np 2 "$U" finetune-video --data "$W/v.ucs" --val "$W/v.ucs" --preset tiny --patch 8 --epochs 1 \
+  --threads 1 --batch 2 --test-segments 1 --test-crops 1 --output "$W/fvm" >"$W/fvm.out" 2>&1 \
+  && [ "$(grep -c '"top1"' "$W/fvm.out")" = 1 ] && [ -f "$W/fvm/model/config.json" ] \
+  && ok || bad "finetune-video 2 ranks with mixup: $(tail -3 "$W/fvm.out")"
 
 # 5. bench scaling: one JSON row per rank count, global batch = ranks x mini-batch, positive times
 run "$U" bench scaling --model videomae-tiny --ranks 1,2 --batch 4 --steps 3 --warmup 1 --format json >"$W/sc.json" 2>"$W/sc.err" \

@@ -30,7 +30,7 @@
 // queries at a time (the dQ kernel for 32 keys), so that at most 16 x 32 of each is live in fp32.
 // kDropout = false compiles the dropout code out (head size 64 without dropout: the ViTs; the dQ
 // kernel then fits the 168 registers of three CTAs per SM). kKvInSmem (head size 64 without
-// dropout, UNMASK_FLASH_BWD_CTAS_PER_SM=3, opt-in until measured) re-reads the K and V fragments
+// dropout; the default where three CTAs fit, H200 2026-11-28) re-reads the K and V fragments
 // from shared memory every k-step instead of holding them, for three CTAs per SM (12 warps, where
 // the 255-register kernel gets 8 and Nsight Compute found it latency-bound).
 //
@@ -57,8 +57,8 @@ namespace unmask::cuda {
 
 /// dQ of the tensor-core backward: `recompute` (a second kernel recomputes S and dP per query
 /// block: deterministic), `atomic` (the dK/dV kernel adds dS K into an f32 accumulator: fewer
-/// MMAs, run-to-run rounding differences), or `automatic` (UNMASK_CUDA_ATTN_BWD=atomic|recompute
-/// if set, else the default of flash_bwd.cu).
+/// MMAs, run-to-run rounding differences), or `automatic` (the default of flash_bwd.cu: atomic
+/// when `rows` is known).
 enum class FlashBwdDq : uint8_t { automatic, recompute, atomic };
 
 struct FlashBwdParams {
@@ -87,9 +87,12 @@ struct FlashBwdParams {
   int64_t rows = 0;
   // CTAs per SM of the dK/dV kernel: 2 (K and V fragments in registers, 255 of them), 3 (K and V
   // re-read from shared memory every iteration, 168 registers; head size 64 without dropout on
-  // a device where three CTAs' shared memory fits an SM, sm_90; elsewhere runs as 2), or 0:
-  // UNMASK_FLASH_BWD_CTAS_PER_SM if set, else 3 (2 where 3 does not apply). Same results.
+  // a device where three CTAs' shared memory fits an SM, sm_90; elsewhere runs as 2), or 0: 3
+  // (2 where 3 does not apply). Same results.
   int ctas_per_sm = 0;
+  // Sequences of at most 128 keys at head size 64 in one kernel (bwd_short_kernel.cuh; the
+  // default); false runs the dK/dV kernel pair (tests).
+  bool short_kernel = true;
   // Set by flash_attention_backward for the atomic variant: f32 [rows, NH HS], zeroed.
   float* dq_accum = nullptr;
 };

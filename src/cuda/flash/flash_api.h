@@ -23,25 +23,16 @@ AttentionKernel attention_kernel_for(const FlashFwdParams& p);
 
 /// Checks p (throws Error naming the bad value) and runs the kernel attention_kernel_for(p)
 /// names, or the one forced by `force` (naive is always possible; flash throws when p does
-/// not fit it). block_m: the flash kernel's query rows per CTA, 64 or 128; 0 = the environment's
-/// UNMASK_FLASH_BLOCK_M if set (a tuning/test hook), else chosen from the grid size and the
-/// device's SM count (flash/switch.h). warp_rows: query rows per warp, 16 or 32 (32 exists for
-/// head size 64 in 128-row CTAs; elsewhere it runs as 16; with block_m = 0 and no
-/// UNMASK_FLASH_BLOCK_M, 32 takes 128-row CTAs); 0 = UNMASK_FLASH_WARP_ROWS if set, else 16.
+/// not fit it). block_m: the flash kernel's query rows per CTA, 64 or 128 (a test hook:
+/// AttentionTuning::forward_block_m); 0 = chosen from the grid size and the device's SM count
+/// (flash/switch.h). Always 16 query rows per warp.
 void attention_forward(const FlashFwdParams& p, cudaStream_t stream);
-void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m = 0,
-                       int warp_rows = 0);
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m = 0);
 
 /// The dumb reference beside the flash kernel (attention_naive.cu): one warp per (query row,
 /// head), fp32 online softmax over the keys one at a time, any dtype (f32/bf16/f16), any head
 /// size up to 256, any row strides. Slow; for f32, unusual shapes and tests.
 void attention_naive_forward(const FlashFwdParams& p, cudaStream_t stream);
-
-/// A 0/1 switch of the attention kernels from the environment (unset: false), read on every
-/// call; another value throws an Error naming the variable, `op` and what `on` and `off` run.
-bool flash_env_switch(const char* name, const char* op, const char* on, const char* off);
-/// The same with the given default for an unset variable.
-bool flash_env_switch_default(const char* name, bool fallback, const char* op, const char* on, const char* off);
 
 struct FlashBwdParams;  // flash/bwd_kernel.cuh
 /// Whether the tensor-core backward (flash/flash_bwd.cu) has an instance for this head size.
@@ -54,7 +45,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream);
 /// and benchmarks that must know which code ran; a call launches one or two kernels): head size
 /// 64 without attention dropout (kernels compiled without the dropout code), and the dK/dV
 /// kernel with K and V in shared memory (three CTAs per SM on sm_90; FlashBwdParams::ctas_per_sm),
-/// and the one-kernel backward of sequences of at most 128 keys (UNMASK_FLASH_BWD_SHORT).
+/// and the one-kernel backward of sequences of at most 128 keys (FlashBwdParams::short_kernel).
 struct FlashBwdLaunchStats {
   uint64_t without_dropout = 0, kv_in_smem = 0, short_seq = 0;
 };

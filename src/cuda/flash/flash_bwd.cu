@@ -1,16 +1,15 @@
 // cuda/flash/flash_bwd.cu: the checked entry of the tensor-core attention backward (bwd_kernel.cuh).
 // Instances: bf16, head sizes 64 (BERT-base/large, ViT-S/B/L and their decoders), 80, 88 and 128
 // (the forward's set); other head sizes keep the f32 kernels (attention_train.cu). dQ by atomics
-// in the dK/dV kernel (FlashBwdDq; the default), or by the deterministic recompute kernel. On by
-// default (UNMASK_FLASH_BWD_SHORT=0 turns it off): sequences of at most 128 keys at head size 64
-// in one kernel per (sequence, head), dQ summed in the CTA (bwd_short_kernel.cuh).
+// in the dK/dV kernel (FlashBwdDq; the default), or by the deterministic recompute kernel.
+// Sequences of at most 128 keys at head size 64 run in one kernel per (sequence, head), dQ summed
+// in the CTA (bwd_short_kernel.cuh; FlashBwdParams::short_kernel false runs the pair instead).
 #include <algorithm>
 #include <atomic>
 #include <optional>
 #include <cstdlib>
 #include <string>
 
-#include "core/env.h"
 #include "cuda/common.cuh"
 #include "cuda/flash/bwd_kernel.cuh"
 #include "cuda/flash/bwd_short_kernel.cuh"
@@ -47,29 +46,12 @@ __global__ void dq_from_accum_kernel(void* dq, int64_t ld, bool bf16, const floa
 /// ViT-B's 1,568-key decoder +2.4%). Up to two 64-key blocks it is bitwise reproducible: each dQ
 /// element gets at most two atomic adds into a zeroed f32 accumulator, and 0 + a + b = 0 + b + a
 /// exactly. Past 128 keys three or more adds depend on their order: run-to-run differences in the
-/// last bit; UNMASK_CUDA_ATTN_BWD=recompute (or FlashBwdParams::dq_mode) gives the deterministic
-/// second kernel.
+/// last bit; FlashBwdParams::dq_mode = recompute (ContextOptions::kernels.deterministic) gives the
+/// deterministic second kernel.
 
-/// The dQ scheme for p: its own choice, else UNMASK_CUDA_ATTN_BWD, else atomic; atomic needs the
-/// batch's row count.
-/// UNMASK_CUDA_ATTN_BWD's dQ scheme, automatic when unset; throws on another value (checked on
-/// every backward, whatever scheme or kernel the call then takes).
-FlashBwdDq env_dq_mode() {
-  const char* env = std::getenv("UNMASK_CUDA_ATTN_BWD");
-  if (!env) return FlashBwdDq::automatic;
-  const std::string v = env;
-  UNMASK_CHECK(v == "atomic" || v == "recompute", "UNMASK_CUDA_ATTN_BWD=", v,
-               " is not a dQ scheme of the tensor-core attention backward: use atomic (the default: faster; "
-               "run-to-run rounding differences past 128 keys) or recompute (deterministic)");
-  return v == "atomic" ? FlashBwdDq::atomic : FlashBwdDq::recompute;
-}
-
+/// The dQ scheme for p: its own choice, else atomic; atomic needs the batch's row count.
 FlashBwdDq resolve_dq_mode(const FlashBwdParams& p) {
-  FlashBwdDq mode = p.dq_mode;
-  if (mode == FlashBwdDq::automatic) {
-    mode = FlashBwdDq::atomic;
-    if (const FlashBwdDq env = env_dq_mode(); env != FlashBwdDq::automatic) mode = env;
-  }
+  const FlashBwdDq mode = p.dq_mode == FlashBwdDq::automatic ? FlashBwdDq::atomic : p.dq_mode;
   return mode == FlashBwdDq::atomic && p.rows > 0 ? FlashBwdDq::atomic : FlashBwdDq::recompute;
 }
 
@@ -81,16 +63,12 @@ bool three_ctas_fit(size_t smem_bytes) {
   return 3 * (smem_bytes + 1024) <= size_t(bytes);  // 1 KB a CTA reserved by the driver
 }
 
-/// The CTA count asked for: p.ctas_per_sm, else UNMASK_FLASH_BWD_CTAS_PER_SM (checked either
-/// way), else 3 (H200, 2026-11-28, with atomic dQ: ViT-B +2.4%, BERT-large +1.1%).
+/// The CTA count asked for: p.ctas_per_sm, else 3 (H200, 2026-11-28, with atomic dQ: ViT-B +2.4%,
+/// BERT-large +1.1%).
 int requested_dkdv_ctas(const FlashBwdParams& p) {
-  int ctas = env_choice("UNMASK_FLASH_BWD_CTAS_PER_SM", {2, 3}, 3,
-                        "CTAs a SM of the attention backward's dK/dV kernel: 3 re-reads K and V from shared memory "
-                        "(the default where they fit), 2 keeps their fragments in registers");
-  if (p.ctas_per_sm != 0) ctas = p.ctas_per_sm;
-  UNMASK_CHECK(ctas == 2 || ctas == 3, "attention backward (cuda, bf16): ctas_per_sm = ", p.ctas_per_sm,
-               " must be 0, 2 or 3");
-  return ctas;
+  UNMASK_CHECK(p.ctas_per_sm == 0 || p.ctas_per_sm == 2 || p.ctas_per_sm == 3,
+               "attention backward (cuda, bf16): ctas_per_sm = ", p.ctas_per_sm, " must be 0, 2 or 3");
+  return p.ctas_per_sm == 0 ? 3 : p.ctas_per_sm;
 }
 
 /// CTAs per SM of the dK/dV kernel for p: 3 (K and V re-read from shared memory, 168
@@ -99,15 +77,6 @@ int requested_dkdv_ctas(const FlashBwdParams& p) {
 int resolve_dkdv_ctas(const FlashBwdParams& p, bool atomic) {
   if (requested_dkdv_ctas(p) != 3 || p.head_dim != 64 || p.dropout_p != 0.0f) return 2;
   return flash_bwd_three_ctas_available(atomic) ? 3 : 2;  // flash_api.h; defined below
-}
-
-/// UNMASK_FLASH_BWD_SHORT: the one-kernel backward of short sequences (bwd_short_kernel.cuh:
-/// head size 64, at most 128 keys). On by default (H200, 2026-11-28, BERT-large phase 1: 1,430
-/// seq/s against 1,406); UNMASK_FLASH_BWD_SHORT=0 runs the dK/dV kernel pair.
-bool short_kernel_requested() {
-  return flash_env_switch_default("UNMASK_FLASH_BWD_SHORT", true, "the attention backward",
-                          "sequences of at most 128 keys (head size 64) in one kernel with dQ summed in the CTA",
-                          "the dK/dV kernel pair");
 }
 
 std::atomic<uint64_t> g_launches_without_dropout{0}, g_launches_kv_in_smem{0}, g_launches_short{0};
@@ -158,7 +127,7 @@ template <int HD, bool kDropout>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   using Kt = FlashBwdTraits<HD>;
   if constexpr (HD == 64) {
-    if (p.max_seqlen <= kFlashBwdShortMaxSeqlen && short_kernel_requested()) {
+    if (p.max_seqlen <= kFlashBwdShortMaxSeqlen && p.short_kernel) {
       if (!kDropout) g_launches_without_dropout.fetch_add(1, std::memory_order_relaxed);
       return run_flash_bwd_short<kDropout>(p, stream);
     }
@@ -209,17 +178,6 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool flash_env_switch(const char* name, const char* op, const char* on, const char* off) {
-  const std::string what = std::string("a switch of ") + op + ": 1 runs " + on + ", 0 (the default) " + off;
-  return env_switch(name, false, what.c_str());
-}
-
-bool flash_env_switch_default(const char* name, bool fallback, const char* op, const char* on, const char* off) {
-  const std::string what = std::string("a switch of ") + op + ": 1 runs " + on + (fallback ? " (the default)" : "") +
-                           ", 0 " + (fallback ? "" : "(the default) ") + off;
-  return env_switch(name, fallback, what.c_str());
-}
-
 bool flash_bwd_three_ctas_available(bool atomic_dq) {
   using Kt = FlashBwdTraits<64>;
   return three_ctas_fit(atomic_dq ? FlashBwdDkdvSmem<Kt, true, true>::kBytes : FlashBwdDkdvSmem<Kt, false, true>::kBytes);
@@ -255,9 +213,7 @@ void flash_attention_backward(const FlashBwdParams& p, cudaStream_t stream) {
   UNMASK_CHECK(p.rows >= 0 && p.rows <= int64_t(p.batch) * p.max_seqlen,
                "attention backward (cuda, bf16): rows = ", p.rows, " must be the batch's row count (at most B T = ",
                int64_t(p.batch) * p.max_seqlen, "), or 0");
-  requested_dkdv_ctas(p);  // a bad ctas_per_sm / UNMASK_FLASH_BWD_CTAS_PER_SM fails on any batch
-  short_kernel_requested();  // and a bad UNMASK_FLASH_BWD_SHORT
-  env_dq_mode();  // and UNMASK_CUDA_ATTN_BWD, which an explicit dq_mode and the short kernel skip
+  requested_dkdv_ctas(p);  // a bad ctas_per_sm fails on any batch
   if (p.batch == 0 || p.max_seqlen == 0) return;
   switch (p.head_dim) {
     case 64: return run_flash_bwd<64>(p, stream);

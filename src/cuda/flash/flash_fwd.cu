@@ -2,7 +2,6 @@
 #include <cmath>
 #include <string>
 
-#include "core/env.h"
 #include "cuda/common.cuh"
 #include "cuda/flash/flash_api.h"
 #include "cuda/flash/switch.h"
@@ -50,8 +49,7 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream) {
   attention_forward(p, stream, attention_kernel_for(p));
 }
 
-void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m,
-                       int warp_rows) {
+void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKernel force, int block_m) {
   check_params(p);
   if (p.batch == 0 || p.max_seqlen == 0) return;
   const bool flash_kernel = force == AttentionKernel::flash;
@@ -72,21 +70,8 @@ void attention_forward(const FlashFwdParams& p, cudaStream_t stream, AttentionKe
   // CTAs (1,234 clips/s, 1,409 seq/s: a tie, 13.07 ms).
   UNMASK_CHECK(block_m == 0 || block_m == 64 || block_m == 128, "attention (cuda): block_m must be 0, 64 or 128, got ",
                block_m);
-  UNMASK_CHECK(warp_rows == 0 || warp_rows == 16 || warp_rows == 32,
-               "attention (cuda): warp_rows must be 0, 16 or 32, got ", warp_rows);
-  if (warp_rows == 0) {
-    // Tuning and test hook: UNMASK_FLASH_WARP_ROWS=32 asks for two row tiles per warp.
-    warp_rows = env_choice("UNMASK_FLASH_WARP_ROWS", {16, 32}, 16);
-  }
-  if (block_m == 0) {
-    // Tuning and test hook: UNMASK_FLASH_BLOCK_M=64|128 overrides the heuristic.
-    block_m = env_choice("UNMASK_FLASH_BLOCK_M", {64, 128}, 0);
-  }
-  // 32 rows per warp come in 128-row CTAs (4 warps): asked for with no CTA height asked for,
-  // they take that height instead of the heuristic's.
-  if (block_m == 0 && warp_rows == 32 && flash::flash_fwd_has_two_tile_warps(p.head_dim, 128)) block_m = 128;
   if (block_m == 0) block_m = flash::flash_fwd_block_m(p, current_device_attribute<cudaDevAttrMultiProcessorCount>());
-  const bool ran = flash::flash_fwd_switch(p, block_m, warp_rows, stream);
+  const bool ran = flash::flash_fwd_switch(p, block_m, stream);
   UNMASK_CHECK(ran, "attention (cuda): no flash instance for HS=", p.head_dim, " ", dtype_name(p.dtype));
 }
 

@@ -1,11 +1,10 @@
 // cuda/flash/fwd_kernel.cuh: flash attention forward on tensor cores (mma.sync m16n8k16).
 //
 // Grid: (ceil(max_seqlen / kBlockM), NH, B). CTA (m, h, b) computes output rows
-// m*kBlockM .. +kBlockM-1 of head h of sequence b; warp w owns 16 kMTiles of those rows, row
-// tile mt of it rows (w kMTiles + mt) 16 .. +15 (traits.h says why two tiles).
+// m*kBlockM .. +kBlockM-1 of head h of sequence b; warp w owns rows 16 w .. +15 of those.
 //
 //   load Q tile -> smem (cp.async), K/V tile 0 -> smem buffer 0
-//   for each key block j (kBlockN keys), per row tile of 16 rows:
+//   for each key block j (kBlockN keys):
 //     prefetch K/V tile j+1 into the other buffer (cp.async), write its key mask to smem
 //     wait for tile j; Q fragments -> registers (first step only)
 //     S = Q K^T                 [16 x kBlockN] per warp, fp32 in registers
@@ -129,39 +128,33 @@ __device__ __forceinline__ const T* fwd_head_row(const void* base, int64_t row, 
   return static_cast<const T*>(base) + row * row_stride + head * D;
 }
 
-/// One warp's running state over its query rows (16 kMTiles of them) while the key blocks go
-/// by: Q fragments, O accumulators, the rows' running max and this thread's partial sums (log2
-/// domain; quad-reduced in fwd_store_rows). Registers once inlined.
+/// One warp's running state over its 16 query rows while the key blocks go by: Q fragments, O
+/// accumulators, the rows' running max and this thread's partial sums (log2 domain; quad-reduced
+/// in fwd_store_rows). Registers once inlined.
 template <typename Kt>
 struct FwdWarpState {
-  uint32_t q_frag[Kt::kMTiles][Kt::kKSteps][4];
-  float acc_o[Kt::kMTiles][Kt::kNTilesO][4];
-  float row_max[Kt::kMTiles][2], row_sum[Kt::kMTiles][2];
+  uint32_t q_frag[Kt::kKSteps][4];
+  float acc_o[Kt::kNTilesO][4];
+  float row_max[2], row_sum[2];
 };
 
 template <typename Kt>
 __device__ __forceinline__ void fwd_reset(FwdWarpState<Kt>& st) {
 #pragma unroll
-  for (int mt = 0; mt < Kt::kMTiles; ++mt) {
-#pragma unroll
-    for (int i = 0; i < Kt::kNTilesO; ++i)
-      st.acc_o[mt][i][0] = st.acc_o[mt][i][1] = st.acc_o[mt][i][2] = st.acc_o[mt][i][3] = 0.0f;
-    st.row_max[mt][0] = st.row_max[mt][1] = -INFINITY;
-    st.row_sum[mt][0] = st.row_sum[mt][1] = 0.0f;
-  }
+  for (int i = 0; i < Kt::kNTilesO; ++i) st.acc_o[i][0] = st.acc_o[i][1] = st.acc_o[i][2] = st.acc_o[i][3] = 0.0f;
+  st.row_max[0] = st.row_max[1] = -INFINITY;
+  st.row_sum[0] = st.row_sum[1] = 0.0f;
 }
 
 /// Q fragments of this warp's rows, all k-steps, from the padded [kBlockM][kSmemStride] tile.
 template <typename Kt>
 __device__ __forceinline__ void fwd_load_q(FwdWarpState<Kt>& st, const typename Kt::Element* sQ, int warp, int lane) {
-  constexpr int MT = Kt::kMTiles, LDS = Kt::kSmemStride;
+  constexpr int LDS = Kt::kSmemStride;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int ks = 0; ks < Kt::kKSteps; ++ks) {
-      const int r = (warp * MT + mt) * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = ks * 16 + (lane / 16) * 8;
-      ldmatrix_x4(st.q_frag[mt][ks], sQ + r * LDS + c);
-    }
+  for (int ks = 0; ks < Kt::kKSteps; ++ks) {
+    const int r = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = ks * 16 + (lane / 16) * 8;
+    ldmatrix_x4(st.q_frag[ks], sQ + r * LDS + c);
+  }
 }
 
 /// Key block j (keys j kBlockN .. +kBlockN-1 of the sequence) for this warp's rows: S = Q K^T,
@@ -174,13 +167,11 @@ __device__ __forceinline__ void fwd_key_block(FwdWarpState<Kt>& st, const typena
                                               const FlashFwdParams& p, int j, int head, int64_t seq_start, int q0,
                                               bool quad_dropout, int warp, int lane) {
   using T = typename Kt::Element;
-  constexpr int BN = Kt::kBlockN, LDS = Kt::kSmemStride, MT = Kt::kMTiles;
-  // ---- S = Q K^T for this warp's rows and BN keys: each K fragment feeds MT row tiles ----
-  float acc_s[MT][Kt::kNTilesS][4];
+  constexpr int BN = Kt::kBlockN, LDS = Kt::kSmemStride;
+  // ---- S = Q K^T for this warp's 16 rows and BN keys ----
+  float acc_s[Kt::kNTilesS][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int i = 0; i < Kt::kNTilesS; ++i) acc_s[mt][i][0] = acc_s[mt][i][1] = acc_s[mt][i][2] = acc_s[mt][i][3] = 0.0f;
+  for (int i = 0; i < Kt::kNTilesS; ++i) acc_s[i][0] = acc_s[i][1] = acc_s[i][2] = acc_s[i][3] = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < Kt::kKSteps; ++ks) {
 #pragma unroll
@@ -188,62 +179,48 @@ __device__ __forceinline__ void fwd_key_block(FwdWarpState<Kt>& st, const typena
       uint32_t kf[4];
       const int key = np * 16 + (lane % 8) + (lane / 16) * 8, c = ks * 16 + ((lane / 8) % 2) * 8;
       ldmatrix_x4(kf, sKb + key * LDS + c);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma_16816<T>(acc_s[mt][2 * np], st.q_frag[mt][ks], kf[0], kf[1]);
-        mma_16816<T>(acc_s[mt][2 * np + 1], st.q_frag[mt][ks], kf[2], kf[3]);
-      }
+      mma_16816<T>(acc_s[2 * np], st.q_frag[ks], kf[0], kf[1]);
+      mma_16816<T>(acc_s[2 * np + 1], st.q_frag[ks], kf[2], kf[3]);
     }
   }
 
-  // ---- online softmax (log2 domain), per row tile ----
+  // ---- online softmax (log2 domain) ----
+  float corr[2];
+  online_softmax_tile(acc_s, st.row_max, st.row_sum, corr, bias, p.scale_log2, lane);
+  if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
+    const int64_t row_g = (int64_t(head) * p.lse_head_stride + seq_start + q0 + warp * 16 + lane / 4);
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    float corr[2];
-    online_softmax_tile(acc_s[mt], st.row_max[mt], st.row_sum[mt], corr, bias, p.scale_log2, lane);
-    if (p.dropout_p > 0.0f) {  // training: P V uses the dropped probabilities, the row sums do not
-      const int64_t row_g =
-          (int64_t(head) * p.lse_head_stride + seq_start + q0 + (warp * MT + mt) * 16 + lane / 4);
+    for (int t = 0; t < Kt::kNTilesS; ++t) {
+      float f[4];
+      dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
+                        uint64_t(p.max_seqlen), j * BN + t * 8, quad_dropout, lane);
 #pragma unroll
-      for (int t = 0; t < Kt::kNTilesS; ++t) {
-        float f[4];
-        dropout_factors_s(f, p.dropout_p, p.dropout_seed, p.dropout_offset + uint64_t(row_g * p.max_seqlen),
-                          uint64_t(p.max_seqlen), j * BN + t * 8, quad_dropout, lane);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][t][e] *= f[e];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < Kt::kNTilesO; ++i) {
-      st.acc_o[mt][i][0] *= corr[0];
-      st.acc_o[mt][i][1] *= corr[0];
-      st.acc_o[mt][i][2] *= corr[1];
-      st.acc_o[mt][i][3] *= corr[1];
+      for (int e = 0; e < 4; ++e) acc_s[t][e] *= f[e];
     }
   }
+#pragma unroll
+  for (int i = 0; i < Kt::kNTilesO; ++i) {
+    st.acc_o[i][0] *= corr[0];
+    st.acc_o[i][1] *= corr[0];
+    st.acc_o[i][2] *= corr[1];
+    st.acc_o[i][3] *= corr[1];
+  }
 
-  // ---- O += P V: P from registers (A operand), V via ldmatrix.trans (B operand), each V
-  // fragment feeding MT row tiles ----
+  // ---- O += P V: P from registers (A operand), V via ldmatrix.trans (B operand) ----
 #pragma unroll
   for (int kt = 0; kt < BN / 16; ++kt) {
-    uint32_t pf[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      pf[mt][0] = pack2<T>(acc_s[mt][2 * kt][0], acc_s[mt][2 * kt][1]);
-      pf[mt][1] = pack2<T>(acc_s[mt][2 * kt][2], acc_s[mt][2 * kt][3]);
-      pf[mt][2] = pack2<T>(acc_s[mt][2 * kt + 1][0], acc_s[mt][2 * kt + 1][1]);
-      pf[mt][3] = pack2<T>(acc_s[mt][2 * kt + 1][2], acc_s[mt][2 * kt + 1][3]);
-    }
+    uint32_t pf[4];
+    pf[0] = pack2<T>(acc_s[2 * kt][0], acc_s[2 * kt][1]);
+    pf[1] = pack2<T>(acc_s[2 * kt][2], acc_s[2 * kt][3]);
+    pf[2] = pack2<T>(acc_s[2 * kt + 1][0], acc_s[2 * kt + 1][1]);
+    pf[3] = pack2<T>(acc_s[2 * kt + 1][2], acc_s[2 * kt + 1][3]);
 #pragma unroll
     for (int dp = 0; dp < Kt::kNTilesO / 2; ++dp) {
       uint32_t vf[4];
       const int key = kt * 16 + (lane % 8) + ((lane / 8) % 2) * 8, c = dp * 16 + (lane / 16) * 8;
       ldmatrix_x4_trans(vf, sVb + key * LDS + c);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma_16816<T>(st.acc_o[mt][2 * dp], pf[mt], vf[0], vf[1]);
-        mma_16816<T>(st.acc_o[mt][2 * dp + 1], pf[mt], vf[2], vf[3]);
-      }
+      mma_16816<T>(st.acc_o[2 * dp], pf, vf[0], vf[1]);
+      mma_16816<T>(st.acc_o[2 * dp + 1], pf, vf[2], vf[3]);
     }
   }
 }
@@ -255,43 +232,40 @@ __device__ __forceinline__ void fwd_store_rows(const FwdWarpState<Kt>& st, const
                                                typename Kt::Element* gO, int head, int64_t seq_start, int q0,
                                                int seqlen, int warp, int lane) {
   using T = typename Kt::Element;
-  constexpr int D = Kt::kHeadDim, MT = Kt::kMTiles;
+  constexpr int D = Kt::kHeadDim;
+  float inv[2];
+  const int row0 = warp * 16 + lane / 4, row1 = row0 + 8;
+  const bool ok0 = q0 + row0 < seqlen, ok1 = q0 + row1 < seqlen;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    float inv[2];
-    const int row0 = (warp * MT + mt) * 16 + lane / 4, row1 = row0 + 8;
-    const bool ok0 = q0 + row0 < seqlen, ok1 = q0 + row1 < seqlen;
+  for (int r = 0; r < 2; ++r) {
+    float l = st.row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+    if (p.lse && lane % 4 == 0 && (r == 0 ? ok0 : ok1))  // ln(sum exp(S scale)) = (m + log2 l) ln 2
+      p.lse[head * p.lse_head_stride + seq_start + q0 + (r == 0 ? row0 : row1)] =
+          l > 0.0f ? (st.row_max[r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+  }
+  float* gOf = static_cast<float*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;  // o_f32 only
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = st.row_sum[mt][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
-      if (p.lse && lane % 4 == 0 && (r == 0 ? ok0 : ok1))  // ln(sum exp(S scale)) = (m + log2 l) ln 2
-        p.lse[head * p.lse_head_stride + seq_start + q0 + (r == 0 ? row0 : row1)] =
-            l > 0.0f ? (st.row_max[mt][r] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-    }
-    float* gOf = static_cast<float*>(p.o) + (seq_start + q0) * p.o_row_stride + head * D;  // o_f32 only
-#pragma unroll
-    for (int i = 0; i < Kt::kNTilesO; ++i) {
-      if (i * 8 >= D) break;  // pad columns (HS not a multiple of 16)
-      const int c = i * 8 + (lane % 4) * 2;
-      if (p.o_f32) {
-        if (ok0)
-          *reinterpret_cast<float2*>(gOf + int64_t(row0) * p.o_row_stride + c) =
-              make_float2(st.acc_o[mt][i][0] * inv[0], st.acc_o[mt][i][1] * inv[0]);
-        if (ok1)
-          *reinterpret_cast<float2*>(gOf + int64_t(row1) * p.o_row_stride + c) =
-              make_float2(st.acc_o[mt][i][2] * inv[1], st.acc_o[mt][i][3] * inv[1]);
-        continue;
-      }
+  for (int i = 0; i < Kt::kNTilesO; ++i) {
+    if (i * 8 >= D) break;  // pad columns (HS not a multiple of 16)
+    const int c = i * 8 + (lane % 4) * 2;
+    if (p.o_f32) {
       if (ok0)
-        *reinterpret_cast<uint32_t*>(gO + int64_t(row0) * p.o_row_stride + c) =
-            pack2<T>(st.acc_o[mt][i][0] * inv[0], st.acc_o[mt][i][1] * inv[0]);
+        *reinterpret_cast<float2*>(gOf + int64_t(row0) * p.o_row_stride + c) =
+            make_float2(st.acc_o[i][0] * inv[0], st.acc_o[i][1] * inv[0]);
       if (ok1)
-        *reinterpret_cast<uint32_t*>(gO + int64_t(row1) * p.o_row_stride + c) =
-            pack2<T>(st.acc_o[mt][i][2] * inv[1], st.acc_o[mt][i][3] * inv[1]);
+        *reinterpret_cast<float2*>(gOf + int64_t(row1) * p.o_row_stride + c) =
+            make_float2(st.acc_o[i][2] * inv[1], st.acc_o[i][3] * inv[1]);
+      continue;
     }
+    if (ok0)
+      *reinterpret_cast<uint32_t*>(gO + int64_t(row0) * p.o_row_stride + c) =
+          pack2<T>(st.acc_o[i][0] * inv[0], st.acc_o[i][1] * inv[0]);
+    if (ok1)
+      *reinterpret_cast<uint32_t*>(gO + int64_t(row1) * p.o_row_stride + c) =
+          pack2<T>(st.acc_o[i][2] * inv[1], st.acc_o[i][3] * inv[1]);
   }
 }
 
@@ -335,7 +309,7 @@ __global__ void __launch_bounds__(Kt::kThreads) flash_fwd_kernel(const __grid_co
   cp_async_commit();
   load_key_bias<Kt>(sBias, p, b, 0, seqlen, tid);
 
-  FwdWarpState<Kt> st;  // this warp's rows: (warp kMTiles + mt) 16 .. +15 of the CTA, per row tile mt
+  FwdWarpState<Kt> st;  // this warp's rows: warp 16 .. +15 of the CTA
   fwd_reset(st);
 
   const bool quad_dropout = dropout_quads_aligned(p.dropout_offset, p.max_seqlen);

@@ -1,14 +1,8 @@
 // cuda/flash/switch.h: the one runtime-to-template switch of the flash forward kernel.
 //
 // Supported: head sizes 64, 80, 88, 128 x bf16, fp16 x 64 or 128 query rows per CTA, 16 rows per
-// warp; and head size 64 x bf16, fp16 x 128 rows per CTA with 32 rows per warp (instances in
-// flash/gen/, written by flash/gen/generate.py; keep the lists equal). Anything else goes to the
-// naive kernel.
-//
-// Rows per warp: 32 (two MMA row tiles, 4 warps for 128 rows) reads each K and V fragment from
-// shared memory once for two MMAs instead of one (flash/traits.h). Not yet measured, so opt-in:
-// UNMASK_FLASH_WARP_ROWS=32 or the warp_rows argument of attention_forward; where there is no
-// 32-row instance (other head sizes, 64-row CTAs) 16 is used.
+// warp (instances in flash/gen/, written by flash/gen/generate.py; keep the lists equal).
+// Anything else goes to the naive kernel.
 //
 // Block rows: 128 (8 warps) loads each K/V tile once for twice as many queries as 64 (4 warps),
 // halving the shared-memory fill traffic per query, but makes half as many CTAs. We take 128
@@ -26,7 +20,7 @@
 
 namespace unmask::cuda::flash {
 
-template <int HD, typename T, int BM, int MT>
+template <int HD, typename T, int BM>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream);  // flash/launch.cuh
 
 constexpr int kFlashHeadDims[] = {64, 80, 88, 128};
@@ -44,37 +38,28 @@ inline int flash_fwd_block_m(const FlashFwdParams& p, int num_sms) {
   return ctas128 >= 2LL * num_sms ? 128 : 64;
 }
 
-/// Whether (head_dim, block_m) has an instance with 32 rows per warp.
-inline bool flash_fwd_has_two_tile_warps(int head_dim, int block_m) { return head_dim == 64 && block_m == 128; }
-
 template <typename T, int BM>
-bool flash_fwd_switch_head_dim(const FlashFwdParams& p, int warp_rows, cudaStream_t stream) {
-  if constexpr (BM == 128) {
-    if (warp_rows == 32 && p.head_dim == 64) {
-      run_flash_fwd<64, T, 128, 2>(p, stream);
-      return true;
-    }
-  }
+bool flash_fwd_switch_head_dim(const FlashFwdParams& p, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: run_flash_fwd<64, T, BM, 1>(p, stream); return true;
-    case 80: run_flash_fwd<80, T, BM, 1>(p, stream); return true;
-    case 88: run_flash_fwd<88, T, BM, 1>(p, stream); return true;
-    case 128: run_flash_fwd<128, T, BM, 1>(p, stream); return true;
+    case 64: run_flash_fwd<64, T, BM>(p, stream); return true;
+    case 80: run_flash_fwd<80, T, BM>(p, stream); return true;
+    case 88: run_flash_fwd<88, T, BM>(p, stream); return true;
+    case 128: run_flash_fwd<128, T, BM>(p, stream); return true;
     default: return false;
   }
 }
 
-/// Calls the instance for (p.head_dim, p.dtype, block_m, warp_rows: 16 or 32, 32 only where
-/// flash_fwd_has_two_tile_warps); returns false when there is none.
-inline bool flash_fwd_switch(const FlashFwdParams& p, int block_m, int warp_rows, cudaStream_t stream) {
+/// Calls the instance for (p.head_dim, p.dtype, block_m: 64 or 128); returns false when there is
+/// none.
+inline bool flash_fwd_switch(const FlashFwdParams& p, int block_m, cudaStream_t stream) {
   const bool m128 = block_m == 128;
   switch (p.dtype) {
     case DType::bf16:
-      return m128 ? flash_fwd_switch_head_dim<__nv_bfloat16, 128>(p, warp_rows, stream)
-                  : flash_fwd_switch_head_dim<__nv_bfloat16, 64>(p, warp_rows, stream);
+      return m128 ? flash_fwd_switch_head_dim<__nv_bfloat16, 128>(p, stream)
+                  : flash_fwd_switch_head_dim<__nv_bfloat16, 64>(p, stream);
     case DType::f16:
-      return m128 ? flash_fwd_switch_head_dim<__half, 128>(p, warp_rows, stream)
-                  : flash_fwd_switch_head_dim<__half, 64>(p, warp_rows, stream);
+      return m128 ? flash_fwd_switch_head_dim<__half, 128>(p, stream)
+                  : flash_fwd_switch_head_dim<__half, 64>(p, stream);
     default: return false;
   }
 }

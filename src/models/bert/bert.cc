@@ -30,7 +30,6 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
 #include "io/safetensors.h"
 #include "models/bert/checkpoint.h"
 #include "models/bert/weights.h"
@@ -49,13 +48,6 @@ using ops::Activation;
 using ops::Trans;
 
 Activation hidden_activation(HiddenAct a) { return a == HiddenAct::gelu ? Activation::gelu : Activation::gelu_tanh; }
-
-// Whether the forward packs its Linear weights (ops::pack_weight); UNMASK_PACKED_GEMM=0 keeps
-// the unpacked ops::gemm path (for A/B measurements and as a fallback).
-bool packed_gemm_enabled() {
-  static const bool on = env_switch("UNMASK_PACKED_GEMM", true);
-  return on;
-}
 
 // Reads an i32/i64 tensor's elements as int64 (for validation and position ids).
 int64_t read_index(const Tensor& t, int64_t i) {
@@ -177,13 +169,12 @@ Tensor to_layout(const Tensor& t, const BatchLayout& L) {
   return t.view({L.B, L.T, t.size(1)});
 }
 
-// y = act(x @ W^T + b) (+ residual, when given) with W packed (wp, when defined) or unpacked (w).
+// y = act(x @ W^T + b) with W packed (wp, when defined) or unpacked (w).
 void linear_into(Context& ctx, const Tensor& x, const Tensor& w, const ops::PackedWeight& wp, const Tensor& b,
-                 Tensor& y, Activation act = Activation::none, const Tensor* residual = nullptr) {
+                 Tensor& y, Activation act = Activation::none) {
   ops::GemmArgs args;
   args.bias = b.defined() ? &b : nullptr;
   args.act = act;
-  if (residual) args.beta = 1.0f, args.addend = residual;
   if (wp.defined())
     ops::gemm_packed(ctx, x, wp, y, args);
   else
@@ -266,25 +257,16 @@ BertOutputs run_encoder(Context& ctx, const BertWeights& W, const BatchLayout& L
     aa.key_padding_mask = in.mask.defined() ? &in.mask : nullptr;
   }
   const Activation ffn_act = hidden_activation(cfg.hidden_act);
-  // bf16 / f16 on CUDA: the residual rides in the projection GEMM as cuBLASLt's C operand (h = x +
-  // attn Wo^T + bo rounded to 16 bits, as PyTorch's 16-bit add rounds the sum; cuBLASLt may round
-  // the product before adding C, gemm_cublaslt.cc), so each LayerNorm reads one [N, C] tensor
-  // instead of two: ~0.5 GB of traffic less at 256 x 128 for BERT-base. Elsewhere the LayerNorm
-  // adds it (the GEMM would copy it into h first).
-  bool residual_in_gemm = dev == Device::cuda && dt != DType::f32;
-#ifdef UNMASK_WITH_CUDA
-  if (const cuda::CudaState* st = ctx.cuda_state()) residual_in_gemm = residual_in_gemm && st->residual_in_gemm;
-#endif
-  const Tensor* gemm_residual = residual_in_gemm ? &x : nullptr;
-  const Tensor* ln_residual = residual_in_gemm ? nullptr : &x;
+  // The residual is added by the LayerNorm (it reads h and x). The residual as the projection
+  // GEMM's C operand, one tensor for the LayerNorm to read, was slower on an H200 (BENCHMARKS.md).
   for (const BertLayerWeights& lw : W.layers) {
     linear_into(ctx, x, lw.qkv_w, lw.qkv_p, lw.qkv_b, qkv);
     ops::attention(ctx, qkv.slice(1, 0, C), qkv.slice(1, C, 2 * C), qkv.slice(1, 2 * C, 3 * C), attn, aa);
-    linear_into(ctx, attn, lw.attn_out_w, lw.attn_out_p, lw.attn_out_b, h, Activation::none, gemm_residual);
-    ops::layernorm(ctx, h, ln_residual, lw.ln1_g, lw.ln1_b, eps, x);  // x = LN(h + x)
+    linear_into(ctx, attn, lw.attn_out_w, lw.attn_out_p, lw.attn_out_b, h);
+    ops::layernorm(ctx, h, &x, lw.ln1_g, lw.ln1_b, eps, x);  // x = LN(h + x)
     linear_into(ctx, x, lw.ffn_in_w, lw.ffn_in_p, lw.ffn_in_b, f, ffn_act);
-    linear_into(ctx, f, lw.ffn_out_w, lw.ffn_out_p, lw.ffn_out_b, h, Activation::none, gemm_residual);
-    ops::layernorm(ctx, h, ln_residual, lw.ln2_g, lw.ln2_b, eps, x);  // x = LN(h2 + x1)
+    linear_into(ctx, f, lw.ffn_out_w, lw.ffn_out_p, lw.ffn_out_b, h);
+    ops::layernorm(ctx, h, &x, lw.ln2_g, lw.ln2_b, eps, x);  // x = LN(h2 + x1)
   }
 
   BertOutputs out;
@@ -328,7 +310,6 @@ struct GraphKey {
   uint64_t context;  // CudaState::id: a graph holds its context's stream and cuBLASLt workspace
   bool tf32;         // CudaState settings the captured GEMMs were planned with
   DType autocast;
-  bool residual_in_gemm, epilogue_round_once;  // CudaState settings that change the captured work
   HiddenAct act;     // baked into the captured epilogues (set_hidden_act also clears the cache)
   bool packed, has_mask, embeddings;
   DType mask_dtype;
@@ -369,7 +350,7 @@ BertOutputs forward_graphed(Context& ctx, BertWeights& W, const BatchLayout& L, 
   const Device dev = ctx.device();
   EncoderInputs host = stage_inputs(L, opt);
   const cuda::CudaState& cs = cuda::cuda_state(ctx);
-  GraphKey key{cs.id, cs.allow_tf32, cs.autocast, cs.residual_in_gemm, cs.epilogue_round_once, W.config.hidden_act,
+  GraphKey key{cs.id, cs.allow_tf32, cs.autocast, W.config.hidden_act,
                L.packed, host.mask.defined(), opt.embeddings,
                host.mask.defined() ? host.mask.dtype() : DType::u8, L.B, L.T, L.N,
                uint8_t(opt.pooler | opt.mlm << 1 | opt.nsp << 2 | opt.qa << 3 | opt.classifier << 4)};
@@ -503,7 +484,7 @@ BertOutputs BertModel::forward(Context& ctx, const BertInput& input, const Forwa
     throw Error("bert: the model's weights are on ", device_name(device()), " but the context runs on ",
                 device_name(dev), Hint("call model.to(ctx) first"));
   // Packs the Linear weights on the first CPU forward (ctx's thread count sets the slices).
-  if (dev == Device::cpu && opt.pack_weights && packed_gemm_enabled()) bert_pack_weights(ctx, *w_);
+  if (dev == Device::cpu && opt.pack_weights) bert_pack_weights(ctx, *w_);
   const BertWeights& W = *w_;
   const BertConfig& cfg = W.config;
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "data/rng.h"
+#include "nn/patch_embed.h"
 #include "ops/ops.h"
 #include "unmask/error.h"
 #include "models/videomae/videomae.h"
@@ -82,12 +83,15 @@ PV uniform_pv(const Shape& s, double bound, data::Rng& rng) {
   return p;
 }
 
-// Per-clip drop-path scales of one branch: 0 with probability rate, else 1 / (1 - rate).
-// Each (seed, step, block, branch, clip) draws its own uniform, so a step is reproducible.
+// Per-clip drop-path scales of one branch for clips [first, first + clips) of the step's global
+// batch: 0 with probability rate, else 1 / (1 - rate). Each (seed, step, block, branch, clip)
+// draws its own uniform (the stream's first_clip-th onwards), so a step is reproducible and a
+// rank's slice gets the whole batch's draws for its clips.
 std::vector<float> drop_path_scales(int64_t clips, float rate, uint64_t seed, uint64_t step, int64_t block,
-                                    int branch) {
+                                    int branch, int64_t first) {
   std::vector<float> s(size_t(clips), 1.0f);
   data::Rng rng(data::derive_key(seed, {data::kStreamDropPath, step, uint64_t(block), uint64_t(branch)}));
+  for (int64_t i = 0; i < first; ++i) (void)rng.uniform();
   for (auto& v : s) v = rng.uniform() < double(rate) ? 0.0f : float(1.0 / (1.0 - double(rate)));
   return s;
 }
@@ -192,13 +196,15 @@ VideoMAEClassifyStats VideoMAEClassifier::step(Context& ctx, const Tensor& video
                    options.head_dropout < 1.0f,
                "VideoMAEClassifier::step: drop_path_rate and head_dropout must be in [0, 1), got ",
                options.drop_path_rate, " and ", options.head_dropout);
+  UNMASK_CHECK(options.first_clip >= 0, "VideoMAEClassifier::step: first_clip must be >= 0, got ", options.first_clip);
   const float drop_path = options.train ? options.drop_path_rate : 0.0f;
   const float head_p = options.train ? options.head_dropout : 0.0f;
 
   // ---- forward ----
-  const Tensor cols = videomae_unfold(videos.contiguous(), c.tubelet, c.patch);  // [B*Np, patch_dim]
+  train::PatchEmbedSaved patch_saved;  // every token's pixels [B*Np, patch_dim]
   Tensor x0 = f32({B * Np, D});
-  train::linear_forward(ctx, cols, m.patch_w, m.patch_b, x0);
+  train::patch_embed_forward(ctx, videos.contiguous(), train::all_token_ids(B * Np, videos.device()),
+                             ops::Tubelet{c.tubelet, c.patch}, m.patch_w, m.patch_b, x0, patch_saved);
   {
     float* x = x0.data<float>();
     const float* pe = m.pos.data<float>();
@@ -213,7 +219,7 @@ VideoMAEClassifyStats VideoMAEClassifier::step(Context& ctx, const Tensor& video
     const float rate = L > 1 ? drop_path * float(i) / float(L - 1) : drop_path;
     if (rate <= 0.0f) continue;
     for (int branch = 0; branch < 2; ++branch)
-      drop_scales[size_t(2 * i + branch)] = drop_path_scales(B, rate, options.seed, options.step, i, branch);
+      drop_scales[size_t(2 * i + branch)] = drop_path_scales(B, rate, options.seed, options.step, i, branch, options.first_clip);
     shapes[size_t(i)].drop_attn = drop_scales[size_t(2 * i)].data();
     shapes[size_t(i)].drop_mlp = drop_scales[size_t(2 * i + 1)].data();
   }
@@ -241,8 +247,9 @@ VideoMAEClassifyStats VideoMAEClassifier::step(Context& ctx, const Tensor& video
   }
   Tensor h = f32({B, D}), h_mean = f32({B}), h_rstd = f32({B});
   ops::layernorm(ctx, pooled, nullptr, m.fc_norm_g.value, m.fc_norm_b.value, c.norm_eps, h, &h_mean, &h_rstd);
-  // dropout offset: the step's counter stream, disjoint from anything else keyed on the seed
-  const uint64_t dropout_offset = options.step << 32;
+  // dropout offset: the step's counter stream, disjoint from anything else keyed on the seed; the
+  // batch's rows are the global batch's rows first_clip.. (element counters r D + k)
+  const uint64_t dropout_offset = (options.step << 32) + uint64_t(options.first_clip * D);
   Tensor hd = h;
   if (head_p > 0.0f) {
     hd = f32({B, D});
@@ -290,7 +297,7 @@ VideoMAEClassifyStats VideoMAEClassifier::step(Context& ctx, const Tensor& video
   for (int64_t i = L; i-- > 0;)
     video::block_backward(ctx, m.blocks[size_t(i)], i == 0 ? x0 : saved[size_t(i - 1)].out, saved[size_t(i)],
                           shapes[size_t(i)], g);
-  train::linear_backward(ctx, cols, m.patch_w, m.patch_b, g, nullptr);
+  train::patch_embed_backward(ctx, patch_saved, m.patch_w, m.patch_b, g);
   return st;
 }
 

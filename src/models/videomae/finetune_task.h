@@ -1,8 +1,11 @@
 // VideoMAE fine-tuning for classification (mean pooling, layer decay, mixup/cutmix, label
 // smoothing, drop path) as a train::TrainTask: what `unmask finetune-video` runs on the one
-// training loop (train/trainer.h). One process (no data parallelism). Mixing and drop path are
-// keyed by (seed, global micro-batch), the data position is the loader batches consumed, so a
-// resumed run continues bit for bit.
+// training loop (train/trainer.h). Data parallel under mpirun/srun: rank r reads its slice of
+// each global batch (the loader's slice sharding), drop path and dropout draw the global batch's
+// masks for its clips, and the gradients add up to the global batch mean's; mixup and cutmix mix
+// within each rank's clips (as timm's per-process Mixup does under DDP). Mixing and drop path
+// are keyed by (seed, global micro-batch[, rank]), the data position is the loader batches
+// consumed, so a resumed run continues bit for bit.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,7 +26,7 @@ struct VideoMAEFinetuneSettings {
   std::string preset, output;     // for the title
   int64_t num_classes = 0;
   std::vector<std::string> class_names;  // id2label of the saved model (may be empty)
-  int64_t batch = 8;
+  int64_t batch = 8;              // clips per micro-batch and rank
   uint64_t seed = 0;
   float layer_decay = 0.75f, drop_path = 0.1f, head_dropout = 0.0f;
   float mixup = 0.8f, cutmix = 1.0f, smoothing = 0.1f;
@@ -59,6 +62,7 @@ class VideoMAEFinetuneTask final : public train::TrainTask {
   double micro_flops_ = 0;
   double loss_sum_ = 0, lam_sum_ = 0;
   int64_t rows_ = 0, hits_ = 0, micro_ = 0, epoch_ = 0;
+  int world_ = 1, rank_ = 0;
   ClipBatch batch_;
 };
 

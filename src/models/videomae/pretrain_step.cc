@@ -19,6 +19,7 @@
 #include <malloc.h>
 #endif
 
+#include "nn/patch_embed.h"
 #include "unmask/error.h"
 #include "models/videomae/videomae.h"
 
@@ -187,10 +188,9 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
 
   // ---- forward ----
   // Patch embedding of the visible tubelets: x0 = cols_vis Wpatch^T + b + pos[token].
-  Tensor cols_vis = f32({B * Nv, K});
-  ops::tubelet_gather(ctx, clips, ix.vis_ids_t, tube, cols_vis);
+  train::PatchEmbedSaved patch_saved;
   Tensor x0 = f32({B * Nv, D});
-  train::linear_forward(ctx, cols_vis, m.patch_w, m.patch_b, x0);
+  train::patch_embed_forward(ctx, clips, ix.vis_ids_t, tube, m.patch_w, m.patch_b, x0, patch_saved);
   ops::embedding(ctx, m.enc_pos, ix.vis_pos, x0, /*accumulate=*/true);
 
   BlockShape es{D, c.mlp_hidden(D), c.heads, Nv, c.norm_eps};
@@ -302,7 +302,7 @@ VideoMAEStepStats VideoMAEPretrainModel::pretrain_step(Context& ctx, const Tenso
     ready(m.enc_block_ranges[i]);
   }
   if (adt != DType::f32) ops::copy(ctx, genc_blocks, genc);
-  train::linear_backward(ctx, cols_vis, m.patch_w, m.patch_b, genc, nullptr);
+  train::patch_embed_backward(ctx, patch_saved, m.patch_w, m.patch_b, genc);
   ready(m.patch_range);
   return st;
 }

@@ -2,5 +2,5 @@
 #include "cuda/flash/launch.cuh"
 
 namespace unmask::cuda::flash {
-template void run_flash_fwd<64, __nv_bfloat16, 128, 1>(const FlashFwdParams&, cudaStream_t);
+template void run_flash_fwd<64, __nv_bfloat16, 128>(const FlashFwdParams&, cudaStream_t);
 }  // namespace unmask::cuda::flash

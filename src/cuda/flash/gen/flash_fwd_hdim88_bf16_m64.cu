@@ -2,5 +2,5 @@
 #include "cuda/flash/launch.cuh"
 
 namespace unmask::cuda::flash {
-template void run_flash_fwd<88, __nv_bfloat16, 64, 1>(const FlashFwdParams&, cudaStream_t);
+template void run_flash_fwd<88, __nv_bfloat16, 64>(const FlashFwdParams&, cudaStream_t);
 }  // namespace unmask::cuda::flash
