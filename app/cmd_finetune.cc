@@ -4,10 +4,12 @@
 // prints.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "cli.h"
 #include "core/signals.h"
@@ -21,6 +23,7 @@
 #include "data/text/tokenizer_config.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
+#include "unmask/dist.h"
 #include "unmask/error.h"
 
 namespace unmask::cli {
@@ -102,7 +105,7 @@ int cmd_finetune(int argc, char** argv) {
       {"val", "FILE", "held-out data, scored after training (metrics also written to OUTPUT/eval_results.json)", ""},
       {"output", "DIR", "where the fine-tuned model is written (HF layout; replaced whole if it exists)", ""},
       {"epochs", "N", "passes over the training features", "2"},
-      {"batch", "N", "features per optimizer step", "8"},
+      {"batch", "N", "features per optimizer step (per rank under mpirun / srun)", "8"},
       {"lr", "LR", "peak learning rate (AdamW, linear warmup then linear decay to 0)", "3e-5"},
       {"warmup", "F", "fraction of the steps spent warming up", "0.1"},
       {"weight-decay", "W", "AdamW weight decay (not on biases and LayerNorm weights)", "0.01"},
@@ -114,6 +117,8 @@ int cmd_finetune(int argc, char** argv) {
       {"checkpoint-every", "N", "write a checkpoint every N steps (0 = only at the end)", "0"},
       {"resume", "", "continue the run in --run-dir from its latest checkpoint (the same options)", ""},
       {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
+      {"hidden-dropout", "P", "dropout on the hidden states and the classifier input (HF hidden_dropout_prob)", "0.1"},
+      {"attention-dropout", "P", "dropout on the attention probabilities (HF attention_probs_dropout_prob)", "0.1"},
       {"eval-batch", "N", "features per forward when evaluating --val", "32"},
       {"format", "table|json", "how the dev metrics are printed", "table"},
   });
@@ -154,10 +159,15 @@ int cmd_finetune(int argc, char** argv) {
   to.run_dir = run_dir;
   to.checkpoint_every = positive_int(*args, "checkpoint-every", 0);
   to.stop_after = positive_int(*args, "stop-after", 0);
+  Communicator& comm = Communicator::world();
+  const bool root = comm.is_root();
   if (args->has("resume")) to.resume = run_dir;
-  else  // a new run replaces the earlier one's state, as it replaces --output
+  else if (root)  // a new run replaces the earlier one's state, as it replaces --output
     for (const char* old : {"checkpoints", "metrics.jsonl", "loss.svg"}) std::filesystem::remove_all(run_dir + "/" + old);
+  if (comm.size() > 1) comm.barrier("the run directory's reset");
   to.settings = args->values();
+  to.hidden_dropout = float(args->get_double("hidden-dropout"));
+  to.attention_dropout = float(args->get_double("attention-dropout"));
   for (const char* k : {"output", "run-dir", "val", "threads", "log-every", "checkpoint-every", "resume", "stop-after",
                         "eval-batch", "format", "config", "set", "print-config"})
     to.settings.erase(k);
@@ -165,20 +175,29 @@ int cmd_finetune(int argc, char** argv) {
   if (!(to.lr > 0)) throw Error("--lr must be positive, got ", args->get("lr"));
   if (!(to.warmup >= 0 && to.warmup <= 1)) throw Error("--warmup must be in [0, 1], got ", args->get("warmup"));
   if (to.weight_decay < 0) throw Error("--weight-decay must be >= 0, got ", args->get("weight-decay"));
+  for (const char* k : {"hidden-dropout", "attention-dropout"})
+    if (!(args->get_double(k) >= 0 && args->get_double(k) < 1))
+      throw Error("--", k, " must be in [0, 1), got ", args->get(k));
 
   const BertConfig config = read_bert_checkpoint_config(model_dir);
   const finetune::DataOptions dopt = data_options(*args, task, config);
   const text::WordPieceTokenizer tok = load_tokenizer(model_dir, config.vocab_size);
   const finetune::TaskData train = finetune::load_task_data(task, train_path, tok, dopt, true);
-  print_warnings("finetune", train);
-  std::fprintf(stderr, "unmask finetune: train %s: %s\n", train_path.c_str(), describe_data(train).c_str());
+  if (root) print_warnings("finetune", train);
+  if (root) std::fprintf(stderr, "unmask finetune: train %s: %s\n", train_path.c_str(), describe_data(train).c_str());
   finetune::TaskData dev;
   if (args->has("val")) {  // read before training, so a bad file fails fast
     dev = finetune::load_task_data(task, args->get("val"), tok, dopt, false, train.labels);
-    std::fprintf(stderr, "unmask finetune: val %s: %s\n", args->get("val").c_str(), describe_data(dev).c_str());
+    if (root) std::fprintf(stderr, "unmask finetune: val %s: %s\n", args->get("val").c_str(), describe_data(dev).c_str());
   }
+  if (root && comm.size() > 1)
+    std::fprintf(stderr, "unmask finetune: data parallel over %d ranks, batch %lld per rank\n", comm.size(),
+                 (long long)to.batch);
 
-  Context ctx({.num_threads = int(args->get_int("threads"))});
+  int threads = int(args->get_int("threads"));
+  if (threads == 0 && comm.local_size() > 1)
+    threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
+  Context ctx({.num_threads = threads});
   // Resuming: the weights (head included) of the run's latest checkpoint; else --init-from's encoder.
   const std::string resume_from = to.resume.empty() ? "" : train::resolve_checkpoint(to.resume);
   BertTrainModel model = finetune::load_model_for_task(resume_from.empty() ? model_dir : train::checkpoint_model_dir(resume_from), task, train.labels, to.seed);
@@ -186,20 +205,23 @@ int cmd_finetune(int argc, char** argv) {
   // model that came with tokenizer.json only gets its vocabulary written out as vocab.txt.
   std::string vocab_file = bert_checkpoint_dir(model_dir) + "/vocab.txt";
   if (!io::file_exists(vocab_file)) {  // written once into the run directory, beside its checkpoints
-    std::filesystem::create_directories(run_dir);
-    std::string lines;
-    for (int32_t i = 0; i < tok.vocab().size(); ++i) lines += tok.vocab().token(i) + "\n";
     vocab_file = run_dir + "/vocab.txt";
-    io::write_file_atomic(vocab_file, lines);
+    if (root) {  // the model files are rank 0's to write
+      std::filesystem::create_directories(run_dir);
+      std::string lines;
+      for (int32_t i = 0; i < tok.vocab().size(); ++i) lines += tok.vocab().token(i) + "\n";
+      io::write_file_atomic(vocab_file, lines);
+    }
   }
   const TokenizerSettings tok_settings = text::tokenizer_settings(tok.options());
   auto save_model = [&](const std::string& dir) { model.save_pretrained(dir, vocab_file, tok_settings); };
   to.save_model = save_model;
   to.stop_signal = install_stop_handlers("finetune");
-  const finetune::TrainResult tr = finetune::train(ctx, model, train, to, [](const finetune::StepLog& l) {
-    std::fprintf(stderr, "unmask finetune: step %lld/%lld epoch %lld loss %.4f lr %.3g (%.1f features/s)\n",
+  const finetune::TrainResult tr = finetune::train(ctx, model, train, to, [root](const finetune::StepLog& l) {
+    if (root) std::fprintf(stderr, "unmask finetune: step %lld/%lld epoch %lld loss %.4f lr %.3g (%.1f features/s)\n",
                  (long long)l.step, (long long)l.total_steps, (long long)l.epoch + 1, l.loss, l.lr, l.features_per_s);
   });
+  if (!root) return tr.run.stopped_by_signal ? 128 + tr.run.stopped_by_signal : 0;  // rank 0 writes and evaluates
   std::fprintf(stderr, "unmask finetune: %s\n", train::summary_line(tr.run, "fine-tuned", "features").c_str());
   if (tr.run.end_step < tr.run.total_steps) {  // stopped (signal or --stop-after): no model, no evaluation yet
     std::fprintf(stderr, "unmask finetune: checkpoint %s; continue with the same command and --resume\n",

@@ -78,6 +78,10 @@ struct TrainStepOptions {
   /// (pretrain_counts summed over ranks), so the SUM of their gradients is the gradient of the
   /// whole batch's loss.
   int64_t mlm_normalizer = 0, nsp_normalizer = 0;
+  /// The same for task_step's heads (task_counts summed over ranks): [0] the labels (seqcls: rows,
+  /// tokcls: tokens) or qa's valid start positions, [1] qa's valid end positions. With them the
+  /// returned loss is this slice's share of the global batch's mean loss.
+  int64_t task_normalizer[2] = {0, 0};
   /// Called during the backward pass as the gradients of params()[first, end) become final for
   /// this micro-batch: the heads, then each encoder layer from the last, then the embeddings
   /// (the tied word embedding last). Data parallelism starts each bucket's all-reduce from here
@@ -111,6 +115,14 @@ struct TaskBatch {
   Tensor start_positions, end_positions;             // qa: [B]  (undefined when evaluating)
   Tensor labels;  // seqcls: [B]; tokcls: [B, T], negative = ignored (HF's -100)
 };
+
+/// What task_step normalises by, counted from a batch without running it: [0] labels >= 0
+/// (seqcls: one per row; tokcls: one per real token) or qa's start positions inside their
+/// sequence, [1] qa's end positions inside their sequence.
+struct TaskCounts {
+  int64_t counts[2] = {0, 0};
+};
+TaskCounts task_counts(const TaskBatch& batch, Task task);
 
 struct TaskResult {
   double loss = 0;       // mean loss of the batch (0 without labels)

@@ -262,6 +262,34 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
                         Tensor& dk, Tensor& dv, const AttentionArgs& args,
                         const AttentionTrainArgs& train);
 
+// ---- windowed attention with an additive bias (Swin, Video Swin, BEVT) --------------------------
+//
+// Rows come in windows of `window` tokens (window w = rows w N .. w N + N - 1: the caller has
+// rolled and partitioned the tokens); the C = NH HS columns split into heads. Per window w, head h:
+//   S = scale q_h k_h^T + bias[h] (+ mask[w mod M]),  P = softmax(S),  out_h = P v_h
+// bias: f32 [NH, N, N] contiguous (a relative-position table gathered for the block), or null;
+// mask: f32 [M, N, N] contiguous (0 inside a shifted-window region, -100 across), window w
+// taking mask w mod M (the windows of a sample in order, samples one after another), or null.
+// Float64 oracle: ref/window_attention_ref.h. CPU only so far (f32).
+struct WindowAttentionArgs {
+  int num_heads = 0;
+  int64_t window = 0;          // N tokens per window (Video Swin 8x7x7 = 392, Swin 7x7 = 49)
+  float scale = 0.0f;          // usually 1/sqrt(HS)
+  const Tensor* bias = nullptr;
+  const Tensor* mask = nullptr;
+};
+/// out (overwritten) and, when lse is given (training), lse f32 [NH, R] = log sum_j exp(S_rj)
+/// per head and row. q, k, v, out: f32 [R, NH HS] rows (row stride allowed: column slices of a
+/// fused [R, 3C] buffer), R a multiple of N.
+void window_attention(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      const WindowAttentionArgs& args, Tensor* lse = nullptr);
+/// Gradients of sum(out * dout): dq, dk, dv overwritten (like q; may be column slices of one
+/// buffer); dbias (f32 [NH, N, N], when given) ACCUMULATES the sum over windows of dS, in window
+/// order whatever the thread count. q, k, v, out, lse and args are the forward's.
+void window_attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
+                               Tensor* dbias, const WindowAttentionArgs& args);
+
 // ---- optimizer updates (elementwise, parallel; the optimizer in src/train drives them) -----
 
 /// One Adam-family moment update with bias correction and decoupled weight decay:

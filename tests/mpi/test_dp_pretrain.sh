@@ -14,6 +14,8 @@
 #      fine-tuning: 2 ranks x 2 clips == 1 rank x 4 clips (loss, grad-norm and accuracy curves,
 #      1e-5) with drop path and head dropout on (each rank draws the global batch's masks for its
 #      clips), and a 2-rank run with mixup/cutmix (mixed within each rank) finishes and evaluates;
+#      BERT fine-tuning (classify, tokens, squad; dropout off): 2 ranks x 2 == 1 x 4 and 3 ranks
+#      x 2 == 1 x 6 (loss and grad-norm curves, 1e-5);
 #   5. `unmask bench scaling` (BEVT's table) with 1 and 2 ranks;
 #   6. per-rank reading (data_sharding = files / local): a 2-rank run stopped and resumed on 2 ranks
 #      gives the uninterrupted curve (every rank's loader position is in the checkpoint); resumed on
@@ -181,6 +183,41 @@ run "${MPIRUN[@]}" -np 2 "$U" finetune-video --data "$W/v.ucs" --val "$W/v.ucs" 
   --threads 1 --batch 2 --test-segments 1 --test-crops 1 --output "$W/fvm" >"$W/fvm.out" 2>&1 \
   && [ "$(grep -c '"top1"' "$W/fvm.out")" = 1 ] && [ -f "$W/fvm/model/config.json" ] \
   && ok || bad "finetune-video 2 ranks with mixup: $(tail -3 "$W/fvm.out")"
+
+# 4c. BERT fine-tuning (dropout off): 2 ranks x 2 features and 3 ranks x 2 give the curves of one
+# rank x 4 / x 6, every task (the label counts of each global batch divide every rank's loss)
+/usr/bin/python3 tests/python/make_bert_checkpoint.py --out "$W/bm" --size tiny --heads pretraining --seed 3 >/dev/null \
+  && ok || bad "tiny BERT checkpoint"
+FD=tests/data/finetune
+ft_curves() {  # A B: loss and grad-norm curves equal within 1e-5
+  /usr/bin/python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) and len(a) >= 2, (len(a), len(b))
+assert all(x["samples"] == y["samples"] for x, y in zip(a, b)), "the ranks' features do not add up to the batch"
+worst = max(abs(x[k] - y[k]) / max(abs(x[k]), 1e-12) for x, y in zip(a, b) for k in ("loss", "grad_norm"))
+print(f"finetune {sys.argv[3]} ({len(a)} steps): loss and grad-norm rel diff {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+EOF
+}
+for spec in "classify:$FD/mrpc_train.tsv" "tokens:$FD/tokens_train.txt" "squad:$FD/squad_train.json"; do
+  task=${spec%%:*} data=${spec#*:}
+  bargs=(--task "$task" --init-from "$W/bm" --data "$data" --epochs 2 --threads 1 --log-every 100 --lr 1e-4
+         --hidden-dropout 0 --attention-dropout 0 --warmup 0)
+  [ "$task" = squad ] && bargs+=(--max-seq 64)
+  run "$U" finetune "${bargs[@]}" --batch 4 --output "$W/b1_$task" >"$W/b1_$task.out" 2>&1 \
+    && ok || bad "finetune $task 1 rank: $(tail -3 "$W/b1_$task.out")"
+  run "${MPIRUN[@]}" -np 2 "$U" finetune "${bargs[@]}" --batch 2 --output "$W/b2_$task" >"$W/b2_$task.out" 2>&1 \
+    && grep -q "data parallel over 2 ranks" "$W/b2_$task.out" && ok || bad "finetune $task 2 ranks: $(tail -3 "$W/b2_$task.out")"
+  ft_curves "$W/b1_$task-run" "$W/b2_$task-run" "$task 2 ranks x 2 vs 1 x 4" && ok || bad "finetune $task: 2 ranks differ from 1"
+done
+# 3 ranks x 2 = 6 on 32 features: the epoch's last batch of 2 leaves ranks 1 and 2 none
+bargs=(--task classify --init-from "$W/bm" --data "$FD/sst_train.tsv" --epochs 2 --threads 1 --log-every 100
+       --lr 1e-4 --hidden-dropout 0 --attention-dropout 0 --warmup 0)
+run "$U" finetune "${bargs[@]}" --batch 6 --output "$W/b6" >/dev/null 2>&1 \
+  && run "${MPIRUN[@]}" -np 3 "$U" finetune "${bargs[@]}" --batch 2 --output "$W/b32" >"$W/b32.out" 2>&1 \
+  && ft_curves "$W/b6-run" "$W/b32-run" "classify 3 ranks x 2 vs 1 x 6" && ok || bad "finetune 3 ranks: $(tail -3 "$W/b32.out")"
 
 # 5. bench scaling: one JSON row per rank count, global batch = ranks x mini-batch, positive times
 run "$U" bench scaling --model videomae-tiny --ranks 1,2 --batch 4 --steps 3 --warmup 1 --format json >"$W/sc.json" 2>"$W/sc.err" \

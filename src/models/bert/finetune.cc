@@ -15,6 +15,8 @@
 #include "models/bert/checkpoint.h"
 #include "train/config.h"
 #include "train/task.h"
+#include "data/rng.h"
+#include "unmask/dist.h"
 #include "unmask/error.h"
 
 namespace unmask::finetune {
@@ -200,16 +202,24 @@ BertTrainModel load_model_for_task(const std::string& dir, TaskKind task, const 
 namespace {
 
 // One task's fine-tuning as the loop's task: the features of each epoch in a permutation from
-// std::mt19937_64(seed + epoch), batch after batch (the last one of an epoch may be short); the
-// data position is the number of batches taken.
+// std::mt19937_64(seed + epoch), global batch after global batch (the last one of an epoch may be
+// short); the data position is the number of batches taken. Data parallel: a global batch is
+// `batch` features a rank, rank r taking the r-th slice; every rank holds the whole data, so it
+// counts the global batch's labels itself (task_counts) and divides its losses by them: the sum
+// of the ranks' gradients is the global batch mean's, as one process would compute it. Dropout
+// masks are each rank's own (keyed by the rank): the same distribution, not the same bits.
 class BertFinetuneTask final : public train::TrainTask {
  public:
   BertFinetuneTask(BertTrainModel& model, const TaskData& data, const TrainOptions& o, int64_t batches_done)
-      : model_(model), data_(data), o_(o), n_(int64_t(data.num_features())), per_epoch_((n_ + o.batch - 1) / o.batch),
-        batches_(batches_done) {}
+      : model_(model), data_(data), o_(o), n_(int64_t(data.num_features())), batches_(batches_done) {
+    Communicator& comm = Communicator::world();
+    world_ = comm.size(), rank_ = comm.rank();
+    global_batch_ = o.batch * world_;
+    per_epoch_ = (n_ + global_batch_ - 1) / global_batch_;
+  }
   std::string title() const override {
     return o_.run_dir + ": fine-tuning (" + task_name(data_.task) + ") on " + data_.path + ", batch " +
-           std::to_string(o_.batch) + ", AdamW lr " + std::to_string(o_.lr);
+           std::to_string(global_batch_) + ", AdamW lr " + std::to_string(o_.lr);
   }
   std::string sample_name() const override { return "features"; }
   std::vector<Param>& params() override { return model_.params(); }
@@ -218,7 +228,7 @@ class BertFinetuneTask final : public train::TrainTask {
     loss_ = 0, micro_ = 0, rows_ = 0, tokens_ = 0;
   }
   double micro_batch(Context& ctx, const train::MicroBatchOptions& mo) override {
-    const int64_t epoch = batches_ / per_epoch_, first = (batches_ % per_epoch_) * o_.batch;
+    const int64_t epoch = batches_ / per_epoch_, first = (batches_ % per_epoch_) * global_batch_;
     if (epoch != order_epoch_) {
       order_.resize(size_t(n_));
       std::iota(order_.begin(), order_.end(), size_t(0));
@@ -226,27 +236,37 @@ class BertFinetuneTask final : public train::TrainTask {
       std::shuffle(order_.begin(), order_.end(), rng);
       order_epoch_ = epoch;
     }
-    const std::vector<size_t> rows(order_.begin() + first, order_.begin() + std::min(n_, first + o_.batch));
+    const int64_t end = std::min(n_, first + global_batch_);  // this global batch: [first, end)
+    const int64_t mine = std::min(end, first + rank_ * o_.batch), mine_end = std::min(end, mine + o_.batch);
+    const std::vector<size_t> rows(order_.begin() + mine, order_.begin() + mine_end);
     ++batches_;
+    ++micro_;
     epoch_ = epoch;
     TrainStepOptions so;
     so.hidden_dropout = o_.hidden_dropout;
     so.attention_dropout = o_.attention_dropout;
-    so.seed = o_.seed;
+    so.seed = world_ > 1 ? data::derive_key(o_.seed, {uint64_t(rank_)}) : o_.seed;
     so.step = mo.step * mo.accumulation + mo.micro;  // dropout masks keyed by the micro-batch
     so.loss_scale = mo.loss_scale;
+    if (world_ > 1) {  // the global batch's label counts
+      const std::vector<size_t> all(order_.begin() + first, order_.begin() + end);
+      const TaskCounts c = task_counts(data_.batch(all, true), train_task(data_.task));
+      so.task_normalizer[0] = c.counts[0], so.task_normalizer[1] = c.counts[1];
+    }
+    if (rows.empty()) return 0;  // the epoch's short last batch left this rank nothing
     const TaskBatch batch = data_.batch(rows, true);
     const TaskResult r = model_.task_step(ctx, batch, train_task(data_.task), so);
-    loss_ += r.loss;
-    ++micro_;
+    loss_ += r.loss;  // data parallel: this slice's share of the global batch's mean
     rows_ += int64_t(rows.size());
     for (size_t i : rows) tokens_ += int64_t(data_.feature_length(i));
     return 0;
   }
   train::StepSummary finish_step() override {
+    double t[3] = {loss_, double(rows_), double(tokens_)};
+    if (world_ > 1) Communicator::world().allreduce_sum(t, 3, "the step's loss");
     train::StepSummary s;
-    s.loss = micro_ ? loss_ / double(micro_) : 0;
-    s.samples = rows_, s.tokens = tokens_;
+    s.loss = micro_ ? t[0] / double(micro_) : 0;
+    s.samples = int64_t(t[1]), s.tokens = int64_t(t[2]);
     s.extras = {{"epoch", double(epoch_)}};
     return s;
   }
@@ -260,7 +280,9 @@ class BertFinetuneTask final : public train::TrainTask {
   BertTrainModel& model_;
   const TaskData& data_;
   const TrainOptions& o_;
-  int64_t n_, per_epoch_, batches_;
+  int64_t n_, per_epoch_ = 1, batches_;
+  int world_ = 1, rank_ = 0;
+  int64_t global_batch_ = 1;
   std::vector<size_t> order_;
   int64_t order_epoch_ = -1, epoch_ = 0;
   double loss_ = 0;
@@ -277,7 +299,8 @@ TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, con
   if (options.epochs < 1 && options.max_steps < 1) throw Error("finetune: --epochs must be at least 1, got ", options.epochs);
   if (!(options.warmup >= 0 && options.warmup <= 1)) throw Error("finetune: --warmup must be in [0, 1], got ", options.warmup);
   if (!(options.lr > 0) || !std::isfinite(options.lr)) throw Error("finetune: --lr must be positive, got ", options.lr);
-  const int64_t per_epoch = (N + options.batch - 1) / options.batch;
+  const int64_t global_batch = options.batch * Communicator::world().size();
+  const int64_t per_epoch = (N + global_batch - 1) / global_batch;
   const int64_t total = options.max_steps > 0 ? options.max_steps : options.epochs * per_epoch;
 
   train::LoopConfig lc;
@@ -297,9 +320,10 @@ TrainResult train(Context& ctx, BertTrainModel& model, const TaskData& data, con
   lc.log_every = std::max<int64_t>(options.log_every, 1);
   lc.seed = options.seed;
   lc.config = options.settings;
+  lc.config["batch"] = std::to_string(global_batch);  // any rank count giving it may resume
   lc.config_hash = train::settings_hash(lc.config);
   const train::LoopStart start = train::open_run(lc, options.resume, [&](const std::string& w) {
-    if (options.progress) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (options.progress && Communicator::world().is_root()) std::fprintf(stderr, "warning: %s\n", w.c_str());
   });
   int64_t batches_done = 0;
   if (!start.resume_dir.empty()) {

@@ -552,11 +552,12 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     double loss = 0;
     Tensor span_dev[2];
     for (int k = 0; k < 2; ++k) {
-      const float scale = counts[k] > 0 ? options.loss_scale / float(2 * counts[k]) : 0.0f;
+      const int64_t d = options.task_normalizer[k] > 0 ? options.task_normalizer[k] : counts[k];
+      const float scale = d > 0 ? options.loss_scale / float(2 * d) : 0.0f;
       span_dev[k] = on_device(span[k], dev);
       ops::CrossEntropyStats ce = ops::cross_entropy(ctx, span_dev[k], i32_tensor(target[k], dev), nullptr,
                                                      bwd ? &span_dev[k] : nullptr, scale);
-      if (counts[k] > 0) loss += 0.5 * ce.loss_sum / double(counts[k]);
+      if (d > 0) loss += 0.5 * ce.loss_sum / double(d);
     }
     res.loss = loss;
     res.count = counts[0];
@@ -596,7 +597,8 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
     UNMASK_CHECK(batch.labels.numel() == B, "task_step: seqcls labels must have ", B, " elements, got ",
                  batch.labels.describe());
     std::vector<int32_t> y = read_labels(ints(batch.labels, "labels"), B, L, "labels");
-    const int64_t count = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
+    const int64_t own = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
+    const int64_t count = options.task_normalizer[0] > 0 ? options.task_normalizer[0] : own;
     const float scale = count > 0 ? options.loss_scale / float(count) : 0.0f;
     ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y, dev), nullptr, bwd ? &logits : nullptr, scale);
     res.loss = count > 0 ? ce.loss_sum / double(count) : 0.0;
@@ -639,7 +641,8 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
         if (v >= L) throw Error("task_step: labels[", b, ", ", j, "] = ", v, " is not below ", L, Hint("negative labels are ignored"));
         y.push_back(v < 0 ? -1 : int32_t(v));
       }
-    const int64_t count = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
+    const int64_t own = std::count_if(y.begin(), y.end(), [](int32_t v) { return v >= 0; });
+    const int64_t count = options.task_normalizer[0] > 0 ? options.task_normalizer[0] : own;
     const float scale = count > 0 ? options.loss_scale / float(count) : 0.0f;
     ops::CrossEntropyStats ce = ops::cross_entropy(ctx, logits, i32_tensor(y, dev), nullptr, bwd ? &logits : nullptr, scale);
     res.loss = count > 0 ? ce.loss_sum / double(count) : 0.0;
@@ -652,6 +655,40 @@ TaskResult BertTrainModel::task_step(Context& ctx, const TaskBatch& batch, Task 
   }
   enc.backward(ctx, g);
   return res;
+}
+
+TaskCounts task_counts(const TaskBatch& batch, Task task) {
+  const Tensor& ids = batch.input_ids;
+  UNMASK_CHECK(ids.defined() && ids.ndim() == 2, "task_counts: input_ids must be [B, T]");
+  const int64_t B = ids.size(0), T = ids.size(1);
+  // Each sequence's length as pack_tokens reads it: its attention mask's ones (all T without one).
+  std::vector<int64_t> lens(size_t(B), T);
+  if (batch.attention_mask.defined()) {
+    const IntView m = ints(batch.attention_mask, "attention_mask");
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t n = 0;
+      for (int64_t j = 0; j < T; ++j) n += m[b * T + j] != 0;
+      lens[size_t(b)] = n;
+    }
+  }
+  TaskCounts c;
+  if (task == Task::qa) {
+    UNMASK_CHECK(batch.start_positions.defined() && batch.end_positions.defined(),
+                 "task_counts: qa needs start_positions and end_positions");
+    const IntView pos[2] = {ints(batch.start_positions, "start_positions"), ints(batch.end_positions, "end_positions")};
+    for (int k = 0; k < 2; ++k)
+      for (int64_t b = 0; b < B; ++b) c.counts[k] += pos[k][b] >= 0 && pos[k][b] < lens[size_t(b)];
+    return c;
+  }
+  UNMASK_CHECK(batch.labels.defined(), "task_counts: the batch has no labels");
+  const IntView y = ints(batch.labels, "labels");
+  if (task == Task::seqcls) {
+    for (int64_t b = 0; b < B; ++b) c.counts[0] += y[b] >= 0;
+  } else {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < lens[size_t(b)]; ++j) c.counts[0] += y[b * T + j] >= 0;
+  }
+  return c;
 }
 
 PretrainCounts pretrain_counts(const PretrainBatch& batch) {

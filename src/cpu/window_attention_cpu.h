@@ -1,0 +1,40 @@
+// cpu/window_attention_cpu.h: windowed attention with an additive bias and mask on the CPU (fp32),
+// the kernels behind ops::window_attention / window_attention_backward (semantics in ops.h and
+// ref/window_attention_ref.h, the float64 oracle).
+//
+// One work item is a (window, head): its N x HS slices of q, k, v gathered into per-thread
+// scratch in the layouts the inner loops stream (K^T and V^T [HS, N], so a row of scores or of
+// score gradients is HS passes over N contiguous keys), one query row at a time; no N x N
+// matrix in the forward. The backward recomputes P from the forward's lse; the bias gradient,
+// a sum over windows, is reduced in window order from a bounded buffer of the windows' score
+// gradients, so its bits do not depend on the thread count.
+//
+// Trusts its inputs: src/ops/window_attention.cc validates them.
+#pragma once
+#include <cstdint>
+
+#include "unmask/context.h"
+
+namespace unmask::cpu {
+
+struct WindowAttentionParams {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;  // [R, NH HS] each, row strides ldq, ldk, ldv
+  float* out = nullptr;                                   // forward: written; backward: read
+  int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0;
+  const float* bias = nullptr;  // [NH, N, N] contiguous
+  const float* mask = nullptr;  // [M, N, N] contiguous, or null
+  int64_t masks = 0;            // M
+  float* lse = nullptr;         // [NH, R]: forward output (optional there), backward input
+  int64_t num_heads = 0, head_size = 0, window = 0, windows = 0;  // NH, HS, N, W (R = W N)
+  float scale = 0.0f;
+  // Backward only.
+  const float* dout = nullptr;  // [R, NH HS], row stride lddo
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // overwritten; row strides lddq, lddk, lddv
+  int64_t lddo = 0, lddq = 0, lddk = 0, lddv = 0;
+  float* dbias = nullptr;       // [NH, N, N], accumulated (+=); null: not wanted
+};
+
+void window_attention_forward(Context& ctx, const WindowAttentionParams& p);
+void window_attention_backward(Context& ctx, const WindowAttentionParams& p);
+
+}  // namespace unmask::cpu
