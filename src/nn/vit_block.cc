@@ -17,6 +17,16 @@ namespace {
 
 Tensor f32(const Shape& s, Device device) { return Tensor::empty(s, DType::f32, device); }
 
+ops::WindowAttentionArgs window_args(const BlockShape& s) {
+  ops::WindowAttentionArgs a;
+  a.num_heads = int(s.NH);
+  a.window = s.window;
+  a.scale = float(1.0 / std::sqrt(double(s.C / s.NH)));
+  a.bias = s.window_bias;
+  a.mask = s.window_mask;
+  return a;
+}
+
 ops::AttentionArgs attention_args(const BlockShape& s) {
   ops::AttentionArgs a;
   a.num_heads = int(s.NH);
@@ -29,6 +39,7 @@ ops::AttentionArgs attention_args(const BlockShape& s) {
 // dtype (a bf16 GEMM output takes its bias in bf16: the fused epilogue). Written in place by
 // stream-ordered ops (a GPU runs q and v's conversion as one launch), none on the legacy stream.
 Tensor qkv_bias(Context& ctx, const BlockParams& p, int64_t C, DType dtype) {
+  if (p.qkv_b.defined()) return train::value_for(p.qkv_b, dtype);
   Tensor b = Tensor::empty({3 * C}, dtype, p.q_bias.value.device());
   Tensor q = b.slice(0, 0, C), k = b.slice(0, C, 2 * C), v = b.slice(0, 2 * C, 3 * C);
   ops::copy_many(ctx, {{&p.q_bias.value, &q}, {&p.v_bias.value, &v}});
@@ -102,7 +113,8 @@ Tensor branch_grad(const Tensor& g, const float* drop, int64_t tokens) {
 void refresh_block_halves(Context& ctx, std::vector<BlockParams>& blocks, DType dtype) {
   std::vector<PV*> pvs;
   for (BlockParams& b : blocks)
-    for (PV* pv : {&b.qkv_w, &b.proj_w, &b.proj_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b}) pvs.push_back(pv);
+    for (PV* pv : {&b.qkv_w, &b.qkv_b, &b.proj_w, &b.proj_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b})
+      if (pv->defined()) pvs.push_back(pv);
   train::refresh_halves(ctx, pvs, dtype);
 }
 
@@ -121,8 +133,12 @@ void block_forward(Context& ctx, const BlockParams& p, const Tensor& x, const Bl
   qa.bias = &bias;
   ops::gemm(ctx, sv.ln1, Trans::no, train::value_for(p.qkv_w, adt), Trans::yes, sv.qkv, qa);
   sv.ctx = act({N, C}); sv.lse = f32({s.NH, N});
-  ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
-                               sv.ctx, sv.lse, attention_args(s), ops::AttentionTrainArgs{});
+  if (s.window > 0)
+    ops::window_attention(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C), sv.ctx,
+                          window_args(s), &sv.lse);
+  else
+    ops::attention_forward_train(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                                 sv.ctx, sv.lse, attention_args(s), ops::AttentionTrainArgs{});
   // x1 = x + proj(ctx)
   residual_linear(ctx, sv.ctx, p.proj_w, p.proj_b, x, s.drop_attn, s.tokens, sv.x1);
   sv.ln2 = act({N, C}); sv.mean2 = f32({N}); sv.rstd2 = f32({N});
@@ -169,12 +185,20 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, branch_grad(g, s.drop_attn, s.tokens), &dctx);
   Tensor dqkv = act({N, 3 * C});
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
-  ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
-                          sv.ctx, sv.lse, dctx, dq, dk, dv, attention_args(s), ops::AttentionTrainArgs{});
-  // The q and v thirds' column sums straight into their (accumulated) bias gradients; k has no
-  // bias, so its third is not read.
-  ops::bias_grad(ctx, dq, p.q_bias.grad);
-  ops::bias_grad(ctx, dv, p.v_bias.grad);
+  if (s.window > 0)
+    ops::window_attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                                   sv.ctx, sv.lse, dctx, dq, dk, dv, s.window_dbias, window_args(s));
+  else
+    ops::attention_backward(ctx, sv.qkv.slice(1, 0, C), sv.qkv.slice(1, C, 2 * C), sv.qkv.slice(1, 2 * C, 3 * C),
+                            sv.ctx, sv.lse, dctx, dq, dk, dv, attention_args(s), ops::AttentionTrainArgs{});
+  if (p.qkv_b.defined()) {
+    ops::bias_grad(ctx, dqkv, p.qkv_b.grad);
+  } else {
+    // The q and v thirds' column sums straight into their (accumulated) bias gradients; k has no
+    // bias, so its third is not read.
+    ops::bias_grad(ctx, dq, p.q_bias.grad);
+    ops::bias_grad(ctx, dv, p.v_bias.grad);
+  }
   PV no_bias;
   train::linear_backward(ctx, sv.ln1, p.qkv_w, no_bias, dqkv, &dln);
   // g = d x = g + LN1'(dln)
@@ -185,8 +209,12 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
 void add_block_params(std::vector<Param>& out, const std::string& prefix, BlockParams& b) {
   auto add = [&](const std::string& n, PV& p, bool wd) { out.push_back(Param{prefix + n, p.value, p.grad, wd}); };
   add("norm1.weight", b.norm1_g, false); add("norm1.bias", b.norm1_b, false);
-  add("attn.q_bias", b.q_bias, false); add("attn.v_bias", b.v_bias, false);
-  add("attn.qkv.weight", b.qkv_w, true);
+  if (b.qkv_b.defined()) {
+    add("attn.qkv.weight", b.qkv_w, true); add("attn.qkv.bias", b.qkv_b, false);
+  } else {
+    add("attn.q_bias", b.q_bias, false); add("attn.v_bias", b.v_bias, false);
+    add("attn.qkv.weight", b.qkv_w, true);
+  }
   add("attn.proj.weight", b.proj_w, true); add("attn.proj.bias", b.proj_b, false);
   add("norm2.weight", b.norm2_g, false); add("norm2.bias", b.norm2_b, false);
   add("mlp.fc1.weight", b.fc1_w, true); add("mlp.fc1.bias", b.fc1_b, false);
@@ -194,8 +222,11 @@ void add_block_params(std::vector<Param>& out, const std::string& prefix, BlockP
 }
 
 std::vector<PV*> block_storages(BlockParams& b) {
-  return {&b.norm1_g, &b.norm1_b, &b.q_bias, &b.v_bias, &b.qkv_w, &b.proj_w, &b.proj_b,
-          &b.norm2_g, &b.norm2_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b};
+  std::vector<PV*> out;
+  for (PV* pv : {&b.norm1_g, &b.norm1_b, &b.q_bias, &b.v_bias, &b.qkv_b, &b.qkv_w, &b.proj_w, &b.proj_b, &b.norm2_g,
+                 &b.norm2_b, &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b})
+    if (pv->defined()) out.push_back(pv);
+  return out;
 }
 
 }  // namespace unmask::nn

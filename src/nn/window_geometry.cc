@@ -1,6 +1,8 @@
 // nn/window_geometry.cc: see window_geometry.h.
 #include "nn/window_geometry.h"
 
+#include <algorithm>
+
 #include "unmask/error.h"
 
 namespace unmask::train {
@@ -41,6 +43,22 @@ std::vector<int32_t> window_partition_rows(int64_t batch, const WindowGeometry& 
                 rows.push_back(int32_t(b * per_sample + (sd * H + sh) * W + sw));
               }
   return rows;
+}
+
+std::vector<int32_t> inverse_rows(const std::vector<int32_t>& rows) {
+  std::vector<int32_t> inv(rows.size(), -1);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    UNMASK_CHECK(rows[r] >= 0 && size_t(rows[r]) < rows.size() && inv[size_t(rows[r])] < 0,
+                 "inverse_rows: the rows are not a permutation (row ", r, " holds ", rows[r], ")");
+    inv[size_t(rows[r])] = int32_t(r);
+  }
+  return inv;
+}
+
+Tensor row_ids(const std::vector<int32_t>& rows, Device device) {
+  Tensor t = Tensor::empty({int64_t(rows.size())}, DType::i32);
+  std::copy(rows.begin(), rows.end(), t.data<int32_t>());
+  return device == Device::cpu ? t : t.to(device);
 }
 
 std::vector<int32_t> relative_position_index(std::array<int64_t, 3> tw, int64_t n) {
@@ -87,6 +105,40 @@ Tensor shift_region_masks(const WindowGeometry& g) {
       for (int64_t j = 0; j < N; ++j)
         p[(w * N + i) * N + j] = label[size_t(w * N + i)] == label[size_t(w * N + j)] ? 0.0f : -100.0f;
   return m;
+}
+
+Tensor gather_relative_bias(const Tensor& table, const std::vector<int32_t>& index, int64_t n) {
+  UNMASK_CHECK(table.dtype() == DType::f32 && table.ndim() == 2 && table.is_contiguous() && table.device() == Device::cpu,
+               "relative position bias: the table must be a contiguous f32 [T, NH] host tensor, got ", table.describe());
+  UNMASK_CHECK(int64_t(index.size()) == n * n, "relative position bias: ", index.size(), " indices for ", n, " x ", n);
+  const int64_t T = table.size(0), NH = table.size(1);
+  Tensor bias = Tensor::empty({NH, n, n}, DType::f32);
+  const float* t = table.data<float>();
+  float* b = bias.data<float>();
+  for (int64_t ij = 0; ij < n * n; ++ij) {
+    const int64_t row = index[size_t(ij)];
+    UNMASK_CHECK(row >= 0 && row < T, "relative position bias: index ", row, " outside the table's ", T, " rows");
+    for (int64_t h = 0; h < NH; ++h) b[h * n * n + ij] = t[row * NH + h];
+  }
+  return bias;
+}
+
+void scatter_relative_bias_grad(const Tensor& dbias, const std::vector<int32_t>& index, Tensor& table_grad) {
+  UNMASK_CHECK(table_grad.dtype() == DType::f32 && table_grad.ndim() == 2 && table_grad.is_contiguous() &&
+                   table_grad.device() == Device::cpu,
+               "relative position bias gradient: the table gradient must be a contiguous f32 [T, NH] host tensor");
+  const int64_t T = table_grad.size(0), NH = table_grad.size(1), nn2 = int64_t(index.size());
+  UNMASK_CHECK(dbias.dtype() == DType::f32 && dbias.is_contiguous() && dbias.numel() == NH * nn2,
+               "relative position bias gradient: dbias must be contiguous f32 [", NH, ", n, n] for ", nn2,
+               " indices, got ", dbias.describe());
+  const float* d = dbias.data<float>();
+  float* g = table_grad.data<float>();
+  for (int64_t h = 0; h < NH; ++h)  // in (h, i, j) order: the same sums whatever the caller's threads
+    for (int64_t ij = 0; ij < nn2; ++ij) {
+      const int64_t row = index[size_t(ij)];
+      UNMASK_CHECK(row >= 0 && row < T, "relative position bias gradient: index ", row, " outside ", T, " rows");
+      g[row * NH + h] += d[h * nn2 + ij];
+    }
 }
 
 }  // namespace unmask::train

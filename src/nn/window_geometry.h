@@ -35,6 +35,10 @@ WindowGeometry clipped_window(std::array<int64_t, 3> size, std::array<int64_t, 3
 
 /// Row r of the windowed layout (B samples) holds volume token rows[r].
 std::vector<int32_t> window_partition_rows(int64_t batch, const WindowGeometry& g);
+/// The inverse permutation: inverse[rows[r]] = r (back from windows to the volume).
+std::vector<int32_t> inverse_rows(const std::vector<int32_t>& rows);
+/// rows as an i32 tensor on `device`, the ids of ops::embedding (a row gather).
+Tensor row_ids(const std::vector<int32_t>& rows, Device device);
 
 /// The relative-position index of a `table_window` (wd x wh x ww) window's tokens into its bias
 /// table of (2 wd - 1)(2 wh - 1)(2 ww - 1) rows, truncated to the first n tokens of each
@@ -46,5 +50,11 @@ std::vector<int32_t> relative_position_index(std::array<int64_t, 3> table_window
 /// the same region of the rolled volume (the 27 regions cut at -window and -shift in each
 /// dimension), -100 across. Made for any shift, as BEVT's image stream applies it in every block.
 Tensor shift_region_masks(const WindowGeometry& g);
+
+/// A block's relative-position bias: bias[h, i, j] = table[index[i n + j], h], table f32 [T, NH]
+/// on the CPU -> f32 [NH, n, n].
+Tensor gather_relative_bias(const Tensor& table, const std::vector<int32_t>& index, int64_t n);
+/// Its backward: table_grad[index[i n + j], h] += dbias[h, i, j] (f32 [NH, n, n] -> [T, NH]).
+void scatter_relative_bias_grad(const Tensor& dbias, const std::vector<int32_t>& index, Tensor& table_grad);
 
 }  // namespace unmask::train

@@ -1,0 +1,97 @@
+"""Video Swin's SwinTransformerBlock3D in PyTorch, the reference of tests/test_swin_block.cc.
+
+Usage: /usr/bin/python3 swin_block_reference.py OUT_DIR SHIFT_D SHIFT_H SHIFT_W
+
+Written from the published Video Swin / BEVT code's algorithm (swin_transformer.py,
+SwinTransformerBlock3D.forward_part1/part2, WindowAttention3D, compute_mask), float64 with
+autograd, no drop path: x [B, D, H, W, C] -> LN1 -> roll by -shift -> windows -> qkv (with bias),
+scale q k^T + table[index] (+ the -100 masks when shifted), softmax, @ v, proj -> windows back,
+roll by +shift -> + x -> + fc2(gelu(fc1(LN2(.)))). Values are made f32-exact first, so an f32
+engine and this run see the same inputs. Writes into OUT_DIR (f32; rows are the volume's tokens
+b D H W + (d H + h) W + w):
+  x.npy dout.npy out.npy dx.npy   [B D H W, C]
+  <param>.npy and d_<param>.npy   for norm1.weight norm1.bias attn.qkv.weight attn.qkv.bias
+      attn.proj.weight attn.proj.bias norm2.weight norm2.bias mlp.fc1.weight mlp.fc1.bias
+      mlp.fc2.weight mlp.fc2.bias attn.relative_position_bias_table (names as in the checkpoint)
+Exits with status 77 when torch or numpy cannot be imported.
+"""
+import os
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    print(f"swin_block_reference.py: {e}", file=sys.stderr)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from window_attention_reference import compute_mask, relative_position_index, window_partition  # noqa: E402
+
+
+def window_reverse(windows, ws, B, D, H, W):
+    x = windows.view(B, D // ws[0], H // ws[1], W // ws[2], ws[0], ws[1], ws[2], -1)
+    return x.permute(0, 1, 4, 2, 5, 3, 6, 7).contiguous().view(B, D, H, W, -1)
+
+
+def main(out_dir, shift):
+    torch.manual_seed(1128 + sum(shift))
+    B, D, H, W, C, NH = 2, 4, 14, 14, 64, 2
+    ws, I = (2, 7, 7), 4 * 64
+    N = ws[0] * ws[1] * ws[2]
+    T = (2 * ws[0] - 1) * (2 * ws[1] - 1) * (2 * ws[2] - 1)
+    f64 = torch.float64
+    exact = lambda t: t.float().double()
+    shapes = {
+        "norm1.weight": (C,), "norm1.bias": (C,), "attn.qkv.weight": (3 * C, C), "attn.qkv.bias": (3 * C,),
+        "attn.proj.weight": (C, C), "attn.proj.bias": (C,), "norm2.weight": (C,), "norm2.bias": (C,),
+        "mlp.fc1.weight": (I, C), "mlp.fc1.bias": (I,), "mlp.fc2.weight": (C, I), "mlp.fc2.bias": (C,),
+        "attn.relative_position_bias_table": (T, NH),
+    }
+    P = {}
+    for name, shape in shapes.items():
+        scale = 0.2 if name.endswith("weight") and len(shape) == 2 else 0.5
+        base = 1.0 if name.startswith("norm") and name.endswith("weight") else 0.0
+        P[name] = torch.nn.Parameter(exact(base + scale * torch.randn(*shape, dtype=f64)))
+    x = exact(torch.randn(B, D, H, W, C, dtype=f64)).requires_grad_(True)
+    index = relative_position_index(ws).reshape(-1)
+    shifted = any(s > 0 for s in shift)
+    mask = compute_mask(D, H, W, ws, shift) if shifted else None
+
+    h = F.layer_norm(x, (C,), P["norm1.weight"], P["norm1.bias"], 1e-5)
+    if shifted:
+        h = torch.roll(h, shifts=tuple(-s for s in shift), dims=(1, 2, 3))
+    win = window_partition(h, ws)  # [nW, N, C]
+    nW = win.shape[0]
+    qkv = F.linear(win, P["attn.qkv.weight"], P["attn.qkv.bias"]).reshape(nW, N, 3, NH, C // NH).permute(2, 0, 3, 1, 4)
+    q, k, v = qkv[0] * (C // NH) ** -0.5, qkv[1], qkv[2]
+    attn = q @ k.transpose(-2, -1)
+    bias = P["attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1)
+    attn = attn + bias.unsqueeze(0)
+    if shifted:
+        nWs = mask.shape[0]
+        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
+    attn = torch.softmax(attn, dim=-1)
+    o = (attn @ v).transpose(1, 2).reshape(nW, N, C)
+    o = F.linear(o, P["attn.proj.weight"], P["attn.proj.bias"])
+    o = window_reverse(o, ws, B, D, H, W)
+    if shifted:
+        o = torch.roll(o, shifts=tuple(shift), dims=(1, 2, 3))
+    x1 = x + o
+    y = F.layer_norm(x1, (C,), P["norm2.weight"], P["norm2.bias"], 1e-5)
+    y = F.linear(F.gelu(F.linear(y, P["mlp.fc1.weight"], P["mlp.fc1.bias"])), P["mlp.fc2.weight"], P["mlp.fc2.bias"])
+    out = x1 + y
+    dout = exact(torch.randn_like(out))
+    (out * dout).sum().backward()
+    save = lambda name, t: np.save(os.path.join(out_dir, name + ".npy"), t.detach().numpy().astype(np.float32))
+    rows = lambda t: t.reshape(-1, C)
+    save("x", rows(x)); save("dout", rows(dout)); save("out", rows(out)); save("dx", rows(x.grad))
+    for name, p in P.items():
+        save(name, p)
+        save("d_" + name, p.grad)
+    print(f"swin block reference: {nW} windows of {N} tokens, shift {tuple(shift)}, C {C}, heads {NH}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], [int(a) for a in sys.argv[2:5]])
