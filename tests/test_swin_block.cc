@@ -13,12 +13,14 @@
 #include <vector>
 
 #include "io/npy.h"
+#include "nn/patch_merging.h"
 #include "nn/vit_block.h"
 #include "nn/window_geometry.h"
 #include "op_test_util.h"
 #include "ops/ops.h"
 #include "temp_dir.h"
 #include "unmask/context.h"
+#include "unmask/error.h"
 
 using namespace unmask;
 using namespace unmask::test;
@@ -108,4 +110,37 @@ TEST(SwinBlock, MatchesVideoSwinInPyTorch) {
     SCOPED_TRACE("not shifted");
     run_block({0, 0, 0});
   }
+}
+
+// Patch merging (nn/patch_merging.h) against Video Swin's PatchMerging under PyTorch autograd
+// (tests/python/patch_merging_reference.py): a 2 x 3 x 6 x 4 x 16 volume; the output, the input
+// gradient and the LayerNorm and reduction gradients.
+TEST(SwinBlock, PatchMergingMatchesVideoSwin) {
+  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
+  TempDir tmp;
+  const std::string dir = tmp.path.string();
+  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/patch_merging_reference.py " + dir +
+                          " > " + dir + "/python.log 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
+  train::PatchMergingParams p;
+  p.norm_g = train::make_pv(load("norm.weight"));
+  p.norm_b = train::make_pv(load("norm.bias"));
+  p.reduction_w = train::make_pv(load("reduction.weight"));
+  Context ctx({.num_threads = 2});
+  const Tensor x = load("x");
+  Tensor out;
+  train::PatchMergingSaved saved;
+  train::patch_merging_forward(ctx, p, x, 2, {3, 6, 4}, 1e-5f, out, saved);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32);
+  train::patch_merging_backward(ctx, p, saved, 2, {3, 6, 4}, load("dout"), dx);
+  const Tol tol{1e-5, 1e-5}, param_tol = reduction_tol(36);
+  EXPECT_TRUE(all_close(flat(out), flat(load("out")), tol)) << "out";
+  EXPECT_TRUE(all_close(flat(dx), flat(load("dx")), tol)) << "dx";
+  EXPECT_TRUE(all_close(flat(p.norm_g.grad), flat(load("d_norm.weight")), param_tol)) << "d norm.weight";
+  EXPECT_TRUE(all_close(flat(p.norm_b.grad), flat(load("d_norm.bias")), param_tol)) << "d norm.bias";
+  EXPECT_TRUE(all_close(flat(p.reduction_w.grad), flat(load("d_reduction.weight")), param_tol)) << "d reduction.weight";
+  // an odd grid (the same 144 rows as 3 x 3 x 8) is refused, not merged across rows
+  EXPECT_THROW(train::patch_merging_forward(ctx, p, x, 2, {3, 3, 8}, 1e-5f, out, saved), Error);
 }
