@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/npy.h"
+#include "models/bevt/swin_stage.h"
 #include "nn/patch_merging.h"
 #include "nn/vit_block.h"
 #include "nn/window_geometry.h"
@@ -143,4 +144,72 @@ TEST(SwinBlock, PatchMergingMatchesVideoSwin) {
   EXPECT_TRUE(all_close(flat(p.reduction_w.grad), flat(load("d_reduction.weight")), param_tol)) << "d reduction.weight";
   // an odd grid (the same 144 rows as 3 x 3 x 8) is refused, not merged across rows
   EXPECT_THROW(train::patch_merging_forward(ctx, p, x, 2, {3, 3, 8}, 1e-5f, out, saved), Error);
+}
+
+namespace {
+
+void run_stage(const std::string& stream) {
+  TempDir tmp;
+  const std::string dir = tmp.path.string();
+  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/swin_stage_reference.py " + dir + " " +
+                          stream + " > " + dir + "/python.log 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
+  bevt::SwinStageParams p;
+  p.blocks.resize(2);
+  std::map<std::string, train::PV*> named;
+  for (int j = 0; j < 2; ++j) {
+    nn::BlockParams& b = p.blocks[size_t(j)];
+    const std::string pre = "blocks." + std::to_string(j) + ".";
+    for (auto [n, pv] : {std::pair<const char*, train::PV*>{"norm1.weight", &b.norm1_g}, {"norm1.bias", &b.norm1_b},
+                         {"attn.qkv.weight", &b.qkv_w}, {"attn.qkv.bias", &b.qkv_b}, {"attn.proj.weight", &b.proj_w},
+                         {"attn.proj.bias", &b.proj_b}, {"norm2.weight", &b.norm2_g}, {"norm2.bias", &b.norm2_b},
+                         {"mlp.fc1.weight", &b.fc1_w}, {"mlp.fc1.bias", &b.fc1_b}, {"mlp.fc2.weight", &b.fc2_w},
+                         {"mlp.fc2.bias", &b.fc2_b}})
+      named[pre + n] = pv;
+  }
+  p.tables.resize(2);
+  named["blocks.0.attn.relative_position_bias_table"] = &p.tables[0];
+  named["blocks.1.attn.relative_position_bias_table"] = &p.tables[1];
+  p.merge = true;
+  named["downsample.norm.weight"] = &p.merging.norm_g;
+  named["downsample.norm.bias"] = &p.merging.norm_b;
+  named["downsample.reduction.weight"] = &p.merging.reduction_w;
+  for (auto& [name, pv] : named) *pv = train::make_pv(load(name));
+
+  bevt::SwinStageShape s;
+  s.batch = 2;
+  s.size = {stream == "video" ? 4 : 1, 14, 14};
+  s.dim = 32, s.heads = 2, s.mlp_hidden = 128;
+  s.image = stream == "image";
+  Context ctx({.num_threads = 2});
+  bevt::SwinStageSaved saved;
+  bevt::swin_stage_forward(ctx, p, load("x"), s, saved);
+  const Tensor dx = bevt::swin_stage_backward(ctx, p, saved, s, load("dmerged"), load("dout"));
+  const Tol tol{2e-4, 2e-4}, param_tol = reduction_tol(2 * s.size[0] * 196);
+  EXPECT_TRUE(all_close(flat(saved.out), flat(load("out")), tol)) << "out";
+  EXPECT_TRUE(all_close(flat(saved.merged), flat(load("merged")), tol)) << "merged";
+  EXPECT_TRUE(all_close(flat(dx), flat(load("dx")), tol)) << "dx";
+  for (auto& [name, pv] : named)
+    EXPECT_TRUE(all_close(flat(pv->grad), flat(load("d_" + name)), param_tol)) << "d " << name;
+  const train::WindowGeometry g1 = bevt::stage_block_geometry(s, 1);
+  std::printf("[ bevt stage, %s ] block 1: window %lld x %lld x %lld, shift %lld %lld %lld; %zu tensors against PyTorch\n",
+              stream.c_str(), (long long)g1.window[0], (long long)g1.window[1], (long long)g1.window[2],
+              (long long)g1.shift[0], (long long)g1.shift[1], (long long)g1.shift[2], named.size());
+}
+
+}  // namespace
+
+// Two blocks (the second shifted) and patch merging, against BEVT's BasicLayer in PyTorch
+// (tests/python/swin_stage_reference.py): the video stream with a 4-frame volume (the window
+// and shift clipped to 4 x 7 x 7 and (0, 3, 3), masks only in the shifted block) and the image
+// stream (masks in both blocks, the d = 0 plane of the 3-D tables); out, merged, dx and all 29
+// parameter gradients.
+TEST(SwinBlock, StageMatchesBevtInPyTorch) {
+  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
+  for (const char* stream : {"video", "image"}) {
+    SCOPED_TRACE(stream);
+    run_stage(stream);
+  }
 }
