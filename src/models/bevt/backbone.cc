@@ -1,0 +1,195 @@
+// models/bevt/backbone.cc: see backbone.h.
+#include "models/bevt/backbone.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "ops/ops.h"
+#include "unmask/error.h"
+
+namespace unmask::bevt {
+
+using train::PV;
+
+namespace {
+
+PV filled(const Shape& shape, const std::function<float()>& draw) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = draw();
+  return train::make_pv(t);
+}
+
+PV constant(const Shape& shape, float v) {
+  return filled(shape, [v] { return v; });
+}
+
+}  // namespace
+
+SwinConfig SwinConfig::preset(const std::string& name) {
+  SwinConfig c;
+  if (name == "base") return c;
+  if (name == "small" || name == "tiny") {
+    c.embed_dim = 96;
+    c.heads = {3, 6, 12, 24};
+    if (name == "tiny") c.depths = {2, 2, 6, 2};
+    return c;
+  }
+  throw Error("unknown Video Swin size '", name, "'", Hint("the sizes are tiny, small and base (BEVT's default)"));
+}
+
+SwinBackbone SwinBackbone::random(const SwinConfig& c, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);  // trunc_normal(0.02) truncates at +-2: never in practice
+  auto trunc_normal = [&] { return normal(gen); };
+  auto conv_uniform = [&](int64_t fan_in) {  // PyTorch's default Conv init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    const float bound = float(1.0 / std::sqrt(double(fan_in)));
+    return [&gen, bound] { return std::uniform_real_distribution<float>(-bound, bound)(gen); };
+  };
+  SwinBackbone b;
+  b.config = c;
+  const int64_t C = c.embed_dim, k3 = 3 * c.patch[0] * c.patch[1] * c.patch[2], k2 = 3 * c.patch[1] * c.patch[2];
+  b.patch3_w = filled({C, k3}, conv_uniform(k3));
+  b.patch3_b = filled({C}, conv_uniform(k3));
+  b.patch3_norm_g = constant({C}, 1.0f), b.patch3_norm_b = constant({C}, 0.0f);
+  b.patch2_w = filled({C, k2}, conv_uniform(k2));
+  b.patch2_b = filled({C}, conv_uniform(k2));
+  b.patch2_norm_g = constant({C}, 1.0f), b.patch2_norm_b = constant({C}, 0.0f);
+  b.mask_token = filled({C}, trunc_normal);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t D = c.dim(i), I = D * c.mlp_ratio;
+    SwinStageParams& s = b.stages[size_t(i)];
+    for (int64_t j = 0; j < c.depths[size_t(i)]; ++j) {
+      nn::BlockParams p;
+      p.norm1_g = constant({D}, 1.0f), p.norm1_b = constant({D}, 0.0f);
+      p.qkv_w = filled({3 * D, D}, trunc_normal), p.qkv_b = constant({3 * D}, 0.0f);
+      p.proj_w = filled({D, D}, trunc_normal), p.proj_b = constant({D}, 0.0f);
+      p.norm2_g = constant({D}, 1.0f), p.norm2_b = constant({D}, 0.0f);
+      p.fc1_w = filled({I, D}, trunc_normal), p.fc1_b = constant({I}, 0.0f);
+      p.fc2_w = filled({D, I}, trunc_normal), p.fc2_b = constant({D}, 0.0f);
+      s.blocks.push_back(std::move(p));
+      s.tables.push_back(filled({c.table_rows(), c.heads[size_t(i)]}, trunc_normal));
+    }
+    s.merge = i < 3;
+    if (s.merge) {
+      s.merging.norm_g = constant({4 * D}, 1.0f), s.merging.norm_b = constant({4 * D}, 0.0f);
+      s.merging.reduction_w = filled({2 * D, 4 * D}, trunc_normal);
+    }
+  }
+  b.norm_g = constant({c.dim(3)}, 1.0f), b.norm_b = constant({c.dim(3)}, 0.0f);
+  return b;
+}
+
+std::vector<Param> SwinBackbone::params() {
+  std::vector<Param> out;
+  auto add = [&](const std::string& name, PV& p, bool decay, const Shape* view = nullptr) {
+    out.push_back(Param{"backbone." + name, view ? p.value.view(*view) : p.value, view ? p.grad.view(*view) : p.grad,
+                        decay});
+  };
+  const SwinConfig& c = config;
+  const Shape conv3{c.embed_dim, 3, c.patch[0], c.patch[1], c.patch[2]}, conv2{c.embed_dim, 3, c.patch[1], c.patch[2]};
+  add("patch_embed.proj.weight", patch3_w, true, &conv3);
+  add("patch_embed.proj.bias", patch3_b, true);  // BEVT decays every name without "norm"
+  add("patch_embed.norm.weight", patch3_norm_g, false);
+  add("patch_embed.norm.bias", patch3_norm_b, false);
+  add("patch_embed_2d.proj.weight", patch2_w, true, &conv2);
+  add("patch_embed_2d.proj.bias", patch2_b, true);
+  add("patch_embed_2d.norm.weight", patch2_norm_g, false);
+  add("patch_embed_2d.norm.bias", patch2_norm_b, false);
+  add("mask_token", mask_token, true);
+  for (int i = 0; i < 4; ++i) {
+    SwinStageParams& s = stages[size_t(i)];
+    const std::string layer = "layers." + std::to_string(i) + ".";
+    for (size_t j = 0; j < s.blocks.size(); ++j) {
+      const std::string pre = layer + "blocks." + std::to_string(j) + ".";
+      std::vector<Param> bp;
+      nn::add_block_params(bp, "backbone." + pre, s.blocks[j]);
+      for (Param& p : bp) {
+        // BEVT: weight decay on every parameter whose name lacks "norm" (linear biases included)
+        p.weight_decay = p.name.find("norm") == std::string::npos;
+        out.push_back(p);
+      }
+      add(pre + "attn.relative_position_bias_table", s.tables[j], false);
+    }
+    if (s.merge) {
+      add(layer + "downsample.reduction.weight", s.merging.reduction_w, true);
+      add(layer + "downsample.norm.weight", s.merging.norm_g, false);
+      add(layer + "downsample.norm.bias", s.merging.norm_b, false);
+    }
+  }
+  add("norm.weight", norm_g, false);
+  add("norm.bias", norm_b, false);
+  return out;
+}
+
+void backbone_forward(Context& ctx, const SwinBackbone& bb, const Tensor& input, bool image,
+                      const std::vector<uint8_t>* token_mask, BackboneSaved& sv) {
+  const SwinConfig& c = bb.config;
+  UNMASK_CHECK(input.dtype() == DType::f32 && input.ndim() == 5 && input.size(1) == 3 && input.device() == Device::cpu,
+               "BEVT backbone: the input must be host f32 [B, 3, T, H, W], got ", input.describe());
+  UNMASK_CHECK(c.patch[1] == c.patch[2], "BEVT backbone: square patches only, got ", c.patch[1], " x ", c.patch[2]);
+  const ops::Tubelet tube{image ? 1 : c.patch[0], c.patch[1]};
+  const int64_t B = input.size(0), T = input.size(2), H = input.size(3), W = input.size(4);
+  UNMASK_CHECK(!image || T == 1, "BEVT backbone: images are one frame, got T = ", T);
+  UNMASK_CHECK(T % tube.tubelet == 0 && H % tube.patch == 0 && W % tube.patch == 0, "BEVT backbone: a ", T, " x ", H,
+               " x ", W, " input is not whole ", tube.tubelet, " x ", tube.patch, " x ", tube.patch, " patches");
+  const std::array<int64_t, 3> size{T / tube.tubelet, H / tube.patch, W / tube.patch};
+  const int64_t C = c.embed_dim, R = B * size[0] * size[1] * size[2];
+  sv.image = image, sv.batch = B;
+  sv.embedded = Tensor::empty({R, C}, DType::f32);
+  train::patch_embed_forward(ctx, input, train::all_token_ids(R, Device::cpu), tube, image ? bb.patch2_w : bb.patch3_w,
+                             image ? bb.patch2_b : bb.patch3_b, sv.embedded, sv.embed);
+  sv.ln = Tensor::empty({R, C}, DType::f32), sv.mean = Tensor::empty({R}, DType::f32), sv.rstd = Tensor::empty({R}, DType::f32);
+  ops::layernorm(ctx, sv.embedded, nullptr, (image ? bb.patch2_norm_g : bb.patch3_norm_g).value,
+                 (image ? bb.patch2_norm_b : bb.patch3_norm_b).value, c.eps, sv.ln, &sv.mean, &sv.rstd);
+  Tensor x = Tensor::empty({R, C}, DType::f32);
+  x.copy_from(sv.ln);
+  sv.mask.clear();
+  if (token_mask) {
+    UNMASK_CHECK(int64_t(token_mask->size()) == R, "BEVT backbone: the token mask has ", token_mask->size(),
+                 " entries for ", R, " tokens");
+    sv.mask = *token_mask;
+    const float* mt = bb.mask_token.value.data<float>();
+    for (int64_t r = 0; r < R; ++r)
+      if (sv.mask[size_t(r)]) std::copy(mt, mt + C, x.data<float>() + r * C);
+  }
+  std::array<int64_t, 3> stage_size = size;
+  for (int i = 0; i < 4; ++i) {
+    SwinStageShape& s = sv.shapes[size_t(i)];
+    s.batch = B, s.size = stage_size, s.window = c.window;
+    s.dim = c.dim(i), s.heads = c.heads[size_t(i)], s.mlp_hidden = c.dim(i) * c.mlp_ratio, s.eps = c.eps;
+    s.image = image;
+    swin_stage_forward(ctx, bb.stages[size_t(i)], x, s, sv.stages[size_t(i)]);
+    if (i < 3) {
+      x = sv.stages[size_t(i)].merged;
+      stage_size = {stage_size[0], stage_size[1] / 2, stage_size[2] / 2};
+    }
+  }
+}
+
+void backbone_backward(Context& ctx, SwinBackbone& bb, BackboneSaved& sv, const Tensor& g_x3, const Tensor& g_x4) {
+  Tensor g;  // the gradient of the next stage's input (= this stage's merged output)
+  for (int i = 3; i >= 0; --i) {
+    const Tensor g_out = i == 3 ? g_x4 : i == 2 ? g_x3 : Tensor();
+    if (!g.defined() && !g_out.defined()) continue;  // nothing reaches this stage yet
+    g = swin_stage_backward(ctx, bb.stages[size_t(i)], sv.stages[size_t(i)], sv.shapes[size_t(i)], g, g_out);
+  }
+  UNMASK_CHECK(g.defined(), "BEVT backbone backward: no gradient given");
+  const int64_t C = bb.config.embed_dim, R = g.size(0);
+  if (!sv.mask.empty()) {  // the mask token took the masked rows: their gradient is its
+    float* gm = bb.mask_token.grad.data<float>();
+    for (int64_t r = 0; r < R; ++r) {
+      if (!sv.mask[size_t(r)]) continue;
+      float* row = g.data<float>() + r * C;
+      for (int64_t k = 0; k < C; ++k) gm[k] += row[k], row[k] = 0.0f;
+    }
+  }
+  PV& ng = sv.image ? bb.patch2_norm_g : bb.patch3_norm_g;
+  PV& nb = sv.image ? bb.patch2_norm_b : bb.patch3_norm_b;
+  Tensor dembedded = Tensor::empty({R, C}, DType::f32);
+  ops::layernorm_backward(ctx, sv.embedded, nullptr, ng.value, sv.mean, sv.rstd, g, dembedded, ng.grad, nb.grad);
+  train::patch_embed_backward(ctx, sv.embed, sv.image ? bb.patch2_w : bb.patch3_w, sv.image ? bb.patch2_b : bb.patch3_b,
+                              dembedded);
+}
+
+}  // namespace unmask::bevt

@@ -1,0 +1,109 @@
+"""BEVT's Video Swin backbone (SwinTransformerBEVT) in PyTorch, the reference of
+tests/test_swin_block.cc (SwinBlock.BackboneMatchesBevtInPyTorch).
+
+Usage: /usr/bin/python3 bevt_backbone_reference.py PARAM_DIR OUT_DIR video|image
+
+Written from the published BEVT code's algorithm, float64 autograd. Reads the parameters the
+C++ test wrote (PARAM_DIR/<name>.npy, BEVT's names) and a small config: embed 32, depths
+2/2/2/2, heads 1/2/4/8 (head size 32), patch 2 x 4 x 4, window 2 x 4 x 4. video: a [1, 3, 4, 64,
+64] clip (tokens 2 x 16 x 16; stage 4's 2 x 2 grid clips the window); image: [2, 3, 128, 128]
+(tokens 32 x 32; stage 4 is one 4 x 4 window that still rolls by 2, masked in every block).
+Patch embedding (Conv3d / Conv2d k = s), LayerNorm, mask token at the masked tokens
+(PARAM_DIR/token_mask.npy, u8 per token), four stages; writes x3, x4 (the stage-3 and stage-4
+outputs before merging), their given gradients' results: every parameter's gradient (d_<name>).
+"""
+import os
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    print(f"bevt_backbone_reference.py: {e}", file=sys.stderr)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from swin_block_reference import window_reverse  # noqa: E402
+from window_attention_reference import compute_mask, relative_position_index, window_partition  # noqa: E402
+
+EMBED, DEPTHS, HEADS, PATCH, WINDOW = 32, (2, 2, 2, 2), (1, 2, 4, 8), (2, 4, 4), (2, 4, 4)
+
+
+def block(x, P, pre, C, NH, ws, shift, mask):
+    B, D, H, W, _ = x.shape
+    N = ws[0] * ws[1] * ws[2]
+    index = relative_position_index(WINDOW)[:N, :N].reshape(-1)
+    h = F.layer_norm(x, (C,), P[pre + "norm1.weight"], P[pre + "norm1.bias"], 1e-5)
+    if any(shift):
+        h = torch.roll(h, shifts=tuple(-s for s in shift), dims=(1, 2, 3))
+    win = window_partition(h, ws)
+    nW = win.shape[0]
+    qkv = F.linear(win, P[pre + "attn.qkv.weight"], P[pre + "attn.qkv.bias"]).reshape(nW, N, 3, NH, C // NH)
+    qkv = qkv.permute(2, 0, 3, 1, 4)
+    attn = (qkv[0] * (C // NH) ** -0.5) @ qkv[1].transpose(-2, -1)
+    attn = attn + P[pre + "attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1).unsqueeze(0)
+    if mask is not None:
+        nWs = mask.shape[0]
+        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
+    o = (torch.softmax(attn, dim=-1) @ qkv[2]).transpose(1, 2).reshape(nW, N, C)
+    o = window_reverse(F.linear(o, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"]), ws, B, D, H, W)
+    if any(shift):
+        o = torch.roll(o, shifts=tuple(shift), dims=(1, 2, 3))
+    x1 = x + o
+    y = F.layer_norm(x1, (C,), P[pre + "norm2.weight"], P[pre + "norm2.bias"], 1e-5)
+    return x1 + F.linear(F.gelu(F.linear(y, P[pre + "mlp.fc1.weight"], P[pre + "mlp.fc1.bias"])),
+                         P[pre + "mlp.fc2.weight"], P[pre + "mlp.fc2.bias"])
+
+
+def main(param_dir, out_dir, stream):
+    load = lambda n: torch.from_numpy(np.load(os.path.join(param_dir, n + ".npy")).astype(np.float64))
+    names = [l.strip() for l in open(os.path.join(param_dir, "names.txt"))]
+    P = {n: torch.nn.Parameter(load(n)) for n in names}
+    x = load("input")
+    token_mask = torch.from_numpy(np.load(os.path.join(param_dir, "token_mask.npy")).astype(np.float64))
+    if stream == "video":
+        t = F.conv3d(x, P["backbone.patch_embed.proj.weight"], P["backbone.patch_embed.proj.bias"], stride=PATCH)
+        t = t.permute(0, 2, 3, 4, 1)  # [B, D, H, W, C]
+        norm = "backbone.patch_embed.norm."
+    else:
+        t = F.conv2d(x[:, :, 0], P["backbone.patch_embed_2d.proj.weight"], P["backbone.patch_embed_2d.proj.bias"],
+                     stride=PATCH[1:])
+        t = t.permute(0, 2, 3, 1).unsqueeze(1)  # [B, 1, H, W, C]
+        norm = "backbone.patch_embed_2d.norm."
+    t = F.layer_norm(t, (EMBED,), P[norm + "weight"], P[norm + "bias"], 1e-5)
+    m = token_mask.view(*t.shape[:4], 1)
+    t = t * (1 - m) + P["backbone.mask_token"].view(1, 1, 1, 1, EMBED) * m
+    outs = []
+    for i in range(4):
+        C, NH = EMBED << i, HEADS[i]
+        B, D, H, W, _ = t.shape
+        if stream == "video":  # get_window_size: clip where the size is at most the window
+            ws = tuple(min(s, w) for s, w in zip((D, H, W), WINDOW))
+            shift = tuple(0 if s <= w else w // 2 for s, w in zip((D, H, W), WINDOW))
+            mask = compute_mask(D, H, W, ws, shift) if any(shift) else None
+            masks = [None, mask]
+        else:
+            ws, shift = (1, WINDOW[1], WINDOW[2]), (0, WINDOW[1] // 2, WINDOW[2] // 2)
+            mask = compute_mask(D, H, W, ws, shift)
+            masks = [mask, mask]
+        for j in range(DEPTHS[i]):
+            t = block(t, P, f"backbone.layers.{i}.blocks.{j}.", C, NH, ws, shift if j % 2 else (0, 0, 0), masks[j % 2])
+        outs.append(t)
+        if i < 3:
+            pre = f"backbone.layers.{i}.downsample."
+            mm = torch.cat([t[:, :, 0::2, 0::2], t[:, :, 1::2, 0::2], t[:, :, 0::2, 1::2], t[:, :, 1::2, 1::2]], -1)
+            t = F.linear(F.layer_norm(mm, (4 * C,), P[pre + "norm.weight"], P[pre + "norm.bias"], 1e-5),
+                         P[pre + "reduction.weight"])
+    x3, x4 = outs[2], outs[3]
+    g3, g4 = load("g_x3").view_as(x3), load("g_x4").view_as(x4)
+    ((x3 * g3).sum() + (x4 * g4).sum()).backward()
+    save = lambda n, a: np.save(os.path.join(out_dir, n + ".npy"), a.detach().numpy().astype(np.float32))
+    save("x3", x3.reshape(-1, x3.shape[-1]))
+    save("x4", x4.reshape(-1, x4.shape[-1]))
+    for n, p in P.items():
+        save("d_" + n, p.grad if p.grad is not None else torch.zeros_like(p))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
