@@ -15,6 +15,7 @@
 
 #include "io/npy.h"
 #include "models/bevt/backbone.h"
+#include "models/bevt/neck.h"
 #include "models/bevt/swin_stage.h"
 #include "nn/patch_merging.h"
 #include "nn/vit_block.h"
@@ -294,5 +295,92 @@ TEST(SwinBlock, BackboneMatchesBevtInPyTorch) {
   for (const char* stream : {"video", "image"}) {
     SCOPED_TRACE(stream);
     run_backbone(stream);
+  }
+}
+
+namespace {
+
+void run_neck(const std::string& stream) {
+  const bool image = stream == "image";
+  const int64_t embed = 16, vocab = 40, B = 2, D = image ? 1 : 2, H4 = 3, W4 = 2;
+  bevt::NeckHeadParams p = bevt::NeckHeadParams::random(embed, vocab, 5);
+  train::PV norm_g = train::make_pv(Tensor::empty({8 * embed}, DType::f32)),
+            norm_b = train::make_pv(Tensor::empty({8 * embed}, DType::f32));
+  std::vector<Param> params = p.params();
+  params.push_back(Param{"backbone.norm.weight", norm_g.value, norm_g.grad, false});
+  params.push_back(Param{"backbone.norm.bias", norm_b.value, norm_b.grad, false});
+  std::mt19937_64 gen(stream == "image" ? 21 : 22);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (Param& q : params) {
+    const bool norm_weight = q.name == "backbone.norm.weight";
+    for (int64_t i = 0; i < q.value.numel(); ++i)
+      q.value.data<float>()[i] = (norm_weight ? 1.0f : 0.0f) + (q.value.ndim() >= 2 ? 0.1f : 0.3f) * n(gen);
+  }
+  TempDir tmp;
+  const std::string dir = tmp.path.string();
+  std::ofstream names(dir + "/names.txt");
+  for (const Param& q : params) {
+    io::write_npy(dir + "/" + q.name + ".npy", q.value);
+    names << q.name << "\n";
+  }
+  names.close();
+  Tensor x3 = Tensor::empty({B * D * 4 * H4 * W4, 4 * embed}, DType::f32), x4 = Tensor::empty({B * D * H4 * W4, 8 * embed}, DType::f32);
+  for (Tensor* t : {&x3, &x4})
+    for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = n(gen);
+  const int64_t rows = B * D * (image ? 1 : 2) * 4 * H4 * W4;
+  std::vector<int32_t> targets(static_cast<size_t>(rows), -1);
+  for (int32_t& t : targets)
+    if (gen() % 2) t = int32_t(gen() % uint64_t(vocab));
+  Tensor tt = Tensor::empty({rows}, DType::i32), size4 = Tensor::empty({4}, DType::i64);
+  std::copy(targets.begin(), targets.end(), tt.data<int32_t>());
+  for (int i = 0; i < 4; ++i) size4.data<int64_t>()[i] = std::array<int64_t, 4>{B, D, H4, W4}[size_t(i)];
+  io::write_npy(dir + "/x3.npy", x3), io::write_npy(dir + "/x4.npy", x4);
+  io::write_npy(dir + "/targets.npy", tt), io::write_npy(dir + "/size4.npy", size4);
+
+  Context ctx({.num_threads = 2});
+  bevt::NeckSaved saved;
+  bevt::neck_head_forward(ctx, p, norm_g, norm_b, 1e-5f, x3, x4, image, B, {D, H4, W4}, saved);
+  const Tensor logits = saved.logits.contiguous();
+  Tensor dlogits;
+  const bevt::MaskedLoss loss = bevt::masked_token_loss(ctx, saved, targets, 1.0f, dlogits);
+  Tensor g3, g4;
+  bevt::neck_head_backward(ctx, p, norm_g, norm_b, saved, dlogits, g3, g4);
+
+  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/bevt_neck_reference.py " + dir + " " +
+                          stream + " > " + dir + "/python.log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream lf(dir + "/python.log");
+  const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << cmd << "\n" << log;
+  auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
+  const Tol tol{1e-4, 1e-4};
+  EXPECT_NEAR(loss.loss, load("ref_loss").data<double>()[0], 1e-5);
+  EXPECT_TRUE(all_close(flat(logits), flat(load("ref_logits")), tol)) << "logits";
+  EXPECT_TRUE(all_close(flat(g3), flat(load("d_x3")), tol)) << "d x3";
+  EXPECT_TRUE(all_close(flat(g4), flat(load("d_x4")), tol)) << "d x4";
+  int64_t compared = 0;
+  for (const Param& q : params) {
+    const bool other = image ? (q.name.find("_s") != std::string::npos || q.name.find("fpn_t") != std::string::npos)
+                             : (q.name.find("fpn.0") != std::string::npos || q.name.find("lm_down.") != std::string::npos);
+    if (other) continue;  // the other stream's neck
+    EXPECT_TRUE(all_close(flat(q.grad), flat(load("d_" + q.name)), tol)) << "d " << q.name;
+    ++compared;
+  }
+  std::printf("[ bevt neck + head, %s ] loss %.6f over %lld masked tokens, %lld gradients against PyTorch\n",
+              stream.c_str(), loss.loss, (long long)loss.count, (long long)compared);
+}
+
+}  // namespace
+
+// The necks, the shared LayerNorm and lm_head, and the masked-token cross-entropy against BEVT's
+// in PyTorch (tests/python/bevt_neck_reference.py), both streams: ConvTranspose2d / 3d with
+// kernel = stride as GEMM + pixel shuffle (the video's (2, 1, 1) doubling the frames), the
+// channel-last concatenation, the loss and every gradient (x3, x4 and the parameters).
+TEST(SwinBlock, NeckAndHeadMatchBevtInPyTorch) {
+  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
+  for (const char* stream : {"video", "image"}) {
+    SCOPED_TRACE(stream);
+    run_neck(stream);
   }
 }
