@@ -46,6 +46,7 @@ constexpr std::array kOps = {
     OpEntry{"cross_entropy", kF32, kF32},
     OpEntry{"attention_forward_train", kF32Bf16, kF32Bf16},  // CUDA bf16: tensor cores, head sizes 64/80/88/128
     OpEntry{"attention_backward", kF32Bf16, kF32Bf16},
+    OpEntry{"conv2d", kF32, 0},                      // CUDA: cuDNN, issue 32
     OpEntry{"window_attention", kF32, 0},            // CUDA: issue 32
     OpEntry{"window_attention_backward", kF32, 0},
     // optimizers (f32 master weights and moments)

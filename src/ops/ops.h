@@ -262,6 +262,18 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
                         Tensor& dk, Tensor& dv, const AttentionArgs& args,
                         const AttentionTrainArgs& train);
 
+// ---- convolution (the DALL-E tokenizer's; inference) ----------------------------------------------
+
+/// y = F.conv2d(x, w, bias, stride, padding): x f32 [B, Cin, H, W] NCHW contiguous, w [Cout, Cin,
+/// k, k], bias [Cout] or null, y [B, Cout, OH, OW] (OH = (H + 2 padding - k) / stride + 1). CPU:
+/// each image unfolded (im2col) and one GEMM (oneDNN's matmul in a oneDNN build). Float64
+/// oracle: ref/conv_ref.h.
+struct Conv2dArgs {
+  int64_t stride = 1, padding = 0;
+  const Tensor* bias = nullptr;
+};
+void conv2d(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, const Conv2dArgs& args);
+
 // ---- windowed attention with an additive bias (Swin, Video Swin, BEVT) --------------------------
 //
 // Rows come in windows of `window` tokens (window w = rows w N .. w N + N - 1: the caller has
