@@ -14,11 +14,14 @@
 
 #include "data/video/block_masks.h"
 #include "io/npy.h"
+#include "python_reference.h"
 #include "temp_dir.h"
 #include "unmask/error.h"
 
 using namespace unmask;
 using unmask::test::TempDir;
+using unmask::test::python_has;
+using unmask::test::run_python_reference;
 
 TEST(BlockMasks, PureFunctionsOfSeedAndSample) {
   const video::BlockMaskOptions o;
@@ -31,14 +34,12 @@ TEST(BlockMasks, PureFunctionsOfSeedAndSample) {
 }
 
 TEST(BlockMasks, MatchBeitsGeneratorInDistribution) {
-  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no numpy";
   constexpr int kDraws = 4000;
   TempDir tmp;
   const std::string dir = tmp.path.string();
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/block_mask_reference.py " + dir + " " +
-                          std::to_string(kDraws);
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(run_python_reference("block_mask_reference.py", dir + " " + std::to_string(kDraws), dir), "");
   const Tensor counts = io::read_npy(dir + "/counts.npy"), freq = io::read_npy(dir + "/freq.npy");
   ASSERT_EQ(counts.numel(), kDraws);
   std::vector<double> ours(196, 0.0);

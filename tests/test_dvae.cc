@@ -15,6 +15,7 @@
 #include "io/npy.h"
 #include "models/bevt/dvae.h"
 #include "op_test_util.h"
+#include "python_reference.h"
 #include "ops/ops.h"
 #include "ref/conv_ref.h"
 #include "temp_dir.h"
@@ -74,7 +75,7 @@ TEST(Conv2d, MatchesTheFloat64Oracle) {
 }
 
 TEST(DalleEncoder, MatchesOpenAisEncoderInPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("torch, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
   bevt::DalleEncoderConfig c;
   c.hidden = 8, c.vocab = 24;  // 4 groups of 2 blocks, widths 8 / 16 / 32 / 64
@@ -103,12 +104,7 @@ TEST(DalleEncoder, MatchesOpenAisEncoderInPyTorch) {
   args.data<int64_t>()[0] = 2, args.data<int64_t>()[1] = 1;
   io::write_npy(dir + "/conv_x.npy", cx), io::write_npy(dir + "/conv_w.npy", cw), io::write_npy(dir + "/conv_b.npy", cb);
   io::write_npy(dir + "/conv_args.npy", args);
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/dalle_encoder_reference.py " + dir +
-                          " 4 8 2 24 > " + dir + "/python.log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream lf(dir + "/python.log");
-  const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << cmd << "\n" << log;
+  ASSERT_EQ(run_python_reference("dalle_encoder_reference.py", dir + " 4 8 2 24", dir), "");
 
   Context ctx({.num_threads = 2});
   Tensor cy = Tensor::empty({2, 5, 5, 4}, DType::f32);

@@ -21,6 +21,7 @@
 #include "nn/vit_block.h"
 #include "nn/window_geometry.h"
 #include "op_test_util.h"
+#include "python_reference.h"
 #include "ops/ops.h"
 #include "temp_dir.h"
 #include "unmask/context.h"
@@ -47,13 +48,9 @@ Tensor gather_rows(Context& ctx, const Tensor& x, const std::vector<int32_t>& ro
 void run_block(const std::array<int64_t, 3> shift) {
   TempDir tmp;
   const std::string dir = tmp.path.string();
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/swin_block_reference.py " + dir + " " +
-                          std::to_string(shift[0]) + " " + std::to_string(shift[1]) + " " + std::to_string(shift[2]) +
-                          " > " + dir + "/python.log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream lf(dir + "/python.log");
-  const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << cmd << "\n" << log;
+  const std::string shift_args =
+      std::to_string(shift[0]) + " " + std::to_string(shift[1]) + " " + std::to_string(shift[2]);
+  ASSERT_EQ(run_python_reference("swin_block_reference.py", dir + " " + shift_args, dir), "");
   auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
 
   const int64_t B = 2, C = 64, NH = 2, I = 256;
@@ -104,7 +101,7 @@ void run_block(const std::array<int64_t, 3> shift) {
 }  // namespace
 
 TEST(SwinBlock, MatchesVideoSwinInPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("torch, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
   {
     SCOPED_TRACE("shifted (1, 3, 3)");
@@ -120,13 +117,11 @@ TEST(SwinBlock, MatchesVideoSwinInPyTorch) {
 // (tests/python/patch_merging_reference.py): a 2 x 3 x 6 x 4 x 16 volume; the output, the input
 // gradient and the LayerNorm and reduction gradients.
 TEST(SwinBlock, PatchMergingMatchesVideoSwin) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("torch, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
   TempDir tmp;
   const std::string dir = tmp.path.string();
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/patch_merging_reference.py " + dir +
-                          " > " + dir + "/python.log 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(run_python_reference("patch_merging_reference.py", dir, dir), "");
   auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
   train::PatchMergingParams p;
   p.norm_g = train::make_pv(load("norm.weight"));
@@ -154,9 +149,7 @@ namespace {
 void run_stage(const std::string& stream) {
   TempDir tmp;
   const std::string dir = tmp.path.string();
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/swin_stage_reference.py " + dir + " " +
-                          stream + " > " + dir + "/python.log 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(run_python_reference("swin_stage_reference.py", dir + " " + stream, dir), "");
   auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
   bevt::SwinStageParams p;
   p.blocks.resize(2);
@@ -209,7 +202,7 @@ void run_stage(const std::string& stream) {
 // stream (masks in both blocks, the d = 0 plane of the 3-D tables); out, merged, dx and all 29
 // parameter gradients.
 TEST(SwinBlock, StageMatchesBevtInPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("torch, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
   for (const char* stream : {"video", "image"}) {
     SCOPED_TRACE(stream);
@@ -261,12 +254,7 @@ void run_backbone(const std::string& stream) {
   io::write_npy(dir + "/g_x4.npy", g4);
   bevt::backbone_backward(ctx, bb, saved, g3, g4);
 
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/bevt_backbone_reference.py " + dir + " " +
-                          dir + " " + stream + " > " + dir + "/python.log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream lf(dir + "/python.log");
-  const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << cmd << "\n" << log;
+  ASSERT_EQ(run_python_reference("bevt_backbone_reference.py", dir + " " + dir + " " + stream, dir), "");
   auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
   // 14 stacked blocks of f32 against float64: a looser bound than one block's
   const Tol tol{1e-3, 1e-3}, param_tol{3e-3, 3e-3};
@@ -290,7 +278,7 @@ void run_backbone(const std::string& stream) {
 // third of the tokens, four stages with merging; x3, x4 and every parameter's gradient. The video
 // clip's stage-4 grid (2 x 2) clips the window; the images' stage 4 is one window that still rolls.
 TEST(SwinBlock, BackboneMatchesBevtInPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("torch, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
   for (const char* stream : {"video", "image"}) {
     SCOPED_TRACE(stream);
@@ -346,12 +334,7 @@ void run_neck(const std::string& stream) {
   Tensor g3, g4;
   bevt::neck_head_backward(ctx, p, norm_g, norm_b, saved, dlogits, g3, g4);
 
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/bevt_neck_reference.py " + dir + " " +
-                          stream + " > " + dir + "/python.log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream lf(dir + "/python.log");
-  const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << cmd << "\n" << log;
+  ASSERT_EQ(run_python_reference("bevt_neck_reference.py", dir + " " + stream, dir), "");
   auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
   const Tol tol{1e-4, 1e-4};
   EXPECT_NEAR(loss.loss, load("ref_loss").data<double>()[0], 1e-5);
@@ -377,7 +360,7 @@ void run_neck(const std::string& stream) {
 // kernel = stride as GEMM + pixel shuffle (the video's (2, 1, 1) doubling the frames), the
 // channel-last concatenation, the loss and every gradient (x3, x4 and the parameters).
 TEST(SwinBlock, NeckAndHeadMatchBevtInPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("torch, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
   for (const char* stream : {"video", "image"}) {
     SCOPED_TRACE(stream);

@@ -18,6 +18,7 @@
 #include "io/npy.h"
 #include "nn/window_geometry.h"
 #include "op_test_util.h"
+#include "python_reference.h"
 #include "ops/ops.h"
 #include "ref/window_attention_ref.h"
 #include "temp_dir.h"
@@ -242,16 +243,11 @@ TEST(WindowAttention, BadArgumentsAreErrorsThatSayWhat) {
 // the script's partitioned q, k, v with the gathered bias, and the table gradient is dbias
 // scattered back through the same index.
 TEST(WindowAttention, MatchesVideoSwinInPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") != 0)
+  if (!python_has("torch, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 has no torch or numpy";
   TempDir tmp;
   const std::string dir = tmp.path.string();
-  const std::string cmd = "/usr/bin/python3 " UNMASK_SOURCE_DIR "/tests/python/window_attention_reference.py " + dir +
-                          " > " + dir + "/python.log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream lf(dir + "/python.log");
-  const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << cmd << "\n" << log;
+  ASSERT_EQ(run_python_reference("window_attention_reference.py", dir, dir), "");
   auto load = [&](const char* name) { return io::read_npy(dir + "/" + name + ".npy"); };
   const Tensor q = load("q"), k = load("k"), v = load("v"), mask = load("mask"), bias = load("bias"),
                index = load("index"), dout = load("dout");

@@ -14,6 +14,12 @@ namespace unmask::train {
 using ops::Activation;
 using ops::Trans;
 
+PV filled_pv(const Shape& shape, const std::function<float()>& draw) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = draw();
+  return make_pv(t);
+}
+
 PV make_pv(const Tensor& src) {
   UNMASK_CHECK(src.defined() && src.dtype() == DType::f32, "train: parameter source must be f32, got ",
                src.defined() ? src.describe() : std::string("undefined"));

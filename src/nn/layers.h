@@ -19,6 +19,7 @@
 //   out[N,C]  = LN(h2 + x1)                       saved with mean2/rstd2: the next layer's input
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ops/ops.h"
@@ -42,6 +43,8 @@ const Tensor& value_for(const PV& p, DType dtype);
 /// An owned contiguous copy of `src` (any float layout already widened to f32) with a zero grad,
 /// on the CPU (BertTrainModel::to moves the PVs to a device).
 PV make_pv(const Tensor& src);
+/// A host PV of `shape` whose values are draw() in order, with a zero grad (a model's init).
+PV filled_pv(const Shape& shape, const std::function<float()>& draw);
 /// `p`'s value and gradient copied to `device` (p itself when already there).
 PV pv_to(const PV& p, Device device);
 

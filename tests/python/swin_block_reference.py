@@ -35,6 +35,37 @@ def window_reverse(windows, ws, B, D, H, W):
     return x.permute(0, 1, 4, 2, 5, 3, 6, 7).contiguous().view(B, D, H, W, -1)
 
 
+def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws):
+    """One SwinTransformerBlock3D on x [B, D, H, W, C] with parameters P[pre + name]: LN1, roll by
+    -shift (when any), windows of ws, qkv with bias, scale q k^T + table[index[:N, :N]] of a
+    table_ws window (+ mask[w mod M] when given), softmax, @ v, proj, windows back, roll back,
+    residual, then LN2 + MLP with its residual. The mask is applied whenever given (BEVT's image
+    stream passes it to unshifted blocks too)."""
+    B, D, H, W, _ = x.shape
+    N = ws[0] * ws[1] * ws[2]
+    index = relative_position_index(table_ws)[:N, :N].reshape(-1)
+    h = F.layer_norm(x, (C,), P[pre + "norm1.weight"], P[pre + "norm1.bias"], 1e-5)
+    if any(shift):
+        h = torch.roll(h, shifts=tuple(-s for s in shift), dims=(1, 2, 3))
+    win = window_partition(h, ws)  # [nW, N, C]
+    nW = win.shape[0]
+    qkv = F.linear(win, P[pre + "attn.qkv.weight"], P[pre + "attn.qkv.bias"]).reshape(nW, N, 3, NH, C // NH)
+    qkv = qkv.permute(2, 0, 3, 1, 4)
+    attn = (qkv[0] * (C // NH) ** -0.5) @ qkv[1].transpose(-2, -1)
+    attn = attn + P[pre + "attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1).unsqueeze(0)
+    if mask is not None:
+        nWs = mask.shape[0]
+        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
+    o = (torch.softmax(attn, dim=-1) @ qkv[2]).transpose(1, 2).reshape(nW, N, C)
+    o = window_reverse(F.linear(o, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"]), ws, B, D, H, W)
+    if any(shift):
+        o = torch.roll(o, shifts=tuple(shift), dims=(1, 2, 3))
+    x1 = x + o
+    y = F.layer_norm(x1, (C,), P[pre + "norm2.weight"], P[pre + "norm2.bias"], 1e-5)
+    return x1 + F.linear(F.gelu(F.linear(y, P[pre + "mlp.fc1.weight"], P[pre + "mlp.fc1.bias"])),
+                         P[pre + "mlp.fc2.weight"], P[pre + "mlp.fc2.bias"])
+
+
 def main(out_dir, shift):
     torch.manual_seed(1128 + sum(shift))
     B, D, H, W, C, NH = 2, 4, 14, 14, 64, 2
@@ -55,33 +86,9 @@ def main(out_dir, shift):
         base = 1.0 if name.startswith("norm") and name.endswith("weight") else 0.0
         P[name] = torch.nn.Parameter(exact(base + scale * torch.randn(*shape, dtype=f64)))
     x = exact(torch.randn(B, D, H, W, C, dtype=f64)).requires_grad_(True)
-    index = relative_position_index(ws).reshape(-1)
-    shifted = any(s > 0 for s in shift)
-    mask = compute_mask(D, H, W, ws, shift) if shifted else None
+    mask = compute_mask(D, H, W, ws, shift) if any(s > 0 for s in shift) else None
 
-    h = F.layer_norm(x, (C,), P["norm1.weight"], P["norm1.bias"], 1e-5)
-    if shifted:
-        h = torch.roll(h, shifts=tuple(-s for s in shift), dims=(1, 2, 3))
-    win = window_partition(h, ws)  # [nW, N, C]
-    nW = win.shape[0]
-    qkv = F.linear(win, P["attn.qkv.weight"], P["attn.qkv.bias"]).reshape(nW, N, 3, NH, C // NH).permute(2, 0, 3, 1, 4)
-    q, k, v = qkv[0] * (C // NH) ** -0.5, qkv[1], qkv[2]
-    attn = q @ k.transpose(-2, -1)
-    bias = P["attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1)
-    attn = attn + bias.unsqueeze(0)
-    if shifted:
-        nWs = mask.shape[0]
-        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
-    attn = torch.softmax(attn, dim=-1)
-    o = (attn @ v).transpose(1, 2).reshape(nW, N, C)
-    o = F.linear(o, P["attn.proj.weight"], P["attn.proj.bias"])
-    o = window_reverse(o, ws, B, D, H, W)
-    if shifted:
-        o = torch.roll(o, shifts=tuple(shift), dims=(1, 2, 3))
-    x1 = x + o
-    y = F.layer_norm(x1, (C,), P["norm2.weight"], P["norm2.bias"], 1e-5)
-    y = F.linear(F.gelu(F.linear(y, P["mlp.fc1.weight"], P["mlp.fc1.bias"])), P["mlp.fc2.weight"], P["mlp.fc2.bias"])
-    out = x1 + y
+    out = swin_block(x, P, "", C, NH, ws, shift, mask, ws)
     dout = exact(torch.randn_like(out))
     (out * dout).sum().backward()
     save = lambda name, t: np.save(os.path.join(out_dir, name + ".npy"), t.detach().numpy().astype(np.float32))
@@ -90,7 +97,8 @@ def main(out_dir, shift):
     for name, p in P.items():
         save(name, p)
         save("d_" + name, p.grad)
-    print(f"swin block reference: {nW} windows of {N} tokens, shift {tuple(shift)}, C {C}, heads {NH}")
+    print(f"swin block reference: {B * (D // ws[0]) * (H // ws[1]) * (W // ws[2])} windows of {N} tokens, "
+          f"shift {tuple(shift)}, C {C}, heads {NH}")
 
 
 if __name__ == "__main__":

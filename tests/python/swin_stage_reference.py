@@ -26,36 +26,10 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from swin_block_reference import window_reverse  # noqa: E402
-from window_attention_reference import compute_mask, relative_position_index, window_partition  # noqa: E402
+from swin_block_reference import swin_block  # noqa: E402
+from window_attention_reference import compute_mask  # noqa: E402
 
 C, NH, TABLE_WS = 32, 2, (8, 7, 7)
-
-
-def block(x, P, pre, ws, shift, mask):
-    B, D, H, W, _ = x.shape
-    N = ws[0] * ws[1] * ws[2]
-    index = relative_position_index(TABLE_WS)[:N, :N].reshape(-1)
-    h = F.layer_norm(x, (C,), P[pre + "norm1.weight"], P[pre + "norm1.bias"], 1e-5)
-    if any(shift):
-        h = torch.roll(h, shifts=tuple(-s for s in shift), dims=(1, 2, 3))
-    win = window_partition(h, ws)
-    nW = win.shape[0]
-    qkv = F.linear(win, P[pre + "attn.qkv.weight"], P[pre + "attn.qkv.bias"])
-    qkv = qkv.reshape(nW, N, 3, NH, C // NH).permute(2, 0, 3, 1, 4)
-    attn = (qkv[0] * (C // NH) ** -0.5) @ qkv[1].transpose(-2, -1)
-    attn = attn + P[pre + "attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1).unsqueeze(0)
-    if mask is not None:
-        nWs = mask.shape[0]
-        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
-    o = (torch.softmax(attn, dim=-1) @ qkv[2]).transpose(1, 2).reshape(nW, N, C)
-    o = window_reverse(F.linear(o, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"]), ws, B, D, H, W)
-    if any(shift):
-        o = torch.roll(o, shifts=tuple(shift), dims=(1, 2, 3))
-    x1 = x + o
-    y = F.layer_norm(x1, (C,), P[pre + "norm2.weight"], P[pre + "norm2.bias"], 1e-5)
-    return x1 + F.linear(F.gelu(F.linear(y, P[pre + "mlp.fc1.weight"], P[pre + "mlp.fc1.bias"])),
-                         P[pre + "mlp.fc2.weight"], P[pre + "mlp.fc2.bias"])
 
 
 def main(out_dir, stream):
@@ -87,7 +61,7 @@ def main(out_dir, stream):
         masks = [mask, mask]
     h = x
     for j in range(2):
-        h = block(h, P, f"blocks.{j}.", ws, shift if j % 2 else (0, 0, 0), masks[j])
+        h = swin_block(h, P, f"blocks.{j}.", C, NH, ws, shift if j % 2 else (0, 0, 0), masks[j], TABLE_WS)
     out = h
     m = torch.cat([out[:, :, 0::2, 0::2], out[:, :, 1::2, 0::2], out[:, :, 0::2, 1::2], out[:, :, 1::2, 1::2]], -1)
     merged = F.linear(F.layer_norm(m, (4 * C,), P["downsample.norm.weight"], P["downsample.norm.bias"], 1e-5),

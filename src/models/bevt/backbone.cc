@@ -14,14 +14,10 @@ using train::PV;
 
 namespace {
 
-PV filled(const Shape& shape, const std::function<float()>& draw) {
-  Tensor t = Tensor::empty(shape, DType::f32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = draw();
-  return train::make_pv(t);
-}
+using train::filled_pv;
 
 PV constant(const Shape& shape, float v) {
-  return filled(shape, [v] { return v; });
+  return filled_pv(shape, [v] { return v; });
 }
 
 }  // namespace
@@ -49,31 +45,31 @@ SwinBackbone SwinBackbone::random(const SwinConfig& c, uint64_t seed) {
   SwinBackbone b;
   b.config = c;
   const int64_t C = c.embed_dim, k3 = 3 * c.patch[0] * c.patch[1] * c.patch[2], k2 = 3 * c.patch[1] * c.patch[2];
-  b.patch3_w = filled({C, k3}, conv_uniform(k3));
-  b.patch3_b = filled({C}, conv_uniform(k3));
+  b.patch3_w = filled_pv({C, k3}, conv_uniform(k3));
+  b.patch3_b = filled_pv({C}, conv_uniform(k3));
   b.patch3_norm_g = constant({C}, 1.0f), b.patch3_norm_b = constant({C}, 0.0f);
-  b.patch2_w = filled({C, k2}, conv_uniform(k2));
-  b.patch2_b = filled({C}, conv_uniform(k2));
+  b.patch2_w = filled_pv({C, k2}, conv_uniform(k2));
+  b.patch2_b = filled_pv({C}, conv_uniform(k2));
   b.patch2_norm_g = constant({C}, 1.0f), b.patch2_norm_b = constant({C}, 0.0f);
-  b.mask_token = filled({C}, trunc_normal);
+  b.mask_token = filled_pv({C}, trunc_normal);
   for (int i = 0; i < 4; ++i) {
     const int64_t D = c.dim(i), I = D * c.mlp_ratio;
     SwinStageParams& s = b.stages[size_t(i)];
     for (int64_t j = 0; j < c.depths[size_t(i)]; ++j) {
       nn::BlockParams p;
       p.norm1_g = constant({D}, 1.0f), p.norm1_b = constant({D}, 0.0f);
-      p.qkv_w = filled({3 * D, D}, trunc_normal), p.qkv_b = constant({3 * D}, 0.0f);
-      p.proj_w = filled({D, D}, trunc_normal), p.proj_b = constant({D}, 0.0f);
+      p.qkv_w = filled_pv({3 * D, D}, trunc_normal), p.qkv_b = constant({3 * D}, 0.0f);
+      p.proj_w = filled_pv({D, D}, trunc_normal), p.proj_b = constant({D}, 0.0f);
       p.norm2_g = constant({D}, 1.0f), p.norm2_b = constant({D}, 0.0f);
-      p.fc1_w = filled({I, D}, trunc_normal), p.fc1_b = constant({I}, 0.0f);
-      p.fc2_w = filled({D, I}, trunc_normal), p.fc2_b = constant({D}, 0.0f);
+      p.fc1_w = filled_pv({I, D}, trunc_normal), p.fc1_b = constant({I}, 0.0f);
+      p.fc2_w = filled_pv({D, I}, trunc_normal), p.fc2_b = constant({D}, 0.0f);
       s.blocks.push_back(std::move(p));
-      s.tables.push_back(filled({c.table_rows(), c.heads[size_t(i)]}, trunc_normal));
+      s.tables.push_back(filled_pv({c.table_rows(), c.heads[size_t(i)]}, trunc_normal));
     }
     s.merge = i < 3;
     if (s.merge) {
       s.merging.norm_g = constant({4 * D}, 1.0f), s.merging.norm_b = constant({4 * D}, 0.0f);
-      s.merging.reduction_w = filled({2 * D, 4 * D}, trunc_normal);
+      s.merging.reduction_w = filled_pv({2 * D, 4 * D}, trunc_normal);
     }
   }
   b.norm_g = constant({c.dim(3)}, 1.0f), b.norm_b = constant({c.dim(3)}, 0.0f);

@@ -14,12 +14,6 @@ using train::PV;
 
 namespace {
 
-PV filled(const Shape& shape, const std::function<float()>& draw) {
-  Tensor t = Tensor::empty(shape, DType::f32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = draw();
-  return train::make_pv(t);
-}
-
 Tensor f32(const Shape& s) { return Tensor::empty(s, DType::f32); }
 
 }  // namespace
@@ -37,12 +31,12 @@ NeckHeadParams NeckHeadParams::random(int64_t embed_dim, int64_t vocab, uint64_t
   };
   NeckHeadParams p;
   p.width = W, p.vocab = vocab;
-  p.fpn_w = filled({W, W * 4}, conv(4)), p.fpn_b = filled({W}, conv(4));
-  p.lm_down_w = filled({W, W + W / 2}, trunc_normal), p.lm_down_b = filled({W}, zero);
-  p.fpn_s_w = filled({W, W * 4}, conv(4)), p.fpn_s_b = filled({W}, conv(4));
-  p.lm_down_st_w = filled({W, W + W / 2}, trunc_normal), p.lm_down_st_b = filled({W}, zero);
-  p.fpn_t_w = filled({W, W * 2}, conv(2)), p.fpn_t_b = filled({W}, conv(2));
-  p.lm_head_w = filled({vocab, W}, trunc_normal), p.lm_head_b = filled({vocab}, zero);
+  p.fpn_w = train::filled_pv({W, W * 4}, conv(4)), p.fpn_b = train::filled_pv({W}, conv(4));
+  p.lm_down_w = train::filled_pv({W, W + W / 2}, trunc_normal), p.lm_down_b = train::filled_pv({W}, zero);
+  p.fpn_s_w = train::filled_pv({W, W * 4}, conv(4)), p.fpn_s_b = train::filled_pv({W}, conv(4));
+  p.lm_down_st_w = train::filled_pv({W, W + W / 2}, trunc_normal), p.lm_down_st_b = train::filled_pv({W}, zero);
+  p.fpn_t_w = train::filled_pv({W, W * 2}, conv(2)), p.fpn_t_b = train::filled_pv({W}, conv(2));
+  p.lm_head_w = train::filled_pv({vocab, W}, trunc_normal), p.lm_head_b = train::filled_pv({vocab}, zero);
   return p;
 }
 
