@@ -43,6 +43,8 @@ stage "[2a/6] training parity with PyTorch autograd (losses, every gradient, 10 
 stage "[2a'/6] VideoMAE pretraining parity with a PyTorch implementation (loss, every gradient)"
 /usr/bin/python3 tests/python/videomae_parity.py --unmask build/unmask
 /usr/bin/python3 tests/python/videomae_checkpoint_check.py --unmask build/unmask
+stage "[2a''/6] BEVT pretraining parity with a PyTorch implementation (token ids, both losses, every gradient)"
+/usr/bin/python3 tests/python/bevt_parity.py --unmask build/unmask
 stage "[2b/6] command line: good and bad input"
 bash tests/cli/test_plain_clone.sh  # no path outside the checkout; build/ shared by the README's two commands
 bash tests/cli/test_cli.sh build/unmask

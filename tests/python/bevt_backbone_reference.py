@@ -30,46 +30,56 @@ from window_attention_reference import compute_mask  # noqa: E402
 EMBED, DEPTHS, HEADS, PATCH, WINDOW = 32, (2, 2, 2, 2), (1, 2, 4, 8), (2, 4, 4), (2, 4, 4)
 
 
-def main(param_dir, out_dir, stream):
-    load = lambda n: torch.from_numpy(np.load(os.path.join(param_dir, n + ".npy")).astype(np.float64))
-    names = [l.strip() for l in open(os.path.join(param_dir, "names.txt"))]
-    P = {n: torch.nn.Parameter(load(n)) for n in names}
-    x = load("input")
-    token_mask = torch.from_numpy(np.load(os.path.join(param_dir, "token_mask.npy")).astype(np.float64))
+def backbone(P, x, token_mask, stream, embed=EMBED, depths=DEPTHS, heads=HEADS, patch=PATCH, window=WINDOW,
+             drop=None):
+    """SwinTransformerBEVT's forward of one stream: x [B, 3, T, H, W] (images T = 1), token_mask
+    [B, D, H/4, W/4] (1 = the mask token); drop: per global block k, (attn [B], mlp [B]) scales
+    or None. Returns the stage-3 and stage-4 outputs before merging, [B, D, h, w, C] each."""
     if stream == "video":
-        t = F.conv3d(x, P["backbone.patch_embed.proj.weight"], P["backbone.patch_embed.proj.bias"], stride=PATCH)
+        t = F.conv3d(x, P["backbone.patch_embed.proj.weight"], P["backbone.patch_embed.proj.bias"], stride=patch)
         t = t.permute(0, 2, 3, 4, 1)  # [B, D, H, W, C]
         norm = "backbone.patch_embed.norm."
     else:
         t = F.conv2d(x[:, :, 0], P["backbone.patch_embed_2d.proj.weight"], P["backbone.patch_embed_2d.proj.bias"],
-                     stride=PATCH[1:])
+                     stride=patch[1:])
         t = t.permute(0, 2, 3, 1).unsqueeze(1)  # [B, 1, H, W, C]
         norm = "backbone.patch_embed_2d.norm."
-    t = F.layer_norm(t, (EMBED,), P[norm + "weight"], P[norm + "bias"], 1e-5)
-    m = token_mask.view(*t.shape[:4], 1)
-    t = t * (1 - m) + P["backbone.mask_token"].view(1, 1, 1, 1, EMBED) * m
-    outs = []
+    t = F.layer_norm(t, (embed,), P[norm + "weight"], P[norm + "bias"], 1e-5)
+    m = token_mask.reshape(*t.shape[:4], 1).to(t.dtype)
+    t = t * (1 - m) + P["backbone.mask_token"].view(1, 1, 1, 1, embed) * m
+    outs, k = [], 0
     for i in range(4):
-        C, NH = EMBED << i, HEADS[i]
+        C, NH = embed << i, heads[i]
         B, D, H, W, _ = t.shape
         if stream == "video":  # get_window_size: clip where the size is at most the window
-            ws = tuple(min(s, w) for s, w in zip((D, H, W), WINDOW))
-            shift = tuple(0 if s <= w else w // 2 for s, w in zip((D, H, W), WINDOW))
+            ws = tuple(min(s, w) for s, w in zip((D, H, W), window))
+            shift = tuple(0 if s <= w else w // 2 for s, w in zip((D, H, W), window))
             mask = compute_mask(D, H, W, ws, shift) if any(shift) else None
             masks = [None, mask]
         else:
-            ws, shift = (1, WINDOW[1], WINDOW[2]), (0, WINDOW[1] // 2, WINDOW[2] // 2)
+            ws, shift = (1, window[1], window[2]), (0, window[1] // 2, window[2] // 2)
             mask = compute_mask(D, H, W, ws, shift)
             masks = [mask, mask]
-        for j in range(DEPTHS[i]):
-            t = swin_block(t, P, f"backbone.layers.{i}.blocks.{j}.", C, NH, ws, shift if j % 2 else (0, 0, 0), masks[j % 2], WINDOW)
+        for j in range(depths[i]):
+            t = swin_block(t, P, f"backbone.layers.{i}.blocks.{j}.", C, NH, ws, shift if j % 2 else (0, 0, 0),
+                           masks[j % 2], window, None if drop is None else drop[k])
+            k += 1
         outs.append(t)
         if i < 3:
             pre = f"backbone.layers.{i}.downsample."
             mm = torch.cat([t[:, :, 0::2, 0::2], t[:, :, 1::2, 0::2], t[:, :, 0::2, 1::2], t[:, :, 1::2, 1::2]], -1)
             t = F.linear(F.layer_norm(mm, (4 * C,), P[pre + "norm.weight"], P[pre + "norm.bias"], 1e-5),
                          P[pre + "reduction.weight"])
-    x3, x4 = outs[2], outs[3]
+    return outs[2], outs[3]
+
+
+def main(param_dir, out_dir, stream):
+    load = lambda n: torch.from_numpy(np.load(os.path.join(param_dir, n + ".npy")).astype(np.float64))
+    names = [l.strip() for l in open(os.path.join(param_dir, "names.txt"))]
+    P = {n: torch.nn.Parameter(load(n)) for n in names}
+    x = load("input")
+    token_mask = torch.from_numpy(np.load(os.path.join(param_dir, "token_mask.npy")).astype(np.float64))
+    x3, x4 = backbone(P, x, token_mask, stream)
     g3, g4 = load("g_x3").view_as(x3), load("g_x4").view_as(x4)
     ((x3 * g3).sum() + (x4 * g4).sum()).backward()
     save = lambda n, a: np.save(os.path.join(out_dir, n + ".npy"), a.detach().numpy().astype(np.float32))

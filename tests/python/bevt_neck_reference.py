@@ -25,16 +25,11 @@ except ImportError as e:
     sys.exit(77)
 
 
-def main(d, stream):
-    load = lambda n: torch.from_numpy(np.load(os.path.join(d, n + ".npy")).astype(np.float64))
-    names = [l.strip() for l in open(os.path.join(d, "names.txt"))]
-    P = {n: torch.nn.Parameter(load(n)) for n in names}
-    B, D, H4, W4 = [int(v) for v in np.load(os.path.join(d, "size4.npy"))]
-    x3 = load("x3").requires_grad_(True)
-    x4 = load("x4").requires_grad_(True)
-    C8 = x4.shape[1]
-    v4 = x4.view(B, D, H4, W4, C8).permute(0, 4, 1, 2, 3)  # [B, 8C, D, H4, W4]
-    v3 = x3.view(B, D, 2 * H4, 2 * W4, C8 // 2)
+def neck_head(P, v3, v4, stream):
+    """The neck and head on x3 [B, D, H3, W3, 4C] and x4 [B, D, H4, W4, 8C]: logits [rows, vocab],
+    rows in volume order (video: [B, 2 D, H3, W3])."""
+    C8 = v4.shape[-1]
+    v4 = v4.permute(0, 4, 1, 2, 3)  # [B, 8C, D, H4, W4]
     if stream == "image":
         up = F.conv_transpose2d(v4[:, :, 0], P["backbone.fpn.0.weight"], P["backbone.fpn.0.bias"], stride=2)
         up = up.permute(0, 2, 3, 1).unsqueeze(1)  # [B, 1, H3, W3, 8C]
@@ -46,7 +41,18 @@ def main(d, stream):
         h = F.conv_transpose3d(h.permute(0, 4, 1, 2, 3), P["backbone.fpn_t.0.weight"], P["backbone.fpn_t.0.bias"],
                                stride=(2, 1, 1)).permute(0, 2, 3, 4, 1)
     h = F.layer_norm(h, (C8,), P["backbone.norm.weight"], P["backbone.norm.bias"], 1e-5)
-    logits = F.linear(h, P["cls_head.lm_head.weight"], P["cls_head.lm_head.bias"]).reshape(-1, P["cls_head.lm_head.weight"].shape[0])
+    return F.linear(h, P["cls_head.lm_head.weight"], P["cls_head.lm_head.bias"]).reshape(-1, P["cls_head.lm_head.weight"].shape[0])
+
+
+def main(d, stream):
+    load = lambda n: torch.from_numpy(np.load(os.path.join(d, n + ".npy")).astype(np.float64))
+    names = [l.strip() for l in open(os.path.join(d, "names.txt"))]
+    P = {n: torch.nn.Parameter(load(n)) for n in names}
+    B, D, H4, W4 = [int(v) for v in np.load(os.path.join(d, "size4.npy"))]
+    x3 = load("x3").requires_grad_(True)
+    x4 = load("x4").requires_grad_(True)
+    C8 = x4.shape[1]
+    logits = neck_head(P, x3.view(B, D, 2 * H4, 2 * W4, C8 // 2), x4.view(B, D, H4, W4, C8), stream)
     targets = torch.from_numpy(np.load(os.path.join(d, "targets.npy")).astype(np.int64))
     sel = targets >= 0
     loss = F.cross_entropy(logits[sel], targets[sel])

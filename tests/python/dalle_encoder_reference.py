@@ -21,13 +21,11 @@ except ImportError as e:
     sys.exit(77)
 
 
-def main(d, groups, hidden, blocks, vocab):
-    load = lambda n: torch.from_numpy(np.load(os.path.join(d, n + ".npy")).astype(np.float64))
-    names = [l.strip() for l in open(os.path.join(d, "names.txt"))]
-    P = {n: load(n) for n in names}
+def encoder_logits(P, x, groups, blocks):
+    """DALL-E's encoder on x [B, 3, H, W] (already mapped) with the state dict P: logits [B, vocab, H/8, W/8]."""
     conv = lambda x, pre: F.conv2d(x, P[pre + ".w"], P[pre + ".b"], padding=(P[pre + ".w"].shape[-1] - 1) // 2)
     post_gain = 1 / (groups * blocks) ** 2
-    h = conv(load("x"), "blocks.input")
+    h = conv(x, "blocks.input")
     for g in range(1, groups + 1):
         for i in range(1, blocks + 1):
             pre = f"blocks.group_{g}.block_{i}."
@@ -38,7 +36,14 @@ def main(d, groups, hidden, blocks, vocab):
             h = idp + post_gain * r
         if g < groups:
             h = F.max_pool2d(h, kernel_size=2)
-    logits = conv(F.relu(h), "blocks.output.conv")
+    return conv(F.relu(h), "blocks.output.conv")
+
+
+def main(d, groups, hidden, blocks, vocab):
+    load = lambda n: torch.from_numpy(np.load(os.path.join(d, n + ".npy")).astype(np.float64))
+    names = [l.strip() for l in open(os.path.join(d, "names.txt"))]
+    P = {n: load(n) for n in names}
+    logits = encoder_logits(P, load("x"), groups, blocks)
     np.save(os.path.join(d, "ref_logits.npy"), logits.numpy().astype(np.float32))
     cx, cw, cb = load("conv_x"), load("conv_w"), load("conv_b")
     stride, pad = [int(v) for v in np.load(os.path.join(d, "conv_args.npy"))]

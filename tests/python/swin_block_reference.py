@@ -35,12 +35,13 @@ def window_reverse(windows, ws, B, D, H, W):
     return x.permute(0, 1, 4, 2, 5, 3, 6, 7).contiguous().view(B, D, H, W, -1)
 
 
-def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws):
+def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws, drop=None):
     """One SwinTransformerBlock3D on x [B, D, H, W, C] with parameters P[pre + name]: LN1, roll by
     -shift (when any), windows of ws, qkv with bias, scale q k^T + table[index[:N, :N]] of a
     table_ws window (+ mask[w mod M] when given), softmax, @ v, proj, windows back, roll back,
     residual, then LN2 + MLP with its residual. The mask is applied whenever given (BEVT's image
-    stream passes it to unshifted blocks too)."""
+    stream passes it to unshifted blocks too). drop: per-sample scales (attn [B], mlp [B]) of the
+    two branches (drop path), or None."""
     B, D, H, W, _ = x.shape
     N = ws[0] * ws[1] * ws[2]
     index = relative_position_index(table_ws)[:N, :N].reshape(-1)
@@ -60,10 +61,15 @@ def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws):
     o = window_reverse(F.linear(o, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"]), ws, B, D, H, W)
     if any(shift):
         o = torch.roll(o, shifts=tuple(shift), dims=(1, 2, 3))
+    if drop is not None:
+        o = o * drop[0].view(B, 1, 1, 1, 1)
     x1 = x + o
     y = F.layer_norm(x1, (C,), P[pre + "norm2.weight"], P[pre + "norm2.bias"], 1e-5)
-    return x1 + F.linear(F.gelu(F.linear(y, P[pre + "mlp.fc1.weight"], P[pre + "mlp.fc1.bias"])),
-                         P[pre + "mlp.fc2.weight"], P[pre + "mlp.fc2.bias"])
+    m = F.linear(F.gelu(F.linear(y, P[pre + "mlp.fc1.weight"], P[pre + "mlp.fc1.bias"])),
+                 P[pre + "mlp.fc2.weight"], P[pre + "mlp.fc2.bias"])
+    if drop is not None:
+        m = m * drop[1].view(B, 1, 1, 1, 1)
+    return x1 + m
 
 
 def main(out_dir, shift):

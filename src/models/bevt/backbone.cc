@@ -5,6 +5,7 @@
 #include <functional>
 #include <random>
 
+#include "data/rng.h"
 #include "ops/ops.h"
 #include "unmask/error.h"
 
@@ -20,7 +21,42 @@ PV constant(const Shape& shape, float v) {
   return filled_pv(shape, [v] { return v; });
 }
 
+// Stage `stage`'s per-block, per-sample branch scales (see backbone.h).
+void draw_stage_drop_path(const SwinConfig& c, int stage, const DropPathDraw& d, int64_t batch, SwinStageShape& s) {
+  UNMASK_CHECK(d.rate >= 0 && d.rate < 1, "drop path rate must be in [0, 1), got ", d.rate);
+  const int64_t total = c.depths[0] + c.depths[1] + c.depths[2] + c.depths[3];
+  int64_t first = 0;
+  for (int i = 0; i < stage; ++i) first += c.depths[size_t(i)];
+  for (int64_t j = 0; j < c.depths[size_t(stage)]; ++j) {
+    const int64_t k = first + j;
+    const double rate = total > 1 ? d.rate * double(k) / double(total - 1) : 0.0;
+    std::vector<float> attn(static_cast<size_t>(batch), 1.0f), mlp(static_cast<size_t>(batch), 1.0f);
+    for (int64_t b = 0; b < batch && rate > 0; ++b) {
+      data::Rng rng(data::derive_key(d.seed, {data::kStreamDropPath, d.stream, d.first_sample + uint64_t(b), uint64_t(k)}));
+      const float keep = float(1.0 / (1.0 - rate));
+      attn[size_t(b)] = rng.uniform() < rate ? 0.0f : keep;
+      mlp[size_t(b)] = rng.uniform() < rate ? 0.0f : keep;
+    }
+    s.drop_attn.push_back(std::move(attn));
+    s.drop_mlp.push_back(std::move(mlp));
+  }
+}
+
 }  // namespace
+
+std::vector<std::array<std::vector<float>, 2>> drop_path_scales(const SwinConfig& c, const DropPathDraw& d,
+                                                                int64_t batch) {
+  std::vector<std::array<std::vector<float>, 2>> out;
+  for (int i = 0; i < 4; ++i) {
+    SwinStageShape s;
+    if (d.rate > 0) draw_stage_drop_path(c, i, d, batch, s);
+    for (int64_t j = 0; j < c.depths[size_t(i)]; ++j)
+      out.push_back(d.rate > 0 ? std::array<std::vector<float>, 2>{s.drop_attn[size_t(j)], s.drop_mlp[size_t(j)]}
+                               : std::array<std::vector<float>, 2>{std::vector<float>(size_t(batch), 1.0f),
+                                                                   std::vector<float>(size_t(batch), 1.0f)});
+  }
+  return out;
+}
 
 SwinConfig SwinConfig::preset(const std::string& name) {
   SwinConfig c;
@@ -119,7 +155,7 @@ std::vector<Param> SwinBackbone::params() {
 }
 
 void backbone_forward(Context& ctx, const SwinBackbone& bb, const Tensor& input, bool image,
-                      const std::vector<uint8_t>* token_mask, BackboneSaved& sv) {
+                      const std::vector<uint8_t>* token_mask, BackboneSaved& sv, const DropPathDraw& drop) {
   const SwinConfig& c = bb.config;
   UNMASK_CHECK(input.dtype() == DType::f32 && input.ndim() == 5 && input.size(1) == 3 && input.device() == Device::cpu,
                "BEVT backbone: the input must be host f32 [B, 3, T, H, W], got ", input.describe());
@@ -155,6 +191,8 @@ void backbone_forward(Context& ctx, const SwinBackbone& bb, const Tensor& input,
     s.batch = B, s.size = stage_size, s.window = c.window;
     s.dim = c.dim(i), s.heads = c.heads[size_t(i)], s.mlp_hidden = c.dim(i) * c.mlp_ratio, s.eps = c.eps;
     s.image = image;
+    s.drop_attn.clear(), s.drop_mlp.clear();
+    if (drop.rate > 0) draw_stage_drop_path(c, i, drop, B, s);
     swin_stage_forward(ctx, bb.stages[size_t(i)], x, s, sv.stages[size_t(i)]);
     if (i < 3) {
       x = sv.stages[size_t(i)].merged;

@@ -8,7 +8,10 @@
 //          -> [B T/2 H/4 W/4, C] -> stages (C, 2C, 4C, 8C)
 //   image: images [B, 3, 1, H, W] -> patch_embed_2d (Conv2d k = s = 4) -> LN -> mask mix -> ...
 // Mask mix (BEiT): x = x (1 - m) + mask_token m per token, m from a u8 token mask.
-// Everything on the CPU, f32; drop path off (not yet wired).
+// Drop path (stochastic depth): block k of all N gets rate k / (N - 1) x drop_path_rate; each
+// sample keeps each branch (attention, MLP) with 1 - rate, scaled by 1 / (1 - rate), drawn from
+// (seed, stream, sample, block, branch), so a sample's draw does not depend on its batch.
+// Everything on the CPU, f32.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -64,10 +67,20 @@ struct BackboneSaved {
   const Tensor& x4() const { return stages[3].out; }  // [B D H/32 W/32, 8C]
 };
 
+struct DropPathDraw {
+  double rate = 0;         // drop_path_rate (0 = off)
+  uint64_t seed = 0, stream = 0, first_sample = 0;  // the batch's first sample's global index
+};
+
+/// The per-sample scales of every block (all stages, in order) a draw gives: [blocks][2][batch]
+/// (attention, MLP; 0 or 1 / keep). What backbone_forward applies.
+std::vector<std::array<std::vector<float>, 2>> drop_path_scales(const SwinConfig& config, const DropPathDraw& drop,
+                                                                int64_t batch);
+
 /// input: f32 [B, 3, T, H, W] (image: T = 1); token_mask: u8 [B tokens] (1 = replace by the
 /// mask token) or null.
 void backbone_forward(Context& ctx, const SwinBackbone& bb, const Tensor& input, bool image,
-                      const std::vector<uint8_t>* token_mask, BackboneSaved& saved);
+                      const std::vector<uint8_t>* token_mask, BackboneSaved& saved, const DropPathDraw& drop = {});
 /// The gradients of x3 and x4 (either may be undefined) -> parameter gradients (accumulated).
 void backbone_backward(Context& ctx, SwinBackbone& bb, BackboneSaved& saved, const Tensor& g_x3, const Tensor& g_x4);
 

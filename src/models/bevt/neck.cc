@@ -58,7 +58,7 @@ std::vector<Param> NeckHeadParams::params() {
 
 void neck_head_forward(Context& ctx, const NeckHeadParams& p, const PV& norm_g, const PV& norm_b, float eps,
                        const Tensor& x3, const Tensor& x4, bool image, int64_t batch, std::array<int64_t, 3> size4,
-                       NeckSaved& sv) {
+                       NeckSaved& sv, const std::vector<int32_t>* rows) {
   const int64_t W = p.width, R3 = x3.size(0);
   UNMASK_CHECK(x4.size(1) == W && x3.size(1) == W / 2 && R3 == 4 * x4.size(0), "BEVT neck: x3 ", x3.describe(),
                " and x4 ", x4.describe(), " do not fit a width of ", W);
@@ -70,18 +70,35 @@ void neck_head_forward(Context& ctx, const NeckHeadParams& p, const PV& norm_g, 
   Tensor left = sv.cat.slice(1, 0, W / 2), right = sv.cat.slice(1, W / 2, W + W / 2);
   ops::copy(ctx, x3, left);
   ops::copy(ctx, up, right);
-  sv.h = f32({R3, W});
-  train::linear_forward(ctx, sv.cat, image ? p.lm_down_w : p.lm_down_st_w, image ? p.lm_down_b : p.lm_down_st_b, sv.h);
+  sv.selected = rows != nullptr;
+  sv.rows = rows ? *rows : std::vector<int32_t>();
+  sv.cat_rows = Tensor();
+  const Tensor* cat = &sv.cat;
+  if (rows) {
+    const int64_t n = int64_t(rows->size()), K = W + W / 2;
+    sv.cat_rows = f32({n, K});
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t r = (*rows)[size_t(i)];
+      UNMASK_CHECK(r >= 0 && r < R3, "BEVT neck: row ", r, " is outside the ", R3, " tokens");
+      std::copy_n(sv.cat.data<float>() + int64_t(r) * K, K, sv.cat_rows.data<float>() + i * K);
+    }
+    cat = &sv.cat_rows;
+  }
+  const int64_t M = cat->size(0);
+  sv.h = f32({M, W});
+  train::linear_forward(ctx, *cat, image ? p.lm_down_w : p.lm_down_st_w, image ? p.lm_down_b : p.lm_down_st_b, sv.h);
   const Tensor* pre_norm = &sv.h;
-  if (!image) {
-    train::conv_transpose_forward(ctx, p.fpn_t_w, p.fpn_t_b, sv.h, batch, {size4[0], 2 * size4[1], 2 * size4[2]},
-                                  {2, 1, 1}, sv.ht, sv.up_t);
+  if (!image) {  // selected rows: each is a [1, 1, 1] volume of its own, two frames out
+    const int64_t b = rows ? 1 : batch;
+    const std::array<int64_t, 3> size = rows ? std::array<int64_t, 3>{M, 1, 1}
+                                             : std::array<int64_t, 3>{size4[0], 2 * size4[1], 2 * size4[2]};
+    train::conv_transpose_forward(ctx, p.fpn_t_w, p.fpn_t_b, sv.h, b, size, {2, 1, 1}, sv.ht, sv.up_t);
     pre_norm = &sv.ht;
   }
-  const int64_t rows = pre_norm->size(0);
-  sv.ln = f32({rows, W}), sv.mean = f32({rows}), sv.rstd = f32({rows});
+  const int64_t out_rows = pre_norm->size(0);
+  sv.ln = f32({out_rows, W}), sv.mean = f32({out_rows}), sv.rstd = f32({out_rows});
   ops::layernorm(ctx, *pre_norm, nullptr, norm_g.value, norm_b.value, eps, sv.ln, &sv.mean, &sv.rstd);
-  sv.logits = f32({rows, p.vocab});
+  sv.logits = f32({out_rows, p.vocab});
   train::linear_forward(ctx, sv.ln, p.lm_head_w, p.lm_head_b, sv.logits);
 }
 
@@ -112,14 +129,28 @@ void neck_head_backward(Context& ctx, NeckHeadParams& p, PV& norm_g, PV& norm_b,
   Tensor dpre = f32({rows, W});
   ops::layernorm_backward(ctx, pre_norm, nullptr, norm_g.value, sv.mean, sv.rstd, dln, dpre, norm_g.grad, norm_b.grad);
   Tensor dh = dpre;
+  const bool selected = sv.selected;
+  const Tensor& cat = selected ? sv.cat_rows : sv.cat;
+  const int64_t M = cat.size(0), K = W + W / 2;
   if (!sv.image) {
-    dh = f32({R3, W});
-    train::conv_transpose_backward(ctx, p.fpn_t_w, p.fpn_t_b, sv.up_t, sv.batch,
-                                   {sv.size4[0], 2 * sv.size4[1], 2 * sv.size4[2]}, {2, 1, 1}, dpre, dh);
+    dh = f32({M, W});
+    const std::array<int64_t, 3> size = selected ? std::array<int64_t, 3>{M, 1, 1}
+                                                 : std::array<int64_t, 3>{sv.size4[0], 2 * sv.size4[1], 2 * sv.size4[2]};
+    train::conv_transpose_backward(ctx, p.fpn_t_w, p.fpn_t_b, sv.up_t, selected ? 1 : sv.batch, size, {2, 1, 1}, dpre,
+                                   dh);
   }
-  Tensor dcat = f32({R3, W + W / 2});
-  train::linear_backward(ctx, sv.cat, sv.image ? p.lm_down_w : p.lm_down_st_w, sv.image ? p.lm_down_b : p.lm_down_st_b,
-                         dh, &dcat);
+  Tensor dcat_rows = f32({M, K});
+  train::linear_backward(ctx, cat, sv.image ? p.lm_down_w : p.lm_down_st_w, sv.image ? p.lm_down_b : p.lm_down_st_b,
+                         dh, &dcat_rows);
+  Tensor dcat = dcat_rows;
+  if (selected) {  // the unselected rows get no gradient
+    dcat = Tensor::zeros({R3, K}, DType::f32);
+    for (int64_t i = 0; i < M; ++i) {
+      const float* s = dcat_rows.data<float>() + i * K;
+      float* d = dcat.data<float>() + int64_t(sv.rows[size_t(i)]) * K;
+      for (int64_t k = 0; k < K; ++k) d[k] += s[k];
+    }
+  }
   g_x3 = f32({R3, W / 2});
   ops::copy(ctx, dcat.slice(1, 0, W / 2), g_x3);
   Tensor dup = f32({R3, W});

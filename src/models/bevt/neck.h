@@ -8,6 +8,12 @@
 //   both:  logits = Linear(8C -> vocab)(LN(h))                   backbone.norm, cls_head.lm_head
 // Rows are tokens in volume order: image [B, 1, H3, W3], video [B, 2 D, H3, W3] out (H3 = 2 H4).
 // The loss is the cross-entropy over the masked tokens (targets >= 0; -1 elsewhere), their mean.
+//
+// Every layer after the concatenation is per token, so the neck can run on a subset of the
+// concatenated rows (`rows`: the masked positions of the H3 grid) with the same numbers for them:
+// lm_down, fpn_t, the norm and the head (11.5 of the 12.5 W^2 multiply-adds per output token)
+// then cost only the masked fraction. With rows, the logits are ordered by the selected rows:
+// image [rows], video [rows, 2] (frames 2 tau and 2 tau + 1 of the selected (b, tau, h, w)).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -40,13 +46,17 @@ struct NeckSaved {
   std::array<int64_t, 3> size4{};      // x4's volume
   train::ConvTransposeSaved up, up_t;
   Tensor cat, h, ht, ln, mean, rstd;   // ht: after fpn_t (video)
+  bool selected = false;               // a row subset was evaluated
+  std::vector<int32_t> rows;           // the selected rows of cat
+  Tensor cat_rows;                     // cat at `rows` (what lm_down read)
   Tensor logits;                       // [rows, vocab]
 };
 
-/// x3 [B D H3 W3, 4C], x4 [B D H4 W4, 8C] (size4 = {D, H4, W4}) -> saved.logits.
+/// x3 [B D H3 W3, 4C], x4 [B D H4 W4, 8C] (size4 = {D, H4, W4}) -> saved.logits. rows: the rows
+/// of the H3 grid to evaluate (ascending or not; null: all, logits in volume order).
 void neck_head_forward(Context& ctx, const NeckHeadParams& p, const train::PV& norm_g, const train::PV& norm_b,
                        float eps, const Tensor& x3, const Tensor& x4, bool image, int64_t batch,
-                       std::array<int64_t, 3> size4, NeckSaved& saved);
+                       std::array<int64_t, 3> size4, NeckSaved& saved, const std::vector<int32_t>* rows = nullptr);
 
 /// Mean cross-entropy over the rows whose target is >= 0 (i32 [rows]); writes dlogits (the
 /// gradient of loss_scale x that mean) into saved.logits' place. Returns {loss, masked rows, hits}.

@@ -1,0 +1,209 @@
+// data/video/bevt_data.cc: see bevt_data.h.
+#include "data/video/bevt_data.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "data/rng.h"
+#include "data/video/synthetic.h"
+#include "unmask/error.h"
+
+namespace unmask::video {
+
+namespace {
+
+constexpr double kMean[3] = {123.675, 116.28, 103.53}, kStd[3] = {58.395, 57.12, 57.375};
+constexpr uint64_t kStreamBevtClip = 0xB1, kStreamBevtImage = 0xB2, kStreamBevtImageMask = 0xB3;
+
+// OpenCV's Lanczos-4 weights for the fractional offset fx in [0, 1): taps at -3 .. +4.
+void lanczos4_weights(double fx, double w[8]) {
+  constexpr double kPi = 3.14159265358979323846;
+  double sum = 0;
+  for (int i = 0; i < 8; ++i) {
+    const double x = fx + 3 - i;  // distance from tap (i - 3)
+    if (std::abs(x) < 1e-12)
+      w[i] = 1.0;
+    else
+      w[i] = 4.0 * std::sin(kPi * x) * std::sin(kPi * x / 4.0) / (kPi * kPi * x * x);
+    sum += w[i];
+  }
+  for (int i = 0; i < 8; ++i) w[i] /= sum;
+}
+
+struct Sample {
+  std::vector<float> pixels;  // [3, T, crop, crop] normalised
+  std::vector<float> small;   // [T, 3, crop/2, crop/2] mapped for the tokenizer
+};
+
+// The pipeline after decoding: crop, flip, normalise, the tokenizer copy. rgb [T, H, W, 3].
+Sample crop_and_copy(const std::vector<uint8_t>& rgb, int T, int H, int W, int crop, data::Rng& rng, bool flip_ok) {
+  const int x0 = int(rng.below(uint64_t(W - crop + 1))), y0 = int(rng.below(uint64_t(H - crop + 1)));
+  const bool flip = flip_ok && rng.uniform() < 0.5;
+  const int half = crop / 2;
+  Sample s;
+  s.pixels.resize(size_t(3) * T * crop * crop);
+  s.small.resize(size_t(T) * 3 * half * half);
+  std::vector<uint8_t> cropped(size_t(crop) * crop * 3);
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* f = rgb.data() + size_t(t) * H * W * 3;
+    for (int y = 0; y < crop; ++y)
+      for (int x = 0; x < crop; ++x) {
+        const int sx = x0 + (flip ? crop - 1 - x : x);
+        const uint8_t* p = f + (size_t(y0 + y) * W + sx) * 3;
+        for (int c = 0; c < 3; ++c) {
+          cropped[(size_t(y) * crop + x) * 3 + c] = p[c];
+          s.pixels[((size_t(c) * T + t) * crop + y) * crop + x] = float((p[c] - kMean[c]) / kStd[c]);
+        }
+      }
+    const std::vector<float> small = lanczos4_resize(cropped.data(), crop, crop, half, half);
+    for (size_t i = 0; i < small.size(); ++i)
+      s.small[size_t(t) * small.size() + i] = float(std::nearbyint(std::clamp(small[i], 0.0f, 255.0f)) / 255.0 * 0.8 + 0.1);
+  }
+  return s;
+}
+
+int rescaled_short_side(const BevtDataOptions& o, data::Rng& rng) {
+  const int lo = int(o.rescale_min * o.crop / 224), hi = int(o.rescale_max * o.crop / 224);
+  return std::max(int(o.crop), lo + int(rng.below(uint64_t(std::max(0, hi - lo) + 1))));
+}
+
+void check(const BevtDataOptions& o) {
+  UNMASK_CHECK(o.crop >= 32 && o.crop % 32 == 0, "BEVT data: the crop must be a multiple of 32, got ", o.crop);
+  UNMASK_CHECK(o.frames >= 2 && o.frames % 2 == 0, "BEVT data: the clip length must be even, got ", o.frames);
+  UNMASK_CHECK(o.rescale_min >= 224 && o.rescale_max >= o.rescale_min, "BEVT data: the rescale range ",
+               o.rescale_min, "..", o.rescale_max, " must be at least the crop (224) and ordered");
+}
+
+}  // namespace
+
+BlockMaskOptions BevtDataOptions::masks() const {
+  BlockMaskOptions m;
+  m.height = m.width = crop / 16;
+  m.count = m.height * m.width / 2;
+  m.min_cells = std::max<int64_t>(1, (16 * m.height * m.width + 98) / 196);  // 16 of 196 at 224
+  return m;
+}
+
+std::vector<float> lanczos4_resize(const uint8_t* rgb, int h, int w, int oh, int ow) {
+  // Separable: rows first into a float buffer [h, ow, 3], then columns.
+  std::vector<double> tmp(size_t(h) * ow * 3);
+  double wt[8];
+  for (int x = 0; x < ow; ++x) {
+    const double sx = (x + 0.5) * double(w) / ow - 0.5;
+    const int ix = int(std::floor(sx));
+    lanczos4_weights(sx - ix, wt);
+    for (int y = 0; y < h; ++y)
+      for (int c = 0; c < 3; ++c) {
+        double acc = 0;
+        for (int k = 0; k < 8; ++k) {
+          const int px = std::clamp(ix - 3 + k, 0, w - 1);
+          acc += wt[k] * rgb[(size_t(y) * w + px) * 3 + c];
+        }
+        tmp[(size_t(y) * ow + x) * 3 + c] = acc;
+      }
+  }
+  std::vector<float> out(size_t(3) * oh * ow);
+  for (int y = 0; y < oh; ++y) {
+    const double sy = (y + 0.5) * double(h) / oh - 0.5;
+    const int iy = int(std::floor(sy));
+    lanczos4_weights(sy - iy, wt);
+    for (int x = 0; x < ow; ++x)
+      for (int c = 0; c < 3; ++c) {
+        double acc = 0;
+        for (int k = 0; k < 8; ++k) {
+          const int py = std::clamp(iy - 3 + k, 0, h - 1);
+          acc += wt[k] * tmp[(size_t(py) * ow + x) * 3 + c];
+        }
+        out[(size_t(c) * oh + y) * ow + x] = float(acc);
+      }
+  }
+  return out;
+}
+
+void color_jitter(uint8_t* rgb, int64_t pixels, const double factors[3], const int order[3]) {
+  std::vector<double> v(size_t(pixels) * 3);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = rgb[i];
+  auto gray = [&](int64_t p) { return 0.299 * v[size_t(p) * 3] + 0.587 * v[size_t(p) * 3 + 1] + 0.114 * v[size_t(p) * 3 + 2]; };
+  for (int k = 0; k < 3; ++k) {
+    const double f = factors[order[k]];
+    if (order[k] == 0) {  // brightness: scale
+      for (double& x : v) x *= f;
+    } else if (order[k] == 1) {  // contrast: towards the mean grey level
+      double mean = 0;
+      for (int64_t p = 0; p < pixels; ++p) mean += gray(p);
+      mean /= double(std::max<int64_t>(1, pixels));
+      for (double& x : v) x = x * f + (1 - f) * mean;
+    } else {  // saturation: towards each pixel's grey
+      for (int64_t p = 0; p < pixels; ++p) {
+        const double g = gray(p);
+        for (int c = 0; c < 3; ++c) v[size_t(p) * 3 + c] = v[size_t(p) * 3 + c] * f + (1 - f) * g;
+      }
+    }
+  }
+  for (size_t i = 0; i < v.size(); ++i) rgb[i] = uint8_t(std::clamp(v[i], 0.0, 255.0));
+}
+
+void draw_bevt_masks(const BevtDataOptions& o, uint64_t first_clip, int64_t clips, uint64_t first_image,
+                     int64_t images, BevtBatch& b) {
+  check(o);
+  const BlockMaskOptions m = o.masks();
+  b.video_masks.clear(), b.image_masks.clear();
+  for (int64_t i = 0; i < clips; ++i) {
+    const std::vector<uint8_t> v = bevt_tube_mask(m, o.frames / 2, o.seed, first_clip + uint64_t(i));
+    b.video_masks.insert(b.video_masks.end(), v.begin(), v.end());
+  }
+  const uint64_t image_seed = data::derive_key(o.seed, {kStreamBevtImageMask});
+  for (int64_t i = 0; i < images; ++i) {
+    const std::vector<uint8_t> v = block_mask(m, image_seed, first_image + uint64_t(i));
+    b.image_masks.insert(b.image_masks.end(), v.begin(), v.end());
+  }
+}
+
+BevtBatch synthetic_bevt_batch(const BevtDataOptions& o, uint64_t first_clip, int64_t clips, uint64_t first_image,
+                               int64_t images) {
+  check(o);
+  BevtBatch b;
+  const int T = int(o.frames), S = int(o.crop), half = S / 2;
+  if (clips > 0) {
+    b.videos = Tensor::empty({clips, 3, T, S, S}, DType::f32);
+    b.video_frames = Tensor::empty({clips * T, 3, half, half}, DType::f32);
+    for (int64_t i = 0; i < clips; ++i) {
+      const uint64_t index = first_clip + uint64_t(i);
+      data::Rng rng(data::derive_key(o.seed, {kStreamBevtClip, index}));
+      const int short_side = rescaled_short_side(o, rng), H = short_side, W = (short_side * 4 / 3) & ~1;
+      const std::vector<uint8_t> rgb =
+          render_synthetic_video(o.seed, int64_t(index), int(index % kSyntheticClasses), T, W, H);
+      const Sample s = crop_and_copy(rgb, T, H, W, S, rng, o.flip);
+      std::copy(s.pixels.begin(), s.pixels.end(), b.videos.data<float>() + i * int64_t(s.pixels.size()));
+      std::copy(s.small.begin(), s.small.end(), b.video_frames.data<float>() + i * int64_t(s.small.size()));
+    }
+  }
+  if (images > 0) {
+    b.images = Tensor::empty({images, 3, S, S}, DType::f32);
+    b.image_frames = Tensor::empty({images, 3, half, half}, DType::f32);
+    // One fixed random order of the jitter's three operations per pipeline (mmaction's fn_idx).
+    int order[3] = {0, 1, 2};
+    data::Rng order_rng(data::derive_key(o.seed, {kStreamBevtImage}));
+    order_rng.shuffle(order, 3);
+    for (int64_t i = 0; i < images; ++i) {
+      const uint64_t index = first_image + uint64_t(i);
+      data::Rng rng(data::derive_key(o.seed, {kStreamBevtImage, index}));
+      const int short_side = rescaled_short_side(o, rng), H = short_side, W = (short_side * 4 / 3) & ~1;
+      // An image: a middle frame of a synthetic video of its own (numbers far from the clips').
+      std::vector<uint8_t> rgb = render_synthetic_video(o.seed ^ 0x5bd1e995u, int64_t(index),
+                                                        int(index % kSyntheticClasses), 1, W, H);
+      if (o.jitter > 0) {
+        double f[3];
+        for (double& x : f) x = 1 - o.jitter + 2 * o.jitter * rng.uniform();
+        color_jitter(rgb.data(), int64_t(H) * W, f, order);
+      }
+      const Sample s = crop_and_copy(rgb, 1, H, W, S, rng, o.flip);
+      std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * int64_t(s.pixels.size()));
+      std::copy(s.small.begin(), s.small.end(), b.image_frames.data<float>() + i * int64_t(s.small.size()));
+    }
+  }
+  draw_bevt_masks(o, first_clip, clips, first_image, images, b);
+  return b;
+}
+
+}  // namespace unmask::video

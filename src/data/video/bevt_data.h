@@ -1,0 +1,70 @@
+// data/video/bevt_data.h: BEVT's two input streams (reference/bevt.md 2.1, 2.10): clips and
+// images, each with its tokenizer copy at half the side and its BEiT block masks.
+//
+//   BevtDataOptions o; o.crop = 224; o.frames = 16; o.seed = 1;
+//   BevtBatch b = synthetic_bevt_batch(o, first_clip, 4, first_image, 32);   // one iteration
+//
+// Per clip (the video pipeline): frames at a random short side U{rescale_min..rescale_max}
+// (scaled by crop / 224), a uniform crop x crop box, a horizontal flip with p 0.5 (the whole
+// clip), then (a) normalised with ImageNet's mean / std into [3, T, crop, crop] and (b) a
+// crop / 2 copy by Lanczos-4 resampling (OpenCV's INTER_LANCZOS4: 8 x 8 taps of
+// sinc(x) sinc(x / 4), no widening when shrinking; rounded to 0..255 as cv2 returns uint8)
+// mapped by x / 255 0.8 + 0.1 (DALL-E's map_pixels) for the tokenizer. Images run the same with one frame, after colour jitter
+// (brightness, contrast, saturation each by a factor U[0.6, 1.4], in one fixed random order,
+// clipped to 0..255) before the crop.
+// Masks: BEiT's block generator on the crop / 16 grid (half the cells; blocks of at least 16 of
+// 196 cells, scaled to the grid), video tubes over T / 2 slices (block_masks.h).
+//
+// The synthetic source renders data/video/synthetic.h's moving shapes in memory (clip i shows
+// class i mod 4; an image is one frame of such a video), so the pipeline runs with no files.
+// Everything is a function of (seed, sample index): a resumed run sees the same samples.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "data/video/block_masks.h"
+#include "unmask/tensor.h"
+
+namespace unmask::video {
+
+/// One iteration's input. A stream with no samples (undefined tensors) is skipped.
+struct BevtBatch {
+  Tensor videos;                     // f32 [Bv, 3, T, H, W], normalised
+  Tensor video_frames;               // f32 [Bv T, 3, H/2, W/2]: the tokenizer's copies, 0.8 x + 0.1
+  std::vector<uint8_t> video_masks;  // [Bv, T/2, H/16, W/16], 1 = masked
+  Tensor images;                     // f32 [Bi, 3, H', W'], normalised
+  Tensor image_frames;               // f32 [Bi, 3, H'/2, W'/2]
+  std::vector<uint8_t> image_masks;  // [Bi, H'/16, W'/16]
+  int64_t clips() const { return videos.defined() ? videos.size(0) : 0; }
+  int64_t image_count() const { return images.defined() ? images.size(0) : 0; }
+};
+
+struct BevtDataOptions {
+  int64_t frames = 16;                         // clip length (even)
+  int64_t crop = 224;                          // side of clips and images (a multiple of 32)
+  int64_t rescale_min = 256, rescale_max = 320;  // short side before the crop, at crop 224
+  bool flip = true;
+  double jitter = 0.4;                         // images: brightness / contrast / saturation
+  uint64_t seed = 0;
+  /// The mask grid's options: crop / 16 on a side, half the cells, blocks >= 16 / 196 of the grid.
+  BlockMaskOptions masks() const;
+};
+
+/// Clips [first_clip, first_clip + clips) and images [first_image, ...) of the synthetic source.
+BevtBatch synthetic_bevt_batch(const BevtDataOptions& o, uint64_t first_clip, int64_t clips, uint64_t first_image,
+                               int64_t images);
+
+/// Masks only (the benchmark's default input: random pixels, BEVT's masks).
+void draw_bevt_masks(const BevtDataOptions& o, uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images,
+                     BevtBatch& batch);
+
+/// Lanczos-4 resize of an RGB24 image [h, w, 3] to float [3, oh, ow] in 0..255 (OpenCV's
+/// INTER_LANCZOS4 sampling: source x = (dst x + 0.5) w / ow - 0.5, 8 taps, weights normalised,
+/// edges replicated; values not rounded).
+std::vector<float> lanczos4_resize(const uint8_t* rgb, int h, int w, int oh, int ow);
+
+/// mmaction's ColorJitter on an RGB24 image in place: factors {brightness, contrast, saturation}
+/// applied in `order` (a permutation of 0, 1, 2), in float, clipped to 0..255 at the end.
+void color_jitter(uint8_t* rgb, int64_t pixels, const double factors[3], const int order[3]);
+
+}  // namespace unmask::video
