@@ -65,6 +65,16 @@ bevt::DalleEncoder bevt_tokenizer(const Args& a, int64_t vocab, uint64_t seed, s
   if (c.hidden < 1 || c.blocks_per_group < 1)
     throw Error("--tokenizer-hidden and --tokenizer-blocks must be at least 1");
   bevt::DalleEncoder e = bevt::DalleEncoder::random(c, seed);
+  // The encoder's last features are ReLU outputs sharing a large common component, so a random
+  // output layer picks the code whose weights sum highest almost everywhere; zero-mean rows leave
+  // the content (colours, edges) to choose the code.
+  const int64_t V = e.output.w.size(0), K = e.output.w.numel() / V;
+  for (int64_t v = 0; v < V; ++v) {
+    float* row = e.output.w.data<float>() + v * K;
+    double mean = 0;
+    for (int64_t k = 0; k < K; ++k) mean += row[k];
+    for (int64_t k = 0; k < K; ++k) row[k] = float(row[k] - mean / double(K));
+  }
   if (what)
     *what = "random tokenizer (hidden " + std::to_string(c.hidden) + ", " + std::to_string(c.blocks_per_group) +
             " blocks a group, " + std::to_string(vocab) + " codes; --tokenizer for DALL-E's)";

@@ -47,6 +47,7 @@ Tensor drop_tensor(const std::vector<std::array<std::vector<float>, 2>>& d, int6
 }
 
 std::vector<uint8_t> u8_of(const io::SafeTensorsFile& f, const std::string& name) {
+  UNMASK_CHECK(f.find(name), "bevt-step: ", f.path(), " has no tensor '", name, "'");
   const Tensor t = f.tensor(name);
   UNMASK_CHECK(t.dtype() == DType::u8, "bevt-step: ", f.path(), ": ", name, " must be u8, is ", t.describe());
   const uint8_t* p = static_cast<const uint8_t*>(t.raw());
@@ -110,9 +111,17 @@ int cmd_bevt_step(int argc, char** argv) {
   bevt::BevtBatch batch;
   if (a.has("inputs")) {
     const io::SafeTensorsFile f = io::SafeTensorsFile::open(a.get("inputs"));
-    batch.videos = f32_of(f, "videos"), batch.video_frames = f32_of(f, "video_frames");
-    batch.images = f32_of(f, "images"), batch.image_frames = f32_of(f, "image_frames");
-    batch.video_masks = u8_of(f, "video_masks"), batch.image_masks = u8_of(f, "image_masks");
+    if (!f.find("videos") && !f.find("images"))
+      throw Error("bevt-step: ", f.path(), " holds neither 'videos' nor 'images'",
+                  Hint("--inputs needs videos, video_frames, video_masks and / or images, image_frames, image_masks"));
+    if (f.find("videos")) {  // a stream is optional, its three tensors are not
+      batch.videos = f32_of(f, "videos"), batch.video_frames = f32_of(f, "video_frames");
+      batch.video_masks = u8_of(f, "video_masks");
+    }
+    if (f.find("images")) {
+      batch.images = f32_of(f, "images"), batch.image_frames = f32_of(f, "image_frames");
+      batch.image_masks = u8_of(f, "image_masks");
+    }
   } else {
     const int64_t Bv = a.get_int("clips"), T = a.get_int("frames"), S = a.get_int("crop");
     const int64_t Bi = a.get_int("images"), Si = a.get_int("image-size");

@@ -29,6 +29,9 @@
 #include "models/videomae/flops.h"
 #include "models/videomae/finetune_task.h"
 #include "models/videomae/pretrain_task.h"
+#include "models/bevt/checkpoint.h"
+#include "models/bevt/pretrain_task.h"
+#include "bevt_common.h"
 #include "core/signals.h"
 #include "train/trainer.h"
 #include "video_common.h"
@@ -292,6 +295,101 @@ int cmd_pretrain_video(int argc, char** argv) {
     std::printf("continue:   the same command with --resume\n");
   if (r.stopped_by_signal && r.checkpoint.empty())
     std::printf("no step finished, so no checkpoint was written; start again with the same command (without --resume)\n");
+  return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
+}
+
+int cmd_pretrain_bevt(int argc, char** argv) {
+  std::vector<OptionSpec> specs = with(
+      with({{"output", "DIR", "run directory (checkpoints/, metrics.jsonl, loss.svg; the final model in DIR/model)", ""},
+            {"clips", "N", "clips per optimizer step and rank (BEVT: 8)", "8"},
+            {"images", "N", "images per optimizer step and rank (BEVT: 64)", "64"},
+            {"accumulation", "N", "micro-batches per optimizer step; the clips and images split over them (BEVT: 2)", "2"},
+            {"steps", "N", "optimizer steps", "100"},
+            {"frames", "T", "frames per clip", "16"},
+            {"crop", "S", "side of the clips and images (a multiple of 32; BEVT: 224)", "224"},
+            {"drop-path", "RATE", "stochastic depth rate, linear over the blocks (BEVT: 0.3)", "0.3"},
+            {"init-from", "PATH", "start from BEVT weights (model dir, .safetensors or an mmcv .pth)", ""},
+            {"resume", "[DIR]", "continue the run in --output (or in DIR, or from the checkpoint DIR) where it stopped", ""},
+            {"stop-after", "N", "stop after N steps of this invocation with a checkpoint (continue with --resume)", "0"},
+            {"checkpoint-every", "N", "write a checkpoint (model, optimizer, trainer state) every N steps (0 = at the end)", "0"},
+            {"keep-checkpoints", "N", "keep the last N checkpoints (0 = all)", "3"},
+            {"log-every", "N", "print a line every N steps", "10"},
+            {"quiet", "", "no progress output", ""},
+            {"threads", "N", "compute threads (0 = all cores)", "0"},
+            {"seed", "N", "seed of the weights, samples, masks and drop path", "0"},
+            video_force_spec()},
+           with(bevt_model_specs(), bevt_tokenizer_specs())),
+      optimizer_specs("5e-4", "0.999", "0.05"));
+  for (OptionSpec& o : specs) {
+    if (o.name == "clip-grad") o.fallback = "3.0";
+    if (o.name == "min-lr-ratio") o.fallback = "0";
+  }
+  bool resume = false;
+  std::string resume_dir;
+  std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
+  auto parsed = parse_with_config("pretrain-bevt",
+                                  "BEVT joint pretraining: Video Swin on clips and images, masked DALL-E token "
+                                  "prediction on both streams (the synthetic moving-shapes source). Checkpoints under "
+                                  "OUTPUT/checkpoints/step-N; SIGINT/SIGTERM save one and exit 130/143; --resume "
+                                  "continues bit for bit",
+                                  specs, int(rest.size()), rest.data(), 2, {"resume", "stop-after", "quiet", "force"});
+  if (!parsed) return 0;
+  const Args& a = *parsed;
+  const std::string out = a.require("output");
+  prepare_video_output(a, out, "pretrain-bevt", resume);
+  bevt::BevtPretrainSettings bs;
+  bs.config = bevt_swin_config(a);
+  bs.size = a.get("size");
+  bs.vocab = a.get_int("vocab");
+  bs.clips = a.get_int("clips"), bs.images = a.get_int("images");
+  bs.data.frames = a.get_int("frames"), bs.data.crop = a.get_int("crop");
+  bs.drop_path_rate = a.get_double("drop-path");
+  bs.seed = uint64_t(a.get_int("seed"));
+  bs.data.seed = bs.seed;
+  bs.init_from = a.get("init-from");
+  bs.output = out;
+  const int64_t steps = a.get_int("steps"), accumulation = a.get_int("accumulation");
+  if (bs.clips < 0 || bs.images < 0 || steps < 1 || accumulation < 1)
+    throw Error("--clips and --images must be >= 0, --steps and --accumulation >= 1");
+  if (!(bs.drop_path_rate >= 0 && bs.drop_path_rate < 1)) throw Error("--drop-path must be in [0, 1)");
+  const OptimizerSetup os = optimizer_setup(a, steps);
+  Communicator& comm = Communicator::world();
+  const bool root = comm.is_root();
+  int threads = int(a.get_int("threads"));
+  if (threads == 0 && comm.local_size() > 1)
+    threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
+  train::LoopConfig lc = loop_config(a, out, steps, accumulation, os, bs.seed);
+  lc.config.erase("tokenizer");
+  lc.config_hash = train::settings_hash(lc.config);
+  auto warn = [&](const std::string& w) {
+    if (root) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  };
+  const train::LoopStart start = train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", warn);
+  Context ctx({.num_threads = threads});
+  lc.peak_gflops = train::measure_peak_gflops(ctx.num_threads());
+  bevt::DalleEncoder tokenizer = bevt_tokenizer(a, bs.vocab, bs.seed + 2, &bs.tokenizer_name);
+  bevt::BevtPretrainTask task(bs, std::move(tokenizer), start, accumulation);
+  if (root && !a.has("quiet"))
+    std::fprintf(stderr, "pretrain-bevt: Swin %s (C %lld, depths %lld/%lld/%lld/%lld), %lld clips x %lld x %lld^2 + "
+                 "%lld images a step over %lld micro-batches, %lld steps; %s; %.2f GFLOP a micro-batch (BEVT's count)\n",
+                 bs.size.c_str(), (long long)bs.config.embed_dim, (long long)bs.config.depths[0],
+                 (long long)bs.config.depths[1], (long long)bs.config.depths[2], (long long)bs.config.depths[3],
+                 (long long)bs.clips, (long long)bs.data.frames, (long long)bs.data.crop, (long long)bs.images,
+                 (long long)accumulation, (long long)steps, bs.tokenizer_name.c_str(), task.micro_batch_flops() / 1e9);
+  train::RunControl control = run_control(a, "pretrain-bevt");
+  const train::TrainResult r = train::run_training(task, ctx, lc, start, control);
+  if (!root) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
+  if (r.end_step == r.total_steps) bevt::save_bevt(out + "/model", bs.config, bs.vocab, task.params());
+  std::printf("%s\n", train::summary_line(r, "pretrained", "clips").c_str());
+  if (!r.steps.empty()) {
+    const train::StepMetrics& last = r.steps.back();
+    std::printf("masked-token accuracy (last step): %.4f (chance %.4f)\n", last.accuracy, 1.0 / double(bs.vocab));
+  }
+  if (!r.checkpoint.empty()) std::printf("checkpoint: %s\nmetrics:    %s/metrics.jsonl, plot: %s/loss.svg\n",
+                                         r.checkpoint.c_str(), out.c_str(), out.c_str());
+  if (r.end_step == r.total_steps) std::printf("model:      %s/model\n", out.c_str());
+  else if (!r.checkpoint.empty())
+    std::printf("continue:   the same command with --resume\n");
   return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;
 }
 

@@ -15,19 +15,35 @@ namespace {
 constexpr double kMean[3] = {123.675, 116.28, 103.53}, kStd[3] = {58.395, 57.12, 57.375};
 constexpr uint64_t kStreamBevtClip = 0xB1, kStreamBevtImage = 0xB2, kStreamBevtImageMask = 0xB3;
 
-// OpenCV's Lanczos-4 weights for the fractional offset fx in [0, 1): taps at -3 .. +4.
-void lanczos4_weights(double fx, double w[8]) {
-  constexpr double kPi = 3.14159265358979323846;
-  double sum = 0;
-  for (int i = 0; i < 8; ++i) {
-    const double x = fx + 3 - i;  // distance from tap (i - 3)
-    if (std::abs(x) < 1e-12)
-      w[i] = 1.0;
-    else
-      w[i] = 4.0 * std::sin(kPi * x) * std::sin(kPi * x / 4.0) / (kPi * kPi * x * x);
-    sum += w[i];
+// OpenCV's Lanczos-4 weights for the fractional offset fx in [0, 1) (taps -3 .. +4), computed as
+// its interpolateLanczos4 does (double sines, float weights normalised in float), then as the
+// 8-bit path uses them: fixed point, x 2048 rounded to nearest.
+void lanczos4_fixed_weights(float fx, int w[8]) {
+  constexpr double kPi = 3.14159265358979323846, s45 = 0.70710678118654752440;
+  static const double cs[8][2] = {{1, 0}, {-s45, -s45}, {0, 1}, {s45, -s45}, {-1, 0}, {s45, s45}, {0, -1}, {-s45, s45}};
+  float c[8];
+  if (fx < 1.1920929e-7f) {
+    for (int i = 0; i < 8; ++i) c[i] = i == 3 ? 1.0f : 0.0f;
+  } else {
+    const double y0 = -(fx + 3) * kPi * 0.25, s0 = std::sin(y0), c0 = std::cos(y0);
+    float sum = 0;
+    for (int i = 0; i < 8; ++i) {
+      const double y = -(fx + 3 - i) * kPi * 0.25;
+      c[i] = float((cs[i][0] * s0 + cs[i][1] * c0) / (y * y));
+      sum += c[i];
+    }
+    sum = 1.0f / sum;
+    for (float& v : c) v *= sum;
   }
-  for (int i = 0; i < 8; ++i) w[i] /= sum;
+  for (int i = 0; i < 8; ++i) w[i] = int(std::nearbyint(c[i] * 2048.0f));
+}
+
+// The source position of output pixel d (OpenCV: float (d + 0.5) scale - 0.5), split into the
+// integer tap origin and the fraction.
+void lanczos4_source(int d, double scale, int& origin, float& frac) {
+  const float f = float((d + 0.5) * scale - 0.5);
+  origin = int(std::floor(f));
+  frac = f - float(origin);
 }
 
 struct Sample {
@@ -57,7 +73,7 @@ Sample crop_and_copy(const std::vector<uint8_t>& rgb, int T, int H, int W, int c
       }
     const std::vector<float> small = lanczos4_resize(cropped.data(), crop, crop, half, half);
     for (size_t i = 0; i < small.size(); ++i)
-      s.small[size_t(t) * small.size() + i] = float(std::nearbyint(std::clamp(small[i], 0.0f, 255.0f)) / 255.0 * 0.8 + 0.1);
+      s.small[size_t(t) * small.size() + i] = float(small[i] / 255.0 * 0.8 + 0.1);
   }
   return s;
 }
@@ -85,36 +101,30 @@ BlockMaskOptions BevtDataOptions::masks() const {
 }
 
 std::vector<float> lanczos4_resize(const uint8_t* rgb, int h, int w, int oh, int ow) {
-  // Separable: rows first into a float buffer [h, ow, 3], then columns.
-  std::vector<double> tmp(size_t(h) * ow * 3);
-  double wt[8];
+  // Separable, in OpenCV's 8-bit fixed point: rows first (integer sums of weights x 2048), then
+  // columns (x 2048 again), rounded by (sum + 2^21) >> 22 and saturated to 0..255.
+  std::vector<int32_t> tmp(size_t(h) * ow * 3);
+  int wt[8], origin;
+  float frac;
   for (int x = 0; x < ow; ++x) {
-    const double sx = (x + 0.5) * double(w) / ow - 0.5;
-    const int ix = int(std::floor(sx));
-    lanczos4_weights(sx - ix, wt);
+    lanczos4_source(x, double(w) / ow, origin, frac);
+    lanczos4_fixed_weights(frac, wt);
     for (int y = 0; y < h; ++y)
       for (int c = 0; c < 3; ++c) {
-        double acc = 0;
-        for (int k = 0; k < 8; ++k) {
-          const int px = std::clamp(ix - 3 + k, 0, w - 1);
-          acc += wt[k] * rgb[(size_t(y) * w + px) * 3 + c];
-        }
+        int32_t acc = 0;
+        for (int k = 0; k < 8; ++k) acc += wt[k] * rgb[(size_t(y) * w + std::clamp(origin - 3 + k, 0, w - 1)) * 3 + c];
         tmp[(size_t(y) * ow + x) * 3 + c] = acc;
       }
   }
   std::vector<float> out(size_t(3) * oh * ow);
   for (int y = 0; y < oh; ++y) {
-    const double sy = (y + 0.5) * double(h) / oh - 0.5;
-    const int iy = int(std::floor(sy));
-    lanczos4_weights(sy - iy, wt);
+    lanczos4_source(y, double(h) / oh, origin, frac);
+    lanczos4_fixed_weights(frac, wt);
     for (int x = 0; x < ow; ++x)
       for (int c = 0; c < 3; ++c) {
-        double acc = 0;
-        for (int k = 0; k < 8; ++k) {
-          const int py = std::clamp(iy - 3 + k, 0, h - 1);
-          acc += wt[k] * tmp[(size_t(py) * ow + x) * 3 + c];
-        }
-        out[(size_t(c) * oh + y) * ow + x] = float(acc);
+        int64_t acc = 0;
+        for (int k = 0; k < 8; ++k) acc += int64_t(wt[k]) * tmp[(size_t(std::clamp(origin - 3 + k, 0, h - 1)) * ow + x) * 3 + c];
+        out[(size_t(c) * oh + y) * ow + x] = float(std::clamp<int64_t>((acc + (int64_t(1) << 21)) >> 22, 0, 255));
       }
   }
   return out;

@@ -58,9 +58,9 @@ BevtBatch synthetic_bevt_batch(const BevtDataOptions& o, uint64_t first_clip, in
 void draw_bevt_masks(const BevtDataOptions& o, uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images,
                      BevtBatch& batch);
 
-/// Lanczos-4 resize of an RGB24 image [h, w, 3] to float [3, oh, ow] in 0..255 (OpenCV's
-/// INTER_LANCZOS4 sampling: source x = (dst x + 0.5) w / ow - 0.5, 8 taps, weights normalised,
-/// edges replicated; values not rounded).
+/// Lanczos-4 resize of an RGB24 image [h, w, 3] to [3, oh, ow], the uint8 values cv2.resize
+/// (INTER_LANCZOS4) gives, as floats: source x = (dst x + 0.5) w / ow - 0.5, 8 taps, weights
+/// normalised then in OpenCV's 8-bit fixed point (x 2048 per pass), edges replicated.
 std::vector<float> lanczos4_resize(const uint8_t* rgb, int h, int w, int oh, int ow);
 
 /// mmaction's ColorJitter on an RGB24 image in place: factors {brightness, contrast, saturation}

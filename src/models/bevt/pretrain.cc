@@ -95,6 +95,9 @@ BevtStreamStats run_stream(Context& ctx, BevtPretrainModel& model, const StreamI
   Tensor dlogits;
   const MaskedLoss ml = masked_token_loss(ctx, ns, targets, o.loss_scale, dlogits);
   st.loss = ml.loss, st.masked = ml.count, st.correct = ml.correct;
+  std::vector<int64_t> counts(static_cast<size_t>(model.neck.vocab), 0);
+  for (int32_t t : targets)
+    if (t >= 0) st.majority = std::max(st.majority, ++counts[size_t(t)]);
   Tensor g3, g4;
   neck_head_backward(ctx, model.neck, model.backbone.norm_g, model.backbone.norm_b, ns, dlogits, g3, g4);
   backbone_backward(ctx, model.backbone, bs, g3, g4);

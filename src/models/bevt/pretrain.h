@@ -63,6 +63,9 @@ struct BevtStepOptions {
 struct BevtStreamStats {
   double loss = 0;  // CE mean over the masked tokens (0 without any)
   int64_t masked = 0, correct = 0;
+  /// Masked tokens whose target is the batch's most common target: the accuracy of always
+  /// guessing it, the baseline a learning model must beat (1 / vocab only for uniform ids).
+  int64_t majority = 0;
   double accuracy() const { return masked ? double(correct) / double(masked) : 0.0; }
 };
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# BEVT pretraining from the command line: a tiny joint run (clips + images, synthetic source,
+# random tokenizer) whose loss falls; --stop-after + --resume equal the uninterrupted run bit for
+# bit; the saved model loads into bevt-step; an mmcv-style .pth written by PyTorch loads too;
+# bad input gets a clear error and a non-zero exit.
+#   bash tests/cli/test_bevt_cli.sh build/unmask
+set -uo pipefail
+BIN=${1:-build/unmask}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+TINY=(--size tiny --embed-dim 32 --depths 2,2,2,2 --heads 1,2,4,8 --window 2,4,4 --vocab 64)
+RUN=("${TINY[@]}" --frames 4 --crop 128 --clips 2 --images 4 --accumulation 2 --lr 1e-3 --warmup 0.1 --drop-path 0.1 --seed 2 --quiet)
+
+# 1. A short run: loss falls; model/ written in BEVT's names.
+"$BIN" pretrain-bevt --output "$T/a" "${RUN[@]}" --steps 6 >"$T/a.out" 2>"$T/a.err" && ok || bad "pretrain-bevt: $(tail -3 "$T/a.err")"
+/usr/bin/python3 - "$T/a/metrics.jsonl" <<'PY' && ok || bad "the loss did not fall over 6 steps"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 6 and rows[-1]["loss"] < 0.8 * rows[0]["loss"], [r["loss"] for r in rows]
+assert all(k in rows[0] for k in ("video_loss", "image_loss", "video_mask_acc", "image_mask_acc", "majority_acc"))
+PY
+grep -q '"backbone.layers.3.blocks.1.attn.relative_position_bias_table"' <(head -c 200000 "$T/a/model/model.safetensors") \
+  && grep -q '"vocab_size": 64' "$T/a/model/config.json" && ok || bad "model/ lacks BEVT's names or its config"
+
+# 2. Interrupted at step 3 and resumed: the same losses, bit for bit.
+"$BIN" pretrain-bevt --output "$T/b" "${RUN[@]}" --steps 6 --stop-after 3 >/dev/null 2>"$T/b.err" && ok || bad "stop-after: $(tail -2 "$T/b.err")"
+"$BIN" pretrain-bevt --output "$T/b" "${RUN[@]}" --steps 6 --resume >/dev/null 2>"$T/b2.err" && ok || bad "resume: $(tail -2 "$T/b2.err")"
+/usr/bin/python3 - "$T/a/metrics.jsonl" "$T/b/metrics.jsonl" <<'PY' && ok || bad "the resumed run differs from the uninterrupted one"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert a == b, (a, b)
+PY
+cmp -s "$T/a/model/model.safetensors" "$T/b/model/model.safetensors" && ok || bad "the resumed run's final weights differ"
+
+# 3. The saved model and an mmcv-style torch.save checkpoint load into bevt-step alike.
+"$BIN" bevt-step "${TINY[@]}" --weights "$T/a/model" --seed 4 --output "$T/s1" >"$T/s1.out" 2>"$T/s1.err" \
+  && grep -q "loaded 136 tensors" "$T/s1.err" && ok || bad "bevt-step --weights model/: $(tail -3 "$T/s1.err")"
+/usr/bin/python3 - "$T/s1/params.safetensors" "$T/ckpt.pth" <<'PY' && ok || bad "writing the mmcv checkpoint"
+import sys, torch
+sys.path.insert(0, "tests/python")
+import st_io
+import numpy as np
+t, _ = st_io.read_safetensors(sys.argv[1])
+sd = {"module." + k: torch.from_numpy(np.asarray(v.data).reshape(v.shape).copy()) for k, v in t.items()}
+sd["module.backbone.layers.0.blocks.0.attn.relative_position_index"] = torch.zeros(16, 16, dtype=torch.long)
+sd["module.cls_head.vae_encoder.blocks.input.w"] = torch.zeros(4, 3, 7, 7)
+torch.save({"meta": {"epoch": 3}, "state_dict": sd, "optimizer": {"state": {}}}, sys.argv[2])
+PY
+"$BIN" bevt-step "${TINY[@]}" --weights "$T/ckpt.pth" --seed 4 --output "$T/s2" >"$T/s2.out" 2>"$T/s2.err" && ok \
+  || bad "bevt-step --weights ckpt.pth: $(tail -3 "$T/s2.err")"
+cmp -s "$T/s1/grads.safetensors" "$T/s2/grads.safetensors" && grep -q "module." "$T/s2.err" \
+  && grep -q "tokenizer tensors" "$T/s2.err" && ok || bad "the .pth gave other gradients or no notes: $(cat "$T/s2.err")"
+
+# 4. Bad input: an error naming the problem, exit 1, no crash.
+expect_error() {  # expect_error PATTERN ARGS...
+  local pat=$1; shift
+  "$BIN" "$@" >"$T/e.out" 2>"$T/e.err"
+  local rc=$?
+  if [ $rc -eq 1 ] && grep -q "$pat" "$T/e.err"; then ok; else bad "$* -> rc $rc: $(head -c 300 "$T/e.err")"; fi
+}
+expect_error "multiple of 32" pretrain-bevt --output "$T/e1" "${TINY[@]}" --crop 100 --steps 1
+expect_error "split evenly" pretrain-bevt --output "$T/e2" "${TINY[@]}" --crop 128 --frames 4 --clips 3 --images 4 --steps 1
+expect_error "does not fit the model" bevt-step --size tiny --window 2,4,4 --vocab 64 --weights "$T/a/model" --output "$T/e3"
+expect_error "codes" bevt-step "${TINY[@]}" --vocab 32 --tokenizer "$T/s1/tokenizer.safetensors" --output "$T/e4"
+expect_error "neither 'videos' nor 'images'" bevt-step "${TINY[@]}" --inputs "$T/s1/params.safetensors" --output "$T/e5"
+expect_error "not divisible" bevt-step --size tiny --embed-dim 30 --heads 4,8,16,32 --output "$T/e6"
+expect_error "does not exist" pretrain-bevt --output "$T/e7" "${RUN[@]}" --steps 1 --init-from "$T/nothing.pth"
+"$BIN" pretrain-bevt --output "$T/a" "${RUN[@]}" --steps 6 >/dev/null 2>"$T/e8.err"; rc=$?
+[ $rc -ne 0 ] && grep -qi "already\|--resume\|--force" "$T/e8.err" && ok || bad "a second run into the same --output was not refused (rc $rc)"
+
+echo "bevt cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
