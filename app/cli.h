@@ -140,6 +140,7 @@ int cmd_finetune_video(int argc, char** argv);  // app/cmd_video_train.cc (class
 int cmd_eval_video(int argc, char** argv);      // app/cmd_video_train.cc (multi-view top-1 / top-5)
 int cmd_prepare_video(int argc, char** argv);  // app/cmd_prepare_video.cc (decode-once clip store)
 int bench_loader(int argc, char** argv);       // app/cmd_bench_loader.cc (`unmask bench loader`)
+int bench_bevt(int argc, char** argv);         // app/cmd_bench_bevt.cc (`unmask bench bevt`, FAMBench's BEVT)
 int bench_scaling(int argc, char** argv);      // app/cmd_bench_scaling.cc (`unmask bench scaling`, BEVT's table)
 int cmd_dist_check(int argc, char** argv);     // app/cmd_dist_check.cc (data-parallel launch check)
 

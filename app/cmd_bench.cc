@@ -345,6 +345,7 @@ int cmd_bench(int argc, char** argv) {
       "  infer     BERT inference: batch, seq, latency, QPS, GFLOP/s, % of peak (AITemplate's table)\n"
       "  train     BERT pretraining: sequences/s, GFLOP/s, MFU (NVIDIA DLE's table)\n"
       "  videomae  VideoMAE pretraining: videos/s, model FLOPs, MFU, peak memory (V-SWIFT's table)\n"
+      "  bevt      BEVT joint pretraining: average iter time, it/s, samples/s (FAMBench's BEVT), clips/s, MFU\n"
       "  loader    video clip loader: clips/s and the read / augment / copy split (store or list)\n"
       "  scaling   data-parallel weak scaling over MPI ranks: s/it, samples/s, efficiency (BEVT's table)\n\n"
       "Run `unmask bench <what> --help` for its options.\n";
@@ -357,8 +358,9 @@ int cmd_bench(int argc, char** argv) {
   if (what == "train") return bench_train(argc, argv);
   if (what == "videomae") return bench_videomae(argc, argv);
   if (what == "loader") return bench_loader(argc, argv);
+  if (what == "bevt") return bench_bevt(argc, argv);
   if (what == "scaling") return bench_scaling(argc, argv);
-  throw Error("unknown benchmark '", what, "'", Hint("available: infer, train, videomae, loader, scaling"));
+  throw Error("unknown benchmark '", what, "'", Hint("available: infer, train, videomae, bevt, loader, scaling"));
 }
 
 }  // namespace unmask::cli

@@ -30,7 +30,9 @@
 #include "unmask/error.h"
 #include "unmask/train.h"
 #include "unmask/videomae.h"
+#include "data/video/bevt_data.h"
 #include "data/video/masking.h"
+#include "models/bevt/pretrain.h"
 
 namespace unmask::cli {
 
@@ -58,6 +60,9 @@ Row run_worker(const Args& a) {
   std::vector<Param>* params = nullptr;
   std::unique_ptr<VideoMAEPretrainModel> vmodel;
   std::unique_ptr<BertTrainModel> bmodel;
+  std::unique_ptr<bevt::BevtPretrainModel> bmodel_bevt;
+  std::unique_ptr<bevt::DalleEncoder> tokenizer;
+  video::BevtBatch bevt_batch;
   Tensor videos, mask;
   PretrainBatch pb;
   if (model_name.rfind("videomae-", 0) == 0) {
@@ -91,8 +96,28 @@ Row run_worker(const Args& a) {
     TrainStepOptions so;
     so.hidden_dropout = so.attention_dropout = 0.0f;
     step = [&, so] { bmodel->pretrain_step(ctx, pb, so); };
+  } else if (model_name.rfind("bevt-", 0) == 0) {
+    // BEVT's iteration (bench bevt): batch / 2 clips + 4 batch images, DALL-E-sized random tokenizer.
+    const bevt::SwinConfig c = bevt::SwinConfig::preset(model_name.substr(5));
+    bmodel_bevt = std::make_unique<bevt::BevtPretrainModel>(bevt::BevtPretrainModel::random(c, 8192, 1));
+    tokenizer = std::make_unique<bevt::DalleEncoder>(bevt::DalleEncoder::random({}, 3));
+    params = &bmodel_bevt->params();
+    video::BevtDataOptions d;
+    d.frames = a.get_int("frames"), d.crop = a.get_int("crop"), d.seed = 5;
+    const int64_t clips = std::max<int64_t>(1, batch / 2), images = 4 * batch, T = d.frames, S = d.crop;
+    auto fill = [&](const Shape& shape, bool mapped) {
+      Tensor t = Tensor::empty(shape, DType::f32);
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(mapped ? 0.1 + 0.8 * rng.uniform() : 2 * rng.uniform() - 1);
+      return t;
+    };
+    bevt_batch.videos = fill({clips, 3, T, S, S}, false), bevt_batch.video_frames = fill({clips * T, 3, S / 2, S / 2}, true);
+    bevt_batch.images = fill({images, 3, S, S}, false), bevt_batch.image_frames = fill({images, 3, S / 2, S / 2}, true);
+    const uint64_t r = uint64_t(comm.rank());
+    video::draw_bevt_masks(d, r * uint64_t(clips), clips, r * uint64_t(images), images, bevt_batch);
+    step = [&] { bevt::bevt_pretrain_step(ctx, *bmodel_bevt, tokenizer.get(), bevt_batch, {}); };
   } else {
-    throw Error("--model must be videomae-tiny|small|base|... or bert-tiny|mini|small|base|large, got '", model_name, "'");
+    throw Error("--model must be videomae-tiny|small|base|..., bert-tiny|mini|small|base|large or bevt-tiny|small|base, "
+                "got '", model_name, "'");
   }
   OptimizerConfig oc;
   oc.kind = OptimizerKind::adamw;
@@ -102,7 +127,9 @@ Row run_worker(const Args& a) {
   for (int64_t i = 0; i < warmup + steps; ++i) {
     comm.barrier("the iteration start");
     const auto t0 = Clock::now();
-    if (vmodel) vmodel->zero_grad(ctx); else bmodel->zero_grad(ctx);
+    if (vmodel) vmodel->zero_grad(ctx);
+    else if (bmodel) bmodel->zero_grad(ctx);
+    else bmodel_bevt->zero_grad(ctx);
     step();
     sync.reduce_all();
     opt.step(ctx, 1e-4f);
@@ -182,10 +209,13 @@ Row launch(int ranks, const std::vector<std::string>& worker_args) {
 int bench_scaling(int argc, char** argv) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const std::vector<OptionSpec> specs = {
-      {"model", "NAME", "videomae-tiny|small|base|... or bert-tiny|mini|small|base|large", "videomae-tiny"},
+      {"model", "NAME", "videomae-tiny|small|base|..., bert-tiny|mini|small|base|large or bevt-tiny|small|base",
+       "videomae-tiny"},
       {"ranks", "LIST", "device (rank) counts to measure, e.g. 1,2,4", "1,2"},
       {"batch", "N", "mini-batch per device (the seed's Mini-bsz)", "8"},
       {"seq", "N", "bert: sequence length", "128"},
+      {"frames", "T", "bevt: frames per clip (an iteration: batch / 2 clips + 4 batch images)", "16"},
+      {"crop", "S", "bevt: side of clips and images", "224"},
       {"steps", "N", "timed iterations", "10"},
       {"warmup", "N", "untimed iterations first", "2"},
       {"threads-per-rank", "N", "CPU threads of each rank (default: cores / the largest rank count)", "0"},
@@ -212,7 +242,8 @@ int bench_scaling(int argc, char** argv) {
   int64_t tpr = a.get_int("threads-per-rank");
   if (tpr == 0) tpr = std::max<int64_t>(1, cores / max_ranks);
   const std::vector<std::string> worker_args = {
-      "--model", a.get("model"), "--batch", a.get("batch"), "--seq", a.get("seq"), "--steps", a.get("steps"),
+      "--model", a.get("model"), "--batch", a.get("batch"), "--seq", a.get("seq"), "--frames", a.get("frames"),
+      "--crop", a.get("crop"), "--steps", a.get("steps"),
       "--warmup", a.get("warmup"), "--threads-per-rank", std::to_string(tpr)};
   std::vector<Row> rows;
   for (int64_t k : ranks) rows.push_back(launch(int(k), worker_args));

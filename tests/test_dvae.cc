@@ -1,4 +1,5 @@
-// tests/test_dvae.cc: ops::conv2d against the float64 oracle (stride 1 and 2, padding, odd sizes)
+// tests/test_dvae.cc: ops::conv2d against the float64 oracle (stride 1, 2 and 3, padding wider than
+// the image's edge allows, 1 x 1 at stride 1 and 2, odd sizes)
 // and PyTorch's F.conv2d; the DALL-E dVAE encoder (models/bevt/dvae.h) against openai/DALL-E's
 // encoder written in PyTorch (tests/python/dalle_encoder_reference.py) on a small configuration
 // with DALL-E's names: logits, and the token ids wherever the top two logits are apart.
@@ -48,7 +49,8 @@ TEST(Conv2d, MatchesTheFloat64Oracle) {
   struct Case {
     int64_t B, Cin, H, W, Cout, k, stride, pad;
   };
-  for (const Case c : {Case{2, 3, 13, 11, 5, 7, 1, 3}, Case{1, 4, 9, 10, 6, 3, 2, 1}, Case{3, 8, 6, 6, 4, 1, 1, 0}}) {
+  for (const Case c : {Case{2, 3, 13, 11, 5, 7, 1, 3}, Case{1, 4, 9, 10, 6, 3, 2, 1}, Case{3, 8, 6, 6, 4, 1, 1, 0},
+                       Case{1, 2, 3, 4, 3, 5, 3, 2}, Case{2, 3, 7, 5, 2, 1, 2, 0}, Case{1, 2, 2, 9, 2, 5, 1, 2}, Case{1, 2, 9, 2, 2, 5, 1, 2}}) {
     const Tensor x = random_tensor(gen, {c.B, c.Cin, c.H, c.W}), w = random_tensor(gen, {c.Cout, c.Cin, c.k, c.k}, 0.3f),
                  b = random_tensor(gen, {c.Cout});
     const int64_t OH = (c.H + 2 * c.pad - c.k) / c.stride + 1, OW = (c.W + 2 * c.pad - c.k) / c.stride + 1;

@@ -16,8 +16,6 @@
 // 3 L^2 + L floats for the longest L.
 #include "cpu/attention_train_cpu.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -28,10 +26,6 @@
 #include "cpu/kernels.h"
 #include "unmask/error.h"
 
-#if defined(UNMASK_WITH_DNNL)
-#include <oneapi/dnnl/dnnl.h>
-#include <omp.h>
-#endif
 
 namespace unmask::cpu {
 namespace {
@@ -74,30 +68,10 @@ int64_t real_keys(const Item& it) {
   return n;
 }
 
-/// c [M, N] (ldc) = alpha op(a) op(b), single-threaded (the Context pool runs the items), with
-/// the GEMM backend in use (cpu/blas.h). At T = 128, HS = 64 oneDNN's dnnl_sgemm takes 14-18 us
-/// per product against OpenBLAS's 24-27 us (1 thread, CPU time; bench/train_ops_bench.cc notes).
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-#if defined(UNMASK_WITH_DNNL)
-  if (gemm_backend() == GemmBackend::onednn) {
-    omp_set_num_threads(1);  // this thread's OpenMP setting: the product runs right here
-    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, a, lda, b,
-                                        ldb, 0.0f, c, ldc);
-    if (st != dnnl_success)
-      throw Error("attention (training): dnnl_sgemm failed with status ", int(st), " for M=", M,
-                  " N=", N, " K=", K);
-    return;
-  }
-#endif
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              int(M), int(N), int(K), alpha, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
-}
-
 /// S [L, L] = scale Q K^T with the masked keys' columns at -inf.
 void scores(const AttentionParams& a, const Item& it, float* s) {
   const int64_t L = it.len, col = it.head * a.head_size;
-  sgemm(false, true, L, L, a.head_size, a.scale, a.q + it.row0 * a.ldq + col, a.ldq,
+  sgemm_serial(false, true, L, L, a.head_size, a.scale, a.q + it.row0 * a.ldq + col, a.ldq,
         a.k + it.row0 * a.ldk + col, a.ldk, s, L);
   if (it.mask)
     for (int64_t j = 0; j < L; ++j)
@@ -156,7 +130,7 @@ void attention_train_forward(Context& ctx, const AttentionTrainParams& p) {
     scores(a, it, s);
     k.softmax_lse_rows(s, L, s, L, L, L, lse);
     if (p.dropout_p > 0.0f) dropout_probs(k, p, it, s, s);
-    sgemm(false, false, L, HS, L, 1.0f, s, L, a.v + it.row0 * a.ldv + col, a.ldv,
+    sgemm_serial(false, false, L, HS, L, 1.0f, s, L, a.v + it.row0 * a.ldv + col, a.ldv,
           a.out + it.row0 * a.ldo + col, a.ldo);
   });
 }
@@ -190,8 +164,8 @@ void attention_train_backward(Context& ctx, const AttentionTrainParams& p) {
     k.exp_sub_rows(prob, L, p.lse + it.head * p.rows + it.row0, prob, L, L, L);
     if (drop) dropout_probs(k, p, it, prob, prob_drop);
     const float* pd = drop ? prob_drop : prob;
-    sgemm(true, false, L, HS, L, 1.0f, pd, L, dout, p.lddo, p.dv + it.row0 * p.lddv + col, p.lddv);
-    sgemm(false, true, L, L, HS, 1.0f, dout, p.lddo, v, a.ldv, ds, L);
+    sgemm_serial(true, false, L, HS, L, 1.0f, pd, L, dout, p.lddo, p.dv + it.row0 * p.lddv + col, p.lddv);
+    sgemm_serial(false, true, L, L, HS, 1.0f, dout, p.lddo, v, a.ldv, ds, L);
     for (int64_t i = 0; i < L; ++i) {
       float acc = 0.0f;
       for (int64_t d = 0; d < HS; ++d) acc += dout[i * p.lddo + d] * o[i * a.ldo + d];
@@ -199,8 +173,8 @@ void attention_train_backward(Context& ctx, const AttentionTrainParams& p) {
     }
     k.attn_dscores_rows(prob, drop ? prob_drop : nullptr, ds, L, delta,
                         drop ? 1.0f / (1.0f - p.dropout_p) : 1.0f, L, L);
-    sgemm(false, false, L, HS, L, a.scale, ds, L, kk, a.ldk, p.dq + it.row0 * p.lddq + col, p.lddq);
-    sgemm(true, false, L, HS, L, a.scale, ds, L, q, a.ldq, p.dk + it.row0 * p.lddk + col, p.lddk);
+    sgemm_serial(false, false, L, HS, L, a.scale, ds, L, kk, a.ldk, p.dq + it.row0 * p.lddq + col, p.lddq);
+    sgemm_serial(true, false, L, HS, L, a.scale, ds, L, q, a.ldq, p.dk + it.row0 * p.lddk + col, p.lddk);
   });
 }
 

@@ -38,6 +38,13 @@ void gemm_backend_override_for_testing(GemmBackend b, bool reset = false);
 /// Bench hook: threading strategy and row-block size (0 = default) for later gemm() calls.
 void gemm_tuning_override_for_bench(GemmThreading threading, int64_t row_block);
 
+/// c [M, N] (ldc) = alpha op(a) op(b), row-major, on the calling thread only (inside a pool
+/// task: the attention kernels run one (sequence or window, head) item per task), with the GEMM
+/// backend in use. At T = 128, HS = 64 oneDNN's dnnl_sgemm takes 14-18 us per product against
+/// OpenBLAS's 24-27 us (1 thread, CPU time; bench/train_ops_bench.cc notes).
+void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float* c, int64_t ldc);
+
 /// Runs one validated GEMM (see ops::GemmParams) on ctx's threads.
 void gemm(Context& ctx, const ops::GemmParams& p);
 

@@ -124,6 +124,21 @@ void blas_set_num_threads(int n) {
   openblas_set_num_threads(1);  // see blas.h: the Context pool owns the cores
 }
 
+void sgemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float* c, int64_t ldc) {
+#if defined(UNMASK_WITH_DNNL)
+  if (gemm_backend() == GemmBackend::onednn) {
+    omp_set_num_threads(1);  // this thread's OpenMP setting: the product runs right here
+    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+    if (st != dnnl_success)
+      throw Error("sgemm_serial: dnnl_sgemm failed with status ", int(st), " for M=", M, " N=", N, " K=", K);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
+              alpha, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
+}
+
 void gemm(Context& ctx, const ops::GemmParams& p) {
   if (p.batch == 0 || p.M == 0 || p.N == 0) return;
   const GemmBackend backend = gemm_backend();

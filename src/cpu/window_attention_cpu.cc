@@ -2,144 +2,88 @@
 #include "cpu/window_attention_cpu.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
+#include <atomic>
+#include <memory>
 #include <vector>
+
+#include "cpu/blas.h"
+#include "cpu/kernels.h"
 
 namespace unmask::cpu {
 
 namespace {
 
-// A (window, head)'s operands, gathered once: K^T and V^T [HS, N] for the score rows, K, V
-// and Q [N, HS] for the output's and the gradients' rows.
-struct WindowScratch {
-  std::vector<float> kt, vt, kn, vn, qn, dk, dv, s, dp;
-  void size_for(int64_t N, int64_t HS) {
-    for (auto* v : {&kt, &vt, &kn, &vn, &qn, &dk, &dv}) v->resize(size_t(N * HS));
-    s.resize(size_t(N));
-    dp.resize(size_t(N));
-  }
-};
-
-// s[j] = scale q_i . k_j + bias_i[j] (+ mask_i[j]) for the N keys.
-inline void score_row(const float* qi, const WindowScratch& ws, const float* bias_i, const float* mask_i, int64_t N,
-                      int64_t HS, float scale, float* s) {
-  for (int64_t j = 0; j < N; ++j) s[j] = (bias_i ? bias_i[j] : 0.0f) + (mask_i ? mask_i[j] : 0.0f);
-  for (int64_t d = 0; d < HS; ++d) {
-    const float a = scale * qi[d];
-    const float* kd = ws.kt.data() + d * N;
-    for (int64_t j = 0; j < N; ++j) s[j] += a * kd[j];
-  }
+// S [N, N] = scale Q K^T (+ bias_h) (+ mask_w) of one (window, head).
+void scores(const WindowAttentionParams& p, int64_t w, int64_t h, float* s) {
+  const int64_t N = p.window, HS = p.head_size, row0 = w * N, col0 = h * HS;
+  sgemm_serial(false, true, N, N, HS, p.scale, p.q + row0 * p.ldq + col0, p.ldq, p.k + row0 * p.ldk + col0, p.ldk, s, N);
+  const float* bias = p.bias ? p.bias + h * N * N : nullptr;
+  const float* mask = p.mask ? p.mask + (w % p.masks) * N * N : nullptr;
+  if (bias)
+    for (int64_t i = 0; i < N * N; ++i) s[i] += bias[i];
+  if (mask)
+    for (int64_t i = 0; i < N * N; ++i) s[i] += mask[i];
 }
 
-void gather(const float* src, int64_t ld, int64_t row0, int64_t col0, int64_t N, int64_t HS, float* rows_out,
-            float* transposed_out) {
-  for (int64_t j = 0; j < N; ++j) {
-    const float* r = src + (row0 + j) * ld + col0;
-    for (int64_t d = 0; d < HS; ++d) {
-      if (rows_out) rows_out[j * HS + d] = r[d];
-      if (transposed_out) transposed_out[d * N + j] = r[d];
-    }
-  }
+// Runs fn(w0 + item / NH, item % NH, scratch) for the items of windows [w0, w1), handed out
+// dynamically to ctx's threads; scratch: `floats` floats per thread.
+template <typename Fn>
+void for_items(Context& ctx, int64_t w0, int64_t w1, int64_t NH, size_t floats, Fn&& fn) {
+  std::atomic<int64_t> next{0};
+  const int64_t items = (w1 - w0) * NH;
+  ctx.parallel_for(std::min<int64_t>(ctx.num_threads(), items), [&](int64_t, int64_t) {
+    const std::unique_ptr<float[]> scratch(new float[floats]);  // written before read
+    for (int64_t i = next.fetch_add(1); i < items; i = next.fetch_add(1)) fn(w0 + i / NH, i % NH, scratch.get());
+  });
 }
 
 }  // namespace
 
 void window_attention_forward(Context& ctx, const WindowAttentionParams& p) {
   const int64_t N = p.window, HS = p.head_size, NH = p.num_heads, R = p.windows * N;
-  ctx.parallel_for(p.windows * NH, [&](int64_t begin, int64_t end) {
-    WindowScratch ws;
-    ws.size_for(N, HS);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t w = item / NH, h = item % NH, row0 = w * N, col0 = h * HS;
-      gather(p.k, p.ldk, row0, col0, N, HS, nullptr, ws.kt.data());
-      gather(p.v, p.ldv, row0, col0, N, HS, ws.vn.data(), nullptr);
-      const float* bias_h = p.bias ? p.bias + h * N * N : nullptr;
-      const float* mask_w = p.mask ? p.mask + (w % p.masks) * N * N : nullptr;
-      for (int64_t i = 0; i < N; ++i) {
-        float* s = ws.s.data();
-        score_row(p.q + (row0 + i) * p.ldq + col0, ws, bias_h ? bias_h + i * N : nullptr, mask_w ? mask_w + i * N : nullptr, N, HS,
-                  p.scale, s);
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < N; ++j) m = std::max(m, s[j]);
-        double sum = 0;
-        for (int64_t j = 0; j < N; ++j) {
-          s[j] = std::exp(s[j] - m);
-          sum += s[j];
-        }
-        const float inv = float(1.0 / sum);
-        float* o = p.out + (row0 + i) * p.ldo + col0;
-        std::fill(o, o + HS, 0.0f);
-        for (int64_t j = 0; j < N; ++j) {
-          const float pj = s[j] * inv;
-          const float* vj = ws.vn.data() + j * HS;
-          for (int64_t d = 0; d < HS; ++d) o[d] += pj * vj[d];
-        }
-        if (p.lse) p.lse[h * R + row0 + i] = m + float(std::log(sum));
-      }
-    }
+  const CpuKernels& k = kernels();
+  for_items(ctx, 0, p.windows, NH, size_t(N * N + N), [&](int64_t w, int64_t h, float* s) {
+    const int64_t row0 = w * N, col0 = h * HS;
+    float* lse = p.lse ? p.lse + h * R + row0 : s + N * N;
+    scores(p, w, h, s);
+    k.softmax_lse_rows(s, N, s, N, N, N, lse);
+    sgemm_serial(false, false, N, HS, N, 1.0f, s, N, p.v + row0 * p.ldv + col0, p.ldv, p.out + row0 * p.ldo + col0,
+                 p.ldo);
   });
 }
 
 void window_attention_backward(Context& ctx, const WindowAttentionParams& p) {
   const int64_t N = p.window, HS = p.head_size, NH = p.num_heads, R = p.windows * N;
-  // The windows' score gradients for the bias gradient, a group at a time (at most ~64 MB).
+  const CpuKernels& k = kernels();
+  // The windows' score gradients for the bias gradient, a group of windows at a time (<= 64 MB),
+  // summed in window order afterwards so the bits do not depend on the thread count.
   const int64_t per_window = NH * N * N;
   const int64_t group = p.dbias ? std::max<int64_t>(1, (int64_t(16) << 20) / std::max<int64_t>(per_window, 1)) : p.windows;
   std::vector<float> dS_group(p.dbias ? size_t(std::min(group, p.windows) * per_window) : 0);
   for (int64_t w0 = 0; w0 < p.windows; w0 += group) {
     const int64_t w1 = std::min(p.windows, w0 + group);
-    ctx.parallel_for((w1 - w0) * NH, [&](int64_t begin, int64_t end) {
-      WindowScratch ws;
-      ws.size_for(N, HS);
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t w = w0 + item / NH, h = item % NH, row0 = w * N, col0 = h * HS;
-        gather(p.k, p.ldk, row0, col0, N, HS, ws.kn.data(), ws.kt.data());
-        gather(p.v, p.ldv, row0, col0, N, HS, nullptr, ws.vt.data());
-        gather(p.q, p.ldq, row0, col0, N, HS, ws.qn.data(), nullptr);
-        std::fill(ws.dk.begin(), ws.dk.end(), 0.0f);
-        std::fill(ws.dv.begin(), ws.dv.end(), 0.0f);
-        const float* bias_h = p.bias ? p.bias + h * N * N : nullptr;
-        const float* mask_w = p.mask ? p.mask + (w % p.masks) * N * N : nullptr;
-        float* dS_wh = p.dbias ? dS_group.data() + ((w - w0) * NH + h) * N * N : nullptr;
-        for (int64_t i = 0; i < N; ++i) {
-          float* s = ws.s.data();
-          const float* qi = ws.qn.data() + i * HS;
-          score_row(qi, ws, bias_h ? bias_h + i * N : nullptr, mask_w ? mask_w + i * N : nullptr, N, HS, p.scale, s);
-          const float lse = p.lse[h * R + row0 + i];
-          for (int64_t j = 0; j < N; ++j) s[j] = std::exp(s[j] - lse);  // P_ij
-          const float* doi = p.dout + (row0 + i) * p.lddo + col0;
-          const float* oi = p.out + (row0 + i) * p.ldo + col0;
-          float delta = 0;
-          for (int64_t d = 0; d < HS; ++d) delta += doi[d] * oi[d];
-          float* dp = ws.dp.data();
-          std::fill(dp, dp + N, 0.0f);
-          for (int64_t d = 0; d < HS; ++d) {
-            const float a = doi[d];
-            const float* vd = ws.vt.data() + d * N;
-            for (int64_t j = 0; j < N; ++j) dp[j] += a * vd[j];
-          }
-          float* dqi = p.dq + (row0 + i) * p.lddq + col0;
-          std::fill(dqi, dqi + HS, 0.0f);
-          for (int64_t j = 0; j < N; ++j) {
-            const float pij = s[j], ds = pij * (dp[j] - delta);
-            if (dS_wh) dS_wh[i * N + j] = ds;
-            const float* kj = ws.kn.data() + j * HS;
-            float* dkj = ws.dk.data() + j * HS;
-            float* dvj = ws.dv.data() + j * HS;
-            const float sds = p.scale * ds;
-            for (int64_t d = 0; d < HS; ++d) {
-              dqi[d] += sds * kj[d];
-              dkj[d] += sds * qi[d];
-              dvj[d] += pij * doi[d];
-            }
-          }
-        }
-        for (int64_t j = 0; j < N; ++j) {
-          std::copy(ws.dk.data() + j * HS, ws.dk.data() + (j + 1) * HS, p.dk + (row0 + j) * p.lddk + col0);
-          std::copy(ws.dv.data() + j * HS, ws.dv.data() + (j + 1) * HS, p.dv + (row0 + j) * p.lddv + col0);
-        }
+    for_items(ctx, w0, w1, NH, size_t(2 * N * N + N), [&](int64_t w, int64_t h, float* scratch) {
+      const int64_t row0 = w * N, col0 = h * HS;
+      float* prob = scratch;         // [N, N] P, recomputed from the forward's lse
+      float* ds = prob + N * N;      // [N, N] dP, then dS in place
+      float* delta = ds + N * N;     // [N] dO_i . O_i
+      const float* dout = p.dout + row0 * p.lddo + col0;
+      const float* o = p.out + row0 * p.ldo + col0;
+      scores(p, w, h, prob);
+      k.exp_sub_rows(prob, N, p.lse + h * R + row0, prob, N, N, N);
+      sgemm_serial(true, false, N, HS, N, 1.0f, prob, N, dout, p.lddo, p.dv + row0 * p.lddv + col0, p.lddv);
+      sgemm_serial(false, true, N, N, HS, 1.0f, dout, p.lddo, p.v + row0 * p.ldv + col0, p.ldv, ds, N);
+      for (int64_t i = 0; i < N; ++i) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < HS; ++d) acc += dout[i * p.lddo + d] * o[i * p.ldo + d];
+        delta[i] = acc;
       }
+      k.attn_dscores_rows(prob, nullptr, ds, N, delta, 1.0f, N, N);
+      if (p.dbias) std::copy_n(ds, N * N, dS_group.data() + ((w - w0) * NH + h) * N * N);
+      sgemm_serial(false, false, N, HS, N, p.scale, ds, N, p.k + row0 * p.ldk + col0, p.ldk, p.dq + row0 * p.lddq + col0,
+                   p.lddq);
+      sgemm_serial(true, false, N, HS, N, p.scale, ds, N, p.q + row0 * p.ldq + col0, p.ldq, p.dk + row0 * p.lddk + col0,
+                   p.lddk);
     });
     if (!p.dbias) continue;
     // dbias[h, i, :] += the group's dS in window order: per (head, query row), any thread count.

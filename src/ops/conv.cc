@@ -1,6 +1,7 @@
 // ops/conv.cc: the 2-D convolution front-end (semantics in ops.h): validate, then per image the
-// pixels unfolded (im2col: [Cin k k, OH OW]) and one GEMM with the weight [Cout, Cin k k] into
-// the image's NCHW output (the GEMM is oneDNN's matmul where the build has it), bias added after.
+// pixels unfolded (im2col: [Cin k k, OH OW], row segments copied whole; a 1 x 1 convolution at
+// stride 1 reads the image itself) and one GEMM with the weight [Cout, Cin k k] into the image's
+// NCHW output (the GEMM is oneDNN's matmul where the build has it), bias added after.
 #include <algorithm>
 #include <string>
 
@@ -35,24 +36,43 @@ void conv2d(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, const Con
   for (const Tensor* t : {&x, &w, static_cast<const Tensor*>(&y)}) detail::check_device(op, "x, w, y", *t, Device::cpu);
   detail::check_no_overlap(op, "y", y, "x", x, false);
   const int64_t K = Cin * k * k, P = OH * OW;
-  Tensor cols = Tensor::empty({K, P}, DType::f32);
+  // A 1 x 1 convolution at stride 1 without padding is the GEMM on the image itself.
+  const bool pointwise = k == 1 && a.stride == 1 && a.padding == 0;
+  Tensor cols = pointwise ? Tensor() : Tensor::empty({K, P}, DType::f32);
   const Tensor wm = w.view({Cout, K});
   for (int64_t b = 0; b < B; ++b) {
     const float* xb = x.data<float>() + b * Cin * H * W;
-    float* c = cols.data<float>();
-    ctx.parallel_for(K, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t ch = r / (k * k), u = (r / k) % k, v = r % k;
-        float* row = c + r * P;
-        for (int64_t i = 0; i < OH; ++i) {
-          const int64_t h = i * a.stride - a.padding + u;
-          for (int64_t j = 0; j < OW; ++j) {
-            const int64_t ww = j * a.stride - a.padding + v;
-            row[i * OW + j] = h >= 0 && h < H && ww >= 0 && ww < W ? xb[(ch * H + h) * W + ww] : 0.0f;
+    if (pointwise) {
+      cols = x.slice(0, b, b + 1).view({K, P});
+    } else {
+      float* c = cols.data<float>();
+      ctx.parallel_for(K, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t ch = r / (k * k), u = (r / k) % k, v = r % k;
+          // output columns j whose input column j stride - padding + v lies inside [0, W)
+          const int64_t j0 = std::clamp<int64_t>((a.padding - v + a.stride - 1) / a.stride, 0, OW);
+          const int64_t last = W - 1 + a.padding - v;  // j stride <= last
+          const int64_t j1 = last < 0 ? j0 : std::clamp<int64_t>(last / a.stride + 1, j0, OW);
+          float* row = c + r * P;
+          for (int64_t i = 0; i < OH; ++i) {
+            float* out = row + i * OW;
+            const int64_t h = i * a.stride - a.padding + u;
+            if (h < 0 || h >= H) {
+              std::fill_n(out, OW, 0.0f);
+              continue;
+            }
+            std::fill_n(out, j0, 0.0f);
+            const float* in = xb + (ch * H + h) * W + j0 * a.stride - a.padding + v;
+            if (a.stride == 1) {
+              std::copy_n(in, j1 - j0, out + j0);
+            } else {
+              for (int64_t j = j0; j < j1; ++j) out[j] = in[(j - j0) * a.stride];
+            }
+            std::fill_n(out + j1, OW - j1, 0.0f);
           }
         }
-      }
-    });
+      });
+    }
     Tensor yb = y.slice(0, b, b + 1).view({Cout, P});
     gemm(ctx, wm, Trans::no, cols, Trans::no, yb);
     if (a.bias) {

@@ -72,5 +72,21 @@ expect_error "does not exist" pretrain-bevt --output "$T/e7" "${RUN[@]}" --steps
 "$BIN" pretrain-bevt --output "$T/a" "${RUN[@]}" --steps 6 >/dev/null 2>"$T/e8.err"; rc=$?
 [ $rc -ne 0 ] && grep -qi "already\|--resume\|--force" "$T/e8.err" && ok || bad "a second run into the same --output was not refused (rc $rc)"
 
+# 5. bench bevt: the benchmark's lines (analyze_logs.py's), then the honest figures.
+"$BIN" bench bevt "${TINY[@]}" --tokenizer-hidden 16 --tokenizer-blocks 1 --frames 4 --crop 128 --batch-size 4 \
+  --max-steps 4 --skip 2 >"$T/bench.out" 2>"$T/bench.err" && ok || bad "bench bevt: $(tail -3 "$T/bench.err")"
+/usr/bin/python3 - "$T/bench.out" <<'PY' && ok || bad "bench bevt's lines: $(cat "$T/bench.out")"
+import re, sys
+out = open(sys.argv[1]).read()
+x = float(re.search(r"average iter time: ([0-9.]+) s/iter", out).group(1))
+it, sps = map(float, re.search(r"Throughput: ([0-9.]+) it/s \(([0-9.]+) samples/s\)", out).groups())
+assert abs(it - 1 / x) < 1e-3 * it and abs(sps - 4 / x) < 0.01 * sps + 0.01, (x, it, sps)
+clips, images = map(float, re.search(r"([0-9.]+) clips/s, ([0-9.]+) images/s", out).groups())
+assert abs(images - 8 * clips) < 0.01 * images + 0.01, (clips, images)  # 2 clips + 16 images an iteration
+assert "TFLOP an iteration as BEVT defines it" in out and "of the" in out
+PY
+expect_error "--skip must be" bench bevt "${TINY[@]}" --max-steps 4 --skip 4
+expect_error "must be even" bench bevt "${TINY[@]}" --batch-size 3
+
 echo "bevt cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

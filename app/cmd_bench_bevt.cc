@@ -1,0 +1,168 @@
+// app/cmd_bench_bevt.cc: `unmask bench bevt`, FAMBench's BEVT training benchmark
+// (run_bevt_train.sh; reference/bevt.md 1) as defined, then the honest figures beside it.
+//
+// One iteration per device: batch-size / 2 clips [3, 16, 224, 224] + 4 x batch-size images, their
+// 112 x 112 tokenizer copies and BEiT masks (a tube over the clip's 8 slices), the joint forward
+// and backward with the loss divided by 2; AdamW (clip 3.0) every second iteration. The time of
+// an iteration is wall clock from the end of the previous one, input included; the benchmark's
+// figure is the mean over iterations skip .. max-steps - 1 (200 .. 1199) of each epoch, averaged
+// over epochs, printed as analyze_logs.py prints it:
+//   average iter time: X s/iter
+//   Throughput: 1/X it/s (devices x batch-size / X samples/s)
+// ("samples" counts nominal clips per optimizer step over one iteration's time, twice the real
+// clip rate, and no images). Then what the hardware did: clips/s and images/s, the FLOPs of an
+// iteration as BEVT defines it (every position, every frame) and as unmask ran it (the masked
+// positions, the frames with a masked cell), TFLOP/s and the fraction of the measured peak.
+// The input: random pixels made once, masks drawn for every iteration (the seed's mini data is
+// not public, bevt.md 1.6).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <random>
+
+#include "bevt_common.h"
+#include "cli.h"
+#include "data/video/bevt_data.h"
+#include "models/bevt/flops.h"
+#include "models/bevt/pretrain.h"
+#include "train/metrics.h"
+#include "unmask/error.h"
+#include "unmask/train.h"
+
+namespace unmask::cli {
+
+int bench_bevt(int argc, char** argv) {
+  std::vector<OptionSpec> specs = bevt_model_specs();
+  for (OptionSpec s : bevt_tokenizer_specs()) {
+    if (s.name == "tokenizer-hidden") s.fallback = "256";  // DALL-E's encoder, random weights
+    if (s.name == "tokenizer-blocks") s.fallback = "2";
+    specs.push_back(s);
+  }
+  const std::vector<OptionSpec> own = {
+      {"batch-size", "BS", "the benchmark's BATCH_SIZE: BS / 2 clips + 4 BS images an iteration per device", "8"},
+      {"max-steps", "N", "iterations an epoch (BEVT_MAX_STEPS; the run does N + 1)", "1200"},
+      {"skip", "N", "iterations left out of the mean at the start of each epoch (analyze_logs: 200)", "200"},
+      {"epochs", "N", "epochs (the mean is per epoch, then over epochs)", "1"},
+      {"nodes", "N", "nodes (the samples/s figure's NODES)", "1"},
+      {"frames", "T", "frames per clip", "16"},
+      {"crop", "S", "side of clips and images", "224"},
+      {"threads", "N", "compute threads (0 = all cores)", "0"},
+      {"seed", "N", "seed of the weights, pixels and masks", "0"},
+      {"peak-gflops", "G", "the MFU denominator (default: measured FMA peak)", ""},
+      device_option(),
+  };
+  specs.insert(specs.end(), own.begin(), own.end());
+  auto parsed = Args::parse("bench bevt", "BEVT's training benchmark (FAMBench run_bevt_train.sh)", specs, argc, argv, 3);
+  if (!parsed) return 0;
+  const Args& a = *parsed;
+  if (device_of(a) != Device::cpu)
+    throw Error("bench bevt: BEVT runs on the CPU so far", Hint("the CUDA path is the next BEVT issue; use --device cpu"));
+  const bevt::SwinConfig config = bevt_swin_config(a);
+  const int64_t vocab = a.get_int("vocab"), BS = a.get_int("batch-size"), max_steps = a.get_int("max-steps");
+  const int64_t skip = a.get_int("skip"), epochs = a.get_int("epochs"), nodes = a.get_int("nodes");
+  if (BS < 2 || BS % 2) throw Error("--batch-size must be even and at least 2 (BS / 2 clips an iteration), got ", BS);
+  if (max_steps < 1 || skip < 0 || skip >= max_steps)
+    throw Error("--skip must be in [0, --max-steps), got --skip ", skip, " --max-steps ", max_steps,
+                Hint("a short CPU run: e.g. --max-steps 6 --skip 2"));
+  if (epochs < 1 || nodes < 1) throw Error("--epochs and --nodes must be at least 1");
+  video::BevtDataOptions data;
+  data.frames = a.get_int("frames"), data.crop = a.get_int("crop"), data.seed = uint64_t(a.get_int("seed"));
+  const int64_t clips = BS / 2, images = 4 * BS, T = data.frames, S = data.crop;
+
+  Context ctx({.num_threads = int(a.get_int("threads"))});
+  const double peak = a.has("peak-gflops") ? a.get_double("peak-gflops") : train::measure_peak_gflops(ctx.num_threads());
+  std::string tokenizer_what;
+  const bevt::DalleEncoder tokenizer = bevt_tokenizer(a, vocab, data.seed + 2, &tokenizer_what);
+  bevt::BevtPretrainModel model = bevt::BevtPretrainModel::random(config, vocab, data.seed);
+  int64_t params = 0;
+  for (const Param& p : model.params()) params += p.value.numel();
+  Optimizer opt({.kind = OptimizerKind::adamw, .lr = 5e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                 .weight_decay = 0.05f, .max_grad_norm = 3.0f},
+                model.params());
+
+  // The input: pixels once (as on-device tensors would be), masks per iteration.
+  video::BevtBatch batch;
+  {
+    std::mt19937_64 gen(data.seed + 11);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    std::uniform_real_distribution<float> u(0.1f, 0.9f);
+    auto fill = [&](Tensor& t, bool mapped) {
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = mapped ? u(gen) : n(gen);
+    };
+    batch.videos = Tensor::empty({clips, 3, T, S, S}, DType::f32), fill(batch.videos, false);
+    batch.video_frames = Tensor::empty({clips * T, 3, S / 2, S / 2}, DType::f32), fill(batch.video_frames, true);
+    batch.images = Tensor::empty({images, 3, S, S}, DType::f32), fill(batch.images, false);
+    batch.image_frames = Tensor::empty({images, 3, S / 2, S / 2}, DType::f32), fill(batch.image_frames, true);
+  }
+  const double defined = bevt::bevt_iteration_flops(config, vocab, tokenizer.config, clips, T, images, S);
+  std::printf("# unmask bench bevt: Swin %s (C %lld, depths %lld/%lld/%lld/%lld, window %lldx%lldx%lld; %lld "
+              "trainable parameters), BS %lld: %lld clips x %lld x %lld^2 + %lld images an iteration, AdamW every 2nd; "
+              "%s; %s, %d threads, peak %.0f GFLOP/s%s\n",
+              a.get("size").c_str(), (long long)config.embed_dim, (long long)config.depths[0],
+              (long long)config.depths[1], (long long)config.depths[2], (long long)config.depths[3],
+              (long long)config.window[0], (long long)config.window[1], (long long)config.window[2], (long long)params,
+              (long long)BS, (long long)clips, (long long)T, (long long)S, (long long)images, tokenizer_what.c_str(),
+              ctx.cpu_isa(), ctx.num_threads(), peak, a.has("peak-gflops") ? " (given)" : " (measured FMA loop)");
+  std::fflush(stdout);
+
+  std::vector<double> epoch_means;
+  double run_flops = 0, window_s = 0;
+  int64_t window_its = 0;
+  for (int64_t e = 0; e < epochs; ++e) {
+    double sum = 0;
+    auto last = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i <= max_steps; ++i) {  // BEVT runs max_steps + 1 iterations (break after i == max_steps)
+      const uint64_t it = uint64_t(e * (max_steps + 1) + i);
+      video::draw_bevt_masks(data, it * uint64_t(clips), clips, it * uint64_t(images), images, batch);
+      if (i % 2 == 0) model.zero_grad(ctx);
+      bevt::BevtStepOptions so;
+      so.loss_scale = 0.5f;  // update_interval 2
+      so.drop_path_rate = 0.3;
+      so.seed = data.seed, so.first_clip = it * uint64_t(clips), so.first_image = it * uint64_t(images);
+      const bevt::BevtStepStats st = bevt::bevt_pretrain_step(ctx, model, &tokenizer, batch, so);
+      if (!std::isfinite(st.loss())) throw Error("bench bevt: iteration ", i, " gave a non-finite loss");
+      if (i % 2 == 1) opt.step(ctx, 5e-4f);
+      const auto now = std::chrono::steady_clock::now();
+      const double s = std::chrono::duration<double>(now - last).count();
+      last = now;
+      if (i >= skip && i < max_steps) {
+        sum += s;
+        window_s += s, ++window_its;
+        const double tokens = double(S / 16) * double(S / 16);
+        run_flops += bevt::bevt_step_flops_run(config, vocab, tokenizer.config, clips, T, images, S,
+                                               double(st.video.masked) / (double(clips * T) * tokens),
+                                               double(st.image.masked) / (double(images) * tokens), st.tokenized_frames);
+      }
+      if (i == 0 || (i + 1) % 20 == 0)
+        std::fprintf(stderr, "epoch %lld iteration %lld/%lld: %.3f s, loss %.4f (video %.4f, image %.4f)\n",
+                     (long long)e + 1, (long long)i + 1, (long long)max_steps + 1, s, st.loss(), st.video.loss,
+                     st.image.loss);
+    }
+    epoch_means.push_back(sum / double(max_steps - skip));
+  }
+  double mean = 0;
+  for (double m : epoch_means) mean += m;
+  mean /= double(epoch_means.size());
+  double var = 0;
+  for (double m : epoch_means) var += (m - mean) * (m - mean);
+  const auto slow = std::max_element(epoch_means.begin(), epoch_means.end());
+  const auto fast = std::min_element(epoch_means.begin(), epoch_means.end());
+  const int64_t devices = nodes;  // one CPU process a node
+  std::printf("-----Analyze train time of unmask bench bevt-----\n");
+  std::printf("slowest epoch %lld, average time is %.4f\n", (long long)(slow - epoch_means.begin() + 1), *slow);
+  std::printf("fastest epoch %lld, average time is %.4f\n", (long long)(fast - epoch_means.begin() + 1), *fast);
+  std::printf("time std over epochs is %.4f\n", std::sqrt(var / double(epoch_means.size())));
+  std::printf("average iter time: %.4f s/iter\n", mean);
+  std::printf("Throughput: %.4f it/s (%.2f samples/s)\n", 1.0 / mean, double(devices * BS) / mean);
+  const double ran = run_flops / double(window_its), per_s = window_s / double(window_its);
+  std::printf("honest figures (iterations %lld..%lld): %.3f clips/s, %.2f images/s per device; %.3f TFLOP an "
+              "iteration as BEVT defines it, %.3f TFLOP as run (masked positions, tokenizer on masked frames: %.1f%% "
+              "less); %.1f GFLOP/s as run = %.1f%% of the %.0f GFLOP/s peak (%.1f%% counting BEVT's FLOPs); peak RSS %.0f MiB\n",
+              (long long)skip, (long long)max_steps - 1, double(clips) / per_s, double(images) / per_s, defined / 1e12,
+              ran / 1e12, 100.0 * (1.0 - ran / defined), ran / per_s / 1e9, 100.0 * ran / per_s / 1e9 / peak, peak,
+              100.0 * defined / per_s / 1e9 / peak, peak_rss_mb());
+  return 0;
+}
+
+}  // namespace unmask::cli
