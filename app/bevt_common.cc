@@ -38,7 +38,7 @@ bevt::SwinConfig bevt_swin_config(const Args& a) {
     if (c.dim(i) % c.heads[size_t(i)] != 0)
       throw Error("stage ", i + 1, "'s width ", c.dim(i), " is not divisible by its ", c.heads[size_t(i)], " heads",
                   Hint("choose --heads dividing --embed-dim x 1, 2, 4, 8"));
-  if (a.get_int("vocab") < 2) throw Error("--vocab must be at least 2, got ", a.get_int("vocab"));
+  if (a.has("vocab") && a.get_int("vocab") < 2) throw Error("--vocab must be at least 2, got ", a.get_int("vocab"));
   return c;
 }
 

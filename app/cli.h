@@ -132,7 +132,8 @@ int bench_train(int argc, char** argv);        // app/cmd_bench_train.cc (`unmas
 int bench_videomae(int argc, char** argv);     // app/cmd_bench_videomae.cc (`unmask bench videomae`)
 int cmd_make_videos(int argc, char** argv);    // app/cmd_make_videos.cc
 int cmd_bevt_step(int argc, char** argv);      // app/cmd_bevt_step.cc (BEVT parity dumps)
-int cmd_pretrain_bevt(int argc, char** argv);  // app/cmd_video_train.cc
+int cmd_pretrain_bevt(int argc, char** argv);  // app/cmd_bevt_train.cc
+int cmd_finetune_swin(int argc, char** argv);  // app/cmd_bevt_train.cc
 int cmd_videomae_step(int argc, char** argv);  // app/cmd_videomae_step.cc (VideoMAE parity dumps)
 int cmd_convert_videomae(int argc, char** argv);  // app/cmd_convert_video.cc (VideoMAE checkpoints orig <-> HF)
 int cmd_pretrain_video(int argc, char** argv);  // app/cmd_video_train.cc (VideoMAE pretraining)

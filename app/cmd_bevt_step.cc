@@ -9,6 +9,8 @@
 // and one JSON line on stdout (each stream's loss, masked tokens and accuracy).
 // Weights come from --weights (BEVT names) or are drawn from --seed; the batch from --inputs (a
 // safetensors file of the tensors above) or is drawn from --seed.
+// --classify K: one step of the fine-tuning model instead (Video Swin + fc_cls, smoothed one-hot
+// targets, drop path as asked): inputs.safetensors holds videos, targets, drop_scales, logits.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include "data/video/block_masks.h"
 #include "io/safetensors.h"
 #include "models/bevt/checkpoint.h"
+#include "models/bevt/classify.h"
 #include "models/bevt/pretrain.h"
 #include "unmask/error.h"
 
@@ -64,6 +67,61 @@ Tensor f32_of(const io::SafeTensorsFile& f, const std::string& name) {
   return o;
 }
 
+void perturb(std::vector<Param>& params, std::mt19937_64& gen) {
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  for (Param& p : params) {
+    const bool matrix = p.value.ndim() >= 2 && p.name.find("relative_position") == std::string::npos;
+    if (matrix) continue;  // weights keep their init
+    for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] += u(gen);
+  }
+}
+
+void write_params(const std::string& out, const std::vector<Param>& params) {
+  std::vector<std::pair<std::string, Tensor>> values, grads;
+  for (const Param& p : params) values.emplace_back(p.name, p.value), grads.emplace_back(p.name, p.grad);
+  io::write_safetensors(out + "/params.safetensors", values);
+  io::write_safetensors(out + "/grads.safetensors", grads);
+}
+
+// --classify K: one fine-tuning step of the Video Swin classifier.
+int classify_step(const Args& a, const bevt::SwinConfig& config, int64_t K, uint64_t seed, std::mt19937_64& gen,
+                  const std::string& out) {
+  bevt::SwinClassifier model = bevt::SwinClassifier::random(config, K, seed);
+  if (a.has("weights")) {
+    bevt::BevtLoadOptions lo;
+    lo.allow_missing_prefixes = {"cls_head."};
+    std::fprintf(stderr, "%s\n", bevt::load_bevt(a.get("weights"), model.params(), lo).summary().c_str());
+  } else if (a.has("perturb")) {
+    perturb(model.params(), gen);
+    std::normal_distribution<float> n(0.0f, 0.1f);  // a head with a real signal
+    for (Param& p : model.params())
+      if (p.name == "cls_head.fc_cls.weight")
+        for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] = n(gen);
+  }
+  const int64_t B = a.get_int("clips"), T = a.get_int("frames"), S = a.get_int("crop");
+  if (B < 1 || T < 2 || S < 32) throw Error("--classify needs --clips >= 1, --frames >= 2 and --crop >= 32");
+  Tensor videos = Tensor::empty({B, 3, T, S, S}, DType::f32);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int64_t i = 0; i < videos.numel(); ++i) videos.data<float>()[i] = n(gen);
+  std::vector<int64_t> labels(static_cast<size_t>(B));
+  for (auto& l : labels) l = int64_t(gen() % uint64_t(K));
+  MixupOptions mo;
+  mo.mixup_alpha = mo.cutmix_alpha = 0.0f;  // smoothed one-hot targets
+  const MixupResult mix = mixup_cutmix(videos, labels, K, mo, seed);
+  Context ctx;
+  VideoMAEClassifyOptions co;
+  co.drop_path_rate = float(a.get_double("drop-path"));
+  co.seed = seed;
+  model.zero_grad();
+  const VideoMAEClassifyStats st = model.step(ctx, videos, mix.targets, co);
+  std::filesystem::create_directories(out);
+  io::write_safetensors(out + "/inputs.safetensors",
+                        {{"videos", videos}, {"targets", mix.targets}, {"drop_scales", st.drop_scales}, {"logits", st.logits}});
+  write_params(out, model.params());
+  std::printf("{\"loss\": %.9g, \"clips\": %lld}\n", st.loss, (long long)B);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bevt_step(int argc, char** argv) {
@@ -81,6 +139,8 @@ int cmd_bevt_step(int argc, char** argv) {
       {"perturb", "", "add U(-0.1, 0.1) to biases, LayerNorm weights and the mask token (exercises every gradient)", ""},
       {"drop-path", "RATE", "stochastic depth rate", "0"},
       {"all-positions", "", "evaluate the neck and head at every position (default: the masked ones)", ""},
+      {"classify", "K", "the fine-tuning model (Video Swin + fc_cls, K classes) on --clips drawn clips with smoothed "
+                        "one-hot targets, instead of the pretraining step", "0"},
       {"output", "DIR", "output directory (created)", ""},
   };
   specs.insert(specs.end(), own.begin(), own.end());
@@ -92,18 +152,14 @@ int cmd_bevt_step(int argc, char** argv) {
   const int64_t vocab = a.get_int("vocab");
   const uint64_t seed = uint64_t(a.get_int("seed"));
 
-  bevt::BevtPretrainModel model = bevt::BevtPretrainModel::random(config, vocab, seed);
   std::mt19937_64 gen(seed * 7919 + 17);
+  if (const int64_t K = a.get_int("classify"); K > 0) return classify_step(a, config, K, seed, gen, out);
+  bevt::BevtPretrainModel model = bevt::BevtPretrainModel::random(config, vocab, seed);
   if (a.has("weights")) {
     const bevt::BevtLoadReport r = bevt::load_bevt(a.get("weights"), model.params());
     std::fprintf(stderr, "%s\n", r.summary().c_str());
   } else if (a.has("perturb")) {
-    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-    for (Param& p : model.params()) {
-      const bool matrix = p.value.ndim() >= 2 && p.name.find("relative_position") == std::string::npos;
-      if (matrix) continue;  // weights keep their init
-      for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<float>()[i] += u(gen);
-    }
+    perturb(model.params(), gen);
   }
   std::string tokenizer_what;
   bevt::DalleEncoder tokenizer = bevt_tokenizer(a, vocab, seed + 2, &tokenizer_what);
@@ -198,10 +254,7 @@ int cmd_bevt_step(int argc, char** argv) {
     inputs.emplace_back("drop_image", drop_tensor(bevt::drop_path_scales(config, d, Bi), Bi));
   }
   io::write_safetensors(out + "/inputs.safetensors", inputs);
-  std::vector<std::pair<std::string, Tensor>> values, grads;
-  for (const Param& p : model.params()) values.emplace_back(p.name, p.value), grads.emplace_back(p.name, p.grad);
-  io::write_safetensors(out + "/params.safetensors", values);
-  io::write_safetensors(out + "/grads.safetensors", grads);
+  write_params(out, model.params());
   bevt::save_dalle_encoder(out + "/tokenizer.safetensors", tokenizer);
   std::fprintf(stderr, "tokenizer: %s; %lld frames tokenized\n", tokenizer_what.c_str(), (long long)st.tokenized_frames);
   std::printf("{\"loss\": %.9g, \"video_loss\": %.9g, \"image_loss\": %.9g, \"video_masked\": %lld, "

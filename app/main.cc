@@ -39,6 +39,7 @@ const char* kUsage =
     "  eval-video  multi-view top-1/top-5 of a fine-tuned VideoMAE checkpoint\n"
     "  videomae-step  one VideoMAE pretraining step on a random model; dumps inputs, params, grads\n"
     "  pretrain-bevt  BEVT joint pretraining (Video Swin, clips + images, DALL-E tokenizer targets)\n"
+    "  finetune-swin  Video Swin fine-tuning for action recognition (from pretrain-bevt or Video Swin weights)\n"
     "  bevt-step  one BEVT pretraining step; dumps inputs, params, grads (BEVT names) for parity checks\n"
     "  convert-videomae  VideoMAE checkpoint (.pth / safetensors, original or HF names) -> safetensors dir\n"
     "  version   the commit and what this build holds: CPU kernels, CUDA backend and devices, MPI, NCCL\n"
@@ -61,7 +62,7 @@ const char* kCommands[] = {"infer",         "forward",        "bench",          
                            "pretrain",      "finetune",       "eval",           "predict",       "embed",
                            "train-step",    "make-videos",    "prepare-video",  "pretrain-video", "finetune-video",
                            "eval-video",    "videomae-step",  "convert-videomae", "version",     "dist-check",
-                           "pretrain-bevt", "bevt-step"};
+                           "pretrain-bevt", "bevt-step",     "finetune-swin"};
 
 /// The command nearest to a mistyped one (edit distance at most 3, or one that starts with it).
 std::string nearest_command(const std::string& cmd) {
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
     if (cmd == "train-step") return unmask::cli::cmd_train_step(argc, argv);
     if (cmd == "videomae-step") return unmask::cli::cmd_videomae_step(argc, argv);
     if (cmd == "pretrain-bevt") return unmask::cli::cmd_pretrain_bevt(argc, argv);
+    if (cmd == "finetune-swin") return unmask::cli::cmd_finetune_swin(argc, argv);
     if (cmd == "bevt-step") return unmask::cli::cmd_bevt_step(argc, argv);
     if (cmd == "convert-videomae") return unmask::cli::cmd_convert_videomae(argc, argv);
     if (cmd == "finetune") return unmask::cli::cmd_finetune(argc, argv);

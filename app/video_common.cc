@@ -89,19 +89,26 @@ std::vector<int64_t> video_labels(const Args& a, const std::string& data) {
 
 ViewEvalResult evaluate_video_views(Context& ctx, VideoMAEClassifier& model, const Args& a, const std::string& data,
                                     int segments, int crops, int batch) {
-  const VideoMAEConfig& c = model.config();
+  ClipClassifier m;
+  m.num_frames = model.config().num_frames, m.crop = model.config().img_size, m.num_classes = model.num_classes();
+  m.logits = [&](Context& c, const Tensor& videos) { return model.logits(c, videos); };
+  return evaluate_video_views(ctx, m, a, data, segments, crops, batch);
+}
+
+ViewEvalResult evaluate_video_views(Context& ctx, const ClipClassifier& model, const Args& a, const std::string& data,
+                                    int segments, int crops, int batch) {
   if (segments < 1 || crops < 1) throw Error("test views need >= 1 segment and crop, got ", segments, " x ", crops);
   video::ClipLoaderOptions o;
   o.mode = video::ClipLoaderOptions::Mode::test;
   o.batch = batch;
-  o.num_frames = int(c.num_frames);
-  o.crop = int(c.img_size);
+  o.num_frames = int(model.num_frames);
+  o.crop = int(model.crop);
   o.test_segments = segments;
   o.test_crops = crops;
   o.shuffle = false;
   o.drop_last = false;
   video::ClipLoader loader = open_video_loader(a, data, o);
-  const int64_t K = model.num_classes();
+  const int64_t K = model.num_classes;
   // per video: the sum of the views' softmax, the view count and the label
   std::map<int64_t, std::pair<std::vector<double>, int64_t>> scores;
   std::map<int64_t, int64_t> label_of;

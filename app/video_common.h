@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ struct ViewEvalResult {
 /// Scores every video of `data` with test_segments x test_crops views (VideoMAE: softmax per
 /// view, then the mean over the video's views) and ranks the classes.
 ViewEvalResult evaluate_video_views(Context& ctx, VideoMAEClassifier& model, const Args& a, const std::string& data,
+                                    int segments, int crops, int batch);
+/// Any clip classifier: its clip shape, classes and inference logits [B, K] of clips [B, 3, T, S, S].
+struct ClipClassifier {
+  int64_t num_frames = 0, crop = 0, num_classes = 0;
+  std::function<Tensor(Context&, const Tensor&)> logits;
+};
+ViewEvalResult evaluate_video_views(Context& ctx, const ClipClassifier& model, const Args& a, const std::string& data,
                                     int segments, int crops, int batch);
 
 /// --force: the option that lets a training command write over an earlier run in --output.

@@ -58,7 +58,8 @@ bash tests/cli/test_convert_videomae_cli.sh build/unmask
 bash tests/cli/test_prepare_video_cli.sh build/unmask
 bash tests/cli/test_video_train_cli.sh build/unmask
 bash tests/cli/test_video_resume.sh build/unmask  # VideoMAE: SIGKILL + --resume equals the uninterrupted run bit for bit
-bash tests/cli/test_bevt_cli.sh build/unmask  # BEVT: pretrain-bevt, --resume bit for bit, mmcv .pth weights, bad input
+bash tests/cli/test_bevt_cli.sh build/unmask  # BEVT: pretrain-bevt, --resume bit for bit, mmcv .pth weights, bench bevt, bad input
+bash tests/cli/test_swin_finetune_cli.sh build/unmask  # BEVT pretrained -> finetune-swin >= 90% held-out top-1, resume
 bash tests/cli/test_run_test_suites.sh  # the GPU runbook's per-suite runner, on a fake test binary
 bash tests/cli/test_run_full_build.sh build  # the GPU runbook as a dry run on the CPU (stage order, deadline)
 

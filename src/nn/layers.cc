@@ -3,6 +3,7 @@
 #include "nn/layers.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #ifdef UNMASK_WITH_CUDA
@@ -225,6 +226,31 @@ void layer_backward(Context& ctx, EncoderLayerParams& p, const Tensor& x, const 
                           sv.ctx, sv.lse, sc.t2, dq, dk, dv, aa, attention_train_args(drop.attn_probs));
   // qkv = x Wqkv^T + bqkv; dx = g (residual of LN1) + dqkv Wqkv
   linear_backward(ctx, x, p.qkv_w, p.qkv_b, sc.dqkv, &g, /*accumulate_dx=*/true);
+}
+
+double soft_target_cross_entropy(const Tensor& logits, const Tensor& targets, float loss_scale, Tensor& dlogits) {
+  const int64_t B = logits.size(0), K = logits.size(1);
+  dlogits = Tensor::empty({B, K}, DType::f32);
+  double loss = 0.0;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* z = logits.data<float>() + b * K;
+    const float* t = targets.data<float>() + b * K;
+    double zmax = z[0];
+    for (int64_t k = 1; k < K; ++k) zmax = std::max(zmax, double(z[k]));
+    double sum = 0.0;
+    for (int64_t k = 0; k < K; ++k) sum += std::exp(double(z[k]) - zmax);
+    const double lse = zmax + std::log(sum);
+    double tsum = 0.0;
+    for (int64_t k = 0; k < K; ++k) {
+      loss -= double(t[k]) * (double(z[k]) - lse);
+      tsum += t[k];
+    }
+    // d/dz of -sum_k t_k log_softmax_k = softmax * sum(t) - t
+    for (int64_t k = 0; k < K; ++k)
+      dlogits.data<float>()[b * K + k] =
+          float(double(loss_scale) * (std::exp(double(z[k]) - lse) * tsum - double(t[k])) / double(B));
+  }
+  return loss / double(B);
 }
 
 }  // namespace unmask::train

@@ -168,4 +168,9 @@ void linear_backward(Context& ctx, const Tensor& x, PV& w, PV& b, const Tensor& 
 /// linear_backward's input gradient alone: dx = dy W (+ dx when accumulate_dx), W in dy's dtype.
 void linear_input_grad(Context& ctx, const PV& w, const Tensor& dy, Tensor& dx, bool accumulate_dx = false);
 
+/// The soft-target cross-entropy of a classifier: mean over the B rows of sum_k -t[b, k]
+/// log_softmax(z[b])[k] (double sums); dlogits (allocated, f32 [B, K]) = loss_scale x its
+/// gradient, (softmax(z) sum(t) - t) / B. logits, targets: host f32 [B, K].
+double soft_target_cross_entropy(const Tensor& logits, const Tensor& targets, float loss_scale, Tensor& dlogits);
+
 }  // namespace unmask::train

@@ -60,7 +60,7 @@ expect_error() {  # expect_error PATTERN ARGS...
   local pat=$1; shift
   "$BIN" "$@" >"$T/e.out" 2>"$T/e.err"
   local rc=$?
-  if [ $rc -eq 1 ] && grep -q "$pat" "$T/e.err"; then ok; else bad "$* -> rc $rc: $(head -c 300 "$T/e.err")"; fi
+  if [ $rc -eq 1 ] && grep -q -e "$pat" "$T/e.err"; then ok; else bad "$* -> rc $rc: $(head -c 300 "$T/e.err")"; fi
 }
 expect_error "multiple of 32" pretrain-bevt --output "$T/e1" "${TINY[@]}" --crop 100 --steps 1
 expect_error "split evenly" pretrain-bevt --output "$T/e2" "${TINY[@]}" --crop 128 --frames 4 --clips 3 --images 4 --steps 1

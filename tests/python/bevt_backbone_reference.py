@@ -45,8 +45,9 @@ def backbone(P, x, token_mask, stream, embed=EMBED, depths=DEPTHS, heads=HEADS, 
         t = t.permute(0, 2, 3, 1).unsqueeze(1)  # [B, 1, H, W, C]
         norm = "backbone.patch_embed_2d.norm."
     t = F.layer_norm(t, (embed,), P[norm + "weight"], P[norm + "bias"], 1e-5)
-    m = token_mask.reshape(*t.shape[:4], 1).to(t.dtype)
-    t = t * (1 - m) + P["backbone.mask_token"].view(1, 1, 1, 1, embed) * m
+    if token_mask is not None:  # (None: the fine-tuning model, which has no mask token)
+        m = token_mask.reshape(*t.shape[:4], 1).to(t.dtype)
+        t = t * (1 - m) + P["backbone.mask_token"].view(1, 1, 1, 1, embed) * m
     outs, k = [], 0
     for i in range(4):
         C, NH = embed << i, heads[i]

@@ -56,7 +56,7 @@ def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws, drop=None):
     attn = attn + P[pre + "attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1).unsqueeze(0)
     if mask is not None:
         nWs = mask.shape[0]
-        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
+        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.to(attn.dtype).unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
     o = (torch.softmax(attn, dim=-1) @ qkv[2]).transpose(1, 2).reshape(nW, N, C)
     o = window_reverse(F.linear(o, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"]), ws, B, D, H, W)
     if any(shift):

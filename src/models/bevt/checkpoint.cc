@@ -184,7 +184,7 @@ std::pair<SwinConfig, int64_t> read_bevt_config(const std::string& path) {
     c.window = j.at("window_size").get<std::array<int64_t, 3>>();
     c.mlp_ratio = j.at("mlp_ratio").get<int64_t>();
     c.eps = j.at("layer_norm_eps").get<float>();
-    return {c, j.at("vocab_size").get<int64_t>()};
+    return {c, j.value("vocab_size", int64_t(0))};
   } catch (const nlohmann::json::exception& e) {
     throw Error("BEVT config: ", file, " is not a BEVT config.json (", e.what(), ")",
                 Hint("a model directory unmask saved holds it; for a bare .pth give the sizes on the command line"));

@@ -260,27 +260,8 @@ VideoMAEClassifyStats VideoMAEClassifier::step(Context& ctx, const Tensor& video
   if (!have_targets) return st;
 
   // ---- soft-target cross-entropy: mean_b sum_k -t[b,k] log_softmax(z[b])[k] ----
-  Tensor dlogits = f32({B, K});
-  double loss = 0.0;
-  for (int64_t b = 0; b < B; ++b) {
-    const float* z = st.logits.data<float>() + b * K;
-    const float* t = targets.data<float>() + b * K;
-    double zmax = z[0];
-    for (int64_t k = 1; k < K; ++k) zmax = std::max(zmax, double(z[k]));
-    double sum = 0.0;
-    for (int64_t k = 0; k < K; ++k) sum += std::exp(double(z[k]) - zmax);
-    const double lse = zmax + std::log(sum);
-    double tsum = 0.0;
-    for (int64_t k = 0; k < K; ++k) {
-      loss -= double(t[k]) * (double(z[k]) - lse);
-      tsum += t[k];
-    }
-    // d/dz of -sum_k t_k log_softmax_k = softmax * sum(t) - t
-    for (int64_t k = 0; k < K; ++k)
-      dlogits.data<float>()[b * K + k] =
-          float(double(options.loss_scale) * (std::exp(double(z[k]) - lse) * tsum - double(t[k])) / double(B));
-  }
-  st.loss = loss / double(B);
+  Tensor dlogits;
+  st.loss = train::soft_target_cross_entropy(st.logits, targets, options.loss_scale, dlogits);
   if (!options.backward) return st;
 
   // ---- backward ----
