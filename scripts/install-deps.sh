@@ -12,6 +12,7 @@ PKGS=(
   unicode-data           # UnicodeData.txt etc.: source of the generated tokenizer tables
   python3-torch python3-numpy  # PyTorch (CPU) reference for parity tests and peer benchmarks
   python3-opencv         # OpenCV's resizers: the reference of BEVT's Lanczos tokenizer copy
+  python3-torchvision    # torchvision's own 2-D Swin block: an independent reference of the Swin layers
   clang libclang-rt-14-dev  # libFuzzer targets
   libhdf5-dev            # HDF5 C library: DLE's pretraining shards (prepare-text, the loader)
   python3-h5py           # independent reader/writer of HDF5 shards in the data tests

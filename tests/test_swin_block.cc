@@ -46,17 +46,24 @@ Tensor gather_rows(Context& ctx, const Tensor& x, const std::vector<int32_t>& ro
   return out;
 }
 
-void run_block(const std::array<int64_t, 3> shift) {
+// One Swin block against a reference script's dump: Video Swin's block in float64 (volume 4 x 14 x
+// 14, window 2 x 7 x 7), or torchvision's 2-D SwinTransformerBlock (volume 1 x 14 x 14, window
+// 1 x 7 x 7: the 3-D table of a one-frame window is the 2-D table, 13 x 13 rows).
+void run_block(const std::array<int64_t, 3> shift, bool torchvision = false) {
   TempDir tmp;
   const std::string dir = tmp.path.string();
   const std::string shift_args =
-      std::to_string(shift[0]) + " " + std::to_string(shift[1]) + " " + std::to_string(shift[2]);
-  ASSERT_EQ(run_python_reference("swin_block_reference.py", dir + " " + shift_args, dir), "");
+      torchvision ? std::to_string(shift[1])
+                  : std::to_string(shift[0]) + " " + std::to_string(shift[1]) + " " + std::to_string(shift[2]);
+  ASSERT_EQ(run_python_reference(torchvision ? "torchvision_swin_block_reference.py" : "swin_block_reference.py",
+                                 dir + " " + shift_args, dir),
+            "");
   auto load = [&](const std::string& name) { return io::read_npy(dir + "/" + name + ".npy"); };
 
   const int64_t B = 2, C = 64, NH = 2, I = 256;
-  const train::WindowGeometry g = train::clipped_window({4, 14, 14}, {2, 7, 7}, shift);
-  const int64_t N = g.tokens(), tokens = 4 * 14 * 14;
+  const train::WindowGeometry g = torchvision ? train::clipped_window({1, 14, 14}, {1, 7, 7}, shift)
+                                              : train::clipped_window({4, 14, 14}, {2, 7, 7}, shift);
+  const int64_t N = g.tokens(), tokens = (torchvision ? 1 : 4) * 14 * 14;
   nn::BlockParams p;
   std::map<std::string, train::PV*> named = {
       {"norm1.weight", &p.norm1_g}, {"norm1.bias", &p.norm1_b},   {"attn.qkv.weight", &p.qkv_w},
@@ -130,6 +137,22 @@ TEST(SwinBlock, MatchesVideoSwinInPyTorch) {
   {
     SCOPED_TRACE("not shifted");
     run_block({0, 0, 0});
+  }
+}
+
+// The same block against torchvision's own 2-D Swin (swin_t's SwinTransformerBlock, Debian's
+// python3-torchvision): an implementation no one here wrote of the window partition, the cyclic
+// shift and its -100 masks, the 13 x 13 relative-position table and its gradient.
+TEST(SwinBlock, MatchesTorchvisionSwinT) {
+  if (!python_has("torch, torchvision, numpy"))
+    GTEST_SKIP() << "/usr/bin/python3 has no torch, torchvision (python3-torchvision) or numpy";
+  {
+    SCOPED_TRACE("torchvision, shift 3");
+    run_block({0, 3, 3}, true);
+  }
+  {
+    SCOPED_TRACE("torchvision, not shifted");
+    run_block({0, 0, 0}, true);
   }
 }
 
