@@ -100,6 +100,7 @@ int classify_step(const Args& a, const bevt::SwinConfig& config, int64_t K, uint
   }
   const int64_t B = a.get_int("clips"), T = a.get_int("frames"), S = a.get_int("crop");
   if (B < 1 || T < 2 || S < 32) throw Error("--classify needs --clips >= 1, --frames >= 2 and --crop >= 32");
+  gen.seed(seed * 104729 + 3);  // the batch does not depend on whether the weights were drawn or loaded
   Tensor videos = Tensor::empty({B, 3, T, S, S}, DType::f32);
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (int64_t i = 0; i < videos.numel(); ++i) videos.data<float>()[i] = n(gen);
@@ -165,6 +166,7 @@ int cmd_bevt_step(int argc, char** argv) {
   bevt::DalleEncoder tokenizer = bevt_tokenizer(a, vocab, seed + 2, &tokenizer_what);
 
   bevt::BevtBatch batch;
+  gen.seed(seed * 104729 + 3);  // the batch does not depend on whether the weights were drawn or loaded
   if (a.has("inputs")) {
     const io::SafeTensorsFile f = io::SafeTensorsFile::open(a.get("inputs"));
     if (!f.find("videos") && !f.find("images"))

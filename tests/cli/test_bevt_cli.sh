@@ -55,6 +55,80 @@ PY
 cmp -s "$T/s1/grads.safetensors" "$T/s2/grads.safetensors" && grep -q "module." "$T/s2.err" \
   && grep -q "tokenizer tensors" "$T/s2.err" && ok || bad "the .pth gave other gradients or no notes: $(cat "$T/s2.err")"
 
+# 3b. The classifier from torchvision's swin3d names (features.*, mlp.0/3, head) in a torch.save
+#     file: the same gradients as from BEVT's names.
+"$BIN" bevt-step "${TINY[@]}" --classify 5 --clips 2 --perturb --seed 7 --output "$T/c1" >/dev/null 2>"$T/c1.err" \
+  && ok || bad "bevt-step --classify: $(tail -2 "$T/c1.err")"
+/usr/bin/python3 - "$T/c1/params.safetensors" "$T/tv.pth" <<'PY' && ok || bad "writing the torchvision checkpoint"
+import re, sys, torch
+sys.path.insert(0, "tests/python")
+import st_io
+import numpy as np
+t, _ = st_io.read_safetensors(sys.argv[1])
+def tv(n):  # BEVT name -> torchvision swin3d's
+    n = n.replace("cls_head.fc_cls.", "head.").replace("backbone.", "")
+    m = re.match(r"layers\.(\d)\.blocks\.(\d+)\.(.*)", n)
+    if m:
+        rest = m.group(3).replace("mlp.fc1.", "mlp.0.").replace("mlp.fc2.", "mlp.3.")
+        return f"features.{2 * int(m.group(1))}.{m.group(2)}.{rest}"
+    m = re.match(r"layers\.(\d)\.downsample\.(.*)", n)
+    return f"features.{2 * int(m.group(1)) + 1}.{m.group(2)}" if m else n
+sd = {tv(k): torch.from_numpy(np.asarray(v.data).reshape(v.shape).copy()) for k, v in t.items()}
+sd["features.0.0.attn.relative_position_index"] = torch.zeros(16, dtype=torch.long)
+torch.save(sd, sys.argv[2])
+PY
+"$BIN" bevt-step "${TINY[@]}" --classify 5 --clips 2 --seed 7 --weights "$T/tv.pth" --output "$T/c2" >/dev/null 2>"$T/c2.err" \
+  && cmp -s "$T/c1/grads.safetensors" "$T/c2/grads.safetensors" && grep -q "torchvision" "$T/c2.err" && ok \
+  || bad "torchvision names: other gradients or no note: $(tail -3 "$T/c2.err")"
+
+# 3c. A 2-D Swin image-stream checkpoint (BEVT's pretrained2d init): patch_embed -> patch_embed_2d
+#     and inflated into the 3-D one (/ 2 over the tubelet), each 2-D table tiled over the 3
+#     temporal offsets of the 2 x 4 x 4 window.
+/usr/bin/python3 - "$T/s1/params.safetensors" "$T/img2d.pth" <<'PY' && ok || bad "writing the 2-D checkpoint"
+import sys, torch
+sys.path.insert(0, "tests/python")
+import st_io
+import numpy as np
+t, _ = st_io.read_safetensors(sys.argv[1])
+sd = {}
+for k, v in t.items():
+    a = torch.from_numpy(np.asarray(v.data).reshape(v.shape).copy())
+    if k.startswith("backbone.patch_embed.") or k.startswith("backbone.fpn") or k.startswith("backbone.lm_down") or k.startswith("cls_head"):
+        continue
+    n = k.replace("backbone.", "encoder.", 1)
+    if k.startswith("backbone.patch_embed_2d."):
+        n = "encoder.patch_embed." + k[len("backbone.patch_embed_2d."):]
+    if k.endswith("relative_position_bias_table"):
+        a = a[49:98].clone()  # the 2-D table: one 7 x 7 offset plane
+    if n == "encoder.norm.weight" or n == "encoder.norm.bias":
+        n = n.replace("encoder.norm.", "fc_norm.")
+    sd[n] = a
+torch.save({"model": sd}, sys.argv[2])
+PY
+"$BIN" bevt-step "${TINY[@]}" --weights "$T/img2d.pth" --output "$T/s3" 2>"$T/s3.err" >/dev/null; rc=$?
+# necks and head are absent from an image-stream file: bevt-step needs them, so expect that error...
+grep -q "missing backbone.fpn" "$T/s3.err" && ok || bad "bevt-step with a 2-D checkpoint: $(tail -3 "$T/s3.err")"
+# ... while pretrain-bevt --init-from takes the backbone (necks and head keep their init)
+"$BIN" pretrain-bevt --output "$T/inf" "${RUN[@]}" --steps 1 --init-from "$T/img2d.pth" >/dev/null 2>"$T/inf.err" \
+  && grep -q "inflated from 2-D" "$T/inf.err" && ok || bad "pretrain-bevt --init-from 2-D: $(tail -3 "$T/inf.err")"
+# the classifier loads it (its head keeps its init); its dumped parameters show the rules
+"$BIN" bevt-step "${TINY[@]}" --classify 5 --clips 1 --weights "$T/img2d.pth" --output "$T/c3" >/dev/null 2>"$T/c3.err" \
+  && ok || bad "bevt-step --classify --weights 2-D: $(tail -3 "$T/c3.err")"
+/usr/bin/python3 - "$T/img2d.pth" "$T/c3/params.safetensors" <<'PY' && ok || bad "the inflation rules"
+import sys, torch
+sys.path.insert(0, "tests/python")
+import st_io
+import numpy as np
+sd = torch.load(sys.argv[1])["model"]
+t, _ = st_io.read_safetensors(sys.argv[2])
+got = lambda n: np.asarray(t[n].data).reshape(t[n].shape)
+w2d = sd["encoder.patch_embed.proj.weight"].numpy()
+assert np.array_equal(got("backbone.patch_embed.proj.weight"), np.repeat(w2d[:, :, None], 2, axis=2) / 2)
+tab = sd["encoder.layers.2.blocks.1.attn.relative_position_bias_table"].numpy()
+assert np.array_equal(got("backbone.layers.2.blocks.1.attn.relative_position_bias_table"), np.tile(tab, (3, 1)))
+assert np.array_equal(got("backbone.norm.weight"), sd["fc_norm.weight"].numpy())
+PY
+
 # 4. Bad input: an error naming the problem, exit 1, no crash.
 expect_error() {  # expect_error PATTERN ARGS...
   local pat=$1; shift

@@ -2,6 +2,7 @@
 #include "models/bevt/checkpoint.h"
 
 #include <algorithm>
+#include <deque>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,81 @@ void copy_into(Tensor& dst, const Tensor& src) {
   std::memcpy(dst.data<float>(), s.data<float>(), size_t(dst.numel()) * sizeof(float));
 }
 
+// torchvision's swin3d_* names -> BEVT's: patch_embed.* and norm.* under backbone., the stages
+// features.{0,2,4,6}.j -> layers.{0..3}.blocks.j (mlp.0 / mlp.3 -> mlp.fc1 / mlp.fc2), the
+// mergings features.{1,3,5} -> layers.{0..2}.downsample, head -> cls_head.fc_cls.
+std::string torchvision_to_bevt(const std::string& n) {
+  if (starts_with(n, "head.")) return "cls_head.fc_cls." + n.substr(5);
+  if (!starts_with(n, "features.")) return "backbone." + n;  // patch_embed.*, norm.*
+  const size_t dot = n.find('.', 9);
+  const int index = std::stoi(n.substr(9, dot - 9));
+  std::string rest = n.substr(dot + 1);
+  if (index % 2 == 1) return "backbone.layers." + std::to_string(index / 2) + ".downsample." + rest;
+  const size_t dot2 = rest.find('.');
+  const std::string block = rest.substr(0, dot2);
+  rest = rest.substr(dot2 + 1);
+  if (starts_with(rest, "mlp.0.")) rest = "mlp.fc1." + rest.substr(6);
+  if (starts_with(rest, "mlp.3.")) rest = "mlp.fc2." + rest.substr(6);
+  return "backbone.layers." + std::to_string(index / 2) + ".blocks." + block + "." + rest;
+}
+
+// The names of the users' layouts as BEVT's: torchvision's swin3d_* (features.*); a 2-D Swin
+// image-stream checkpoint (BEVT's inflate_weights input: a 4-D patch_embed.proj.weight, names
+// under backbone. / encoder. or none, fc_norm for norm). Official Video Swin and BEVT's own
+// mmaction names pass through.
+NamedTensors to_bevt_names(NamedTensors in, std::vector<std::string>& notes) {
+  const bool torchvision = std::any_of(in.begin(), in.end(), [](const auto& t) { return starts_with(t.first, "features."); });
+  if (torchvision) {
+    for (auto& [n, t] : in) n = torchvision_to_bevt(n);
+    notes.push_back("renamed torchvision's swin3d names (features.*, mlp.0/3, head) to BEVT's");
+    return in;
+  }
+  auto strip = [](std::string n) {
+    for (const char* p : {"backbone.", "encoder."})
+      if (starts_with(n, p)) return n.substr(std::string(p).size());
+    return n;
+  };
+  const bool image_stream = std::any_of(in.begin(), in.end(), [&](const auto& t) {
+    return strip(t.first) == "patch_embed.proj.weight" && t.second.ndim() == 4;
+  });
+  if (!image_stream) return in;
+  NamedTensors out;
+  for (auto& [name, t] : in) {
+    std::string n = strip(name);
+    if (starts_with(n, "fc_norm.")) n = "norm." + n.substr(8);
+    if (starts_with(n, "patch_embed.")) out.emplace_back("backbone.patch_embed_2d." + n.substr(12), t);  // kept as is
+    if (starts_with(n, "cls_head.") || starts_with(n, "head.")) continue;  // the image classifier's head
+    out.emplace_back("backbone." + n, t);  // patch_embed.* inflated in load_bevt against the model's shapes
+  }
+  notes.push_back("a 2-D Swin (image-stream) checkpoint: patch_embed copied to patch_embed_2d; the 3-D patch "
+                  "embedding and the relative-position tables inflated as BEVT's inflate_weights does");
+  return out;
+}
+
+// BEVT's inflate_weights for one tensor, when the file holds the 2-D form of a 3-D parameter:
+// the Conv2d patch weight [C, 3, p, p] -> [C, 3, t, p, p] repeated over t and divided by t; a
+// table [L, NH] -> [k L, NH] tiled k times (every temporal offset the 2-D table). Returns an
+// undefined tensor when the shapes are not such a pair.
+Tensor inflate(const std::string& name, const Tensor& file, const Shape& want) {
+  const Tensor f = as_f32(file).contiguous();
+  if (name == "backbone.patch_embed.proj.weight" && f.ndim() == 4 && want.ndim() == 5 && f.size(0) == want[0] && f.size(1) == want[1] && f.size(2) == want[3] &&
+      f.size(3) == want[4]) {
+    const int64_t t = want[2], C = want[0] * want[1], P = want[3] * want[4];
+    Tensor o = Tensor::empty(want, DType::f32);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t k = 0; k < t; ++k)
+        for (int64_t p = 0; p < P; ++p) o.data<float>()[(c * t + k) * P + p] = f.data<float>()[c * P + p] / float(t);
+    return o;
+  }
+  if (ends_with(name, "relative_position_bias_table") && f.ndim() == 2 && want.ndim() == 2 && f.size(1) == want[1] && want[0] > f.size(0) && want[0] % f.size(0) == 0) {
+    Tensor o = Tensor::empty(want, DType::f32);
+    for (int64_t k = 0; k < want[0] / f.size(0); ++k)
+      std::memcpy(o.data<float>() + k * f.numel(), f.data<float>(), size_t(f.numel()) * sizeof(float));
+    return o;
+  }
+  return Tensor();
+}
+
 }  // namespace
 
 NamedTensors read_bevt_tensors(const std::string& path, std::vector<std::string>* notes_out) {
@@ -89,6 +165,7 @@ NamedTensors read_bevt_tensors(const std::string& path, std::vector<std::string>
     out.emplace_back(n, t);
   }
   if (unwrapped) notes.push_back("stripped 'module.' from " + std::to_string(unwrapped) + " names");
+  out = to_bevt_names(std::move(out), notes);
   if (skipped_buffers) notes.push_back("skipped " + std::to_string(skipped_buffers) + " index / mask buffers (recomputed)");
   if (tokenizer)
     notes.push_back("skipped the " + std::to_string(tokenizer) +
@@ -99,6 +176,7 @@ NamedTensors read_bevt_tensors(const std::string& path, std::vector<std::string>
 
 std::string BevtLoadReport::summary() const {
   std::string s = "loaded " + std::to_string(loaded) + " tensors from " + source;
+  if (inflated) s += " (" + std::to_string(inflated) + " inflated from 2-D)";
   for (const std::string& n : notes) s += "\n  " + n;
   if (!kept_init.empty()) s += "\n  kept their init (absent from the file): " + std::to_string(kept_init.size());
   for (const std::string& n : kept_init) s += "\n    " + n;
@@ -115,6 +193,7 @@ BevtLoadReport load_bevt(const std::string& path, std::vector<Param>& params, co
   for (const auto& [n, t] : tensors) by_name[n] = &t;
   std::vector<std::string> problems;
   std::vector<std::pair<Param*, const Tensor*>> fills;
+  std::deque<Tensor> inflated_;  // inflated copies (stable addresses)
   for (Param& p : params) {
     auto it = by_name.find(p.name);
     if (it == by_name.end()) {
@@ -127,8 +206,16 @@ BevtLoadReport load_bevt(const std::string& path, std::vector<Param>& params, co
       continue;
     }
     if (it->second->shape() != p.value.shape()) {
-      problems.push_back(p.name + ": the file has " + shape_str(it->second->shape()) + ", the model " +
-                         shape_str(p.value.shape()));
+      Tensor inflated = inflate(p.name, *it->second, p.value.shape());
+      if (!inflated.defined()) {
+        problems.push_back(p.name + ": the file has " + shape_str(it->second->shape()) + ", the model " +
+                           shape_str(p.value.shape()));
+        continue;
+      }
+      inflated_.push_back(inflated);
+      fills.emplace_back(&p, &inflated_.back());
+      ++r.inflated;
+      by_name.erase(it);
       continue;
     }
     if (it->second->dtype() != DType::f32 && it->second->dtype() != DType::f64) {

@@ -9,7 +9,12 @@
 // file: an mmcv checkpoint {meta, state_dict, optimizer} as BEVT writes it, or a bare state dict.
 // A DDP `module.` prefix is stripped; the buffers BEVT also stores (relative_position_index,
 // attn_mask) and the frozen tokenizer it registers as cls_head.vae_encoder.* are skipped and
-// reported. Every parameter is filled by name with exact shape checks after all checks passed.
+// reported. Other layouts users have: torchvision's swin3d_* (features.{0..6}, mlp.0 / mlp.3,
+// head -> cls_head.fc_cls), official Video Swin (BEVT's names with cls_head.fc_cls), and a 2-D
+// Swin image-stream checkpoint (BEVT's pretrained2d init): its patch embedding goes to
+// patch_embed_2d and, inflated (repeated over the tubelet, divided by it), to patch_embed; each
+// 2-D table is tiled over the temporal offsets. Every parameter is filled by name with exact
+// shape checks after all checks passed.
 //
 // The tokenizer (load_dalle_encoder) is DALL-E's encoder state dict (blocks.input.w, ...), from a
 // safetensors or torch.save file, with or without BEVT's cls_head.vae_encoder. prefix (so a BEVT
@@ -34,7 +39,7 @@ NamedTensors read_bevt_tensors(const std::string& path, std::vector<std::string>
 
 struct BevtLoadReport {
   std::string source;
-  int64_t loaded = 0;
+  int64_t loaded = 0, inflated = 0;  // inflated: 2-D tensors made 3-D (a 2-D Swin checkpoint)
   std::vector<std::string> kept_init;  // parameters the file lacks, allowed by the options
   std::vector<std::string> unused;     // file tensors the model has no place for
   std::vector<std::string> notes;
