@@ -25,6 +25,12 @@ namespace unmask::cli {
 int cmd_pretrain_bevt(int argc, char** argv) {
   std::vector<OptionSpec> specs = with(
       with({{"output", "DIR", "run directory (checkpoints/, metrics.jsonl, loss.svg; the final model in DIR/model)", ""},
+            {"data", "LIST", "videos: a list file (mmaction's 'path label', or any --list-format of prepare-video); "
+                             "default: the synthetic moving-shapes clips", ""},
+            {"image-data", "PATH", "images: a 'path label' list or an ImageNet-style folder (class/img.JPEG); "
+                                   "default: synthetic images", ""},
+            {"root", "DIR", "the folder relative paths in the lists start from (default: each list's folder)", ""},
+            {"frame-interval", "N", "list videos: take every N-th frame (BEVT: 8)", "8"},
             {"clips", "N", "clips per optimizer step and rank (BEVT: 8)", "8"},
             {"images", "N", "images per optimizer step and rank (BEVT: 64)", "64"},
             {"accumulation", "N", "micro-batches per optimizer step; the clips and images split over them (BEVT: 2)", "2"},
@@ -53,7 +59,8 @@ int cmd_pretrain_bevt(int argc, char** argv) {
   std::vector<char*> rest = take_resume(argc, argv, &resume, &resume_dir);
   auto parsed = parse_with_config("pretrain-bevt",
                                   "BEVT joint pretraining: Video Swin on clips and images, masked DALL-E token "
-                                  "prediction on both streams (the synthetic moving-shapes source). Checkpoints under "
+                                  "prediction on both streams (lists of videos and images, or the synthetic "
+                                  "moving-shapes source). Checkpoints under "
                                   "OUTPUT/checkpoints/step-N; SIGINT/SIGTERM save one and exit 130/143; --resume "
                                   "continues bit for bit",
                                   specs, int(rest.size()), rest.data(), 2, {"resume", "stop-after", "quiet", "force"});
@@ -67,6 +74,9 @@ int cmd_pretrain_bevt(int argc, char** argv) {
   bs.vocab = a.get_int("vocab");
   bs.clips = a.get_int("clips"), bs.images = a.get_int("images");
   bs.data.frames = a.get_int("frames"), bs.data.crop = a.get_int("crop");
+  bs.data.frame_interval = a.get_int("frame-interval");
+  if (bs.data.frame_interval < 1) throw Error("--frame-interval must be at least 1");
+  bs.video_list = a.get("data"), bs.image_source = a.get("image-data"), bs.root = a.get("root");
   bs.drop_path_rate = a.get_double("drop-path");
   bs.seed = uint64_t(a.get_int("seed"));
   bs.data.seed = bs.seed;
@@ -95,11 +105,12 @@ int cmd_pretrain_bevt(int argc, char** argv) {
   bevt::BevtPretrainTask task(bs, std::move(tokenizer), start, accumulation);
   if (root && !a.has("quiet"))
     std::fprintf(stderr, "pretrain-bevt: Swin %s (C %lld, depths %lld/%lld/%lld/%lld), %lld clips x %lld x %lld^2 + "
-                 "%lld images a step over %lld micro-batches, %lld steps; %s; %.2f GFLOP a micro-batch (BEVT's count)\n",
+                 "%lld images a step over %lld micro-batches, %lld steps; %s; %s; %.2f GFLOP a micro-batch (BEVT's count)\n",
                  bs.size.c_str(), (long long)bs.config.embed_dim, (long long)bs.config.depths[0],
                  (long long)bs.config.depths[1], (long long)bs.config.depths[2], (long long)bs.config.depths[3],
                  (long long)bs.clips, (long long)bs.data.frames, (long long)bs.data.crop, (long long)bs.images,
-                 (long long)accumulation, (long long)steps, bs.tokenizer_name.c_str(), task.micro_batch_flops() / 1e9);
+                 (long long)accumulation, (long long)steps, task.data_description().c_str(), bs.tokenizer_name.c_str(),
+                 task.micro_batch_flops() / 1e9);
   train::RunControl control = run_control(a, "pretrain-bevt");
   const train::TrainResult r = train::run_training(task, ctx, lc, start, control);
   if (!root) return r.stopped_by_signal ? 128 + r.stopped_by_signal : 0;

@@ -5,9 +5,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "data/video/bevt_data.h"
+#include "data/video/synthetic.h"
+#include "jpeg_test_util.h"
 #include "io/npy.h"
 #include "models/bevt/flops.h"
 #include "python_reference.h"
@@ -92,6 +96,67 @@ TEST(BevtData, SyntheticSamplesAreFunctionsOfTheirIndex) {
     for (int k = 0; k < 16; ++k) n += both.image_masks[size_t(i * 16 + k)];
     EXPECT_GE(n, 6);
     EXPECT_LE(n, 8);
+  }
+}
+
+// Files through the project's decoders: clips from a video list (one entry broken: skipped),
+// images from an ImageNet-style folder; samples are functions of (seed, index); labels follow
+// the sorted class folders.
+TEST(BevtData, ListsAndFoldersThroughTheDecoders) {
+  TempDir tmp;
+  namespace fs = std::filesystem;
+  const fs::path dir = tmp.path;
+  std::ofstream list(dir / "videos.txt");
+  for (int v = 0; v < 3; ++v) {
+    const std::string name = "clip" + std::to_string(v) + ".webm";
+    video::encode_rgb_video((dir / name).string(), "vp9", video::render_synthetic_video(1, v, v % 4, 20, 80, 64), 20,
+                            80, 64, 12, 4);
+    list << name << " " << v % 4 << "\n";
+  }
+  list << "missing.webm 1\n";  // fails to open: skipped, the next in the order taken instead
+  list.close();
+  for (const char* cls : {"n02", "n01"})
+    for (int k = 0; k < 2; ++k) {
+      fs::create_directories(dir / "imgs" / cls);
+      test::write_jpeg((dir / "imgs" / cls / ("i" + std::to_string(k) + ".JPEG")).string(),
+                       video::render_synthetic_video(2, k + (cls[2] == '2' ? 10 : 0), 0, 1, 72, 64), 72, 64);
+    }
+  const std::vector<video::ImageEntry> entries = video::read_image_source((dir / "imgs").string());
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[0].label, 0);  // n01 sorts first
+  EXPECT_NE(entries[0].path.find("n01"), std::string::npos);
+  EXPECT_EQ(entries[3].label, 1);
+
+  video::BevtDataOptions o;
+  o.frames = 4, o.crop = 32, o.frame_interval = 3, o.seed = 9;
+  video::BevtSource src(o, (dir / "videos.txt").string(), (dir / "imgs").string());
+  EXPECT_EQ(src.videos(), 4);
+  EXPECT_EQ(src.image_files(), 4);
+  const video::BevtBatch a = src.batch(0, 8, 0, 6);  // two epochs of each: the missing video comes up
+  ASSERT_EQ(a.videos.shape(), (Shape{8, 3, 4, 32, 32}));
+  ASSERT_EQ(a.images.shape(), (Shape{6, 3, 32, 32}));
+  ASSERT_EQ(a.video_masks.size(), size_t(8 * 2 * 4));
+  ASSERT_EQ(a.image_masks.size(), size_t(6 * 4));
+  EXPECT_GE(src.skipped(), 1);
+  video::BevtSource again(o, (dir / "videos.txt").string(), (dir / "imgs").string());
+  const video::BevtBatch b = again.batch(5, 1, 4, 1);
+  const int64_t clip = 3 * 4 * 32 * 32, image = 3 * 32 * 32;
+  EXPECT_EQ(std::memcmp(a.videos.data<float>() + 5 * clip, b.videos.data<float>(), clip * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.images.data<float>() + 4 * image, b.images.data<float>(), image * sizeof(float)), 0);
+  // Real content: not constant, and the tokenizer copies inside [0.1, 0.9].
+  float lo = 1e9f, hi = -1e9f;
+  for (int64_t i = 0; i < a.videos.numel(); ++i) lo = std::min(lo, a.videos.data<float>()[i]), hi = std::max(hi, a.videos.data<float>()[i]);
+  EXPECT_GT(hi - lo, 1.0f);
+  for (int64_t i = 0; i < a.image_frames.numel(); ++i) {
+    ASSERT_GE(a.image_frames.data<float>()[i], 0.1f - 1e-6f);
+    ASSERT_LE(a.image_frames.data<float>()[i], 0.9f + 1e-6f);
+  }
+  std::ofstream((dir / "bad.txt").string()) << "a.jpg 0\nb.jpg cat\n";
+  try {
+    video::read_image_source((dir / "bad.txt").string());
+    ADD_FAILURE() << "a list line without a numeric label was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.txt:2"), std::string::npos) << e.what();
   }
 }
 

@@ -732,7 +732,18 @@ struct Reader {
       out->tensors.push_back(std::move(t));
       return;
     }
+    // An object torch.save pickled whole (an nn.Module, as OpenAI's encoder.pkl): its state as
+    // BUILD gave it (the module's __dict__: _parameters, _modules, ...) is walked like a dict,
+    // never run; its class is only a name.
+    const bool module_state = n.kind == Kind::object && n.ref >= 0 && vm->nodes[size_t(n.ref)].kind == Kind::dict;
     const bool container = n.kind == Kind::dict || n.kind == Kind::list || n.kind == Kind::tuple;
+    if (module_state) {
+      if (visited[size_t(id)]) return;
+      visited[size_t(id)] = 1;
+      note(path, summary(id));  // the object itself ("args: argparse.Namespace"), then its state
+      walk(n.ref, path, depth + 1);
+      return;
+    }
     if (!container) {
       note(path, summary(id));
       return;
@@ -941,9 +952,17 @@ std::vector<std::pair<std::string, Tensor>> torch_state_dict(const TorchCheckpoi
       }
     if (nested) break;
   }
+  // A whole nn.Module (torch.save(model)): its tensors live under its attribute dicts.
+  auto module_attribute = [](const std::string& p) { return p == "_modules" || p == "_parameters" || p == "_buffers"; };
+  bool module = false;
+  if (!nested)
+    for (const auto& t : checkpoint.tensors) module = module || (t.path.size() >= 2 && module_attribute(t.path[0]));
+  if (module) key = "(a pickled module)";
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& t : checkpoint.tensors) {
-    const bool take = nested ? (t.path.size() >= 2 && t.path[0] == key) : t.path.size() == 1;
+    const bool take = nested ? (t.path.size() >= 2 && t.path[0] == key)
+                      : module ? (t.path.size() >= 2 && module_attribute(t.path[0]))
+                               : t.path.size() == 1;
     if (take)
       out.emplace_back(join(t.path, nested ? 1 : 0), t.tensor);
     else if (ignored)

@@ -9,7 +9,10 @@
 // persistent-id storage tuples ('storage', torch.FloatStorage, key, location, numel) and
 // torch._utils._rebuild_tensor_v2 / _rebuild_parameter. Anything else (argparse.Namespace args,
 // numpy scalars, user classes) becomes an opaque object: never executed, reported in `other`,
-// an error only when a tensor depends on it. Storages of f32 / f16 / bf16 / f64 become f32
+// an error only when a tensor depends on it. An object whose pickled state is a dict (a whole
+// nn.Module, as torch.save(model) writes it: OpenAI's DALL-E encoder.pkl) has that state walked
+// like a dict, so its tensors come out under paths such as
+// {"_modules", "blocks", "_modules", "input", "_parameters", "w"}. Storages of f32 / f16 / bf16 / f64 become f32
 // tensors (f32, contiguous and aligned: a zero-copy read-only view of the file); i64 / i32 / u8 /
 // bool keep their dtype. Views with offsets or general strides (a transposed weight, shared
 // storages) are copied out element by element. The legacy non-zip format (torch < 1.6 or
@@ -58,7 +61,8 @@ bool looks_like_torch_file(const uint8_t* head, size_t size);
 /// The model state dict of a checkpoint: the tensors under the first of the top-level keys
 /// "model", "module", "state_dict", "model_state" that holds tensors (VideoMAE saves {'model': sd},
 /// DeepSpeed {'module': sd}), else the top-level tensors; names are the remaining path joined
-/// by '.'. Tensors under other keys (optimizer state, model_ema) are left out and, when
+/// by '.'; for a pickled nn.Module, its tensors under _modules / _parameters / _buffers with the
+/// whole path (*from = "(a pickled module)"). Tensors under other keys (optimizer state, model_ema) are left out and, when
 /// `ignored` is given, listed there. *from receives the chosen key ("" = top level).
 std::vector<std::pair<std::string, Tensor>> torch_state_dict(const TorchCheckpoint& checkpoint,
                                                              std::string* from = nullptr,

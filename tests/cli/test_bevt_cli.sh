@@ -129,6 +129,43 @@ assert np.array_equal(got("backbone.layers.2.blocks.1.attn.relative_position_bia
 assert np.array_equal(got("backbone.norm.weight"), sd["fc_norm.weight"].numpy())
 PY
 
+# 3d. OpenAI's encoder.pkl is torch.save of the whole module (dall_e.encoder.Encoder): read with
+#     the pickle reader (nothing run), it tokenizes exactly as its state dict does.
+PYTHONPATH=tests/python/dall_e_standin /usr/bin/python3 - "$T" <<'PY' && ok || bad "writing the stand-in encoder.pkl"
+import sys, torch
+from dall_e.encoder import Encoder
+torch.manual_seed(3)
+e = Encoder(n_hid=8, n_blk_per_group=1, vocab_size=64)
+with torch.no_grad():
+    e.blocks.output.conv.b.copy_(torch.randn(64))
+torch.save(e, sys.argv[1] + "/encoder.pkl")
+torch.save(e.state_dict(), sys.argv[1] + "/encoder_sd.pth")
+PY
+"$BIN" bevt-step "${TINY[@]}" --tokenizer "$T/encoder.pkl" --seed 4 --output "$T/k1" >/dev/null 2>"$T/k1.err" && ok \
+  || bad "bevt-step --tokenizer encoder.pkl: $(tail -3 "$T/k1.err")"
+"$BIN" bevt-step "${TINY[@]}" --tokenizer "$T/encoder_sd.pth" --seed 4 --output "$T/k2" >/dev/null 2>"$T/k2.err" && ok \
+  || bad "bevt-step --tokenizer state dict: $(tail -3 "$T/k2.err")"
+cmp -s "$T/k1/inputs.safetensors" "$T/k2/inputs.safetensors" && cmp -s "$T/k1/grads.safetensors" "$T/k2/grads.safetensors" \
+  && ok || bad "encoder.pkl and its state dict tokenize differently"
+
+# 3e. Files instead of the synthetic source: a make-videos list (decoded by FFmpeg) and an
+#     ImageNet-style folder of JPEGs (written by OpenCV).
+"$BIN" make-videos --output "$T/mv" --videos-per-class 2 --width 160 --height 128 --frames 40 --seed 2 >/dev/null 2>&1 \
+  && ok || bad "make-videos"
+/usr/bin/python3 - "$T/imgs" <<'PY' && ok || bad "writing the image folder"
+import os, sys, cv2, numpy as np
+rng = np.random.default_rng(0)
+for c in ("n01440764", "n01443537"):
+    os.makedirs(os.path.join(sys.argv[1], c), exist_ok=True)
+    for k in range(3):
+        img = (rng.random((140, 150, 3)) * 255).astype(np.uint8)
+        cv2.imwrite(os.path.join(sys.argv[1], c, f"img_{k}.JPEG"), img)
+PY
+"$BIN" pretrain-bevt --output "$T/files" "${TINY[@]}" --frames 4 --crop 128 --clips 2 --images 4 --steps 2 \
+  --data "$T/mv/train_videomae.txt" --image-data "$T/imgs" --frame-interval 4 --seed 1 >"$T/files.out" 2>"$T/files.err" \
+  && grep -qE "[0-9]+ videos \+ 6 images" "$T/files.err" && [ "$(wc -l < "$T/files/metrics.jsonl")" = 2 ] && ok \
+  || bad "pretrain-bevt on files: $(grep -m1 pretrain-bevt "$T/files.err"; tail -2 "$T/files.err")"
+
 # 4. Bad input: an error naming the problem, exit 1, no crash.
 expect_error() {  # expect_error PATTERN ARGS...
   local pat=$1; shift
@@ -143,6 +180,8 @@ expect_error "codes" bevt-step "${TINY[@]}" --vocab 32 --tokenizer "$T/s1/tokeni
 expect_error "neither 'videos' nor 'images'" bevt-step "${TINY[@]}" --inputs "$T/s1/params.safetensors" --output "$T/e5"
 expect_error "not divisible" bevt-step --size tiny --embed-dim 30 --heads 4,8,16,32 --output "$T/e6"
 expect_error "does not exist" pretrain-bevt --output "$T/e7" "${RUN[@]}" --steps 1 --init-from "$T/nothing.pth"
+expect_error "no class folders" pretrain-bevt --output "$T/e9" "${RUN[@]}" --steps 1 --image-data "$T/mv"
+expect_error "cannot open" pretrain-bevt --output "$T/e10" "${RUN[@]}" --steps 1 --data "$T/none.txt"
 "$BIN" pretrain-bevt --output "$T/a" "${RUN[@]}" --steps 6 >/dev/null 2>"$T/e8.err"; rc=$?
 [ $rc -ne 0 ] && grep -qi "already\|--resume\|--force" "$T/e8.err" && ok || bad "a second run into the same --output was not refused (rc $rc)"
 

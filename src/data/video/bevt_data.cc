@@ -4,8 +4,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
 #include "data/rng.h"
+#include "data/video/decode.h"
+#include "data/video/listed_video.h"
 #include "data/video/synthetic.h"
+#include "data/video/video_list.h"
 #include "unmask/error.h"
 
 namespace unmask::video {
@@ -13,7 +21,7 @@ namespace unmask::video {
 namespace {
 
 constexpr double kMean[3] = {123.675, 116.28, 103.53}, kStd[3] = {58.395, 57.12, 57.375};
-constexpr uint64_t kStreamBevtClip = 0xB1, kStreamBevtImage = 0xB2, kStreamBevtImageMask = 0xB3;
+constexpr uint64_t kStreamBevtClip = 0xB1, kStreamBevtImage = 0xB2, kStreamBevtImageMask = 0xB3, kStreamBevtOrder = 0xB4;
 
 // OpenCV's Lanczos-4 weights for the fractional offset fx in [0, 1) (taps -3 .. +4), computed as
 // its interpolateLanczos4 does (double sines, float weights normalised in float), then as the
@@ -210,6 +218,168 @@ BevtBatch synthetic_bevt_batch(const BevtDataOptions& o, uint64_t first_clip, in
       const Sample s = crop_and_copy(rgb, 1, H, W, S, rng, o.flip);
       std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * int64_t(s.pixels.size()));
       std::copy(s.small.begin(), s.small.end(), b.image_frames.data<float>() + i * int64_t(s.small.size()));
+    }
+  }
+  draw_bevt_masks(o, first_clip, clips, first_image, images, b);
+  return b;
+}
+
+std::vector<ImageEntry> read_image_source(const std::string& path, const std::string& root) {
+  namespace fs = std::filesystem;
+  std::vector<ImageEntry> out;
+  if (fs::is_directory(path)) {
+    std::vector<std::string> classes;
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_directory()) classes.push_back(e.path().filename().string());
+    std::sort(classes.begin(), classes.end());
+    for (size_t k = 0; k < classes.size(); ++k) {
+      std::vector<std::string> files;
+      for (const auto& e : fs::directory_iterator(fs::path(path) / classes[k])) {
+        std::string ext = e.path().extension().string();
+        std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+        if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg")) files.push_back(e.path().string());
+      }
+      std::sort(files.begin(), files.end());
+      for (const std::string& f : files) out.push_back({f, int64_t(k)});
+    }
+    if (out.empty())
+      throw Error("images: ", path, " holds no class folders of .jpg / .JPEG files",
+                  Hint("an ImageNet-style folder: DIR/<class>/<image>.JPEG, or a list file of 'path label' lines"));
+    return out;
+  }
+  std::ifstream f(path);
+  if (!f) throw Error("images: cannot read ", path, Hint("give an image list file or an ImageNet-style folder"));
+  const fs::path base = root.empty() ? fs::path(path).parent_path() : fs::path(root);
+  std::string line;
+  for (int64_t number = 1; std::getline(f, line); ++number) {
+    std::istringstream in(line);
+    std::string p, extra;
+    int64_t label = -1;
+    if (!(in >> p)) continue;  // blank
+    if (!(in >> label) || label < 0 || (in >> extra))
+      throw Error("images: ", path, ":", number, ": expected 'path label' (a label >= 0), got '", line, "'");
+    out.push_back({fs::path(p).is_absolute() ? p : (base / p).string(), label});
+  }
+  if (out.empty()) throw Error("images: ", path, " lists no images");
+  return out;
+}
+
+struct BevtSource::Impl {
+  BevtDataOptions o;
+  std::vector<ListEntry> videos;
+  std::vector<ImageEntry> images;
+  int64_t skipped = 0;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<int64_t>> orders;  // (stream, epoch) -> permutation
+
+  // Entry of sample `index` of a stream of n entries; `attempt` > 0 moves along the order.
+  int64_t entry(uint64_t stream, uint64_t index, int64_t n, int64_t attempt) {
+    const uint64_t epoch = index / uint64_t(n);
+    auto key = std::make_pair(stream, epoch);
+    auto it = orders.find(key);
+    if (it == orders.end()) {
+      if (orders.size() > 4) orders.clear();  // batches read one or two epochs at a time
+      std::vector<int64_t> perm(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) perm[size_t(k)] = k;
+      data::Rng rng(data::derive_key(o.seed, {kStreamBevtOrder, stream, epoch}));
+      rng.shuffle(perm.data(), n);
+      it = orders.emplace(key, std::move(perm)).first;
+    }
+    return it->second[size_t((int64_t(index % uint64_t(n)) + attempt) % n)];
+  }
+};
+
+BevtSource::BevtSource(const BevtDataOptions& options, const std::string& video_list, const std::string& images,
+                       const std::string& root)
+    : impl_(std::make_unique<Impl>()) {
+  check(options);
+  impl_->o = options;
+  if (!video_list.empty())  // relative paths: from --root, else from the list's folder
+    impl_->videos = read_video_list(video_list, ListFormat::automatic,
+                                    root.empty() ? std::filesystem::path(video_list).parent_path().string() : root);
+  if (!images.empty()) impl_->images = read_image_source(images, root);
+  if (!video_list.empty() && impl_->videos.empty()) throw Error("videos: ", video_list, " lists no videos");
+}
+
+BevtSource::~BevtSource() = default;
+int64_t BevtSource::videos() const { return int64_t(impl_->videos.size()); }
+int64_t BevtSource::image_files() const { return int64_t(impl_->images.size()); }
+int64_t BevtSource::skipped() const { return impl_->skipped; }
+
+std::string BevtSource::describe() const {
+  auto part = [](int64_t n, const char* what) {
+    return n ? std::to_string(n) + " " + what : std::string("synthetic ") + what;
+  };
+  return part(videos(), "videos") + " + " + part(image_files(), "images");
+}
+
+BevtBatch BevtSource::batch(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images) {
+  Impl& m = *impl_;
+  const BevtDataOptions& o = m.o;
+  BevtBatch b = synthetic_bevt_batch(o, first_clip, m.videos.empty() ? clips : 0, first_image,
+                                     m.images.empty() ? images : 0);
+  const int T = int(o.frames), S = int(o.crop), half = S / 2;
+  constexpr int kAttempts = 8;
+  if (!m.videos.empty() && clips > 0) {
+    b.videos = Tensor::empty({clips, 3, T, S, S}, DType::f32);
+    b.video_frames = Tensor::empty({clips * T, 3, half, half}, DType::f32);
+    for (int64_t i = 0; i < clips; ++i) {
+      const uint64_t index = first_clip + uint64_t(i);
+      data::Rng rng(data::derive_key(o.seed, {kStreamBevtClip, index}));
+      const int short_side = rescaled_short_side(o, rng);
+      for (int attempt = 0;; ++attempt) {
+        const ListEntry& e = m.videos[size_t(m.entry(0, index, int64_t(m.videos.size()), attempt))];
+        try {
+          ListedVideo v(e);
+          const int64_t n = v.frames(), span = o.frames * o.frame_interval;
+          const int64_t offset = n - span + 1 > 0 ? int64_t(rng.below(uint64_t(n - span + 1))) : 0;
+          std::vector<int64_t> idx;
+          for (int64_t k = 0; k < o.frames; ++k) idx.push_back((offset + k * o.frame_interval) % n);
+          DecodeOptions d;
+          d.short_side = short_side;
+          const Clip c = v.decode(idx, d);
+          const Sample s = crop_and_copy(c.rgb, T, c.height, c.width, S, rng, o.flip);
+          std::copy(s.pixels.begin(), s.pixels.end(), b.videos.data<float>() + i * int64_t(s.pixels.size()));
+          std::copy(s.small.begin(), s.small.end(), b.video_frames.data<float>() + i * int64_t(s.small.size()));
+          break;
+        } catch (const Error& err) {
+          ++m.skipped;
+          if (attempt + 1 >= kAttempts)
+            throw Error("BEVT data: ", kAttempts, " videos in a row failed to decode; the last, ", e.path, ": ",
+                        err.what());
+        }
+      }
+    }
+  }
+  if (!m.images.empty() && images > 0) {
+    b.images = Tensor::empty({images, 3, S, S}, DType::f32);
+    b.image_frames = Tensor::empty({images, 3, half, half}, DType::f32);
+    int order[3] = {0, 1, 2};
+    data::Rng order_rng(data::derive_key(o.seed, {kStreamBevtImage}));
+    order_rng.shuffle(order, 3);
+    for (int64_t i = 0; i < images; ++i) {
+      const uint64_t index = first_image + uint64_t(i);
+      data::Rng rng(data::derive_key(o.seed, {kStreamBevtImage, index}));
+      const int short_side = rescaled_short_side(o, rng);
+      double f[3];
+      for (double& x : f) x = 1 - o.jitter + 2 * o.jitter * rng.uniform();
+      for (int attempt = 0;; ++attempt) {
+        const ImageEntry& e = m.images[size_t(m.entry(1, index, int64_t(m.images.size()), attempt))];
+        try {
+          DecodeOptions d;
+          d.short_side = short_side;
+          Clip c = decode_image(e.path, d);
+          if (o.jitter > 0) color_jitter(c.rgb.data(), int64_t(c.height) * c.width, f, order);
+          const Sample s = crop_and_copy(c.rgb, 1, c.height, c.width, S, rng, o.flip);
+          std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * int64_t(s.pixels.size()));
+          std::copy(s.small.begin(), s.small.end(), b.image_frames.data<float>() + i * int64_t(s.small.size()));
+          break;
+        } catch (const Error& err) {
+          ++m.skipped;
+          if (attempt + 1 >= kAttempts)
+            throw Error("BEVT data: ", kAttempts, " images in a row failed to decode; the last, ", e.path, ": ",
+                        err.what());
+        }
+      }
     }
   }
   draw_bevt_masks(o, first_clip, clips, first_image, images, b);

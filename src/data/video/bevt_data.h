@@ -20,6 +20,8 @@
 // Everything is a function of (seed, sample index): a resumed run sees the same samples.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "data/video/block_masks.h"
@@ -41,6 +43,7 @@ struct BevtBatch {
 
 struct BevtDataOptions {
   int64_t frames = 16;                         // clip length (even)
+  int64_t frame_interval = 8;                  // list videos: every 8th frame (a 128-frame span)
   int64_t crop = 224;                          // side of clips and images (a multiple of 32)
   int64_t rescale_min = 256, rescale_max = 320;  // short side before the crop, at crop 224
   bool flip = true;
@@ -57,6 +60,41 @@ BevtBatch synthetic_bevt_batch(const BevtDataOptions& o, uint64_t first_clip, in
 /// Masks only (the benchmark's default input: random pixels, BEVT's masks).
 void draw_bevt_masks(const BevtDataOptions& o, uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images,
                      BevtBatch& batch);
+
+/// One image of an image source.
+struct ImageEntry {
+  std::string path;
+  int64_t label = 0;
+};
+/// An image list ("path label" lines; relative paths from `root`, else the list's folder) or an
+/// ImageNet-style folder (one subfolder per class, sorted names = labels 0, 1, ...; the .jpg /
+/// .jpeg / .JPEG files in each). Errors name the file:line or the folder and what is wrong.
+std::vector<ImageEntry> read_image_source(const std::string& path, const std::string& root = "");
+
+/// BEVT's input from files, through the project's decoders: clips from a video list
+/// (video_list.h's formats: mmaction's "path label" is "videomae") sampled as mmaction's
+/// SampleFrames does in training (frames offset + k interval, k < frames, the offset uniform in
+/// [0, n - frames interval], indices past the end wrapping), decoded at the rescaled short side
+/// (swscale bicubic); images from read_image_source, decoded likewise, colour-jittered. Either
+/// source may be empty: that stream is the synthetic one. Sample i of a stream is entry
+/// perm_e[i mod n] of epoch e = i / n (a seeded shuffle per epoch), so batches are functions of
+/// (seed, index) as the synthetic ones are. A video or image that fails to decode is skipped
+/// (the next entry of the order takes its place; counted in skipped()).
+class BevtSource {
+ public:
+  BevtSource(const BevtDataOptions& options, const std::string& video_list, const std::string& images,
+             const std::string& root = "");
+  ~BevtSource();
+  BevtBatch batch(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images);
+  int64_t videos() const;       // 0: synthetic clips
+  int64_t image_files() const;  // 0: synthetic images
+  int64_t skipped() const;
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// Lanczos-4 resize of an RGB24 image [h, w, 3] to [3, oh, ow], the uint8 values cv2.resize
 /// (INTER_LANCZOS4) gives, as floats: source x = (dst x + 0.5) w / ow - 0.5, 8 taps, weights

@@ -450,25 +450,66 @@ std::string FrameFolderReader::frame_path(int64_t k) const {
   return (std::filesystem::path(dir_) / (prefix_ + number + suffix_)).string();
 }
 
-std::vector<uint8_t> FrameFolderReader::decode_jpeg(int64_t k, int* width, int* height, bool header_only) {
-  const std::string path = frame_path(k);
+namespace {
+
+// The JPEG file `path` (`what` names it in errors: "frame 3 (path)") decoded to RGB24 by `tj`;
+// header_only: its size alone.
+std::vector<uint8_t> decode_jpeg_file(tjhandle tj, const std::string& path, const std::string& what, int* width,
+                                      int* height, bool header_only) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("video: cannot read frame ", k, " (", path, ")", Hint("the frame folder is incomplete"));
+  if (!f) throw Error("video: cannot read ", what, Hint("the file is missing: check the list or the folder"));
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), {});
-  if (bytes.empty()) throw Error("video: frame ", k, " (", path, ") is a zero-length file", Hint("re-extract the frames"));
+  if (bytes.empty()) throw Error("video: ", what, " is a zero-length file", Hint("re-extract or re-download it"));
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  if (tjDecompressHeader3(tj_, bytes.data(), (unsigned long)bytes.size(), &w, &h, &subsamp, &colorspace) != 0)
-    throw Error("video: frame ", k, " (", path, ") is not a valid JPEG: ", tjGetErrorStr2(tj_),
-                Hint("re-extract the frames"));
+  if (tjDecompressHeader3(tj, bytes.data(), (unsigned long)bytes.size(), &w, &h, &subsamp, &colorspace) != 0)
+    throw Error("video: ", what, " is not a valid JPEG: ", tjGetErrorStr2(tj), Hint("re-extract or re-download it"));
   *width = w;
   *height = h;
   if (header_only) return {};
   std::vector<uint8_t> rgb(size_t(w) * h * 3);
-  if (tjDecompress2(tj_, bytes.data(), (unsigned long)bytes.size(), rgb.data(), w, w * 3, h, TJPF_RGB, 0) != 0 &&
-      tjGetErrorCode(tj_) == TJERR_FATAL)
-    throw Error("video: frame ", k, " (", path, "): JPEG decode failed: ", tjGetErrorStr2(tj_),
-                Hint("the JPEG is corrupt or truncated"));
+  if (tjDecompress2(tj, bytes.data(), (unsigned long)bytes.size(), rgb.data(), w, w * 3, h, TJPF_RGB, 0) != 0 &&
+      tjGetErrorCode(tj) == TJERR_FATAL)
+    throw Error("video: ", what, ": JPEG decode failed: ", tjGetErrorStr2(tj), Hint("the JPEG is corrupt or truncated"));
   return rgb;
+}
+
+}  // namespace
+
+std::vector<uint8_t> FrameFolderReader::decode_jpeg(int64_t k, int* width, int* height, bool header_only) {
+  const std::string path = frame_path(k);
+  return decode_jpeg_file(static_cast<tjhandle>(tj_), path, "frame " + std::to_string(k) + " (" + path + ")", width,
+                          height, header_only);
+}
+
+Clip decode_image(const std::string& path, const DecodeOptions& options) {
+  tjhandle tj = tjInitDecompress();
+  if (!tj) throw Error("video: cannot create a libturbojpeg decompressor");
+  int w = 0, h = 0;
+  std::vector<uint8_t> rgb;
+  try {
+    rgb = decode_jpeg_file(tj, path, path, &w, &h, false);
+  } catch (...) {
+    tjDestroy(tj);
+    throw;
+  }
+  tjDestroy(tj);
+  Clip clip;
+  clip.frames = 1;
+  resized_size(w, h, options.short_side, &clip.width, &clip.height);
+  if (clip.width == w && clip.height == h) {
+    clip.rgb = std::move(rgb);
+    return clip;
+  }
+  clip.rgb.resize(size_t(clip.width) * clip.height * 3);
+  ff::SwsPtr sws(sws_getContext(w, h, AV_PIX_FMT_RGB24, clip.width, clip.height, AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr,
+                                nullptr, nullptr));
+  if (!sws) throw Error("video: ", path, ": cannot create the resizer");
+  const uint8_t* src[4] = {rgb.data(), nullptr, nullptr, nullptr};
+  const int src_stride[4] = {w * 3, 0, 0, 0};
+  uint8_t* planes[4] = {clip.rgb.data(), nullptr, nullptr, nullptr};
+  int strides[4] = {clip.width * 3, 0, 0, 0};
+  sws_scale(sws.get(), src, src_stride, 0, h, planes, strides);
+  return clip;
 }
 
 Clip FrameFolderReader::decode(const std::vector<int64_t>& indices, const DecodeOptions& options) {

@@ -101,6 +101,10 @@ class VideoReader {
   std::unique_ptr<Impl> impl_;
 };
 
+/// One JPEG image (an ImageNet-style file) decoded with libturbojpeg, resized like the frames
+/// (swscale bicubic, the short side to options.short_side when given): a one-frame Clip.
+Clip decode_image(const std::string& path, const DecodeOptions& options = {});
+
 /// A frame-file name template ("img_{:05}.jpg"): the text around its one {} field and the field's
 /// zero-padded width. Anything else (no field, "%05d", "{:x}", a width over 64) throws an Error
 /// naming the template, so a command can check --fname-tmpl before it opens any folder.

@@ -283,6 +283,9 @@ DalleEncoder load_dalle_encoder(const std::string& path) {
   std::map<std::string, Tensor> t;
   for (auto& [name, v] : read_container(path, notes)) {
     std::string n = name;
+    // a pickled module (encoder.pkl): its attribute dicts' names drop out of the path
+    for (const char* part : {"_modules.", "_parameters.", "_buffers."})
+      for (size_t at; (at = n.find(part)) != std::string::npos;) n.erase(at, std::string(part).size());
     if (starts_with(n, "module.")) n = n.substr(7);
     if (starts_with(n, "cls_head.vae_encoder.")) n = n.substr(21);
     if (starts_with(n, "blocks.")) t[n] = v;
@@ -291,9 +294,8 @@ DalleEncoder load_dalle_encoder(const std::string& path) {
     auto it = t.find(n);
     if (it == t.end())
       throw Error("DALL-E tokenizer: ", path, " has no ", n,
-                  Hint("the file must hold the encoder's state dict (blocks.input.w, blocks.group_1.block_1..., "
-                       "blocks.output.conv.w); OpenAI's encoder.pkl pickles the whole module: convert it once to "
-                       "safetensors where PyTorch and the dall_e package are installed (README, BEVT)"));
+                  Hint("the file must hold the DALL-E encoder: OpenAI's encoder.pkl, or its state dict (blocks.input.w, "
+                       "blocks.group_1.block_1..., blocks.output.conv.w) as safetensors or torch.save"));
     return it->second;
   };
   DalleEncoderConfig c;

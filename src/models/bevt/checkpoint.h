@@ -16,9 +16,11 @@
 // 2-D table is tiled over the temporal offsets. Every parameter is filled by name with exact
 // shape checks after all checks passed.
 //
-// The tokenizer (load_dalle_encoder) is DALL-E's encoder state dict (blocks.input.w, ...), from a
-// safetensors or torch.save file, with or without BEVT's cls_head.vae_encoder. prefix (so a BEVT
-// checkpoint that holds it serves as the tokenizer file too); its sizes come from the shapes.
+// The tokenizer (load_dalle_encoder) is OpenAI's encoder.pkl itself (torch.save of the whole
+// module: its pickle is walked for the tensors, nothing in it is run; io/torch_pickle.h), or
+// DALL-E's encoder state dict (blocks.input.w, ...) in a safetensors or torch.save file, with or
+// without BEVT's cls_head.vae_encoder. prefix (so a BEVT checkpoint that holds it serves as the
+// tokenizer file too); its sizes come from the shapes.
 #pragma once
 #include <cstdint>
 #include <string>

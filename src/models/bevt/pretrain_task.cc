@@ -24,6 +24,7 @@ BevtPretrainTask::BevtPretrainTask(const BevtPretrainSettings& settings, DalleEn
     throw Error("BEVT: ", s_.clips, " clips and ", s_.images, " images a step do not split evenly over ", accumulation_,
                 " micro-batches", Hint("make --clips and --images multiples of --accumulation"));
   clips_ = s_.clips / accumulation_, images_ = s_.images / accumulation_;
+  source_ = std::make_unique<video::BevtSource>(s_.data, s_.video_list, s_.image_source, s_.root);
   if (clips_ + images_ == 0) throw Error("BEVT: no clips and no images a step");
   // Weights: the checkpoint resumed from, else --init-from, else BEVT's init from the seed.
   const std::string weights = !start.resume_dir.empty() ? train::checkpoint_model_dir(start.resume_dir) : s_.init_from;
@@ -55,7 +56,7 @@ void BevtPretrainTask::zero_grad(Context& ctx) {
 double BevtPretrainTask::micro_batch(Context& ctx, const train::MicroBatchOptions& mo) {
   const uint64_t slot = uint64_t((mo.step * mo.accumulation + mo.micro) * world_ + rank_);
   const uint64_t first_clip = slot * uint64_t(clips_), first_image = slot * uint64_t(images_);
-  const BevtBatch batch = video::synthetic_bevt_batch(s_.data, first_clip, clips_, first_image, images_);
+  const BevtBatch batch = source_->batch(first_clip, clips_, first_image, images_);
   BevtStepOptions o;
   o.loss_scale = mo.loss_scale / float(world_);
   o.drop_path_rate = s_.drop_path_rate;

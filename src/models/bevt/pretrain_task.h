@@ -6,7 +6,8 @@
 //   bevt::BevtPretrainTask task(s, std::move(tokenizer), start, accumulation);
 //   train::TrainResult r = train::run_training(task, ctx, loop_config, start, control);
 //
-// The joint schedule (reference/bevt.md 0.1): per optimizer step and rank, `clips` clips and
+// The data: BevtSource (clips from a video list, images from a list or an ImageNet-style folder,
+// either synthetic when not given). The joint schedule (reference/bevt.md 0.1): per optimizer step and rank, `clips` clips and
 // `images` images, split evenly over the gradient-accumulation micro-batches (BEVT: 8 + 64 over
 // 2, i.e. 4 clips + 32 images an iteration). Micro-batch m of step s on rank r reads the samples
 // whose global index starts at ((s A + m) R + r) x per-micro-batch count, so every draw (pixels,
@@ -16,6 +17,7 @@
 // gradients are averaged over ranks (loss_scale / ranks), as BEVT's DDP does.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -38,6 +40,7 @@ struct BevtPretrainSettings {
   std::string init_from;           // BEVT weights to start a fresh run from ("" = BEVT's init)
   std::string output;              // the run directory (the title)
   std::string tokenizer_name;      // what the tokenizer is (the title)
+  std::string video_list, image_source, root;  // files (data/video/bevt_data.h BevtSource); "" = synthetic
 };
 
 class BevtPretrainTask final : public train::TrainTask {
@@ -56,12 +59,14 @@ class BevtPretrainTask final : public train::TrainTask {
 
   /// One micro-batch's FLOPs as BEVT defines them (every position, every frame), for the start line.
   double micro_batch_flops() const;
+  std::string data_description() const { return source_->describe(); }
   BevtPretrainModel& model() { return model_; }
 
  private:
   BevtPretrainSettings s_;
   BevtPretrainModel model_;
   DalleEncoder tokenizer_;
+  std::unique_ptr<video::BevtSource> source_;
   int world_ = 1, rank_ = 0;
   int64_t accumulation_ = 1, clips_ = 0, images_ = 0;  // per micro-batch
   // The step's sums over its micro-batches: losses, masked tokens and hits per stream.
