@@ -2,11 +2,9 @@
 // recipe: mean pooling, layer decay, mixup/cutmix, label smoothing, drop path) as a
 // train::TrainTask: what `unmask finetune-swin` runs on the one training loop.
 //
-// The same data path and rules as VideoMAE fine-tuning (models/videomae/finetune_task.h): the
-// clip loader (a clip store or a list file; data parallel: rank r reads its slice of every
-// global batch), mixing keyed by (seed, global micro-batch[, rank]), drop path by (seed, step,
-// clip, block, branch), the data position is the loader batches consumed: --resume continues
-// bit for bit.
+// The data, mixing, data parallelism and resume are the shared clip classifier's
+// (train/clip_classify_task.h), as for VideoMAE; drop path is keyed by (seed, step, clip, block,
+// branch).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,7 +14,7 @@
 
 #include "data/video/clip_loader.h"
 #include "models/bevt/classify.h"
-#include "train/task.h"
+#include "train/clip_classify_task.h"
 #include "train/trainer.h"
 
 namespace unmask::bevt {
@@ -32,34 +30,27 @@ struct SwinFinetuneSettings {
   std::string init_from;          // BEVT / Video Swin weights for a fresh run ("" = random init)
 };
 
-class SwinFinetuneTask final : public train::TrainTask {
+class SwinFinetuneTask final : public train::ClipClassifyTask {
  public:
   SwinFinetuneTask(const SwinFinetuneSettings& settings, const video::ClipLoaderOptions& loader_options,
                    const std::function<video::ClipLoader(const video::ClipLoaderOptions&)>& open_loader,
                    const train::LoopStart& start);
 
   std::string title() const override;
-  std::string sample_name() const override { return "clips"; }
   std::vector<Param>& params() override { return model_->params(); }
-  void zero_grad(Context& ctx) override;
-  double micro_batch(Context& ctx, const train::MicroBatchOptions& options) override;
-  train::StepSummary finish_step() override;
   void save_model(const std::string& dir) override;
-  void save_data_state(train::TrainerState& state) override;
-  std::string closing_note() override;
 
   SwinClassifier& model() { return *model_; }
-  int64_t videos() const { return loader_->size(); }
 
  private:
+  void zero_model_grad(Context&) override { model_->zero_grad(); }
+  VideoMAEClassifyStats classify(Context& ctx, const Tensor& videos, const Tensor& targets,
+                                 const VideoMAEClassifyOptions& options) override {
+    return model_->step(ctx, videos, targets, options);
+  }
+
   SwinFinetuneSettings s_;
   std::optional<SwinClassifier> model_;
-  std::optional<video::ClipLoader> loader_;
-  int64_t batches_consumed_ = 0, epoch_ = 0;
-  double micro_flops_ = 0, loss_sum_ = 0, lam_sum_ = 0;
-  int64_t rows_ = 0, hits_ = 0, micro_ = 0;
-  int world_ = 1, rank_ = 0;
-  video::ClipBatch batch_;
 };
 
 /// Writes a fine-tuned model: dir/model.safetensors (BEVT names + cls_head.fc_cls) and

@@ -1,11 +1,7 @@
 // VideoMAE fine-tuning for classification (mean pooling, layer decay, mixup/cutmix, label
 // smoothing, drop path) as a train::TrainTask: what `unmask finetune-video` runs on the one
-// training loop (train/trainer.h). Data parallel under mpirun/srun: rank r reads its slice of
-// each global batch (the loader's slice sharding), drop path and dropout draw the global batch's
-// masks for its clips, and the gradients add up to the global batch mean's; mixup and cutmix mix
-// within each rank's clips (as timm's per-process Mixup does under DDP). Mixing and drop path
-// are keyed by (seed, global micro-batch[, rank]), the data position is the loader batches
-// consumed, so a resumed run continues bit for bit.
+// training loop (train/trainer.h). The data, mixing, data parallelism and resume are the shared
+// clip classifier's (train/clip_classify_task.h); this holds the model.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "train/task.h"
+#include "train/clip_classify_task.h"
 #include "train/trainer.h"
 #include "unmask/videomae.h"
 #include "data/video/clip_loader.h"
@@ -34,36 +30,27 @@ struct VideoMAEFinetuneSettings {
   std::string init_from;          // pretrained weights for a fresh run ("" = random init)
 };
 
-class VideoMAEFinetuneTask final : public train::TrainTask {
+class VideoMAEFinetuneTask final : public train::ClipClassifyTask {
  public:
   VideoMAEFinetuneTask(const VideoMAEFinetuneSettings& settings, Context& ctx, const ClipLoaderOptions& loader_options,
                        const std::function<ClipLoader(const ClipLoaderOptions&)>& open_loader,
                        const train::LoopStart& start);
 
   std::string title() const override;
-  std::string sample_name() const override { return "clips"; }
   std::vector<Param>& params() override { return model_->params(); }
-  void zero_grad(Context& ctx) override;
-  double micro_batch(Context& ctx, const train::MicroBatchOptions& options) override;
-  train::StepSummary finish_step() override;
   void save_model(const std::string& dir) override;
-  void save_data_state(train::TrainerState& state) override;
-  std::string closing_note() override;
 
   VideoMAEClassifier& model() { return *model_; }
-  int64_t videos() const { return loader_->size(); }
-  int64_t batches_per_epoch() const { return loader_->batches_per_epoch(); }
 
  private:
+  void zero_model_grad(Context& ctx) override { model_->zero_grad(ctx); }
+  VideoMAEClassifyStats classify(Context& ctx, const Tensor& videos, const Tensor& targets,
+                                 const VideoMAEClassifyOptions& options) override {
+    return model_->step(ctx, videos, targets, options);
+  }
+
   VideoMAEFinetuneSettings s_;
   std::optional<VideoMAEClassifier> model_;
-  std::optional<ClipLoader> loader_;
-  int64_t batches_consumed_ = 0;
-  double micro_flops_ = 0;
-  double loss_sum_ = 0, lam_sum_ = 0;
-  int64_t rows_ = 0, hits_ = 0, micro_ = 0, epoch_ = 0;
-  int world_ = 1, rank_ = 0;
-  ClipBatch batch_;
 };
 
 }  // namespace unmask::video
