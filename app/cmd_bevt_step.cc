@@ -42,13 +42,6 @@ Tensor ids_tensor(const std::vector<int32_t>& ids) {
   return t;
 }
 
-Tensor drop_tensor(const std::vector<std::array<std::vector<float>, 2>>& d, int64_t B) {
-  Tensor t = Tensor::empty({int64_t(d.size()), 2, B}, DType::f32);
-  for (size_t k = 0; k < d.size(); ++k)
-    for (int br = 0; br < 2; ++br) std::copy_n(d[k][size_t(br)].data(), B, t.data<float>() + (int64_t(k) * 2 + br) * B);
-  return t;
-}
-
 std::vector<uint8_t> u8_of(const io::SafeTensorsFile& f, const std::string& name) {
   UNMASK_CHECK(f.find(name), "bevt-step: ", f.path(), " has no tensor '", name, "'");
   const Tensor t = f.tensor(name);
@@ -244,7 +237,7 @@ int cmd_bevt_step(int argc, char** argv) {
     inputs.emplace_back("video_masks", masks_tensor(batch.video_masks, {Bv, T / 2, h, w}));
     inputs.emplace_back("video_ids", ids_tensor(st.video_ids).view({Bv * T, h * w}));
     bevt::DropPathDraw d{so.drop_path_rate, seed, 0, 0};
-    inputs.emplace_back("drop_video", drop_tensor(bevt::drop_path_scales(config, d, Bv), Bv));
+    inputs.emplace_back("drop_video", bevt::drop_path_scales(config, d, Bv));
   }
   if (batch.image_count()) {
     const int64_t Bi = batch.image_count(), h = batch.images.size(2) / 16, w = batch.images.size(3) / 16;
@@ -253,7 +246,7 @@ int cmd_bevt_step(int argc, char** argv) {
     inputs.emplace_back("image_masks", masks_tensor(batch.image_masks, {Bi, h, w}));
     inputs.emplace_back("image_ids", ids_tensor(st.image_ids).view({Bi, h * w}));
     bevt::DropPathDraw d{so.drop_path_rate, seed, 1, 0};
-    inputs.emplace_back("drop_image", drop_tensor(bevt::drop_path_scales(config, d, Bi), Bi));
+    inputs.emplace_back("drop_image", bevt::drop_path_scales(config, d, Bi));
   }
   io::write_safetensors(out + "/inputs.safetensors", inputs);
   write_params(out, model.params());

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -98,6 +99,63 @@ void check(const BevtDataOptions& o) {
                o.rescale_min, "..", o.rescale_max, " must be at least the crop (224) and ordered");
 }
 
+// The jitter's three operations in one fixed random order per pipeline (mmaction's fn_idx).
+void jitter_order(const BevtDataOptions& o, int order[3]) {
+  order[0] = 0, order[1] = 1, order[2] = 2;
+  data::Rng rng(data::derive_key(o.seed, {kStreamBevtImage}));
+  rng.shuffle(order, 3);
+}
+
+// Sample i's pixels and tokenizer copy, from the sample's own random stream (seed, stream, index)
+// and its rescaled short side (drawn first from that stream).
+using MakeSample = std::function<Sample(uint64_t index, data::Rng& rng, int short_side)>;
+
+// A stream's tensors ([n, 3, T, S, S] clips or [n, 3, S, S] images, and [n T, 3, S/2, S/2]
+// tokenizer copies), sample i made by make(first + i, ...).
+void fill_stream(const BevtDataOptions& o, bool image, uint64_t first, int64_t n, Tensor& pixels, Tensor& small,
+                 const MakeSample& make) {
+  const int64_t T = image ? 1 : o.frames, S = o.crop, half = S / 2;
+  pixels = image ? Tensor::empty({n, 3, S, S}, DType::f32) : Tensor::empty({n, 3, T, S, S}, DType::f32);
+  small = Tensor::empty({n * T, 3, half, half}, DType::f32);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t index = first + uint64_t(i);
+    data::Rng rng(data::derive_key(o.seed, {image ? kStreamBevtImage : kStreamBevtClip, index}));
+    const int short_side = rescaled_short_side(o, rng);
+    const Sample s = make(index, rng, short_side);
+    std::copy(s.pixels.begin(), s.pixels.end(), pixels.data<float>() + i * int64_t(s.pixels.size()));
+    std::copy(s.small.begin(), s.small.end(), small.data<float>() + i * int64_t(s.small.size()));
+  }
+}
+
+// The synthetic source's streams (no masks): clip i shows class i mod 4; an image is one frame of
+// a synthetic video of its own (numbers far from the clips'), colour-jittered.
+void synthetic_streams(const BevtDataOptions& o, uint64_t first_clip, int64_t clips, uint64_t first_image,
+                       int64_t images, BevtBatch& b) {
+  const int T = int(o.frames), S = int(o.crop);
+  if (clips > 0)
+    fill_stream(o, false, first_clip, clips, b.videos, b.video_frames, [&](uint64_t index, data::Rng& rng, int side) {
+      const int H = side, W = (side * 4 / 3) & ~1;
+      const std::vector<uint8_t> rgb =
+          render_synthetic_video(o.seed, int64_t(index), int(index % kSyntheticClasses), T, W, H);
+      return crop_and_copy(rgb, T, H, W, S, rng, o.flip);
+    });
+  if (images > 0) {
+    int order[3];
+    jitter_order(o, order);
+    fill_stream(o, true, first_image, images, b.images, b.image_frames, [&](uint64_t index, data::Rng& rng, int side) {
+      const int H = side, W = (side * 4 / 3) & ~1;
+      std::vector<uint8_t> rgb =
+          render_synthetic_video(o.seed ^ 0x5bd1e995u, int64_t(index), int(index % kSyntheticClasses), 1, W, H);
+      if (o.jitter > 0) {
+        double f[3];
+        for (double& x : f) x = 1 - o.jitter + 2 * o.jitter * rng.uniform();
+        color_jitter(rgb.data(), int64_t(H) * W, f, order);
+      }
+      return crop_and_copy(rgb, 1, H, W, S, rng, o.flip);
+    });
+  }
+}
+
 }  // namespace
 
 BlockMaskOptions BevtDataOptions::masks() const {
@@ -181,45 +239,7 @@ BevtBatch synthetic_bevt_batch(const BevtDataOptions& o, uint64_t first_clip, in
                                int64_t images) {
   check(o);
   BevtBatch b;
-  const int T = int(o.frames), S = int(o.crop), half = S / 2;
-  if (clips > 0) {
-    b.videos = Tensor::empty({clips, 3, T, S, S}, DType::f32);
-    b.video_frames = Tensor::empty({clips * T, 3, half, half}, DType::f32);
-    for (int64_t i = 0; i < clips; ++i) {
-      const uint64_t index = first_clip + uint64_t(i);
-      data::Rng rng(data::derive_key(o.seed, {kStreamBevtClip, index}));
-      const int short_side = rescaled_short_side(o, rng), H = short_side, W = (short_side * 4 / 3) & ~1;
-      const std::vector<uint8_t> rgb =
-          render_synthetic_video(o.seed, int64_t(index), int(index % kSyntheticClasses), T, W, H);
-      const Sample s = crop_and_copy(rgb, T, H, W, S, rng, o.flip);
-      std::copy(s.pixels.begin(), s.pixels.end(), b.videos.data<float>() + i * int64_t(s.pixels.size()));
-      std::copy(s.small.begin(), s.small.end(), b.video_frames.data<float>() + i * int64_t(s.small.size()));
-    }
-  }
-  if (images > 0) {
-    b.images = Tensor::empty({images, 3, S, S}, DType::f32);
-    b.image_frames = Tensor::empty({images, 3, half, half}, DType::f32);
-    // One fixed random order of the jitter's three operations per pipeline (mmaction's fn_idx).
-    int order[3] = {0, 1, 2};
-    data::Rng order_rng(data::derive_key(o.seed, {kStreamBevtImage}));
-    order_rng.shuffle(order, 3);
-    for (int64_t i = 0; i < images; ++i) {
-      const uint64_t index = first_image + uint64_t(i);
-      data::Rng rng(data::derive_key(o.seed, {kStreamBevtImage, index}));
-      const int short_side = rescaled_short_side(o, rng), H = short_side, W = (short_side * 4 / 3) & ~1;
-      // An image: a middle frame of a synthetic video of its own (numbers far from the clips').
-      std::vector<uint8_t> rgb = render_synthetic_video(o.seed ^ 0x5bd1e995u, int64_t(index),
-                                                        int(index % kSyntheticClasses), 1, W, H);
-      if (o.jitter > 0) {
-        double f[3];
-        for (double& x : f) x = 1 - o.jitter + 2 * o.jitter * rng.uniform();
-        color_jitter(rgb.data(), int64_t(H) * W, f, order);
-      }
-      const Sample s = crop_and_copy(rgb, 1, H, W, S, rng, o.flip);
-      std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * int64_t(s.pixels.size()));
-      std::copy(s.small.begin(), s.small.end(), b.image_frames.data<float>() + i * int64_t(s.small.size()));
-    }
-  }
+  synthetic_streams(o, first_clip, clips, first_image, images, b);
   draw_bevt_masks(o, first_clip, clips, first_image, images, b);
   return b;
 }
@@ -315,72 +335,55 @@ std::string BevtSource::describe() const {
 BevtBatch BevtSource::batch(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images) {
   Impl& m = *impl_;
   const BevtDataOptions& o = m.o;
-  BevtBatch b = synthetic_bevt_batch(o, first_clip, m.videos.empty() ? clips : 0, first_image,
-                                     m.images.empty() ? images : 0);
-  const int T = int(o.frames), S = int(o.crop), half = S / 2;
+  const int T = int(o.frames), S = int(o.crop);
+  BevtBatch b;
+  synthetic_streams(o, first_clip, m.videos.empty() ? clips : 0, first_image, m.images.empty() ? images : 0, b);
+  // A file that fails to decode hands its place to the next entry of the order, kAttempts in a row at most.
   constexpr int kAttempts = 8;
-  if (!m.videos.empty() && clips > 0) {
-    b.videos = Tensor::empty({clips, 3, T, S, S}, DType::f32);
-    b.video_frames = Tensor::empty({clips * T, 3, half, half}, DType::f32);
-    for (int64_t i = 0; i < clips; ++i) {
-      const uint64_t index = first_clip + uint64_t(i);
-      data::Rng rng(data::derive_key(o.seed, {kStreamBevtClip, index}));
-      const int short_side = rescaled_short_side(o, rng);
-      for (int attempt = 0;; ++attempt) {
-        const ListEntry& e = m.videos[size_t(m.entry(0, index, int64_t(m.videos.size()), attempt))];
-        try {
-          ListedVideo v(e);
-          const int64_t n = v.frames(), span = o.frames * o.frame_interval;
-          const int64_t offset = n - span + 1 > 0 ? int64_t(rng.below(uint64_t(n - span + 1))) : 0;
-          std::vector<int64_t> idx;
-          for (int64_t k = 0; k < o.frames; ++k) idx.push_back((offset + k * o.frame_interval) % n);
-          DecodeOptions d;
-          d.short_side = short_side;
-          const Clip c = v.decode(idx, d);
-          const Sample s = crop_and_copy(c.rgb, T, c.height, c.width, S, rng, o.flip);
-          std::copy(s.pixels.begin(), s.pixels.end(), b.videos.data<float>() + i * int64_t(s.pixels.size()));
-          std::copy(s.small.begin(), s.small.end(), b.video_frames.data<float>() + i * int64_t(s.small.size()));
-          break;
-        } catch (const Error& err) {
-          ++m.skipped;
-          if (attempt + 1 >= kAttempts)
-            throw Error("BEVT data: ", kAttempts, " videos in a row failed to decode; the last, ", e.path, ": ",
-                        err.what());
-        }
+  auto first_decodable = [&](const char* what, const std::function<Sample(int attempt, std::string& path)>& take) {
+    for (int attempt = 0;; ++attempt) {
+      std::string path;
+      try {
+        return take(attempt, path);
+      } catch (const Error& err) {
+        ++m.skipped;
+        if (attempt + 1 >= kAttempts)
+          throw Error("BEVT data: ", kAttempts, " ", what, " in a row failed to decode; the last, ", path, ": ", err.what());
       }
     }
-  }
+  };
+  if (!m.videos.empty() && clips > 0)
+    fill_stream(o, false, first_clip, clips, b.videos, b.video_frames, [&](uint64_t index, data::Rng& rng, int side) {
+      return first_decodable("videos", [&](int attempt, std::string& path) {
+        const ListEntry& e = m.videos[size_t(m.entry(0, index, int64_t(m.videos.size()), attempt))];
+        path = e.path;
+        ListedVideo v(e);
+        const int64_t n = v.frames(), span = o.frames * o.frame_interval;
+        const int64_t offset = n - span + 1 > 0 ? int64_t(rng.below(uint64_t(n - span + 1))) : 0;
+        std::vector<int64_t> idx;
+        for (int64_t k = 0; k < o.frames; ++k) idx.push_back((offset + k * o.frame_interval) % n);
+        DecodeOptions d;
+        d.short_side = side;
+        const Clip c = v.decode(idx, d);
+        return crop_and_copy(c.rgb, T, c.height, c.width, S, rng, o.flip);
+      });
+    });
   if (!m.images.empty() && images > 0) {
-    b.images = Tensor::empty({images, 3, S, S}, DType::f32);
-    b.image_frames = Tensor::empty({images, 3, half, half}, DType::f32);
-    int order[3] = {0, 1, 2};
-    data::Rng order_rng(data::derive_key(o.seed, {kStreamBevtImage}));
-    order_rng.shuffle(order, 3);
-    for (int64_t i = 0; i < images; ++i) {
-      const uint64_t index = first_image + uint64_t(i);
-      data::Rng rng(data::derive_key(o.seed, {kStreamBevtImage, index}));
-      const int short_side = rescaled_short_side(o, rng);
+    int order[3];
+    jitter_order(o, order);
+    fill_stream(o, true, first_image, images, b.images, b.image_frames, [&](uint64_t index, data::Rng& rng, int side) {
       double f[3];
       for (double& x : f) x = 1 - o.jitter + 2 * o.jitter * rng.uniform();
-      for (int attempt = 0;; ++attempt) {
+      return first_decodable("images", [&](int attempt, std::string& path) {
         const ImageEntry& e = m.images[size_t(m.entry(1, index, int64_t(m.images.size()), attempt))];
-        try {
-          DecodeOptions d;
-          d.short_side = short_side;
-          Clip c = decode_image(e.path, d);
-          if (o.jitter > 0) color_jitter(c.rgb.data(), int64_t(c.height) * c.width, f, order);
-          const Sample s = crop_and_copy(c.rgb, 1, c.height, c.width, S, rng, o.flip);
-          std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * int64_t(s.pixels.size()));
-          std::copy(s.small.begin(), s.small.end(), b.image_frames.data<float>() + i * int64_t(s.small.size()));
-          break;
-        } catch (const Error& err) {
-          ++m.skipped;
-          if (attempt + 1 >= kAttempts)
-            throw Error("BEVT data: ", kAttempts, " images in a row failed to decode; the last, ", e.path, ": ",
-                        err.what());
-        }
-      }
-    }
+        path = e.path;
+        DecodeOptions d;
+        d.short_side = side;
+        Clip c = decode_image(e.path, d);
+        if (o.jitter > 0) color_jitter(c.rgb.data(), int64_t(c.height) * c.width, f, order);
+        return crop_and_copy(c.rgb, 1, c.height, c.width, S, rng, o.flip);
+      });
+    });
   }
   draw_bevt_masks(o, first_clip, clips, first_image, images, b);
   return b;

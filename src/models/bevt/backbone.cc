@@ -44,18 +44,21 @@ void draw_stage_drop_path(const SwinConfig& c, int stage, const DropPathDraw& d,
 
 }  // namespace
 
-std::vector<std::array<std::vector<float>, 2>> drop_path_scales(const SwinConfig& c, const DropPathDraw& d,
-                                                                int64_t batch) {
-  std::vector<std::array<std::vector<float>, 2>> out;
+Tensor drop_path_scales(const SwinConfig& c, const DropPathDraw& d, int64_t batch) {
+  const int64_t blocks = c.depths[0] + c.depths[1] + c.depths[2] + c.depths[3];
+  Tensor t = Tensor::empty({blocks, 2, batch}, DType::f32);
+  std::fill_n(t.data<float>(), t.numel(), 1.0f);  // no drop path: every branch kept as is
+  if (d.rate <= 0) return t;
+  int64_t k = 0;
   for (int i = 0; i < 4; ++i) {
     SwinStageShape s;
-    if (d.rate > 0) draw_stage_drop_path(c, i, d, batch, s);
-    for (int64_t j = 0; j < c.depths[size_t(i)]; ++j)
-      out.push_back(d.rate > 0 ? std::array<std::vector<float>, 2>{s.drop_attn[size_t(j)], s.drop_mlp[size_t(j)]}
-                               : std::array<std::vector<float>, 2>{std::vector<float>(size_t(batch), 1.0f),
-                                                                   std::vector<float>(size_t(batch), 1.0f)});
+    draw_stage_drop_path(c, i, d, batch, s);
+    for (int64_t j = 0; j < c.depths[size_t(i)]; ++j, ++k) {
+      std::copy_n(s.drop_attn[size_t(j)].data(), batch, t.data<float>() + (k * 2 + 0) * batch);
+      std::copy_n(s.drop_mlp[size_t(j)].data(), batch, t.data<float>() + (k * 2 + 1) * batch);
+    }
   }
-  return out;
+  return t;
 }
 
 SwinConfig SwinConfig::preset(const std::string& name) {

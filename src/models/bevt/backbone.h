@@ -72,10 +72,9 @@ struct DropPathDraw {
   uint64_t seed = 0, stream = 0, first_sample = 0;  // the batch's first sample's global index
 };
 
-/// The per-sample scales of every block (all stages, in order) a draw gives: [blocks][2][batch]
-/// (attention, MLP; 0 or 1 / keep). What backbone_forward applies.
-std::vector<std::array<std::vector<float>, 2>> drop_path_scales(const SwinConfig& config, const DropPathDraw& drop,
-                                                                int64_t batch);
+/// The per-sample scales of every block (all stages, in order) a draw gives: f32 [blocks, 2,
+/// batch] (attention, MLP; 0 or 1 / keep; all 1 without drop path). What backbone_forward applies.
+Tensor drop_path_scales(const SwinConfig& config, const DropPathDraw& drop, int64_t batch);
 
 /// input: f32 [B, 3, T, H, W] (image: T = 1); token_mask: u8 [B tokens] (1 = replace by the
 /// mask token) or null.

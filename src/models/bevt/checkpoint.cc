@@ -240,7 +240,11 @@ BevtLoadReport load_bevt(const std::string& path, std::vector<Param>& params, co
   return r;
 }
 
-void save_bevt(const std::string& dir, const SwinConfig& c, int64_t vocab, const std::vector<Param>& params) {
+namespace {
+
+// dir/model.safetensors and dir/config.json: the Swin sizes plus `head` (the model's own fields).
+void save_swin_dir(const std::string& dir, const SwinConfig& c, const std::vector<Param>& params,
+                   const nlohmann::json& head) {
   fs::create_directories(dir);
   NamedTensors out;
   for (const Param& p : params) out.emplace_back(p.name, p.value);
@@ -254,8 +258,22 @@ void save_bevt(const std::string& dir, const SwinConfig& c, int64_t vocab, const
   j["window_size"] = c.window;
   j["mlp_ratio"] = c.mlp_ratio;
   j["layer_norm_eps"] = c.eps;
-  j["vocab_size"] = vocab;
+  j.update(head);
   io::write_file_atomic((fs::path(dir) / "config.json").string(), j.dump(2) + "\n");
+}
+
+}  // namespace
+
+void save_bevt(const std::string& dir, const SwinConfig& c, int64_t vocab, const std::vector<Param>& params) {
+  save_swin_dir(dir, c, params, {{"vocab_size", vocab}});
+}
+
+void save_swin_classifier(const std::string& dir, const SwinConfig& c, int64_t num_classes,
+                          const std::vector<Param>& params, const std::vector<std::string>& class_names) {
+  nlohmann::json id2label = nlohmann::json::object();
+  for (int64_t k = 0; k < num_classes; ++k)
+    id2label[std::to_string(k)] = size_t(k) < class_names.size() ? class_names[size_t(k)] : "LABEL_" + std::to_string(k);
+  save_swin_dir(dir, c, params, {{"num_classes", num_classes}, {"id2label", id2label}});
 }
 
 std::pair<SwinConfig, int64_t> read_bevt_config(const std::string& path) {

@@ -60,6 +60,11 @@ BevtLoadReport load_bevt(const std::string& path, std::vector<Param>& params, co
 /// Writes dir/model.safetensors and dir/config.json (into an existing directory; each file atomic).
 void save_bevt(const std::string& dir, const SwinConfig& config, int64_t vocab, const std::vector<Param>& params);
 
+/// A fine-tuned classifier: dir/model.safetensors (BEVT names + cls_head.fc_cls) and
+/// dir/config.json (the Swin sizes, num_classes, id2label from class_names when given).
+void save_swin_classifier(const std::string& dir, const SwinConfig& config, int64_t num_classes,
+                          const std::vector<Param>& params, const std::vector<std::string>& class_names = {});
+
 /// The Swin sizes and vocabulary of a saved model directory's config.json (or the file itself).
 std::pair<SwinConfig, int64_t> read_bevt_config(const std::string& path);
 

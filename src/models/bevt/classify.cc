@@ -86,13 +86,7 @@ VideoMAEClassifyStats SwinClassifier::step(Context& ctx, const Tensor& videos, c
   BackboneSaved bs;
   backbone_forward(ctx, backbone_, videos.contiguous(), false, nullptr, bs, drop);
   VideoMAEClassifyStats st;
-  {
-    const auto scales = drop_path_scales(c, drop, B);
-    st.drop_scales = f32({int64_t(scales.size()), 2, B});
-    for (size_t k = 0; k < scales.size(); ++k)
-      for (int br = 0; br < 2; ++br)
-        std::copy_n(scales[k][size_t(br)].data(), B, st.drop_scales.data<float>() + (int64_t(k) * 2 + br) * B);
-  }
+  st.drop_scales = drop_path_scales(c, drop, B);
   const Tensor& x4 = bs.x4();
   const int64_t R = x4.size(0), N = R / B;  // tokens per clip
   Tensor y = f32({R, W}), mean = f32({R}), rstd = f32({R});

@@ -3,30 +3,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <nlohmann/json.hpp>
 
-#include "io/file.h"
 #include "models/bevt/checkpoint.h"
 #include "models/bevt/flops.h"
 #include "unmask/dist.h"
 #include "unmask/error.h"
 
 namespace unmask::bevt {
-
-void save_swin_classifier(const std::string& dir, const SwinConfig& c, int64_t num_classes,
-                          const std::vector<Param>& params, const std::vector<std::string>& class_names) {
-  save_bevt(dir, c, 0, params);  // weights and the Swin sizes; the config gains the head below
-  const std::string file = (std::filesystem::path(dir) / "config.json").string();
-  nlohmann::json j = nlohmann::json::parse(io::read_file(file));
-  j.erase("vocab_size");
-  j["num_classes"] = num_classes;
-  nlohmann::json id2label = nlohmann::json::object();
-  for (int64_t k = 0; k < num_classes; ++k)
-    id2label[std::to_string(k)] = size_t(k) < class_names.size() ? class_names[size_t(k)] : "LABEL_" + std::to_string(k);
-  j["id2label"] = id2label;
-  io::write_file_atomic(file, j.dump(2) + "\n");
-}
 
 namespace {
 

@@ -53,9 +53,4 @@ class SwinFinetuneTask final : public train::ClipClassifyTask {
   std::optional<SwinClassifier> model_;
 };
 
-/// Writes a fine-tuned model: dir/model.safetensors (BEVT names + cls_head.fc_cls) and
-/// dir/config.json (the Swin sizes, num_classes, id2label from class_names when given).
-void save_swin_classifier(const std::string& dir, const SwinConfig& config, int64_t num_classes,
-                          const std::vector<Param>& params, const std::vector<std::string>& class_names = {});
-
 }  // namespace unmask::bevt
