@@ -83,6 +83,7 @@ int classify_step(const Args& a, const bevt::SwinConfig& config, int64_t K, uint
   if (a.has("weights")) {
     bevt::BevtLoadOptions lo;
     lo.allow_missing_prefixes = {"cls_head."};
+    lo.window = config.window;
     std::fprintf(stderr, "%s\n", bevt::load_bevt(a.get("weights"), model.params(), lo).summary().c_str());
   } else if (a.has("perturb")) {
     perturb(model.params(), gen);
@@ -150,7 +151,9 @@ int cmd_bevt_step(int argc, char** argv) {
   if (const int64_t K = a.get_int("classify"); K > 0) return classify_step(a, config, K, seed, gen, out);
   bevt::BevtPretrainModel model = bevt::BevtPretrainModel::random(config, vocab, seed);
   if (a.has("weights")) {
-    const bevt::BevtLoadReport r = bevt::load_bevt(a.get("weights"), model.params());
+    bevt::BevtLoadOptions lo;
+    lo.window = config.window;
+    const bevt::BevtLoadReport r = bevt::load_bevt(a.get("weights"), model.params(), lo);
     std::fprintf(stderr, "%s\n", r.summary().c_str());
   } else if (a.has("perturb")) {
     perturb(model.params(), gen);

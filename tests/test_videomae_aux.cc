@@ -11,6 +11,7 @@
 #include "data/video/masking.h"
 #include "models/videomae/flops.h"
 #include "models/videomae/names.h"
+#include "nn/resample_table.h"
 #include "error_test_util.h"
 
 namespace unmask::video {
@@ -452,7 +453,7 @@ TEST(VideoMAENames, InterpolatePositionTableMatchesPyTorch) {
     Tensor x = Tensor::empty({1, n, c.d}, DType::f32);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < c.d; ++j) x.data<float>()[i * c.d + j] = float(std::sin(1.3 * i + 0.7 * j) + 0.1 * i);
-    const Tensor y = interpolate_position_table(x, c.t, c.h, c.w, c.t2, c.h2, c.w2);
+    const Tensor y = train::resample_table(x, c.t, c.h, c.w, c.t2, c.h2, c.w2);
     ASSERT_EQ(y.shape(), Shape({1, c.t2 * c.h2 * c.w2, c.d}));
     const float* p = y.data<float>();
     double sum = 0, cos_sum = 0;
@@ -465,8 +466,8 @@ TEST(VideoMAENames, InterpolatePositionTableMatchesPyTorch) {
   }
   // Equal grids give the table back.
   const Tensor s = sinusoid_position_table(2 * 3 * 3, 4);
-  EXPECT_TRUE(same_bytes(interpolate_position_table(s, 2, 3, 3, 2, 3, 3), s));
-  EXPECT_NE(error_of([&] { interpolate_position_table(s, 2, 4, 4, 2, 3, 3); }).find("f32[1,18,4]"), std::string::npos);
+  EXPECT_TRUE(same_bytes(train::resample_table(s, 2, 3, 3, 2, 3, 3), s));
+  EXPECT_NE(error_of([&] { train::resample_table(s, 2, 4, 4, 2, 3, 3); }).find("f32[1,18,4]"), std::string::npos);
 }
 
 // ---- FLOPs ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include "unmask/error.h"
 #include "unmask/videomae.h"
 #include "models/videomae/checkpoint.h"
+#include "nn/resample_table.h"
 #include "error_test_util.h"
 #include "temp_dir.h"
 
@@ -305,7 +306,7 @@ TEST(VideoMAECheckpoint, LearnedTableParameterIsInterpolated) {
   const auto r = video::load_videomae(tmp / "m", longer, params);
   ASSERT_EQ(r.regenerated.size(), 1u);
   EXPECT_NE(r.regenerated[0].find("interpolated from 2x2x2 = 8 tokens to 4x2x2 = 16 tokens"), std::string::npos);
-  const Tensor want = video::interpolate_position_table(table, 2, 2, 2, 4, 2, 2);
+  const Tensor want = train::resample_table(table, 2, 2, 2, 4, 2, 2);
   EXPECT_TRUE(same_bits(slot, want));
 }
 

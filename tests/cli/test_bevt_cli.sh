@@ -128,6 +128,52 @@ tab = sd["encoder.layers.2.blocks.1.attn.relative_position_bias_table"].numpy()
 assert np.array_equal(got("backbone.layers.2.blocks.1.attn.relative_position_bias_table"), np.tile(tab, (3, 1)))
 assert np.array_equal(got("backbone.norm.weight"), sd["fc_norm.weight"].numpy())
 PY
+# a 2-D checkpoint of a larger window (a Swin fine-tuned at 384 px): its 11 x 11 tables are
+# resized bicubically to the model's 7 x 7 (F.interpolate, as inflate_weights) before tiling
+/usr/bin/python3 - "$T/img2d.pth" "$T/img2d_w6.pth" <<'PY' && ok || bad "writing the 6 x 6-window 2-D checkpoint"
+import sys, torch
+sd = torch.load(sys.argv[1])["model"]
+g = torch.Generator().manual_seed(5)
+for k in list(sd):
+    if k.endswith("relative_position_bias_table"):
+        sd[k] = torch.randn(121, sd[k].shape[1], generator=g)
+torch.save({"model": sd}, sys.argv[2])
+PY
+"$BIN" bevt-step "${TINY[@]}" --classify 5 --clips 1 --weights "$T/img2d_w6.pth" --output "$T/c4" >/dev/null 2>"$T/c4.err" \
+  && ok || bad "bevt-step --classify --weights 2-D, window 6: $(tail -3 "$T/c4.err")"
+/usr/bin/python3 - "$T/img2d_w6.pth" "$T/c4/params.safetensors" <<'PY' && ok || bad "the bicubic table resize"
+import sys, torch
+import torch.nn.functional as F
+sys.path.insert(0, "tests/python")
+import st_io
+import numpy as np
+sd = torch.load(sys.argv[1])["model"]
+t, _ = st_io.read_safetensors(sys.argv[2])
+n = 0
+for k, tab in sd.items():
+    if not k.endswith("relative_position_bias_table"):
+        continue
+    nh = tab.shape[1]
+    r = F.interpolate(tab.double().permute(1, 0).reshape(1, nh, 11, 11), size=(7, 7), mode="bicubic")
+    want = r.reshape(nh, 49).permute(1, 0).repeat(3, 1).numpy()
+    name = "backbone." + k[len("encoder."):]
+    got = np.asarray(t[name].data).reshape(t[name].shape)
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < 1e-6, (name, err)
+    n += 1
+assert n == 8, n
+PY
+# a table that is no square window's (120 rows) is named in a clear error
+/usr/bin/python3 - "$T/img2d_w6.pth" "$T/img2d_bad.pth" <<'PY' && ok || bad "writing the 120-row checkpoint"
+import sys, torch
+sd = torch.load(sys.argv[1])["model"]
+k = "encoder.layers.1.blocks.0.attn.relative_position_bias_table"
+sd[k] = sd[k][:120].clone()
+torch.save({"model": sd}, sys.argv[2])
+PY
+"$BIN" bevt-step "${TINY[@]}" --classify 5 --clips 1 --weights "$T/img2d_bad.pth" --output "$T/c5" >/dev/null 2>"$T/c5.err"
+[ $? -ne 0 ] && grep -q "layers.1.blocks.0.attn.relative_position_bias_table: the file has \[120,2\]" "$T/c5.err" && ok \
+  || bad "a 120-row table: no clear error: $(tail -3 "$T/c5.err")"
 
 # 3d. OpenAI's encoder.pkl is torch.save of the whole module (dall_e.encoder.Encoder): read with
 #     the pickle reader (nothing run), it tokenizes exactly as its state dict does.

@@ -2,6 +2,7 @@
 #include "models/bevt/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/file.h"
+#include "nn/resample_table.h"
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
 #include "unmask/error.h"
@@ -123,9 +125,11 @@ NamedTensors to_bevt_names(NamedTensors in, std::vector<std::string>& notes) {
 
 // BEVT's inflate_weights for one tensor, when the file holds the 2-D form of a 3-D parameter:
 // the Conv2d patch weight [C, 3, p, p] -> [C, 3, t, p, p] repeated over t and divided by t; a
-// table [L, NH] -> [k L, NH] tiled k times (every temporal offset the 2-D table). Returns an
-// undefined tensor when the shapes are not such a pair.
-Tensor inflate(const std::string& name, const Tensor& file, const Shape& want) {
+// table [S*S, NH] (rows in (dh, dw) order) -> [(2t-1) L, NH], L = (2h-1)(2w-1) for the model's
+// window: resized bicubically to (2h-1) x (2w-1) when S*S != L (F.interpolate mode='bicubic',
+// align_corners=False over each head's S x S image), then tiled 2t-1 times (every temporal
+// offset the 2-D table). Returns an undefined tensor when the shapes are not such a pair.
+Tensor inflate(const std::string& name, const Tensor& file, const Shape& want, const std::array<int64_t, 3>& window) {
   const Tensor f = as_f32(file).contiguous();
   if (name == "backbone.patch_embed.proj.weight" && f.ndim() == 4 && want.ndim() == 5 && f.size(0) == want[0] && f.size(1) == want[1] && f.size(2) == want[3] &&
       f.size(3) == want[4]) {
@@ -136,13 +140,24 @@ Tensor inflate(const std::string& name, const Tensor& file, const Shape& want) {
         for (int64_t p = 0; p < P; ++p) o.data<float>()[(c * t + k) * P + p] = f.data<float>()[c * P + p] / float(t);
     return o;
   }
-  if (ends_with(name, "relative_position_bias_table") && f.ndim() == 2 && want.ndim() == 2 && f.size(1) == want[1] && want[0] > f.size(0) && want[0] % f.size(0) == 0) {
-    Tensor o = Tensor::empty(want, DType::f32);
-    for (int64_t k = 0; k < want[0] / f.size(0); ++k)
-      std::memcpy(o.data<float>() + k * f.numel(), f.data<float>(), size_t(f.numel()) * sizeof(float));
-    return o;
+  if (!ends_with(name, "relative_position_bias_table") || f.ndim() != 2 || want.ndim() != 2 || f.size(1) != want[1])
+    return Tensor();
+  Tensor plane = f;  // [L, NH], the 2-D table at the model's window
+  if (window[0] > 0) {
+    const int64_t rows = 2 * window[1] - 1, cols = 2 * window[2] - 1, side = int64_t(std::lround(std::sqrt(double(f.size(0)))));
+    if (want[0] != (2 * window[0] - 1) * rows * cols) return Tensor();
+    if (f.size(0) != rows * cols) {
+      if (side * side != f.size(0)) return Tensor();  // not a square window's table
+      const Tensor resized =
+          train::resample_table(f.view({1, f.size(0), f.size(1)}), 1, side, side, 1, rows, cols);
+      plane = resized.view({rows * cols, f.size(1)});
+    }
   }
-  return Tensor();
+  if (want[0] <= plane.size(0) || want[0] % plane.size(0) != 0) return Tensor();
+  Tensor o = Tensor::empty(want, DType::f32);
+  for (int64_t k = 0; k < want[0] / plane.size(0); ++k)
+    std::memcpy(o.data<float>() + k * plane.numel(), plane.data<float>(), size_t(plane.numel()) * sizeof(float));
+  return o;
 }
 
 }  // namespace
@@ -206,7 +221,7 @@ BevtLoadReport load_bevt(const std::string& path, std::vector<Param>& params, co
       continue;
     }
     if (it->second->shape() != p.value.shape()) {
-      Tensor inflated = inflate(p.name, *it->second, p.value.shape());
+      Tensor inflated = inflate(p.name, *it->second, p.value.shape(), options.window);
       if (!inflated.defined()) {
         problems.push_back(p.name + ": the file has " + shape_str(it->second->shape()) + ", the model " +
                            shape_str(p.value.shape()));

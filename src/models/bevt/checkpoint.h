@@ -22,6 +22,7 @@
 // without BEVT's cls_head.vae_encoder. prefix (so a BEVT checkpoint that holds it serves as the
 // tokenizer file too); its sizes come from the shapes.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -51,6 +52,10 @@ struct BevtLoadReport {
 struct BevtLoadOptions {
   /// Parameters under these prefixes may be missing from the file (keep their init).
   std::vector<std::string> allow_missing_prefixes;
+  /// The model's window (t, h, w). A 2-D table of another window size (a Swin trained at 384
+  /// px: 23 x 23 rows) is resized bicubically to (2h-1) x (2w-1) before it is tiled over the
+  /// 2t-1 temporal offsets, as BEVT's inflate_weights does; {0, 0, 0}: such a file is an error.
+  std::array<int64_t, 3> window{0, 0, 0};
 };
 
 /// Fills `params` (BEVT names) from `path`. One Error lists every missing parameter and shape

@@ -35,6 +35,7 @@ SwinFinetuneTask::SwinFinetuneTask(const SwinFinetuneSettings& settings, const v
   } else if (!s_.init_from.empty()) {
     BevtLoadOptions lo;
     lo.allow_missing_prefixes = {"cls_head.fc_cls."};
+    lo.window = s_.config.window;
     const BevtLoadReport r = load_bevt(s_.init_from, model_->params(), lo);
     if (Communicator::world().is_root()) std::fprintf(stderr, "%s\n", r.summary().c_str());
   }

@@ -30,6 +30,7 @@ BevtPretrainTask::BevtPretrainTask(const BevtPretrainSettings& settings, DalleEn
   const std::string weights = !start.resume_dir.empty() ? train::checkpoint_model_dir(start.resume_dir) : s_.init_from;
   if (!weights.empty()) {
     BevtLoadOptions lo;
+    lo.window = s_.config.window;
     if (start.resume_dir.empty())  // a backbone-only file keeps the necks' and head's init
       lo.allow_missing_prefixes = {"backbone.fpn", "backbone.lm_down", "cls_head.", "backbone.mask_token",
                                    "backbone.patch_embed_2d."};

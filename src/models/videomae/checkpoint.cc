@@ -18,6 +18,7 @@
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
+#include "nn/resample_table.h"
 #include "unmask/error.h"
 
 namespace unmask::video {
@@ -751,7 +752,7 @@ LoadReport load_videomae(const std::string& path, const VideoMAEConfig& config, 
       if (ft == 0 || f.ndim() != 3 || f.size(0) != 1 || f.size(2) != dim) {
         check_position_table(src, f, gt, ghw, ghw, dim);  // throws, naming both grids
       }
-      t = interpolate_position_table(f, ft, fh, fw, gt, ghw, ghw).view(p.value.shape());
+      t = train::resample_table(f, ft, fh, fw, gt, ghw, ghw).view(p.value.shape());
       r.regenerated.push_back(src + ": learned table interpolated from " + grid_str(ft, fh, fw) + " to " +
                               grid_str(gt, ghw, ghw));
     }

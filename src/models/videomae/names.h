@@ -77,16 +77,8 @@ Tensor sinusoid_position_table(int64_t tokens, int64_t dim);
 /// must be [1, tokens, dim] (or [tokens, dim]). On a mismatch the error names both shapes and
 /// both token grids it could come from; the hint says that a fixed sinusoid table is simply
 /// regenerated for the new clip length / resolution (sinusoid_position_table) and a learned one
-/// resampled (interpolate_position_table).
+/// resampled (train::resample_table, nn/resample_table.h).
 void check_position_table(const std::string& name, const Tensor& table, int64_t frames, int64_t height, int64_t width,
                           int64_t dim);
-
-/// Resamples a LEARNED positional table [1, T*H*W, D] (token order (t, h, w)) from grid `from`
-/// to grid `to`: bicubic over (h, w) as VideoMAE's fine-tune loader does (F.interpolate
-/// mode='bicubic', align_corners=False, A = -0.75, border-clamped taps), then linear over t
-/// (mode='linear', align_corners=False), computed in double; f32 [1, T'*H'*W', D]. Equal grids
-/// give the table back unchanged. For the fixed sinusoid table regenerate it instead.
-Tensor interpolate_position_table(const Tensor& table, int64_t from_frames, int64_t from_height, int64_t from_width,
-                                  int64_t to_frames, int64_t to_height, int64_t to_width);
 
 }  // namespace unmask::video
