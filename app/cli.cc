@@ -15,8 +15,9 @@
 #include "io/file.h"
 #include "train/config.h"
 #include "train/metrics.h"
-#include "unmask/error.h"
 #include "ops/device_info.h"
+#include "unmask/bert.h"
+#include "unmask/error.h"
 
 namespace unmask::cli {
 
@@ -248,6 +249,18 @@ int64_t Args::get_int(const std::string& name) const {
 
 OptionSpec device_option() { return {"device", "cpu|cuda", "where the model runs (cuda: CUDA builds)", "cpu"}; }
 
+OptionSpec cpu_precision_option() {
+  return {"precision", "fp32|bf16",
+          "bf16: the Linear layers' products in bf16 (fp32 accumulation) on the CPU's bf16 matrix unit (AMX or "
+          "AVX-512 BF16: `unmask version`); everything else fp32", "fp32"};
+}
+
+void apply_cpu_precision(const Args& args, Context& ctx, BertModel& model) {
+  const std::string p = args.get("precision");
+  if (p != "fp32" && p != "bf16") throw Error("--precision must be fp32 or bf16, got '", p, "'");
+  if (p == "bf16") model.to(ctx, inference_dtype(inference_precision_of(args, Device::cpu)));
+}
+
 Device device_of(const Args& args) {
   const std::string d = args.get("device");
   if (d != "cpu" && d != "cuda") throw Error("--device must be cpu or cuda, got '", d, "'");
@@ -260,24 +273,31 @@ Device device_of(const Args& args) {
 }
 
 namespace {
-// --precision: fp32, tf32, bf16 (and fp16 when allow_fp16), CUDA-only
-// unless fp32; `hint` says what the CPU computes in.
-std::string checked_precision(const Args& args, Device device, bool allow_fp16, const char* hint) {
+// --precision: fp32, tf32, bf16 (and fp16 when allow_fp16), CUDA-only unless fp32 or (where
+// cpu_bf16 and the CPU has a bf16 matrix unit) bf16; `hint` says what the CPU computes in.
+std::string checked_precision(const Args& args, Device device, bool allow_fp16, bool cpu_bf16, const char* hint) {
   const std::string p = args.get("precision");
   if (p != "fp32" && p != "tf32" && p != "bf16" && !(allow_fp16 && p == "fp16"))
     throw Error("--precision must be ", allow_fp16 ? "fp32, tf32, bf16 or fp16" : "fp32, tf32 or bf16", ", got '", p,
                 "'");
+  if (device != Device::cuda && p == "bf16" && cpu_bf16) {
+    if (!*ops::cpu_bf16_unit())
+      throw Error("--precision bf16 on the CPU needs a bf16 matrix unit (Intel AMX, or AVX-512 BF16 on Intel Cooper "
+                  "Lake and later / AMD Zen 4 and later); this CPU has neither (`unmask version`)",
+                  Hint("use --precision fp32 here"));
+    return p;
+  }
   if (device != Device::cuda && p != "fp32") throw Error("--precision ", p, " needs --device cuda", Hint(hint));
   return p;
 }
 }  // namespace
 
 std::string precision_of(const Args& args, Device device) {
-  return checked_precision(args, device, false, "the CPU GEMMs are fp32");
+  return checked_precision(args, device, false, false, "the CPU GEMMs are fp32");
 }
 
 std::string inference_precision_of(const Args& args, Device device) {
-  return checked_precision(args, device, true, "the CPU kernels are fp32");
+  return checked_precision(args, device, true, true, "the CPU kernels are fp32 or bf16");
 }
 
 DType inference_dtype(const std::string& precision) {

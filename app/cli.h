@@ -12,6 +12,10 @@
 #include "unmask/dtype.h"
 #include "unmask/device.h"
 
+namespace unmask {
+class BertModel;
+}  // namespace unmask
+
 namespace unmask::cli {
 
 struct OptionSpec {
@@ -67,6 +71,11 @@ std::string config_file_text(const Args& args, const std::vector<OptionSpec>& sp
 /// The shared `--device cpu|cuda` option, and its value: an Error for another value, and for
 /// cuda in a build without the CUDA backend (saying how to get one).
 OptionSpec device_option();
+/// --precision fp32|bf16 for the CPU-only inference commands (embed, predict).
+OptionSpec cpu_precision_option();
+/// Applies --precision (cpu_precision_option) to a loaded model: bf16 packs the Linear layers'
+/// weights as bf16 at the first forward; refused with a clear error on a CPU without a bf16 unit.
+void apply_cpu_precision(const Args& args, Context& ctx, BertModel& model);
 Device device_of(const Args& args);
 /// `--precision fp32|tf32|bf16` checked against the device (tf32 and bf16 are CUDA tensor-core
 /// modes; the CPU is fp32). Returns the value.

@@ -20,6 +20,7 @@
 
 #include "bench_profile.h"
 #include "cli.h"
+#include "ops/device_info.h"
 #include "train/metrics.h"
 #include "unmask/bert.h"
 #include "unmask/context.h"
@@ -116,7 +117,7 @@ int bench_infer(int argc, char** argv) {
       {"lengths", "uniform:MIN:MAX", "mixed-length batches run packed (no compute on padding); seq column = MAX", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
-      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations (fp32 math inside), or TF32 GEMMs", "fp32"},
+      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations (fp32 math inside), or TF32 GEMMs; CPU: bf16 Linear products on a bf16 matrix unit", "fp32"},
       {"cuda-graph", "on|off", "CUDA: replay each shape's forward as one CUDA graph", "on"},
       {"iters", "N", "minimum timed iterations per row", "10"},
       {"min-time", "SEC", "keep iterating until this much time has passed per row", "2"},
@@ -176,12 +177,18 @@ int bench_infer(int argc, char** argv) {
                     : model_arg == "bert-large" ? BertModel::random(random_config(BertConfig::large()), BertHeads{.pooler = true}, seed)
                                                 : BertModel::load(model_arg);
   model.set_hidden_act(act == "gelu" ? HiddenAct::gelu : HiddenAct::gelu_tanh);
-  model.to(ctx, inference_dtype(precision));  // no-op on the CPU
+  model.to(ctx, inference_dtype(precision));  // CPU bf16: Linear products in bf16
   const BertConfig& cfg = model.config();
   // CUDA: the GPU's dense datasheet rate of the precision's units (gpu_peak) unless --peak-gflops says otherwise.
+  // CPU bf16: the AVX-512 BF16 dot-product peak (on an AMX machine the figure says so).
+  const bool cpu_bf16 = device == Device::cpu && precision == "bf16";
   const double peak = args->has("peak-gflops")   ? args->get_double("peak-gflops")
                       : device == Device::cuda ? gpu_peak(ctx, precision).gflops
+                      : cpu_bf16               ? train::measure_bf16_peak_gflops(ctx.num_threads())
                                                : train::measure_peak_gflops(ctx.num_threads());
+  const std::string cpu_unit = cpu_bf16 ? std::string(" kernels, bf16 products on ") + ops::cpu_bf16_unit() +
+                                              (std::string(ops::cpu_bf16_unit()) == "amx" ? "; peak: AVX-512 BF16's" : "")
+                                        : " kernels";
 
   const PeerRows peer = args->has("peer") ? read_peer_rows(args->get("peer")) : PeerRows{};
   const std::string peer_label = args->get("peer-label");
@@ -189,7 +196,7 @@ int bench_infer(int argc, char** argv) {
     std::printf("# unmask bench infer: %s, %lld layers, hidden %lld, %s, %s, %s%s, peak %.0f GFLOP/s%s%s\n",
                 model_arg.c_str(), (long long)cfg.num_hidden_layers, (long long)cfg.hidden_size, act.c_str(),
                 devices.c_str(), precision.c_str(),
-                device == Device::cuda ? (cuda_graph ? ", CUDA graphs" : ", eager") : (std::string(" (") + ctx.cpu_isa() + " kernels)").c_str(),
+                device == Device::cuda ? (cuda_graph ? ", CUDA graphs" : ", eager") : (std::string(" (") + ctx.cpu_isa() + cpu_unit + ")").c_str(),
                 peak, encoders_only ? ", encoders only" : "",
                 len_max ? (", lengths uniform " + std::to_string(len_min) + ".." + std::to_string(len_max)).c_str() : "");
     if (peer.empty()) {

@@ -323,6 +323,7 @@ int cmd_predict(int argc, char** argv) {
       {"data", "FILE", "unlabelled data: TSV with a header (no label column needed), CoNLL words (one per line), SQuAD JSON without answers", ""},
       {"output", "FILE", "write the predictions there (JSON lines; default: standard output)", ""},
       {"batch", "N", "features per forward", "32"},
+      cpu_precision_option(),
   });
   auto args = Args::parse("predict",
                           "Runs a fine-tuned model on unlabelled data and writes one JSON line per example: the class "
@@ -332,7 +333,8 @@ int cmd_predict(int argc, char** argv) {
   const TaskKind task = finetune::parse_task(args->require("task"));
   const std::string model_dir = args->require("model"), data_path = args->require("data");
   Context ctx({.num_threads = int(args->get_int("threads"))});
-  const BertModel model = BertModel::load(model_dir);
+  BertModel model = BertModel::load(model_dir);
+  apply_cpu_precision(*args, ctx, model);
   finetune::require_head(model.heads(), task);
   const finetune::DataOptions dopt = data_options(*args, task, model.config());
   const text::WordPieceTokenizer tok = load_tokenizer(model_dir, model.config().vocab_size);

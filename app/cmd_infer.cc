@@ -58,7 +58,7 @@ int cmd_infer(int argc, char** argv) {
       {"no-truncate", "", "fail instead of truncating text longer than the model's positions", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
-      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations, or TF32 GEMMs (outputs are written as f32)", "fp32"},
+      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations, or TF32 GEMMs (outputs are written as f32); CPU: bf16 Linear products on a bf16 matrix unit", "fp32"},
   };
   auto args = Args::parse("infer", "Fill-mask demo: prints the top-k tokens for each [MASK] in the text.", specs, argc, argv, 2);
   if (!args) return 0;
@@ -73,7 +73,7 @@ int cmd_infer(int argc, char** argv) {
   const std::string precision = inference_precision_of(*args, ctx.device());
   setup_device(ctx, precision);
   BertModel model = BertModel::load(dir);
-  model.to(ctx, inference_dtype(precision));  // no-op on the CPU
+  model.to(ctx, inference_dtype(precision));  // CPU bf16: Linear products in bf16
   text::WordPieceTokenizer tok = load_tokenizer(dir, model.config().vocab_size);
   const int64_t max_len = model.config().max_position_embeddings;
   std::optional<std::string> pair;
@@ -197,6 +197,7 @@ int cmd_embed(int argc, char** argv) {
       {"batch", "N", "texts per forward (packed: no work on padding)", "32"},
       {"max-seq", "N", "truncate texts to N tokens (0 = the model's positions)", "0"},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
+      cpu_precision_option(),
   };
   auto args = Args::parse("embed", "Writes a sentence embedding for every line of a text file as one .npy matrix.",
                           specs, argc, argv, 2);
@@ -223,7 +224,8 @@ int cmd_embed(int argc, char** argv) {
   }
   if (lines.empty()) throw Error(input, " is empty: no text to embed");
   Context ctx({.num_threads = int(args->get_int("threads"))});
-  const BertModel model = BertModel::load(dir);
+  BertModel model = BertModel::load(dir);
+  apply_cpu_precision(*args, ctx, model);
   const text::WordPieceTokenizer tok = load_tokenizer(dir, model.config().vocab_size);
   const auto t0 = std::chrono::steady_clock::now();
   const EmbedResult r = embed_texts(ctx, model, tok, lines,
@@ -247,7 +249,7 @@ int cmd_forward(int argc, char** argv) {
       {"dump", "OUTDIR", "directory for the output .npy files", ""},
       {"threads", "N", "CPU threads (0 = all cores)", "0"},
       device_option(),
-      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations, or TF32 GEMMs (outputs are written as f32)", "fp32"},
+      {"precision", "fp32|tf32|bf16|fp16", "CUDA: bf16/fp16 weights and activations, or TF32 GEMMs (outputs are written as f32); CPU: bf16 Linear products on a bf16 matrix unit", "fp32"},
   };
   auto args = Args::parse("forward", "Runs a batch of token ids and dumps every output as .npy in the padded [B, T, ...] layout.",
                           specs, argc, argv, 2);
@@ -297,7 +299,7 @@ int cmd_forward(int argc, char** argv) {
   const std::string precision = inference_precision_of(*args, ctx.device());
   setup_device(ctx, precision);
   BertModel model = BertModel::load(dir);
-  model.to(ctx, inference_dtype(precision));  // no-op on the CPU
+  model.to(ctx, inference_dtype(precision));  // CPU bf16: Linear products in bf16
   BertInput in;
   BertOutputs out;
   if (mode == "padded") {

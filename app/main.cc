@@ -112,8 +112,9 @@ int main(int argc, char** argv) {
     if (cmd == "dist-check") return unmask::cli::cmd_dist_check(argc, argv);
     if (cmd == "version") {
       const unmask::BuildInfo b = unmask::build_info();
-      std::printf("unmask %s (C++20)\n  cpu kernels: %s\n  cuda backend: %s", UNMASK_GIT_COMMIT, b.cpu_isa.c_str(),
-                  b.cuda ? "yes" : "no");
+      std::printf("unmask %s (C++20)\n  cpu kernels: %s\n  cpu bf16 unit: %s\n  cuda backend: %s", UNMASK_GIT_COMMIT,
+                  b.cpu_isa.c_str(), b.cpu_bf16_unit.empty() ? "none (--precision bf16 needs AMX or AVX-512 BF16)"
+                  : b.cpu_bf16_unit == "amx" ? "AMX" : "AVX-512 BF16", b.cuda ? "yes" : "no");
       if (b.cuda) std::printf(" (archs %s; %d device(s) visible)", b.cuda_archs.c_str(), b.cuda_devices);
       std::printf("\n  mpi: %s\n  nccl: %s\n  onednn: %s\n", b.mpi ? "yes" : "no", b.nccl ? "yes" : "no",
                   b.dnnl ? "yes" : "no");

@@ -38,6 +38,9 @@ bash tests/mpi/test_srun.sh build/unmask
 stage "[2/6] parity with PyTorch (python3-torch)"
 /usr/bin/python3 tests/python/parity.py --unmask build/unmask --base
 /usr/bin/python3 tests/python/embed_parity.py --unmask build/unmask  # `unmask embed`, CLS and mean pooling
+# bf16 on the CPU: within twice PyTorch's bf16 autocast error (the refusal where there is no bf16 unit)
+/usr/bin/python3 tests/python/cpu_bf16_accuracy.py --unmask build/unmask
+ONEDNN_MAX_CPU_ISA=AVX512_CORE /usr/bin/python3 tests/python/cpu_bf16_accuracy.py --unmask build/unmask --size tiny
 stage "[2a/6] training parity with PyTorch autograd (losses, every gradient, 10 AdamW steps)"
 /usr/bin/python3 tests/python/train_parity.py --unmask build/unmask
 stage "[2a'/6] VideoMAE pretraining parity with a PyTorch implementation (loss, every gradient)"

@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "cpu/blas.h"
+#include "error_test_util.h"
 #include "op_test_util.h"
+#include "ops/device_info.h"
 #include "ops/ops.h"
 #include "ref/ref_ops.h"
 #include "unmask/context.h"
@@ -41,8 +44,10 @@ struct Case {
   int64_t pad;  // extra row stride on a and c
 };
 
-// Runs one case: c_packed vs float64 reference, and vs ops::gemm on the same inputs.
-void run_case(Context& ctx, TestRng& rng, const Case& g) {
+// Runs one case: c_packed vs float64 reference, and vs ops::gemm on the same inputs. compute
+// bf16: the reference takes a and W rounded to bf16 (then only the fp32 accumulation differs),
+// and the unrounded product must differ by more than that (the rounding really happened).
+void run_case(Context& ctx, TestRng& rng, const Case& g, DType compute = DType::f32) {
   Tensor a_buf = Tensor::empty({g.M, g.K + g.pad}, DType::f32);
   Tensor w = Tensor::empty({g.N, g.K}, DType::f32);  // [N_out, K]
   Tensor c_buf = Tensor::empty({g.M, g.N + g.pad}, DType::f32);
@@ -55,18 +60,28 @@ void run_case(Context& ctx, TestRng& rng, const Case& g) {
   c0_buf.copy_from(c_buf);
   Tensor a = a_buf.slice(1, 0, g.K), c = c_buf.slice(1, 0, g.N), c0 = c0_buf.slice(1, 0, g.N);
 
-  std::vector<double> ad, wd(w.data<float>(), w.data<float>() + w.numel()), cd;
+  const bool bf16 = compute == DType::bf16;
+  auto in = [&](float v) { return bf16 ? double(bf16_to_f32(f32_to_bf16(v))) : double(v); };
+  std::vector<double> ad, wd, cd, ad32, wd32(w.data<float>(), w.data<float>() + w.numel());
   std::vector<double> biasd(bias.data<float>(), bias.data<float>() + g.N);
+  for (int64_t i = 0; i < w.numel(); ++i) wd.push_back(in(w.data<float>()[i]));
   for (int64_t m = 0; m < g.M; ++m)
-    for (int64_t k = 0; k < g.K; ++k) ad.push_back(a_buf.data<float>()[m * (g.K + g.pad) + k]);
+    for (int64_t k = 0; k < g.K; ++k) {
+      ad.push_back(in(a_buf.data<float>()[m * (g.K + g.pad) + k]));
+      ad32.push_back(a_buf.data<float>()[m * (g.K + g.pad) + k]);
+    }
   for (int64_t m = 0; m < g.M; ++m)
     for (int64_t n = 0; n < g.N; ++n) cd.push_back(c_buf.data<float>()[m * (g.N + g.pad) + n]);
+  std::vector<double> cd32 = cd;
   ref::gemm_forward<double>(ad.data(), false, wd.data(), true, cd.data(), g.M, g.N, g.K, g.alpha, g.beta,
+                            g.bias ? biasd.data() : nullptr, g.act);
+  ref::gemm_forward<double>(ad32.data(), false, wd32.data(), true, cd32.data(), g.M, g.N, g.K, g.alpha, g.beta,
                             g.bias ? biasd.data() : nullptr, g.act);
 
   ops::GemmArgs args{.alpha = g.alpha, .beta = g.beta, .bias = g.bias ? &bias : nullptr, .act = g.act};
-  ops::PackedWeight pw = ops::pack_weight(ctx, w);
+  ops::PackedWeight pw = ops::pack_weight(ctx, w, compute);
   ASSERT_TRUE(pw.defined());
+  EXPECT_EQ(pw.compute(), compute);
   EXPECT_EQ(pw.n_out(), g.N);
   EXPECT_EQ(pw.k(), g.K);
   ops::gemm_packed(ctx, a, pw, c, args);
@@ -81,7 +96,8 @@ void run_case(Context& ctx, TestRng& rng, const Case& g) {
   Tol tol = reduction_tol(g.K + 1);
   tol.atol *= 16.0 * std::max(1.0f, std::fabs(g.alpha));  // normal inputs: |a|, |w| up to ~4
   EXPECT_TRUE(all_close(got, cd, tol)) << "packed vs float64";
-  EXPECT_TRUE(all_close(got, got0, tol)) << "packed vs ops::gemm";
+  if (bf16 && g.K >= 64) EXPECT_FALSE(all_close(got, cd32, tol)) << "bf16: no rounding seen";
+  if (!bf16) EXPECT_TRUE(all_close(got, got0, tol)) << "packed vs ops::gemm";
   // Padding columns of c are never written.
   for (int64_t m = 0; m < g.M && g.pad; ++m)
     for (int64_t n = g.N; n < g.N + g.pad; ++n)
@@ -122,6 +138,29 @@ TEST(OpsGemmPacked, MatchesReferenceAndGemm) {
         run_case(ctx, rng, g);
       }
     }
+  }
+}
+
+// bf16 products (weights packed as bf16, each call's a rounded to bf16, fp32 accumulation) on
+// the CPU's bf16 unit; refused with a clear error on a CPU without one.
+TEST(OpsGemmPacked, Bf16MatchesTheRoundedReference) {
+  Context ctx({.num_threads = 2});
+  Tensor w = Tensor::empty({33, 65}, DType::f32);
+  std::fill_n(w.data<float>(), w.numel(), 0.5f);
+  if (!*ops::cpu_bf16_unit()) {
+    const std::string e = error_of([&] { ops::pack_weight(ctx, w, DType::bf16); });
+    EXPECT_NE(e.find("bf16 matrix unit"), std::string::npos) << e;
+    GTEST_SKIP() << "this CPU has no bf16 matrix unit (AMX or AVX-512 BF16): only the refusal was tested";
+  }
+  std::printf("[ bf16 unit ] %s\n", ops::cpu_bf16_unit());
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  for (const Case& g : {Case{128, 768, 768, true, Activation::gelu, 1.0f, 0.0f, 0},
+                        Case{7, 33, 65, true, Activation::none, 1.0f, 0.0f, 3},
+                        Case{129, 1100, 96, true, Activation::gelu_tanh, 1.0f, 0.0f, 1},
+                        Case{128, 33, 768, false, Activation::none, 0.5f, 2.0f, 5}}) {
+    SCOPED_TRACE("M=" + std::to_string(g.M) + " N=" + std::to_string(g.N) + " K=" + std::to_string(g.K));
+    run_case(ctx, rng, g, DType::bf16);
   }
 }
 

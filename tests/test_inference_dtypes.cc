@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "error_test_util.h"
 #include "op_test_util.h"
+#include "ops/device_info.h"
 #include "ops/ops.h"
 #include "ref/ref_ops.h"
 #include "unmask/bert.h"
@@ -307,7 +308,8 @@ TEST(Attention, MaxSeqlenShorterThanTheLongestSequenceIsAnError) {
   EXPECT_NO_THROW(ops::attention(ctx, q, q, q, out, aa));
 }
 
-// The model's dtype rules: f32 on the CPU; bf16 / f16 only on CUDA; cuda_graph is a CUDA option.
+// The model's dtype rules: f32 on the CPU; f16 only on CUDA; bf16 on the CPU only with a bf16
+// matrix unit (its GEMMs: the model's dtype stays f32); cuda_graph is a CUDA option.
 TEST(BertDtype, LowPrecisionNeedsCudaAndGraphsAreIgnoredOnTheCpu) {
   BertConfig cfg;
   cfg.vocab_size = 30, cfg.hidden_size = 16, cfg.num_hidden_layers = 1, cfg.num_attention_heads = 2;
@@ -315,8 +317,17 @@ TEST(BertDtype, LowPrecisionNeedsCudaAndGraphsAreIgnoredOnTheCpu) {
   BertModel model = BertModel::random(cfg, BertHeads{.pooler = true, .qa = true}, 5);
   Context ctx({.num_threads = 1});
   EXPECT_EQ(model.dtype(), DType::f32);
-  EXPECT_THROW(model.to(ctx, DType::bf16), Unsupported);
+  EXPECT_THROW(model.to(ctx, DType::f16), Unsupported);
   EXPECT_THROW(model.to(ctx, DType::i32), Error);
+  {
+    BertModel m16 = BertModel::random(cfg, BertHeads{.pooler = true}, 5);
+    if (*ops::cpu_bf16_unit()) {
+      m16.to(ctx, DType::bf16);
+      EXPECT_EQ(m16.dtype(), DType::f32);  // the outputs; the packed GEMMs are bf16
+    } else {
+      EXPECT_THROW(m16.to(ctx, DType::bf16), Unsupported);
+    }
+  }
   EXPECT_EQ(model.dtype(), DType::f32);
   BertInput in;
   in.input_ids = Tensor::empty({2, 5}, DType::i32);
@@ -326,6 +337,8 @@ TEST(BertDtype, LowPrecisionNeedsCudaAndGraphsAreIgnoredOnTheCpu) {
   const BertOutputs a = model.forward(ctx, in, eager), b = model.forward(ctx, in, graphed);
   EXPECT_EQ(model.num_cuda_graphs(), 0u);
   ASSERT_TRUE(a.qa_start_logits.defined() && b.qa_end_logits.defined());
+  if (*ops::cpu_bf16_unit())  // packed as f32 by the forward: too late for bf16
+    EXPECT_NE(error_of([&] { model.to(ctx, DType::bf16); }).find("already packed the weights as f32"), std::string::npos);
   EXPECT_EQ(a.qa_start_logits.shape(), Shape({2, 5}));
   for (int64_t i = 0; i < a.last_hidden_state.numel(); ++i)
     ASSERT_EQ(a.last_hidden_state.data<float>()[i], b.last_hidden_state.data<float>()[i]);

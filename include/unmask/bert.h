@@ -155,6 +155,9 @@ class BertModel {
   /// The same, converting every weight to `dtype` on the way: bf16 or f16 for inference on
   /// CUDA (activations then have that dtype too; the kernels compute in fp32 inside and round
   /// once per op, as PyTorch's model.to(torch.bfloat16)). f32 keeps the weights as they are.
+  /// bf16 on the CPU (one with a bf16 matrix unit, ops::cpu_bf16_unit): the Linear layers'
+  /// weights are packed as bf16 at the first forward and their inputs rounded to bf16, products
+  /// accumulated in fp32 (as PyTorch's CPU autocast); everything else and the outputs stay f32.
   /// The weights must still be f32 (a model converted once cannot change dtype again).
   void to(Context& ctx, DType dtype);
   Device device() const;

@@ -120,6 +120,7 @@ struct BuildInfo {
   bool cuda = false, mpi = false, nccl = false, dnnl = false;  // compiled in
   int cuda_devices = 0;     // visible CUDA devices (CUDA builds; 0 without a driver or GPU)
   std::string cpu_isa;      // the CPU kernels this machine runs (avx512, avx2, generic)
+  std::string cpu_bf16_unit;  // the bf16 matrix unit oneDNN uses: "amx", "avx512_bf16", "" (none)
   std::string cuda_archs;   // CUDA builds: the architectures compiled (CMake's UNMASK_CUDA_ARCHS)
 };
 BuildInfo build_info();

@@ -51,7 +51,9 @@ void gemm(Context& ctx, const ops::GemmParams& p);
 /// Packs w (f32 [N, K], contiguous, validated) for gemm_packed (src/cpu/gemm_packed_cpu.cc):
 /// oneDNN's blocked layout per column slice when the oneDNN backend is in use, else a reference
 /// to w itself (gemm_packed then runs cpu::gemm).
-ops::PackedWeight pack_weight(Context& ctx, const Tensor& w);
+ops::PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute = DType::f32);
+/// The bf16 matrix unit oneDNN runs on: "amx", "avx512_bf16" or "" (see ops::cpu_bf16_unit).
+const char* bf16_unit();
 /// Runs c = act(alpha * a @ W^T + bias + beta * c) with p.b unused (the weights come from w;
 /// p.ta must be no). p.N == w.n_out(), p.K == w.k().
 void gemm_packed(Context& ctx, const ops::GemmParams& p, const ops::PackedWeight& w);

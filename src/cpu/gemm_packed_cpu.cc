@@ -44,6 +44,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/half.h"
 #include "cpu/blas.h"
 #include "cpu/kernels.h"
 #include "unmask/error.h"
@@ -120,6 +121,7 @@ struct FreeDeleter {
 
 struct DnnlWeight final : ops::PackedWeight::Impl {
   int64_t N = 0, K = 0;
+  memory::data_type type = memory::data_type::f32;  // of the packed weights and of the calls' a
   std::vector<DnnlSlice> slices;
   std::unique_ptr<void, FreeDeleter> buffer;  // all slices, back to back (64-byte aligned)
 };
@@ -152,11 +154,14 @@ struct Fused {
   ops::Activation act = ops::Activation::none;
 };
 
-dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f = {}) {
-  memory::desc w_any(Dims{K, n}, memory::data_type::f32, memory::format_tag::any);
+// type: of a and the weights (f32, or bf16 with an f32 dst: fp32 accumulation).
+dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f,
+                                     memory::data_type type) {
+  memory::desc w_any(Dims{K, n}, type, memory::format_tag::any);
   memory::desc bias_desc(Dims{1, n}, memory::data_type::f32, memory::format_tag::ab);
-  dnnl::matmul::desc d = f.bias ? dnnl::matmul::desc(strided(M, K, lda), w_any, bias_desc, strided(M, n, ldc))
-                                : dnnl::matmul::desc(strided(M, K, lda), w_any, strided(M, n, ldc));
+  const memory::desc src(Dims{M, K}, type, Dims{lda, 1});
+  dnnl::matmul::desc d = f.bias ? dnnl::matmul::desc(src, w_any, bias_desc, strided(M, n, ldc))
+                                : dnnl::matmul::desc(src, w_any, strided(M, n, ldc));
   // User scratchpad: the library's default scratchpad is shared between primitives (this
   // Debian build lacks DNNL_ENABLE_CONCURRENT_EXEC), so two pool threads running primitives at
   // once would overwrite each other's A-copy buffers; each thread passes its own instead.
@@ -180,13 +185,14 @@ constexpr size_t kMaxPrims = 512;
 std::mutex g_prim_mutex;
 std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>, std::shared_ptr<const Prim>> g_prims;
 
-std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f) {
-  const auto key = std::make_tuple(M, K, n, lda, ldc, int(f.bias) * 16 + int(f.act));
+std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f,
+                                     memory::data_type type) {
+  const auto key = std::make_tuple(M, K, n, lda, ldc, (int(type) * 2 + int(f.bias)) * 16 + int(f.act));
   std::lock_guard<std::mutex> lock(g_prim_mutex);
   auto it = g_prims.find(key);
   if (it != g_prims.end()) return it->second;
   if (g_prims.size() >= kMaxPrims) g_prims.clear();
-  auto pd = make_pd(M, K, n, lda, ldc, f);
+  auto pd = make_pd(M, K, n, lda, ldc, f, type);
   auto p = std::make_shared<Prim>(Prim{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(), pd.scratchpad_desc()});
   g_prims.emplace(key, p);
   return p;
@@ -216,18 +222,19 @@ float* scratch(std::vector<float>& buf, int64_t n) {
   return buf.data();
 }
 
-ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w) {
+ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w, DType compute) {
   const int64_t N = w.size(0), K = w.size(1);
   auto impl = std::make_shared<DnnlWeight>();
   impl->N = N;
   impl->K = K;
+  impl->type = compute == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   omp_set_num_threads(1);  // the reorders run on this thread; no OpenMP team
   int64_t bytes = 0;
   for (auto [n0, n] : plan_slices(N, ctx.num_threads())) {
     DnnlSlice sl;
     sl.n0 = n0;
     sl.n = n;
-    sl.wdesc = make_pd(kPackM, K, n, K, N).weights_desc();
+    sl.wdesc = make_pd(kPackM, K, n, K, N, {}, impl->type).weights_desc();
     bytes += (int64_t(sl.wdesc.get_size()) + 63) / 64 * 64;
     impl->slices.push_back(std::move(sl));
   }
@@ -239,32 +246,40 @@ ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w) {
     // W[n0:n0+n, :] is W^T[:, n0:n0+n]: [K, n] with strides (1, K).
     memory::desc src_desc(Dims{K, sl.n}, memory::data_type::f32, Dims{1, K});
     memory src(src_desc, engine(), const_cast<float*>(w.data<float>() + sl.n0 * K));
-    reorder(src, sl.packed);
+    reorder(src, sl.packed);  // f32 -> bf16 rounds to nearest even
   }
-  return ops::PackedWeight(std::move(impl), N, K, Device::cpu, bytes);
+  return ops::PackedWeight(std::move(impl), N, K, Device::cpu, bytes, compute);
 }
 
 // One task: rows [m0, m0 + mlen) of slice `sl` (see the file comment).
 void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmParams& p, int64_t m0,
                    int64_t mlen, const CpuKernels& k) {
   thread_local std::vector<float> out_buf, w_buf, pad_buf;
+  thread_local std::vector<uint16_t> a16;
   omp_set_num_threads(1);
   const float* a = p.a + m0 * p.lda;
+  const bool bf16 = W.type == memory::data_type::bf16;
+  if (bf16) {  // this tile's rows of a, rounded to bf16 ([mlen, K], ld K): M K of M K n work
+    if (int64_t(a16.size()) < mlen * W.K) a16.resize(size_t(mlen * W.K));
+    for (int64_t m = 0; m < mlen; ++m)
+      for (int64_t kk = 0; kk < W.K; ++kk) a16[size_t(m * W.K + kk)] = f32_to_bf16(a[m * p.lda + kk]);
+  }
   float* c = p.c + m0 * p.ldc + sl.n0;
   const bool direct = p.alpha == 1.0f && p.beta == 0.0f;  // write c in place
   float* dst = direct ? c : scratch(out_buf, mlen * sl.n);
   const int64_t ldd = direct ? p.ldc : sl.n;
   Fused fused;
   if (direct && g_fuse_post_ops.load()) fused = {p.bias != nullptr, p.act};
-  auto prim = get_prim(mlen, W.K, sl.n, p.lda, ldd, fused);
+  auto prim = get_prim(mlen, W.K, sl.n, bf16 ? W.K : p.lda, ldd, fused, W.type);
   memory weights = sl.packed;
   dnnl::stream& s = thread_stream();
   if (prim->wdesc != sl.wdesc) {  // this M wants another layout: reorder for this call
     g_slow_reorders.fetch_add(1, std::memory_order_relaxed);
     weights = memory(prim->wdesc, engine(), scratch(w_buf, int64_t(prim->wdesc.get_size() / 4) + 16));
+
     reorder(sl.packed, weights);
   }
-  memory src(prim->src, engine(), const_cast<float*>(a));
+  memory src(prim->src, engine(), bf16 ? static_cast<void*>(a16.data()) : const_cast<float*>(a));
   memory out(prim->dst, engine(), dst);
   memory pad(prim->scratch, engine(), scratch(pad_buf, int64_t(prim->scratch.get_size() / 4) + 16));
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights},
@@ -282,10 +297,12 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
 
 }  // namespace
 
-ops::PackedWeight pack_weight(Context& ctx, const Tensor& w) {
+ops::PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute) {
 #if defined(UNMASK_WITH_DNNL)
-  if (gemm_backend() == GemmBackend::onednn && w.size(0) > 0 && w.size(1) > 0) return pack_dnnl(ctx, w);
+  if (compute == DType::bf16 || (gemm_backend() == GemmBackend::onednn && w.size(0) > 0 && w.size(1) > 0))
+    return pack_dnnl(ctx, w, compute);
 #endif
+  UNMASK_CHECK(compute == DType::f32, "pack_weight: bf16 needs the oneDNN build");
   auto impl = std::make_shared<BlasWeight>();
   impl->w = w;
   return ops::PackedWeight(std::move(impl), w.size(0), w.size(1), Device::cpu, 0);
@@ -331,5 +348,20 @@ void packed_gemm_tuning_override_for_bench(int64_t row_block, int64_t max_slice,
 }
 
 int64_t packed_gemm_slow_reorders() { return g_slow_reorders.load(); }
+
+const char* bf16_unit() {
+#if defined(UNMASK_WITH_DNNL)
+  // What oneDNN dispatches to (it asks the OS for AMX tiles itself; a VM may hide them).
+  static const char* unit = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    if (isa == dnnl::cpu_isa::avx512_core_amx) return "amx";
+    if (isa == dnnl::cpu_isa::avx512_core_bf16) return "avx512_bf16";
+    return "";
+  }();
+  return unit;
+#else
+  return "";
+#endif
+}
 
 }  // namespace unmask::cpu

@@ -84,6 +84,7 @@ void Context::make_current() const {
 BuildInfo build_info() {
   BuildInfo b;
   b.cpu_isa = cpu::kernels().name;
+  b.cpu_bf16_unit = cpu::bf16_unit();
 #ifdef UNMASK_WITH_CUDA
   b.cuda = true;
   b.cuda_devices = cuda::device_count();

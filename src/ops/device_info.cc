@@ -1,6 +1,8 @@
 // ops/device_info.cc: device_info.h on the backends.
 #include "ops/device_info.h"
 
+#include "cpu/blas.h"
+
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/allocator.h"
 #include "cuda/cuda_state.h"
@@ -15,6 +17,8 @@ void set_training_precision(Context& ctx, const std::string& precision) {
 #endif
   (void)ctx, (void)precision;
 }
+
+const char* cpu_bf16_unit() { return cpu::bf16_unit(); }
 
 std::string gpu_name(Context& ctx) {
 #ifdef UNMASK_WITH_CUDA

@@ -11,6 +11,10 @@ namespace unmask::ops {
 /// Applies a training precision ("fp32", "tf32" or "bf16": the GEMM operands) to a CUDA context
 /// before its first GEMM (plans are cached per precision); nothing on the CPU.
 void set_training_precision(Context& ctx, const std::string& precision);
+
+/// The CPU's bf16 matrix unit oneDNN dispatches to: "amx" (AMX tiles), "avx512_bf16"
+/// (AVX-512 BF16 dot products) or "" (neither, or a build without oneDNN).
+const char* cpu_bf16_unit();
 /// "1x <GPU name>" on CUDA, "CPU (<n> threads)" on the CPU.
 std::string device_description(Context& ctx);
 /// The GPU's name ("" on the CPU).

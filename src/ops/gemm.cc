@@ -195,14 +195,20 @@ void linear_param_grads(Context& ctx, const Tensor& dy, const Tensor& x, Tensor&
   gemm(ctx, dy, Trans::yes, x, Trans::no, dw, acc);  // [N_out, N] @ [N, K]
 }
 
-PackedWeight pack_weight(Context& ctx, const Tensor& w) {
+PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute) {
   detail::OpScope op_scope(ctx, "pack_weight");
   constexpr const char* op = "pack_weight";
   detail::check_f32(op, "w", w);
   UNMASK_CHECK(w.ndim() == 2 && w.is_contiguous(), "pack_weight: w must be a contiguous [N_out, K] matrix, got ",
                w.describe());
+  UNMASK_CHECK(compute == DType::f32 || compute == DType::bf16, "pack_weight: compute must be f32 or bf16, got ",
+               dtype_name(compute));
+  if (compute == DType::bf16 && (w.device() != Device::cpu || !*cpu::bf16_unit()))
+    throw Unsupported("pack_weight: bf16 products need a CPU with a bf16 matrix unit (AMX or AVX-512 BF16) and a "
+                      "oneDNN build; this ", w.device() == Device::cpu ? "CPU has neither" : "weight is not on the CPU",
+                      Hint("use fp32 here"));
   switch (w.device()) {
-    case Device::cpu: return cpu::pack_weight(ctx, w);
+    case Device::cpu: return cpu::pack_weight(ctx, w, compute);
     case Device::cuda: break;
   }
   throw Unsupported("pack_weight: no packed GEMM for device ", device_name(w.device()),

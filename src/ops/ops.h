@@ -71,13 +71,14 @@ class PackedWeight {
   };
   PackedWeight() = default;
   PackedWeight(std::shared_ptr<const Impl> impl, int64_t n_out, int64_t k, Device device,
-               int64_t nbytes)
-      : impl_(std::move(impl)), n_out_(n_out), k_(k), device_(device), nbytes_(nbytes) {}
+               int64_t nbytes, DType compute = DType::f32)
+      : impl_(std::move(impl)), n_out_(n_out), k_(k), device_(device), nbytes_(nbytes), compute_(compute) {}
   bool defined() const { return impl_ != nullptr; }
   int64_t n_out() const { return n_out_; }   // N_out: rows of W, columns of the GEMM output
   int64_t k() const { return k_; }           // K: columns of W, the reduction length
   Device device() const { return device_; }
   int64_t nbytes() const { return nbytes_; } // bytes held by the packed buffers
+  DType compute() const { return compute_; } // f32, or bf16: the products' inputs rounded to bf16
   const Impl* impl() const { return impl_.get(); }
 
  private:
@@ -85,11 +86,15 @@ class PackedWeight {
   int64_t n_out_ = 0, k_ = 0;
   Device device_ = Device::cpu;
   int64_t nbytes_ = 0;
+  DType compute_ = DType::f32;
 };
 
 /// Packs w (f32 [N_out, K], contiguous) for gemm_packed on ctx's device; the split of N_out
 /// across threads is chosen for ctx.num_threads() (other thread counts still work).
-PackedWeight pack_weight(Context& ctx, const Tensor& w);
+/// compute bf16 (CPU): W is stored as bf16 and each call rounds its rows of `a` to bf16, the
+/// products accumulating in fp32 on the CPU's bf16 matrix unit (cpu_bf16_unit(); refused
+/// without one).
+PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute = DType::f32);
 
 /// c = act(alpha * a @ W^T + bias + beta * c) with W packed by pack_weight: the same result as
 /// gemm(ctx, a, Trans::no, W, Trans::yes, c, args) within fp32 rounding.

@@ -404,15 +404,13 @@ __attribute__((target("avx512f,avx2,fma"))) double fma_chains(int64_t iters) {
 }  // namespace
 #endif
 
-double measure_peak_gflops(int threads) {
-#if defined(__x86_64__)
-  if (!__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avx2")) return 0.0;
+namespace {
+// Per-thread rate of run(iters) (flops_per_iter FLOP an iteration) in thread CPU time, summed
+// over `threads` threads: the best of five trials after a warm-up.
+template <typename Run>
+double per_core_peak(int threads, int64_t iters, double flops_per_iter, Run run) {
   threads = std::max(1, threads);
-  const bool wide = __builtin_cpu_supports("avx512f");
-  const int width = wide ? 16 : 8;
-  const int64_t iters = 4'000'000;
   std::vector<double> sink(size_t(threads), 0.0);
-  auto run = [&](int64_t n) { return wide ? fma_chains<16>(n) : fma_chains<8>(n); };
   // Each thread times its own loop in THREAD CPU time, so a core shared with other processes
   // (descheduled periods do not count) still reports the per-core peak; peak = sum over threads.
   ThreadPool pool(threads);
@@ -428,17 +426,53 @@ double measure_peak_gflops(int threads) {
       const double t0 = thread_cpu_s();
       sink[size_t(t)] += run(iters);
       const double dt = thread_cpu_s() - t0;
-      if (dt > 0) rate[size_t(t)] = std::max(rate[size_t(t)], double(iters) * 12 * width * 2 / dt / 1e9);
+      if (dt > 0) rate[size_t(t)] = std::max(rate[size_t(t)], double(iters) * flops_per_iter / dt / 1e9);
     });
   double best = 0;
   for (double r : rate) best += r;
   volatile double keep = sink[0];
   (void)keep;
   return best;
+}
+}  // namespace
+
+#if defined(__x86_64__)
+namespace {
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_chains(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-3f);
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);  // 1, ~6e-8
+  for (int64_t n = 0; n < iters; ++n)
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+}  // namespace
+#endif
+
+double measure_bf16_peak_gflops(int threads) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  return per_core_peak(threads, 2'000'000, 24.0 * 64, dpbf16_chains);
 #else
   (void)threads;
   return 0.0;
 #endif
 }
+
+double measure_peak_gflops(int threads) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avx2")) return 0.0;
+  const bool wide = __builtin_cpu_supports("avx512f");
+  return per_core_peak(threads, 4'000'000, 12.0 * (wide ? 16 : 8) * 2, wide ? fma_chains<16> : fma_chains<8>);
+#else
+  (void)threads;
+  return 0.0;
+#endif
+}
+
 
 }  // namespace unmask::train

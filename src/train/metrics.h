@@ -101,6 +101,9 @@ std::string format_duration(double seconds);
 /// Measures the fp32 FMA peak of `threads` cores in GFLOP/s (~0.3 s; 0 when the CPU lacks
 /// AVX2+FMA): twelve independent FMA chains per thread, best of five trials.
 double measure_peak_gflops(int threads);
+/// The same for AVX-512 BF16 dot products (vdpbf16ps: 64 FLOP an instruction, 24 chains hide
+/// its latency); 0 when the CPU lacks AVX-512 BF16. On an AMX machine this is not AMX's peak.
+double measure_bf16_peak_gflops(int threads);
 /// Measures the GEMM rate ctx reaches on n x n operands of `dtype` (f32, bf16 or f16; f32 takes
 /// the context's TF32 setting on CUDA) in GFLOP/s: C = A A^T on uniform values in [-1, 1), three
 /// warm-up products, then the mean over `reps` (matmul_peak.cc). The MFU denominator on GPUs

@@ -33,6 +33,7 @@
 #include "io/safetensors.h"
 #include "models/bert/checkpoint.h"
 #include "models/bert/weights.h"
+#include "ops/device_info.h"
 #include "ops/ops.h"
 #include "unmask/bert.h"
 #ifdef UNMASK_WITH_CUDA
@@ -449,10 +450,23 @@ void BertModel::to(Context& ctx, DType dtype) {
   BertWeights& W = *w_;
   UNMASK_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
                "BertModel::to: dtype must be f32, bf16 or f16, got ", dtype_name(dtype));
+  if (dev == Device::cpu && dtype == DType::bf16) {
+    // The CPU keeps f32 activations and weights until packing: bf16 is the packed GEMMs' math.
+    if (!*ops::cpu_bf16_unit())
+      throw Unsupported("BertModel::to(cpu, bf16): this CPU has no bf16 matrix unit (AMX or AVX-512 BF16)",
+                        Hint("run f32 here"));
+    for (const BertLayerWeights& l : W.layers)
+      if (l.qkv_p.defined() && l.qkv_p.compute() != DType::bf16)
+        throw Error("BertModel::to(cpu, bf16): a CPU forward has already packed the weights as f32",
+                    Hint("choose bf16 before the first forward, or load the model again"));
+    to(ctx, DType::f32);
+    W.cpu_gemm = DType::bf16;
+    return;
+  }
   if (device() == dev && dtype == W.dtype) return;
   if (dtype != DType::f32 && dev != Device::cuda)
     throw Unsupported("BertModel::to(", device_name(dev), ", ", dtype_name(dtype), "): the CPU kernels are f32",
-                      Hint("run bf16 / f16 inference on cuda"));
+                      Hint("run f16 inference on cuda, bf16 on cuda or a CPU with a bf16 matrix unit"));
   if (dtype != W.dtype && W.dtype != DType::f32)
     throw Error("BertModel::to: the weights are already ", dtype_name(W.dtype), "; converting them to ",
                 dtype_name(dtype), " would round twice", Hint("load the model again"));

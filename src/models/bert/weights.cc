@@ -296,7 +296,7 @@ void bert_pack_weights(Context& ctx, BertWeights& w) {
     // Packs t into p, then releases t's pages (file-mapped) or drops t (owned copy).
     auto pack = [&](Tensor& t, ops::PackedWeight& p) {
       if (!t.defined() || t.device() != Device::cpu) return;
-      p = ops::pack_weight(ctx, t);
+      p = ops::pack_weight(ctx, t, w.cpu_gemm);
       const bool mapped = std::any_of(w.files.begin(), w.files.end(),
                                       [&](const io::SafeTensorsFile& f) { return f.contains(t.raw()); });
       if (mapped)

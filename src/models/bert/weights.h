@@ -39,6 +39,9 @@ struct BertWeights {
   BertConfig config;
   BertHeads heads;
   DType dtype = DType::f32;  // of every tensor below (bf16 / f16: converted by BertModel::to on CUDA)
+  /// CPU: the products of the packed Linear layers (bf16: weights packed as bf16, activations f32
+  /// between ops and rounded to bf16 as each GEMM reads them; BertModel::to(ctx, bf16) on the CPU).
+  DType cpu_gemm = DType::f32;
   Tensor word_emb;   // [V, C]
   Tensor pos_emb;    // [P, C]
   Tensor type_emb;   // [type_vocab, C]

@@ -57,6 +57,29 @@ struct StreamInput {
   const std::vector<int32_t>* ids;    // [B frames, cells] (frames = 2 planes for the video, 1 for images)
 };
 
+// Masked tokens equal to their sample's commonest visible id. cells [B, planes, plane] (1 =
+// masked); ids [B planes frames, plane], -1 for frames the tokenizer skipped.
+int64_t context_hits(const std::vector<uint8_t>& cells, const std::vector<int32_t>& ids, int64_t B, int64_t planes,
+                     int64_t frames, int64_t plane, int64_t vocab) {
+  int64_t hits = 0;
+  std::vector<int64_t> counts(size_t(vocab), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    std::fill(counts.begin(), counts.end(), 0);
+    auto each = [&](bool masked, auto&& f) {
+      for (int64_t p = 0; p < planes; ++p)
+        for (int64_t cell = 0; cell < plane; ++cell)
+          if ((cells[size_t((b * planes + p) * plane + cell)] != 0) == masked)
+            for (int64_t k = 0; k < frames; ++k)
+              if (const int32_t id = ids[size_t(((b * planes + p) * frames + k) * plane + cell)]; id >= 0 && id < vocab)
+                f(id);
+    };
+    each(false, [&](int32_t id) { ++counts[size_t(id)]; });
+    const int32_t mode = int32_t(std::max_element(counts.begin(), counts.end()) - counts.begin());
+    if (counts[size_t(mode)] > 0) each(true, [&](int32_t id) { hits += id == mode; });
+  }
+  return hits;
+}
+
 BevtStreamStats run_stream(Context& ctx, BevtPretrainModel& model, const StreamInput& in, const BevtStepOptions& o) {
   const SwinConfig& c = model.backbone.config;
   const int64_t B = in.input.size(0), T = in.input.size(2), H = in.input.size(3), W = in.input.size(4);
@@ -98,6 +121,7 @@ BevtStreamStats run_stream(Context& ctx, BevtPretrainModel& model, const StreamI
   std::vector<int64_t> counts(static_cast<size_t>(model.neck.vocab), 0);
   for (int32_t t : targets)
     if (t >= 0) st.majority = std::max(st.majority, ++counts[size_t(t)]);
+  st.context = context_hits(*in.cells, *in.ids, B, planes, frames, plane, model.neck.vocab);
   Tensor g3, g4;
   neck_head_backward(ctx, model.neck, model.backbone.norm_g, model.backbone.norm_b, ns, dlogits, g3, g4);
   backbone_backward(ctx, model.backbone, bs, g3, g4);

@@ -66,6 +66,10 @@ struct BevtStreamStats {
   /// Masked tokens whose target is the batch's most common target: the accuracy of always
   /// guessing it, the baseline a learning model must beat (1 / vocab only for uniform ids).
   int64_t majority = 0;
+  /// Masked tokens whose target is their sample's most common VISIBLE target (unmasked cells of
+  /// the tokenized frames): what copying the context scores. Beating the majority baseline
+  /// takes context; this says how much is there.
+  int64_t context = 0;
   double accuracy() const { return masked ? double(correct) / double(masked) : 0.0; }
 };
 

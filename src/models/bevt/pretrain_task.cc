@@ -51,7 +51,7 @@ std::string BevtPretrainTask::title() const {
 void BevtPretrainTask::zero_grad(Context& ctx) {
   model_.zero_grad(ctx);
   video_loss_ = image_loss_ = 0;
-  video_masked_ = video_correct_ = image_masked_ = image_correct_ = micro_batches_ = samples_ = majority_ = 0;
+  video_masked_ = video_correct_ = image_masked_ = image_correct_ = micro_batches_ = samples_ = majority_ = context_ = 0;
 }
 
 double BevtPretrainTask::micro_batch(Context& ctx, const train::MicroBatchOptions& mo) {
@@ -68,6 +68,7 @@ double BevtPretrainTask::micro_batch(Context& ctx, const train::MicroBatchOption
   video_masked_ += st.video.masked, video_correct_ += st.video.correct;
   image_masked_ += st.image.masked, image_correct_ += st.image.correct;
   majority_ += st.video.majority + st.image.majority;
+  context_ += st.video.context + st.image.context;
   ++micro_batches_;
   samples_ += clips_;
   const int64_t out_tokens_v = clips_ * s_.data.frames * (s_.data.crop / 16) * (s_.data.crop / 16);
@@ -78,10 +79,10 @@ double BevtPretrainTask::micro_batch(Context& ctx, const train::MicroBatchOption
 }
 
 train::StepSummary BevtPretrainTask::finish_step() {
-  double t[9] = {video_loss_,           image_loss_,           double(video_masked_), double(video_correct_),
-                 double(image_masked_), double(image_correct_), double(micro_batches_), double(samples_),
-                 double(majority_)};
-  if (world_ > 1) Communicator::world().allreduce_sum(t, 9, "the step's BEVT losses");
+  double t[10] = {video_loss_,           image_loss_,           double(video_masked_), double(video_correct_),
+                  double(image_masked_), double(image_correct_), double(micro_batches_), double(samples_),
+                  double(majority_),     double(context_)};
+  if (world_ > 1) Communicator::world().allreduce_sum(t, 10, "the step's BEVT losses");
   const double n = std::max(1.0, t[6]);  // micro-batches over all ranks
   train::StepSummary s;
   s.loss = (t[0] + t[1]) / n;
@@ -90,7 +91,8 @@ train::StepSummary BevtPretrainTask::finish_step() {
   s.tokens = int64_t(t[2] + t[4]);
   s.extras = {{"video_loss", t[0] / n}, {"image_loss", t[1] / n},
               {"video_mask_acc", t[2] > 0 ? t[3] / t[2] : 0.0}, {"image_mask_acc", t[4] > 0 ? t[5] / t[4] : 0.0},
-              {"majority_acc", t[2] + t[4] > 0 ? t[8] / (t[2] + t[4]) : 0.0}};
+              {"majority_acc", t[2] + t[4] > 0 ? t[8] / (t[2] + t[4]) : 0.0},
+              {"context_acc", t[2] + t[4] > 0 ? t[9] / (t[2] + t[4]) : 0.0}};
   return s;
 }
 
