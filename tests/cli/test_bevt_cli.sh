@@ -20,7 +20,7 @@ RUN=("${TINY[@]}" --frames 4 --crop 128 --clips 2 --images 4 --accumulation 2 --
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 6 and rows[-1]["loss"] < 0.8 * rows[0]["loss"], [r["loss"] for r in rows]
-assert all(k in rows[0] for k in ("video_loss", "image_loss", "video_mask_acc", "image_mask_acc", "majority_acc"))
+assert all(k in rows[0] for k in ("video_loss", "image_loss", "video_mask_acc", "image_mask_acc", "majority_acc", "context_acc"))
 PY
 grep -q '"backbone.layers.3.blocks.1.attn.relative_position_bias_table"' <(head -c 200000 "$T/a/model/model.safetensors") \
   && grep -q '"vocab_size": 64' "$T/a/model/config.json" && ok || bad "model/ lacks BEVT's names or its config"
