@@ -293,7 +293,7 @@ std::string checked_precision(const Args& args, Device device, bool allow_fp16, 
 }  // namespace
 
 std::string precision_of(const Args& args, Device device) {
-  return checked_precision(args, device, false, false, "the CPU GEMMs are fp32");
+  return checked_precision(args, device, false, true, "the CPU GEMMs are fp32 or bf16");
 }
 
 std::string inference_precision_of(const Args& args, Device device) {

@@ -204,3 +204,46 @@ TEST(OpsGemmPacked, ErrorsNameTheShapes) {
   Tensor wt = Tensor::zeros({8, 6}, DType::f32).slice(1, 0, 4);  // not contiguous
   EXPECT_THROW(ops::pack_weight(ctx, wt), Error);
 }
+
+// Training's bf16 on the CPU (Context::cpu_gemm_dtype, set by ops::set_training_precision):
+// ops::gemm rounds both operands to bf16 and accumulates in fp32, for every transpose,
+// alpha/beta and epilogue, against float64 on the rounded operands.
+TEST(OpsGemmBf16, TrainingGemmMatchesTheRoundedReference) {
+  Context ctx({.num_threads = 2});
+  if (!*ops::cpu_bf16_unit()) {
+    EXPECT_NE(error_of([&] { ops::set_training_precision(ctx, "bf16"); }).find("bf16 matrix unit"), std::string::npos);
+    GTEST_SKIP() << "this CPU has no bf16 matrix unit (AMX or AVX-512 BF16): only the refusal was tested";
+  }
+  ops::set_training_precision(ctx, "bf16");
+  ASSERT_EQ(ctx.cpu_gemm_dtype(), DType::bf16);
+  TestRng rng;
+  SCOPED_TRACE(rng.note());
+  auto r16 = [](float v) { return double(bf16_to_f32(f32_to_bf16(v))); };
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const Case& g : {Case{129, 70, 300, true, Activation::gelu, 1.0f, 0.0f, 0},
+                            Case{7, 530, 65, false, Activation::none, 0.5f, 2.0f, 0}}) {
+        SCOPED_TRACE(std::string("ta=") + (ta ? "T" : "N") + " tb=" + (tb ? "T" : "N") + " M=" + std::to_string(g.M));
+        Tensor a = ta ? Tensor::empty({g.K, g.M}, DType::f32) : Tensor::empty({g.M, g.K}, DType::f32);
+        Tensor b = tb ? Tensor::empty({g.N, g.K}, DType::f32) : Tensor::empty({g.K, g.N}, DType::f32);
+        Tensor c = Tensor::empty({g.M, g.N}, DType::f32), bias = Tensor::empty({g.N}, DType::f32);
+        for (Tensor* t : {&a, &b, &c, &bias}) rng.fill(t->data<float>(), t->numel(), Fill::normal);
+        std::vector<double> ad, bd, cd(c.data<float>(), c.data<float>() + c.numel()), cd32 = cd, ad32, bd32;
+        std::vector<double> biasd(bias.data<float>(), bias.data<float>() + g.N);
+        for (int64_t i = 0; i < a.numel(); ++i) ad.push_back(r16(a.data<float>()[i])), ad32.push_back(a.data<float>()[i]);
+        for (int64_t i = 0; i < b.numel(); ++i) bd.push_back(r16(b.data<float>()[i])), bd32.push_back(b.data<float>()[i]);
+        ref::gemm_forward<double>(ad.data(), ta, bd.data(), tb, cd.data(), g.M, g.N, g.K, g.alpha, g.beta,
+                                  g.bias ? biasd.data() : nullptr, g.act);
+        ref::gemm_forward<double>(ad32.data(), ta, bd32.data(), tb, cd32.data(), g.M, g.N, g.K, g.alpha, g.beta,
+                                  g.bias ? biasd.data() : nullptr, g.act);
+        ops::gemm(ctx, a, ta ? ops::Trans::yes : ops::Trans::no, b, tb ? ops::Trans::yes : ops::Trans::no, c,
+                  {.alpha = g.alpha, .beta = g.beta, .bias = g.bias ? &bias : nullptr, .act = g.act});
+        const std::vector<double> got(c.data<float>(), c.data<float>() + c.numel());
+        Tol tol = reduction_tol(g.K + 1);
+        tol.atol *= 16.0 * std::max(1.0f, std::fabs(g.alpha));
+        EXPECT_TRUE(all_close(got, cd, tol)) << "bf16 gemm vs float64 on rounded operands";
+        EXPECT_FALSE(all_close(got, cd32, tol)) << "no rounding seen";
+      }
+  ops::set_training_precision(ctx, "fp32");
+  EXPECT_EQ(ctx.cpu_gemm_dtype(), DType::f32);
+}

@@ -30,6 +30,9 @@
 #   CPU curve (5e-2).
 #   8. bench/gpu/compare_videomae_gpu.sh: VideoMAE ViT-B vs PyTorch SDPA bf16 and the batch-256
 #      memory rows (its LIMIT set from the time left).
+#   9. the host CPU's bf16 unit (issue 31; these hosts may expose AMX, the 2-vCPU machines do not):
+#      `bench infer` BERT-base fp32 / bf16 / fp32 / bf16 on 2 threads (batch 1 and 8, seq 128), then
+#      tests/python/cpu_bf16_accuracy.py (bf16 error within twice PyTorch's bf16 autocast).
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
 # STAGES (default "2 3 4 5 6 7"; stage 1 always runs) picks the stages AND their order: they run as
 # listed, so the most important go first. DEADLINE_S (default 0: none) is the call's budget in
@@ -240,9 +243,20 @@ stage8() {
   tee -a "$summary" < "$OUT/videomae_profile.md" 2> /dev/null
 }
 
+# 9. bf16 on the host's CPU (runs with DEVICE=cpu too)
+stage9() {
+  note "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); bf16 unit:$("$BIN/unmask" version | grep 'cpu bf16 unit' | cut -d: -f2)"
+  for prec in fp32 bf16 fp32 bf16; do
+    row "$OUT/cpu_bf16.jsonl" "$(lim 90)" "cpu bench infer $prec" "$BIN/unmask" bench infer --model bert-base \
+      --batch 1,8 --seq 128 --threads 2 --precision $prec --iters 5 --min-time 1 --format json
+  done
+  timeout "$(lim 150)" python3 tests/python/cpu_bf16_accuracy.py --unmask "$BIN/unmask" > "$OUT/cpu_bf16_accuracy.txt" 2>&1
+  note "cpu bf16 accuracy: rc $? at $(at)s: $(tail -6 "$OUT/cpu_bf16_accuracy.txt" | tr '\n' ' ')"
+}
+
 for stage in $STAGES; do
   if ! declare -F "stage$stage" > /dev/null; then
-    note "stage $stage: no such stage (1-8)"
+    note "stage $stage: no such stage (1-9)"
   elif [ "$(left)" -lt 45 ]; then
     note "stage $stage: skipped, $(left) s left before DEADLINE_S=$DEADLINE_S"
   else

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "unmask/device.h"
+#include "unmask/dtype.h"
 
 namespace unmask {
 
@@ -97,6 +98,12 @@ class Context {
 
   const KernelOptions& kernels() const { return options_.kernels; }
 
+  /// CPU: the element type ops::gemm rounds its operands to (f32: none; bf16: both operands
+  /// rounded to bf16, fp32 accumulation, on the CPU's bf16 matrix unit; training's precision =
+  /// "bf16", set through ops::set_training_precision). The packed inference GEMMs carry their own.
+  DType cpu_gemm_dtype() const { return cpu_gemm_dtype_; }
+  void set_cpu_gemm_dtype(DType d) { cpu_gemm_dtype_ = d; }
+
   /// Times every op front-end call from now on (on) or stops (off, dropping what was not taken).
   /// Profiling adds a few microseconds an op (CUDA event records): time throughput without it.
   /// by_shape: each GEMM's shape and epilogue gets its own row ("gemm 4096x768x3072 ..."),
@@ -113,6 +120,7 @@ class Context {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<cuda::CudaState> cuda_;
   std::unique_ptr<OpProfiler> profiler_;
+  DType cpu_gemm_dtype_ = DType::f32;
 };
 
 /// What this build holds and what the machine offers (`unmask version`).

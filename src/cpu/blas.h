@@ -54,6 +54,10 @@ void gemm(Context& ctx, const ops::GemmParams& p);
 ops::PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute = DType::f32);
 /// The bf16 matrix unit oneDNN runs on: "amx", "avx512_bf16" or "" (see ops::cpu_bf16_unit).
 const char* bf16_unit();
+/// One tile of a bf16 GEMM on the calling thread: c [M, N] (ldc) = alpha * op(a) @ op(b) +
+/// beta * c with op(a), op(b) rounded to bf16 (RNE) and fp32 accumulation (oneDNN matmul).
+void gemm_tile_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 /// Runs c = act(alpha * a @ W^T + bias + beta * c) with p.b unused (the weights come from w;
 /// p.ta must be no). p.N == w.n_out(), p.K == w.k().
 void gemm_packed(Context& ctx, const ops::GemmParams& p, const ops::PackedWeight& w);

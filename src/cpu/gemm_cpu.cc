@@ -146,8 +146,9 @@ void gemm(Context& ctx, const ops::GemmParams& p) {
   const bool ta = p.ta == ops::Trans::yes, tb = p.tb == ops::Trans::yes;
   const bool has_epilogue = p.bias || p.act != ops::Activation::none;
   const int threads = ctx.num_threads();
+  const bool bf16 = ctx.cpu_gemm_dtype() == DType::bf16;  // bf16 tiles (set_training_precision checked the unit)
 
-  if (GemmThreading(g_threading.load()) == GemmThreading::blas_threads) {
+  if (!bf16 && GemmThreading(g_threading.load()) == GemmThreading::blas_threads) {
     // One library call per matrix on the library's threads, then a parallel epilogue.
     for (int64_t i = 0; i < p.batch; ++i) {
       float* c = p.c + i * p.batch_stride_c;
@@ -185,7 +186,10 @@ void gemm(Context& ctx, const ops::GemmParams& p) {
       const float* a = p.a + i * p.batch_stride_a + (ta ? m0 : m0 * p.lda);  // op(a) rows m0..
       const float* b = p.b + i * p.batch_stride_b + (tb ? n0 * p.ldb : n0);  // op(b) cols n0..
       float* c = p.c + i * p.batch_stride_c + m0 * p.ldc + n0;               // [mlen, nlen]
-      sgemm(backend, 1, ta, tb, mlen, nlen, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, c, p.ldc);
+      if (bf16)
+        gemm_tile_bf16(ta, tb, mlen, nlen, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, c, p.ldc);
+      else
+        sgemm(backend, 1, ta, tb, mlen, nlen, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, c, p.ldc);
       if (has_epilogue)
         k.bias_act_rows(c, p.ldc, p.bias ? p.bias + n0 : nullptr, c, p.ldc, mlen, nlen, p.act);
     }

@@ -154,10 +154,11 @@ struct Fused {
   ops::Activation act = ops::Activation::none;
 };
 
-// type: of a and the weights (f32, or bf16 with an f32 dst: fp32 accumulation).
+// type: of a and the weights (f32, or bf16 with an f32 dst: fp32 accumulation). plain: the
+// weights are a row-major [K, n] matrix (gemm_tile_bf16), else the layout oneDNN prefers.
 dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f,
-                                     memory::data_type type) {
-  memory::desc w_any(Dims{K, n}, type, memory::format_tag::any);
+                                     memory::data_type type, bool plain = false) {
+  memory::desc w_any(Dims{K, n}, type, plain ? memory::format_tag::ab : memory::format_tag::any);
   memory::desc bias_desc(Dims{1, n}, memory::data_type::f32, memory::format_tag::ab);
   const memory::desc src(Dims{M, K}, type, Dims{lda, 1});
   dnnl::matmul::desc d = f.bias ? dnnl::matmul::desc(src, w_any, bias_desc, strided(M, n, ldc))
@@ -186,13 +187,13 @@ std::mutex g_prim_mutex;
 std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>, std::shared_ptr<const Prim>> g_prims;
 
 std::shared_ptr<const Prim> get_prim(int64_t M, int64_t K, int64_t n, int64_t lda, int64_t ldc, Fused f,
-                                     memory::data_type type) {
-  const auto key = std::make_tuple(M, K, n, lda, ldc, (int(type) * 2 + int(f.bias)) * 16 + int(f.act));
+                                     memory::data_type type, bool plain = false) {
+  const auto key = std::make_tuple(M, K, n, lda, ldc, ((int(type) * 2 + int(plain)) * 2 + int(f.bias)) * 16 + int(f.act));
   std::lock_guard<std::mutex> lock(g_prim_mutex);
   auto it = g_prims.find(key);
   if (it != g_prims.end()) return it->second;
   if (g_prims.size() >= kMaxPrims) g_prims.clear();
-  auto pd = make_pd(M, K, n, lda, ldc, f, type);
+  auto pd = make_pd(M, K, n, lda, ldc, f, type, plain);
   auto p = std::make_shared<Prim>(Prim{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(), pd.scratchpad_desc()});
   g_prims.emplace(key, p);
   return p;
@@ -293,9 +294,41 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
   if ((p.bias && !fused.bias) || (p.act != ops::Activation::none && fused.act == ops::Activation::none))
     k.bias_act_rows(c, p.ldc, p.bias ? p.bias + sl.n0 : nullptr, c, p.ldc, mlen, sl.n, p.act);
 }
+// op(x) [rows, cols] of a row-major x (ld) -> bf16 [rows, cols] (ld cols), rounded to nearest even.
+void to_bf16(bool trans, const float* x, int64_t ld, int64_t rows, int64_t cols, std::vector<uint16_t>& out) {
+  if (int64_t(out.size()) < rows * cols) out.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = 0; q < cols; ++q) out[size_t(r * cols + q)] = f32_to_bf16(trans ? x[q * ld + r] : x[r * ld + q]);
+}
 #endif  // UNMASK_WITH_DNNL
 
 }  // namespace
+
+void gemm_tile_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#if defined(UNMASK_WITH_DNNL)
+  thread_local std::vector<uint16_t> a16, b16;
+  thread_local std::vector<float> out_buf, pad_buf;
+  if (K == 0) return scale_accumulate(c, 0, c, ldc, M, N, 0.0f, beta);  // c = beta c (reads c only if beta != 0)
+  omp_set_num_threads(1);
+  to_bf16(ta, a, lda, M, K, a16);  // op(a) [M, K]
+  to_bf16(tb, b, ldb, K, N, b16);  // op(b) [K, N]
+  const bool direct = alpha == 1.0f && beta == 0.0f;
+  float* dst = direct ? c : scratch(out_buf, M * N);
+  const int64_t ldd = direct ? ldc : N;
+  auto prim = get_prim(M, K, N, K, ldd, {}, memory::data_type::bf16, true);
+  memory src(prim->src, engine(), a16.data()), wei(prim->wdesc, engine(), b16.data()), out(prim->dst, engine(), dst);
+  memory pad(prim->scratch, engine(), scratch(pad_buf, int64_t(prim->scratch.get_size() / 4) + 16));
+  dnnl::stream& s = thread_stream();
+  prim->prim.execute(s, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, out}, {DNNL_ARG_SCRATCHPAD, pad}});
+  s.wait();
+  if (!direct) scale_accumulate(dst, ldd, c, ldc, M, N, alpha, beta);
+#else
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c,
+      (void)ldc;
+  throw Unsupported("bf16 GEMMs need the oneDNN build");
+#endif
+}
 
 ops::PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute) {
 #if defined(UNMASK_WITH_DNNL)

@@ -2,6 +2,7 @@
 #include "ops/device_info.h"
 
 #include "cpu/blas.h"
+#include "unmask/error.h"
 
 #ifdef UNMASK_WITH_CUDA
 #include "cuda/allocator.h"
@@ -15,7 +16,12 @@ void set_training_precision(Context& ctx, const std::string& precision) {
   if (ctx.device() == Device::cuda)
     cuda::cuda_state(ctx).set_training_precision(precision == "tf32", precision == "bf16" ? DType::bf16 : DType::f32);
 #endif
-  (void)ctx, (void)precision;
+  if (ctx.device() == Device::cpu) {
+    if (precision == "bf16" && !*cpu::bf16_unit())
+      throw Unsupported("precision bf16 on the CPU needs a bf16 matrix unit (AMX or AVX-512 BF16); this CPU has neither",
+                        Hint("use fp32 here (`unmask version` shows the unit)"));
+    ctx.set_cpu_gemm_dtype(precision == "bf16" ? DType::bf16 : DType::f32);
+  }
 }
 
 const char* cpu_bf16_unit() { return cpu::bf16_unit(); }

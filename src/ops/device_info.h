@@ -10,6 +10,8 @@ namespace unmask::ops {
 
 /// Applies a training precision ("fp32", "tf32" or "bf16": the GEMM operands) to a CUDA context
 /// before its first GEMM (plans are cached per precision); nothing on the CPU.
+/// CUDA: TF32 or bf16/fp16 autocast GEMMs; CPU: "bf16" rounds every ops::gemm's operands to
+/// bf16 (Context::cpu_gemm_dtype; refused without a bf16 matrix unit), else fp32.
 void set_training_precision(Context& ctx, const std::string& precision);
 
 /// The CPU's bf16 matrix unit oneDNN dispatches to: "amx" (AMX tiles), "avx512_bf16"

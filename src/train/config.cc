@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "io/file.h"
+#include "ops/device_info.h"
 #include "unmask/error.h"
 
 namespace unmask::train {
@@ -588,9 +589,12 @@ void PretrainConfig::validate() const {
       throw Error(where("model"), ": model = \"", model, "\" needs 'vocab' (a vocab.txt) for its vocabulary size");
   }
   if (dynamic_masking && max_pred > max_seq) throw Error(where("max_pred"), ": max_pred ", max_pred, " exceeds max_seq ", max_seq);
-  if (precision != GemmPrecision::fp32 && device != Device::cuda)
+  if (precision != GemmPrecision::fp32 && precision != GemmPrecision::bf16 && device != Device::cuda)
     throw Error(where("precision"), ": precision = \"", precision_name(precision),
-                "\" needs device = \"cuda\" (the CPU GEMMs are fp32)");
+                "\" needs device = \"cuda\" (the CPU GEMMs are fp32 or bf16)");
+  if (precision == GemmPrecision::bf16 && device == Device::cpu && !*ops::cpu_bf16_unit())
+    throw Error(where("precision"), ": precision = \"bf16\" on the CPU needs a bf16 matrix unit (AMX or AVX-512 BF16); "
+                "this CPU has neither (`unmask version`)", Hint("use precision = \"fp32\" here"));
   if (activations == DType::bf16 && precision == GemmPrecision::fp16)
     throw Error(where("activations"), ": activations = \"bf16\" with precision = \"fp16\" mixes two 16-bit formats",
                 Hint("use precision = \"bf16\" with bf16 activations"));

@@ -11,6 +11,7 @@
 #include "data/text/shard_io.h"
 #include "io/file.h"
 #include "data/text/tokenizer_config.h"
+#include "ops/device_info.h"
 #include "train/checkpoint.h"
 #include "train/rank_data.h"
 #include "train/trainer.h"
@@ -359,6 +360,7 @@ TrainResult pretrain(const TrainerOptions& options) {
                                                                                         : DType::f32);
   }
 #endif
+  if (cfg.device == Device::cpu && cfg.precision == GemmPrecision::bf16) ops::set_training_precision(ctx, "bf16");
   BertPretrainTask task(cfg, global_config, ctx, rank_data, weights_dir, start, warn);
   if (world > 1 && root && options.progress)
     std::fprintf(stderr, "data parallel: %d ranks (%s), batch %lld per rank = %lld per micro-batch, %d threads per rank\n",
