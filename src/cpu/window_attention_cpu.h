@@ -16,26 +16,13 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/op_params.h"
 #include "unmask/context.h"
 
 namespace unmask::cpu {
 
-struct WindowAttentionParams {
-  const float *q = nullptr, *k = nullptr, *v = nullptr;  // [R, NH HS] each, row strides ldq, ldk, ldv
-  float* out = nullptr;                                   // forward: written; backward: read
-  int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0;
-  const float* bias = nullptr;  // [NH, N, N] contiguous
-  const float* mask = nullptr;  // [M, N, N] contiguous, or null
-  int64_t masks = 0;            // M
-  float* lse = nullptr;         // [NH, R]: forward output (optional there), backward input
-  int64_t num_heads = 0, head_size = 0, window = 0, windows = 0;  // NH, HS, N, W (R = W N)
-  float scale = 0.0f;
-  // Backward only.
-  const float* dout = nullptr;  // [R, NH HS], row stride lddo
-  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // overwritten; row strides lddq, lddk, lddv
-  int64_t lddo = 0, lddq = 0, lddk = 0, lddv = 0;
-  float* dbias = nullptr;       // [NH, N, N], accumulated (+=); null: not wanted
-};
+using ops::WindowAttentionParams;  // ops/op_params.h
+
 
 void window_attention_forward(Context& ctx, const WindowAttentionParams& p);
 void window_attention_backward(Context& ctx, const WindowAttentionParams& p);

@@ -164,6 +164,16 @@ void scale_inplace(Context& ctx, float* x, int64_t n, float s);
 // Video tokens (ops.h, video.cu): videos f32 [B, C, T, H, W] contiguous and ids i32 [R] in
 // device memory (trusted: the front-ends range-check host ids only; an id outside [0, B Np)
 // gives a row of zeros / no loss rather than a stray read).
+/// ops::conv2d through cuDNN (conv_cudnn.cc; loaded at the first call: an Error naming the
+/// library where it is missing). fp32, FMA math (no TF32).
+void conv2d(Context& ctx, const ops::Conv2dParams& p);
+
+/// Windowed attention with bias and mask (ops::window_attention semantics, validated params on
+/// the device; window_attention.cu): fp32, head size <= 128, windows of <= 512 tokens. The
+/// backward needs the forward's lse and accumulates dbias in window order (no atomics).
+void window_attention_forward(Context& ctx, const ops::WindowAttentionParams& p);
+void window_attention_backward(Context& ctx, const ops::WindowAttentionParams& p);
+
 void tubelet_gather(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,
                     float* cols);
 void tubelet_target(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,

@@ -1,12 +1,17 @@
 // ops/conv.cc: the 2-D convolution front-end (semantics in ops.h): validate, then per image the
 // pixels unfolded (im2col: [Cin k k, OH OW], row segments copied whole; a 1 x 1 convolution at
 // stride 1 reads the image itself) and one GEMM with the weight [Cout, Cin k k] into the image's
-// NCHW output (the GEMM is oneDNN's matmul where the build has it), bias added after.
+// NCHW output (the GEMM is oneDNN's matmul where the build has it), bias added after. On a CUDA
+// context: cuDNN (cuda/conv_cudnn.cc).
 #include <algorithm>
 #include <string>
 
 #include "ops/op_common.h"
+#include "ops/op_params.h"
 #include "ops/ops.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
 
 namespace unmask::ops {
 
@@ -33,8 +38,23 @@ void conv2d(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, const Con
     UNMASK_CHECK(a.bias->numel() == Cout && a.bias->is_contiguous(), op, ": bias must have ", Cout, " values, got ",
                  a.bias->describe());
   }
-  for (const Tensor* t : {&x, &w, static_cast<const Tensor*>(&y)}) detail::check_device(op, "x, w, y", *t, Device::cpu);
+  const Device dev = x.device();
+  for (const Tensor* t : {&w, static_cast<const Tensor*>(&y)}) detail::check_device(op, "x, w, y", *t, dev);
+  if (a.bias) detail::check_device(op, "bias", *a.bias, dev);
   detail::check_no_overlap(op, "y", y, "x", x, false);
+  if (dev == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    Conv2dParams p;
+    p.x = x.data<float>(), p.w = w.data<float>(), p.bias = a.bias ? a.bias->data<float>() : nullptr;
+    p.y = y.data<float>();
+    p.B = B, p.Cin = Cin, p.H = H, p.W = W, p.Cout = Cout, p.k = k, p.OH = OH, p.OW = OW;
+    p.stride = a.stride, p.padding = a.padding;
+    if (B > 0 && Cout > 0 && OH > 0 && OW > 0) cuda::conv2d(ctx, p);
+    return;
+#else
+    detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
+  }
   const int64_t K = Cin * k * k, P = OH * OW;
   // A 1 x 1 convolution at stride 1 without padding is the GEMM on the image itself.
   const bool pointwise = k == 1 && a.stride == 1 && a.padding == 0;

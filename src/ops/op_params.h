@@ -28,4 +28,31 @@ struct GemmParams {
   Activation act = Activation::none;
 };
 
+/// One convolution (ops::conv2d, validated): x [B, Cin, H, W], w [Cout, Cin, k, k], y [B, Cout,
+/// OH, OW], NCHW contiguous; bias [Cout] or null.
+struct Conv2dParams {
+  const float *x = nullptr, *w = nullptr, *bias = nullptr;
+  float* y = nullptr;
+  int64_t B = 0, Cin = 0, H = 0, W = 0, Cout = 0, k = 0, OH = 0, OW = 0, stride = 1, padding = 0;
+};
+
+/// One windowed attention (ops::window_attention / window_attention_backward, validated): the
+/// rows come in W windows of N tokens; window w uses mask[w mod M].
+struct WindowAttentionParams {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;  // [R, NH HS] each, row strides ldq, ldk, ldv
+  float* out = nullptr;                                   // forward: written; backward: read
+  int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0;
+  const float* bias = nullptr;  // [NH, N, N] contiguous
+  const float* mask = nullptr;  // [M, N, N] contiguous, or null
+  int64_t masks = 0;            // M
+  float* lse = nullptr;         // [NH, R]: forward output (optional there), backward input
+  int64_t num_heads = 0, head_size = 0, window = 0, windows = 0;  // NH, HS, N, W (R = W N)
+  float scale = 0.0f;
+  // Backward only.
+  const float* dout = nullptr;  // [R, NH HS], row stride lddo
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // overwritten; row strides lddq, lddk, lddv
+  int64_t lddo = 0, lddq = 0, lddk = 0, lddv = 0;
+  float* dbias = nullptr;       // [NH, N, N], accumulated (+=); null: not wanted
+};
+
 }  // namespace unmask::ops

@@ -271,8 +271,8 @@ void attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Te
 
 /// y = F.conv2d(x, w, bias, stride, padding): x f32 [B, Cin, H, W] NCHW contiguous, w [Cout, Cin,
 /// k, k], bias [Cout] or null, y [B, Cout, OH, OW] (OH = (H + 2 padding - k) / stride + 1). CPU:
-/// each image unfolded (im2col) and one GEMM (oneDNN's matmul in a oneDNN build). Float64
-/// oracle: ref/conv_ref.h.
+/// each image unfolded (im2col) and one GEMM (oneDNN's matmul in a oneDNN build); CUDA: cuDNN,
+/// fp32 FMA math (loaded at the first call). Float64 oracle: ref/conv_ref.h.
 struct Conv2dArgs {
   int64_t stride = 1, padding = 0;
   const Tensor* bias = nullptr;
@@ -287,7 +287,7 @@ void conv2d(Context& ctx, const Tensor& x, const Tensor& w, Tensor& y, const Con
 // bias: f32 [NH, N, N] contiguous (a relative-position table gathered for the block), or null;
 // mask: f32 [M, N, N] contiguous (0 inside a shifted-window region, -100 across), window w
 // taking mask w mod M (the windows of a sample in order, samples one after another), or null.
-// Float64 oracle: ref/window_attention_ref.h. CPU only so far (f32).
+// Float64 oracle: ref/window_attention_ref.h. f32 on the CPU and on CUDA.
 struct WindowAttentionArgs {
   int num_heads = 0;
   int64_t window = 0;          // N tokens per window (Video Swin 8x7x7 = 392, Swin 7x7 = 49)

@@ -1,10 +1,13 @@
 // ops/window_attention.cc: the windowed-attention front-ends (semantics in ops.h): validate once,
-// then the CPU kernel (cpu/window_attention_cpu.h).
+// then the CPU kernel (cpu/window_attention_cpu.h) or the CUDA one (cuda/window_attention.cu).
 #include <cmath>
 #include <string>
 #include <utility>
 
 #include "cpu/window_attention_cpu.h"
+#ifdef UNMASK_WITH_CUDA
+#include "cuda/ops_cuda.h"
+#endif
 #include "ops/op_common.h"
 #include "ops/ops.h"
 
@@ -70,9 +73,9 @@ void check_lse(const char* op, const Tensor& lse, const WindowShape& s, int num_
   detail::check_device(op, "lse", lse, device);
 }
 
-cpu::WindowAttentionParams cpu_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+WindowAttentionParams window_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const WindowAttentionArgs& a, const WindowShape& s) {
-  cpu::WindowAttentionParams p;
+  WindowAttentionParams p;
   p.q = q.data<float>(), p.k = k.data<float>(), p.v = v.data<float>();
   p.out = const_cast<float*>(out.data<float>());
   p.ldq = q.stride(0), p.ldk = k.stride(0), p.ldv = v.stride(0), p.ldo = out.stride(0);
@@ -84,11 +87,6 @@ cpu::WindowAttentionParams cpu_params(const Tensor& q, const Tensor& k, const Te
   return p;
 }
 
-void require_cpu(const char* op, const Tensor& q) {
-  if (q.device() != Device::cpu)
-    throw Unsupported(op, ": no ", device_name(q.device()), " kernel yet (the CPU runs it)",
-                      Hint("run this model on the CPU for now"));
-}
 
 }  // namespace
 
@@ -104,10 +102,16 @@ void window_attention(Context& ctx, const Tensor& q, const Tensor& k, const Tens
     for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}})
       detail::check_no_overlap(op, "lse", *lse, name, *t, false);
   }
-  require_cpu(op, q);
   if (s.R == 0) return;
-  cpu::WindowAttentionParams p = cpu_params(q, k, v, out, args, s);
+  WindowAttentionParams p = window_params(q, k, v, out, args, s);
   p.lse = lse ? lse->data<float>() : nullptr;
+  if (q.device() == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    return cuda::window_attention_forward(ctx, p);
+#else
+    detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
+  }
   cpu::window_attention_forward(ctx, p);
 }
 
@@ -134,14 +138,20 @@ void window_attention_backward(Context& ctx, const Tensor& q, const Tensor& k, c
     detail::check_device(op, "dbias", *dbias, q.device());
     for (const auto& [in_name, in] : inputs) detail::check_no_overlap(op, "dbias", *dbias, in_name, *in, false);
   }
-  require_cpu(op, q);
   if (s.R == 0) return;
-  cpu::WindowAttentionParams p = cpu_params(q, k, v, out, args, s);
+  WindowAttentionParams p = window_params(q, k, v, out, args, s);
   p.lse = const_cast<float*>(lse.data<float>());
   p.dout = dout.data<float>(), p.lddo = dout.stride(0);
   p.dq = dq.data<float>(), p.dk = dk.data<float>(), p.dv = dv.data<float>();
   p.lddq = dq.stride(0), p.lddk = dk.stride(0), p.lddv = dv.stride(0);
   p.dbias = dbias ? dbias->data<float>() : nullptr;
+  if (q.device() == Device::cuda) {
+#ifdef UNMASK_WITH_CUDA
+    return cuda::window_attention_backward(ctx, p);
+#else
+    detail::throw_unsupported(op, Device::cuda, DType::f32);
+#endif
+  }
   cpu::window_attention_backward(ctx, p);
 }
 

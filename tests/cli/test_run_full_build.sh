@@ -16,14 +16,14 @@ has() { grep -qE -- "$1" "$2" && ok || bad "expected /$1/ in $2: $(cat "$2")"; }
 
 # Stages 4 then 3 (the reverse of their numbers), and a stage that does not exist.
 # MAX_OUT_FILES=3: the dry run writes ~6 files, so the results are archived as on the GPU.
-DEVICE=cpu STAGES='4 3 9' MAX_OUT_FILES=3 OUT="$T/a" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/a.log" 2>&1
+DEVICE=cpu STAGES='4 3 12' MAX_OUT_FILES=3 OUT="$T/a" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/a.log" 2>&1
 [ $? = 0 ] && ok || bad "rc $? (want 0): $(tail -5 "$T/a.log")"
 S="$T/a/summary.txt"
 has '^bench infer --device cpu: rc 0 at [0-9]+s, 2 rows$' "$S"
 has '^pretrain cpu vs cpu: rc 0' "$S"
 has '^dev vs cpu: loss and grad-norm curves rel diff .*: ok$' "$S"
 if command -v mpirun > /dev/null; then has '^ranks vs cpu: loss and grad-norm curves rel diff .*: ok$' "$S"; fi
-has '^stage 9: no such stage \(1-8\)$' "$S"
+has '^stage 12: no such stage \(1-9\)$' "$S"
 first_infer=$(grep -n '^bench infer' "$S" | head -1 | cut -d: -f1)
 first_pretrain=$(grep -n '^pretrain cpu vs' "$S" | head -1 | cut -d: -f1)
 [ -n "$first_infer" ] && [ -n "$first_pretrain" ] && [ "$first_infer" -lt "$first_pretrain" ] && ok ||
