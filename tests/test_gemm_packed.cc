@@ -244,6 +244,12 @@ TEST(OpsGemmBf16, TrainingGemmMatchesTheRoundedReference) {
         EXPECT_TRUE(all_close(got, cd, tol)) << "bf16 gemm vs float64 on rounded operands";
         EXPECT_FALSE(all_close(got, cd32, tol)) << "no rounding seen";
       }
+  // K = 0 with beta = 0: c = 0 even where it held NaN (c is not read).
+  Tensor a0 = Tensor::empty({7, 0}, DType::f32), b0 = Tensor::empty({0, 9}, DType::f32);
+  Tensor c0 = Tensor::empty({7, 9}, DType::f32);
+  std::fill_n(c0.data<float>(), c0.numel(), std::nanf(""));
+  ops::gemm(ctx, a0, ops::Trans::no, b0, ops::Trans::no, c0);
+  for (int64_t i = 0; i < c0.numel(); ++i) ASSERT_EQ(c0.data<float>()[i], 0.0f) << "K = 0, element " << i;
   ops::set_training_precision(ctx, "fp32");
   EXPECT_EQ(ctx.cpu_gemm_dtype(), DType::f32);
 }

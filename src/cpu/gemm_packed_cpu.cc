@@ -309,7 +309,11 @@ void gemm_tile_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
 #if defined(UNMASK_WITH_DNNL)
   thread_local std::vector<uint16_t> a16, b16;
   thread_local std::vector<float> out_buf, pad_buf;
-  if (K == 0) return scale_accumulate(c, 0, c, ldc, M, N, 0.0f, beta);  // c = beta c (reads c only if beta != 0)
+  if (K == 0) {  // no product: c = beta c (c is not read when beta == 0)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = beta == 0.0f ? 0.0f : beta * c[m * ldc + n];
+    return;
+  }
   omp_set_num_threads(1);
   to_bf16(ta, a, lda, M, K, a16);  // op(a) [M, K]
   to_bf16(tb, b, ldb, K, N, b16);  // op(b) [K, N]

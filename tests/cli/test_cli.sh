@@ -58,7 +58,15 @@ if ! "$U" version | grep -q "cuda backend: yes"; then  # a CPU-only build says h
   expect 1 "built without the CUDA backend" -- "$U" bench videomae --device cuda --model tiny --synthetic
   expect 1 "built without the CUDA backend" -- "$U" pretrain-video --device cuda --data "$W/none" --output "$W/v"
 fi
-expect 1 "--precision bf16 needs --device cuda" -- "$U" bench videomae --model tiny --synthetic --precision bf16
+# --precision bf16 on the CPU: refused without a bf16 matrix unit (ONEDNN_MAX_CPU_ISA hides it),
+# bf16 GEMMs where oneDNN finds one; tf32 stays CUDA-only.
+expect 1 "--precision bf16 on the CPU needs a bf16 matrix unit" -- env ONEDNN_MAX_CPU_ISA=AVX512_CORE "$U" bench videomae \
+  --model tiny --synthetic --precision bf16
+if ! "$U" version | grep -q "cpu bf16 unit: none"; then
+  expect 0 "bf16 GEMMs" -- "$U" bench videomae --model tiny --synthetic --batch 2 --steps 1 --warmup 0 --peak-gflops 1 \
+    --precision bf16
+fi
+expect 1 "--precision tf32 needs --device cuda" -- "$U" bench videomae --model tiny --synthetic --precision tf32
 expect 0 "fp32 (act bf16)" -- "$U" bench videomae --model tiny --synthetic --batch 2 --steps 1 --warmup 0 \
   --peak-gflops 1 --activations bf16
 expect 1 "--activations must be f32 or bf16" -- "$U" bench videomae --model tiny --synthetic --activations fp8
@@ -102,7 +110,12 @@ damaged; rm "$W/d/vocab.txt"
 expect 1 "no vocab.txt" -- "$U" infer --model "$W/d" --text hi
 expect 1 "--batch must be a comma-separated list" -- "$U" bench infer --batch 0
 expect 1 "--format must be" -- "$U" bench infer --format xml
-expect 1 "--precision bf16 needs --device cuda" -- "$U" bench infer --precision bf16 --batch 1 --seq 8
+expect 1 "--precision bf16 on the CPU needs a bf16 matrix unit" -- env ONEDNN_MAX_CPU_ISA=AVX512_CORE "$U" bench infer \
+  --precision bf16 --batch 1 --seq 8
+if ! "$U" version | grep -q "cpu bf16 unit: none"; then
+  expect 0 "bf16 products on" -- "$U" bench infer --precision bf16 --batch 1 --seq 8 --iters 1 --warmup 1 --min-time 0
+fi
+expect 1 "--precision fp16 needs --device cuda" -- "$U" bench infer --precision fp16 --batch 1 --seq 8
 expect 1 "--precision must be fp32, tf32, bf16 or fp16" -- "$U" bench infer --precision fp8 --batch 1 --seq 8
 expect 1 "--cuda-graph must be on or off" -- "$U" bench infer --cuda-graph maybe --batch 1 --seq 8
 # Seed 003's side-by-side columns from a peer's JSON rows: the fastest row per shape, "OOM" where
