@@ -281,10 +281,7 @@ std::string checked_precision(const Args& args, Device device, bool allow_fp16, 
     throw Error("--precision must be ", allow_fp16 ? "fp32, tf32, bf16 or fp16" : "fp32, tf32 or bf16", ", got '", p,
                 "'");
   if (device != Device::cuda && p == "bf16" && cpu_bf16) {
-    if (!*ops::cpu_bf16_unit())
-      throw Error("--precision bf16 on the CPU needs a bf16 matrix unit (Intel AMX, or AVX-512 BF16 on Intel Cooper "
-                  "Lake and later / AMD Zen 4 and later); this CPU has neither (`unmask version`)",
-                  Hint("use --precision fp32 here"));
+    ops::require_cpu_bf16_unit("--precision bf16");
     return p;
   }
   if (device != Device::cuda && p != "fp32") throw Error("--precision ", p, " needs --device cuda", Hint(hint));

@@ -186,8 +186,9 @@ int bench_infer(int argc, char** argv) {
                       : device == Device::cuda ? gpu_peak(ctx, precision).gflops
                       : cpu_bf16               ? train::measure_bf16_peak_gflops(ctx.num_threads())
                                                : train::measure_peak_gflops(ctx.num_threads());
-  const std::string cpu_unit = cpu_bf16 ? std::string(" kernels, bf16 products on ") + ops::cpu_bf16_unit() +
-                                              (std::string(ops::cpu_bf16_unit()) == "amx" ? "; peak: AVX-512 BF16's" : "")
+  const std::string bf16_unit = ops::cpu_bf16_unit();
+  const std::string cpu_unit = cpu_bf16 ? " kernels, bf16 products on " + bf16_unit +
+                                              (bf16_unit == "amx" ? "; peak: AVX-512 BF16's" : "")
                                         : " kernels";
 
   const PeerRows peer = args->has("peer") ? read_peer_rows(args->get("peer")) : PeerRows{};

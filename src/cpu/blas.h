@@ -56,6 +56,7 @@ ops::PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute = DTy
 const char* bf16_unit();
 /// One tile of a bf16 GEMM on the calling thread: c [M, N] (ldc) = alpha * op(a) @ op(b) +
 /// beta * c with op(a), op(b) rounded to bf16 (RNE) and fp32 accumulation (oneDNN matmul).
+/// K >= 1 (cpu::gemm sends K = 0, c = beta c, to its sgemm).
 void gemm_tile_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 /// Runs c = act(alpha * a @ W^T + bias + beta * c) with p.b unused (the weights come from w;

@@ -186,7 +186,7 @@ void gemm(Context& ctx, const ops::GemmParams& p) {
       const float* a = p.a + i * p.batch_stride_a + (ta ? m0 : m0 * p.lda);  // op(a) rows m0..
       const float* b = p.b + i * p.batch_stride_b + (tb ? n0 * p.ldb : n0);  // op(b) cols n0..
       float* c = p.c + i * p.batch_stride_c + m0 * p.ldc + n0;               // [mlen, nlen]
-      if (bf16)
+      if (bf16 && p.K > 0)
         gemm_tile_bf16(ta, tb, mlen, nlen, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, c, p.ldc);
       else
         sgemm(backend, 1, ta, tb, mlen, nlen, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, c, p.ldc);

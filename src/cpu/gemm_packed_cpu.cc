@@ -252,6 +252,13 @@ ops::PackedWeight pack_dnnl(Context& ctx, const Tensor& w, DType compute) {
   return ops::PackedWeight(std::move(impl), N, K, Device::cpu, bytes, compute);
 }
 
+// op(x) [rows, cols] of a row-major x (ld) -> bf16 [rows, cols] (ld cols), rounded to nearest even.
+void to_bf16(bool trans, const float* x, int64_t ld, int64_t rows, int64_t cols, std::vector<uint16_t>& out) {
+  if (int64_t(out.size()) < rows * cols) out.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t q = 0; q < cols; ++q) out[size_t(r * cols + q)] = f32_to_bf16(trans ? x[q * ld + r] : x[r * ld + q]);
+}
+
 // One task: rows [m0, m0 + mlen) of slice `sl` (see the file comment).
 void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmParams& p, int64_t m0,
                    int64_t mlen, const CpuKernels& k) {
@@ -260,11 +267,7 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
   omp_set_num_threads(1);
   const float* a = p.a + m0 * p.lda;
   const bool bf16 = W.type == memory::data_type::bf16;
-  if (bf16) {  // this tile's rows of a, rounded to bf16 ([mlen, K], ld K): M K of M K n work
-    if (int64_t(a16.size()) < mlen * W.K) a16.resize(size_t(mlen * W.K));
-    for (int64_t m = 0; m < mlen; ++m)
-      for (int64_t kk = 0; kk < W.K; ++kk) a16[size_t(m * W.K + kk)] = f32_to_bf16(a[m * p.lda + kk]);
-  }
+  if (bf16) to_bf16(false, a, p.lda, mlen, W.K, a16);  // this tile's rows of a ([mlen, K], ld K): M K of M K n work
   float* c = p.c + m0 * p.ldc + sl.n0;
   const bool direct = p.alpha == 1.0f && p.beta == 0.0f;  // write c in place
   float* dst = direct ? c : scratch(out_buf, mlen * sl.n);
@@ -277,7 +280,6 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
   if (prim->wdesc != sl.wdesc) {  // this M wants another layout: reorder for this call
     g_slow_reorders.fetch_add(1, std::memory_order_relaxed);
     weights = memory(prim->wdesc, engine(), scratch(w_buf, int64_t(prim->wdesc.get_size() / 4) + 16));
-
     reorder(sl.packed, weights);
   }
   memory src(prim->src, engine(), bf16 ? static_cast<void*>(a16.data()) : const_cast<float*>(a));
@@ -294,12 +296,6 @@ void run_dnnl_tile(const DnnlWeight& W, const DnnlSlice& sl, const ops::GemmPara
   if ((p.bias && !fused.bias) || (p.act != ops::Activation::none && fused.act == ops::Activation::none))
     k.bias_act_rows(c, p.ldc, p.bias ? p.bias + sl.n0 : nullptr, c, p.ldc, mlen, sl.n, p.act);
 }
-// op(x) [rows, cols] of a row-major x (ld) -> bf16 [rows, cols] (ld cols), rounded to nearest even.
-void to_bf16(bool trans, const float* x, int64_t ld, int64_t rows, int64_t cols, std::vector<uint16_t>& out) {
-  if (int64_t(out.size()) < rows * cols) out.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t q = 0; q < cols; ++q) out[size_t(r * cols + q)] = f32_to_bf16(trans ? x[q * ld + r] : x[r * ld + q]);
-}
 #endif  // UNMASK_WITH_DNNL
 
 }  // namespace
@@ -309,11 +305,6 @@ void gemm_tile_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
 #if defined(UNMASK_WITH_DNNL)
   thread_local std::vector<uint16_t> a16, b16;
   thread_local std::vector<float> out_buf, pad_buf;
-  if (K == 0) {  // no product: c = beta c (c is not read when beta == 0)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) c[m * ldc + n] = beta == 0.0f ? 0.0f : beta * c[m * ldc + n];
-    return;
-  }
   omp_set_num_threads(1);
   to_bf16(ta, a, lda, M, K, a16);  // op(a) [M, K]
   to_bf16(tb, b, ldb, K, N, b16);  // op(b) [K, N]

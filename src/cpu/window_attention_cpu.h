@@ -23,7 +23,6 @@ namespace unmask::cpu {
 
 using ops::WindowAttentionParams;  // ops/op_params.h
 
-
 void window_attention_forward(Context& ctx, const WindowAttentionParams& p);
 void window_attention_backward(Context& ctx, const WindowAttentionParams& p);
 

@@ -7,6 +7,9 @@
 // fastest algorithm cuDNN's heuristics rank first that fits 256 MiB of workspace; descriptors
 // per call (a tokenizer runs a few dozen convolutions a batch), one handle per context stream.
 #include <dlfcn.h>
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>  // only to check the values below against it
+#endif
 
 #include <cstddef>
 #include <mutex>
@@ -46,11 +49,6 @@ struct AlgoPerf {  // cudnnConvolutionFwdAlgoPerf_t
 };
 
 #if __has_include(<cudnn.h>)  // where the headers are (the CI build), the values are checked
-}  // namespace
-}  // namespace unmask::cuda
-#include <cudnn.h>
-namespace unmask::cuda {
-namespace {
 static_assert(kFloat == CUDNN_DATA_FLOAT && kNchw == CUDNN_TENSOR_NCHW && kCrossCorrelation == CUDNN_CROSS_CORRELATION &&
               kFmaMath == CUDNN_FMA_MATH);
 static_assert(sizeof(AlgoPerf) == sizeof(cudnnConvolutionFwdAlgoPerf_t) &&

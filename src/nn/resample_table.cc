@@ -75,7 +75,7 @@ std::vector<double> resample_axis(const std::vector<double>& in, const int64_t (
 }  // namespace
 
 Tensor resample_table(const Tensor& table, int64_t from_frames, int64_t from_height, int64_t from_width,
-                                  int64_t to_frames, int64_t to_height, int64_t to_width) {
+                      int64_t to_frames, int64_t to_height, int64_t to_width) {
   UNMASK_CHECK(
       from_frames >= 1 && from_height >= 1 && from_width >= 1 && to_frames >= 1 && to_height >= 1 && to_width >= 1,
       "resample_table: grids must be positive, got ", from_frames, "x", from_height, "x", from_width,

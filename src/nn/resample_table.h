@@ -15,6 +15,6 @@ namespace unmask::train {
 /// (mode='linear', align_corners=False), computed in double; f32 [1, T'*H'*W', D]. Equal grids
 /// give the table back unchanged. For the fixed sinusoid table regenerate it instead.
 Tensor resample_table(const Tensor& table, int64_t from_frames, int64_t from_height, int64_t from_width,
-                                  int64_t to_frames, int64_t to_height, int64_t to_width);
+                      int64_t to_frames, int64_t to_height, int64_t to_width);
 
 }  // namespace unmask::train

@@ -17,15 +17,20 @@ void set_training_precision(Context& ctx, const std::string& precision) {
     cuda::cuda_state(ctx).set_training_precision(precision == "tf32", precision == "bf16" ? DType::bf16 : DType::f32);
 #endif
   if (ctx.device() == Device::cpu) {
-    if (precision == "bf16" && !*cpu::bf16_unit())
-      throw Unsupported("precision bf16 on the CPU needs a bf16 matrix unit (AMX or AVX-512 BF16); this CPU has neither",
-                        Hint("use fp32 here (`unmask version` shows the unit)"));
+    if (precision == "bf16") require_cpu_bf16_unit("precision bf16");
     ctx.set_cpu_gemm_dtype(precision == "bf16" ? DType::bf16 : DType::f32);
   }
 }
 
 const char* cpu_bf16_unit() { return cpu::bf16_unit(); }
 
+void require_cpu_bf16_unit(const std::string& what) {
+  if (!*cpu::bf16_unit())
+    throw Unsupported(what,
+                      " on the CPU needs a bf16 matrix unit (Intel AMX, or AVX-512 BF16 on Intel Cooper Lake and "
+                      "later / AMD Zen 4 and later); this CPU has neither (`unmask version` names the unit)",
+                      Hint("use fp32 here"));
+}
 std::string gpu_name(Context& ctx) {
 #ifdef UNMASK_WITH_CUDA
   if (ctx.device() == Device::cuda) return cuda::cuda_state(ctx).props.name;

@@ -17,6 +17,9 @@ void set_training_precision(Context& ctx, const std::string& precision);
 /// The CPU's bf16 matrix unit oneDNN dispatches to: "amx" (AMX tiles), "avx512_bf16"
 /// (AVX-512 BF16 dot products) or "" (neither, or a build without oneDNN).
 const char* cpu_bf16_unit();
+/// Throws Unsupported "<what> on the CPU needs a bf16 matrix unit (...)" when cpu_bf16_unit() is
+/// empty: the one refusal every CPU bf16 entry point gives.
+void require_cpu_bf16_unit(const std::string& what);
 /// "1x <GPU name>" on CUDA, "CPU (<n> threads)" on the CPU.
 std::string device_description(Context& ctx);
 /// The GPU's name ("" on the CPU).

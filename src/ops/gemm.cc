@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cpu/blas.h"
+#include "ops/device_info.h"
 #include "ops/op_common.h"
 #include "ops/op_params.h"
 #include "ops/ops.h"
@@ -203,10 +204,12 @@ PackedWeight pack_weight(Context& ctx, const Tensor& w, DType compute) {
                w.describe());
   UNMASK_CHECK(compute == DType::f32 || compute == DType::bf16, "pack_weight: compute must be f32 or bf16, got ",
                dtype_name(compute));
-  if (compute == DType::bf16 && (w.device() != Device::cpu || !*cpu::bf16_unit()))
-    throw Unsupported("pack_weight: bf16 products need a CPU with a bf16 matrix unit (AMX or AVX-512 BF16) and a "
-                      "oneDNN build; this ", w.device() == Device::cpu ? "CPU has neither" : "weight is not on the CPU",
-                      Hint("use fp32 here"));
+  if (compute == DType::bf16) {
+    if (w.device() != Device::cpu)
+      throw Unsupported("pack_weight: bf16 products are a CPU path; w is on ", device_name(w.device()),
+                        Hint("use fp32 here"));
+    require_cpu_bf16_unit("pack_weight: bf16 products");
+  }
   switch (w.device()) {
     case Device::cpu: return cpu::pack_weight(ctx, w, compute);
     case Device::cuda: break;

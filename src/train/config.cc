@@ -592,9 +592,8 @@ void PretrainConfig::validate() const {
   if (precision != GemmPrecision::fp32 && precision != GemmPrecision::bf16 && device != Device::cuda)
     throw Error(where("precision"), ": precision = \"", precision_name(precision),
                 "\" needs device = \"cuda\" (the CPU GEMMs are fp32 or bf16)");
-  if (precision == GemmPrecision::bf16 && device == Device::cpu && !*ops::cpu_bf16_unit())
-    throw Error(where("precision"), ": precision = \"bf16\" on the CPU needs a bf16 matrix unit (AMX or AVX-512 BF16); "
-                "this CPU has neither (`unmask version`)", Hint("use precision = \"fp32\" here"));
+  if (precision == GemmPrecision::bf16 && device == Device::cpu)
+    ops::require_cpu_bf16_unit(where("precision") + ": precision = \"bf16\"");
   if (activations == DType::bf16 && precision == GemmPrecision::fp16)
     throw Error(where("activations"), ": activations = \"bf16\" with precision = \"fp16\" mixes two 16-bit formats",
                 Hint("use precision = \"bf16\" with bf16 activations"));

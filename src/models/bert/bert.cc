@@ -452,9 +452,7 @@ void BertModel::to(Context& ctx, DType dtype) {
                "BertModel::to: dtype must be f32, bf16 or f16, got ", dtype_name(dtype));
   if (dev == Device::cpu && dtype == DType::bf16) {
     // The CPU keeps f32 activations and weights until packing: bf16 is the packed GEMMs' math.
-    if (!*ops::cpu_bf16_unit())
-      throw Unsupported("BertModel::to(cpu, bf16): this CPU has no bf16 matrix unit (AMX or AVX-512 BF16)",
-                        Hint("run f32 here"));
+    ops::require_cpu_bf16_unit("BertModel::to(cpu, bf16)");
     for (const BertLayerWeights& l : W.layers)
       if (l.qkv_p.defined() && l.qkv_p.compute() != DType::bf16)
         throw Error("BertModel::to(cpu, bf16): a CPU forward has already packed the weights as f32",

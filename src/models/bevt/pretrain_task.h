@@ -72,7 +72,9 @@ class BevtPretrainTask final : public train::TrainTask {
   // The step's sums over its micro-batches: losses, masked tokens and hits per stream.
   double video_loss_ = 0, image_loss_ = 0;
   int64_t video_masked_ = 0, video_correct_ = 0, image_masked_ = 0, image_correct_ = 0, micro_batches_ = 0;
-  int64_t majority_ = 0, context_ = 0;  // masked tokens whose target is their micro-batch stream's most common one
+  // Masked tokens whose target is their micro-batch stream's most common one (majority_), or
+  // their sample's most common visible one (context_): the two baselines of the accuracy.
+  int64_t majority_ = 0, context_ = 0;
   int64_t samples_ = 0;
 };
 
