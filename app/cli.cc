@@ -293,6 +293,10 @@ std::string precision_of(const Args& args, Device device) {
   return checked_precision(args, device, false, true, "the CPU GEMMs are fp32 or bf16");
 }
 
+std::string training_precision_of(const Args& args, Device device) {
+  return checked_precision(args, device, true, true, "the CPU GEMMs are fp32 or bf16");
+}
+
 std::string inference_precision_of(const Args& args, Device device) {
   return checked_precision(args, device, true, true, "the CPU kernels are fp32 or bf16");
 }

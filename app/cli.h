@@ -80,6 +80,9 @@ Device device_of(const Args& args);
 /// `--precision fp32|tf32|bf16` checked against the device (tf32 and bf16 are CUDA tensor-core
 /// modes; the CPU is fp32). Returns the value.
 std::string precision_of(const Args& args, Device device);
+/// The same with fp16 allowed (CUDA: fp16 GEMM operands, fp32 accumulation and master weights),
+/// for a training command whose loop scales the loss (--loss-scaling dynamic).
+std::string training_precision_of(const Args& args, Device device);
 /// `--precision fp32|tf32|bf16|fp16` of an inference command, checked against the device
 /// (everything but fp32 needs CUDA): tf32 runs the f32 weights' GEMMs on TF32 tensor cores; bf16
 /// and fp16 convert the weights (and so the activations) to that type. Returns the value.

@@ -13,8 +13,9 @@
 // clip rate, and no images). Then what the hardware did: clips/s and images/s, the FLOPs of an
 // iteration as BEVT defines it (every position, every frame) and as unmask ran it (the masked
 // positions, the frames with a masked cell), TFLOP/s and the fraction of the measured peak.
-// The input: random pixels made once, masks drawn for every iteration (the seed's mini data is
-// not public, bevt.md 1.6).
+// The input: random pixels made once (on the GPU with --device cuda: the input already on the
+// device), masks drawn for every iteration (the seed's mini data is not public, bevt.md 1.6).
+// --device cuda times each iteration to the end of its GPU work (a synchronise before the clock).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,15 +50,17 @@ int bench_bevt(int argc, char** argv) {
       {"crop", "S", "side of clips and images", "224"},
       {"threads", "N", "compute threads (0 = all cores)", "0"},
       {"seed", "N", "seed of the weights, pixels and masks", "0"},
-      {"peak-gflops", "G", "the MFU denominator (default: measured FMA peak)", ""},
+      {"peak-gflops", "G", "the MFU denominator (default: the measured FMA peak; CUDA: the measured GEMM rate)", ""},
+      {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores; bf16 on a CPU with a bf16 unit), "
+       "fp32 master weights", "fp32"},
       device_option(),
   };
   specs.insert(specs.end(), own.begin(), own.end());
   auto parsed = Args::parse("bench bevt", "BEVT's training benchmark (FAMBench run_bevt_train.sh)", specs, argc, argv, 3);
   if (!parsed) return 0;
   const Args& a = *parsed;
-  if (device_of(a) != Device::cpu)
-    throw Error("bench bevt: BEVT runs on the CPU so far", Hint("the CUDA path is the next BEVT issue; use --device cpu"));
+  const Device device = device_of(a);
+  const std::string precision = precision_of(a, device);
   const bevt::SwinConfig config = bevt_swin_config(a);
   const int64_t vocab = a.get_int("vocab"), BS = a.get_int("batch-size"), max_steps = a.get_int("max-steps");
   const int64_t skip = a.get_int("skip"), epochs = a.get_int("epochs"), nodes = a.get_int("nodes");
@@ -70,11 +73,16 @@ int bench_bevt(int argc, char** argv) {
   data.frames = a.get_int("frames"), data.crop = a.get_int("crop"), data.seed = uint64_t(a.get_int("seed"));
   const int64_t clips = BS / 2, images = 4 * BS, T = data.frames, S = data.crop;
 
-  Context ctx({.num_threads = int(a.get_int("threads"))});
-  const double peak = a.has("peak-gflops") ? a.get_double("peak-gflops") : train::measure_peak_gflops(ctx.num_threads());
+  Context ctx({.num_threads = int(a.get_int("threads")), .device = device});
+  const std::string devices_name = setup_device(ctx, precision);
+  const double peak = a.has("peak-gflops")        ? a.get_double("peak-gflops")
+                      : device == Device::cuda ? gpu_matmul_peak(ctx, precision)
+                      : precision == "bf16"    ? train::measure_bf16_peak_gflops(ctx.num_threads())
+                                               : train::measure_peak_gflops(ctx.num_threads());
   std::string tokenizer_what;
-  const bevt::DalleEncoder tokenizer = bevt_tokenizer(a, vocab, data.seed + 2, &tokenizer_what);
+  const bevt::DalleEncoder tokenizer = bevt_tokenizer(a, vocab, data.seed + 2, &tokenizer_what).to(device);
   bevt::BevtPretrainModel model = bevt::BevtPretrainModel::random(config, vocab, data.seed);
+  model.to(ctx);  // before the Optimizer takes the parameters
   int64_t params = 0;
   for (const Param& p : model.params()) params += p.value.numel();
   Optimizer opt({.kind = OptimizerKind::adamw, .lr = 5e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
@@ -94,16 +102,21 @@ int bench_bevt(int argc, char** argv) {
     batch.video_frames = Tensor::empty({clips * T, 3, S / 2, S / 2}, DType::f32), fill(batch.video_frames, true);
     batch.images = Tensor::empty({images, 3, S, S}, DType::f32), fill(batch.images, false);
     batch.image_frames = Tensor::empty({images, 3, S / 2, S / 2}, DType::f32), fill(batch.image_frames, true);
+    for (Tensor* t : {&batch.videos, &batch.video_frames, &batch.images, &batch.image_frames})
+      if (device != Device::cpu) *t = t->to(device);  // the input already on the device
   }
   const double defined = bevt::bevt_iteration_flops(config, vocab, tokenizer.config, clips, T, images, S);
   std::printf("# unmask bench bevt: Swin %s (C %lld, depths %lld/%lld/%lld/%lld, window %lldx%lldx%lld; %lld "
               "trainable parameters), BS %lld: %lld clips x %lld x %lld^2 + %lld images an iteration, AdamW every 2nd; "
-              "%s; %s, %d threads, peak %.0f GFLOP/s%s\n",
+              "%s; %s, %s, %s GEMMs, peak %.0f GFLOP/s%s\n",
               a.get("size").c_str(), (long long)config.embed_dim, (long long)config.depths[0],
               (long long)config.depths[1], (long long)config.depths[2], (long long)config.depths[3],
               (long long)config.window[0], (long long)config.window[1], (long long)config.window[2], (long long)params,
               (long long)BS, (long long)clips, (long long)T, (long long)S, (long long)images, tokenizer_what.c_str(),
-              ctx.cpu_isa(), ctx.num_threads(), peak, a.has("peak-gflops") ? " (given)" : " (measured FMA loop)");
+              devices_name.c_str(), device == Device::cpu ? ctx.cpu_isa() : "CUDA", precision.c_str(), peak,
+              a.has("peak-gflops")     ? " (given)"
+              : device == Device::cuda ? " (measured GEMM rate)"
+                                       : " (measured dot-product loop)");
   std::fflush(stdout);
 
   std::vector<double> epoch_means;
@@ -123,6 +136,7 @@ int bench_bevt(int argc, char** argv) {
       const bevt::BevtStepStats st = bevt::bevt_pretrain_step(ctx, model, &tokenizer, batch, so);
       if (!std::isfinite(st.loss())) throw Error("bench bevt: iteration ", i, " gave a non-finite loss");
       if (i % 2 == 1) opt.step(ctx, 5e-4f);
+      ctx.synchronize();  // the iteration's queued GPU work is part of its time
       const auto now = std::chrono::steady_clock::now();
       const double s = std::chrono::duration<double>(now - last).count();
       last = now;
@@ -148,7 +162,7 @@ int bench_bevt(int argc, char** argv) {
   for (double m : epoch_means) var += (m - mean) * (m - mean);
   const auto slow = std::max_element(epoch_means.begin(), epoch_means.end());
   const auto fast = std::min_element(epoch_means.begin(), epoch_means.end());
-  const int64_t devices = nodes;  // one CPU process a node
+  const int64_t devices = nodes;  // one process (one CPU or one GPU) a node
   std::printf("-----Analyze train time of unmask bench bevt-----\n");
   std::printf("slowest epoch %lld, average time is %.4f\n", (long long)(slow - epoch_means.begin() + 1), *slow);
   std::printf("fastest epoch %lld, average time is %.4f\n", (long long)(fast - epoch_means.begin() + 1), *fast);
@@ -158,10 +172,11 @@ int bench_bevt(int argc, char** argv) {
   const double ran = run_flops / double(window_its), per_s = window_s / double(window_its);
   std::printf("honest figures (iterations %lld..%lld): %.3f clips/s, %.2f images/s per device; %.3f TFLOP an "
               "iteration as BEVT defines it, %.3f TFLOP as run (masked positions, tokenizer on masked frames: %.1f%% "
-              "less); %.1f GFLOP/s as run = %.1f%% of the %.0f GFLOP/s peak (%.1f%% counting BEVT's FLOPs); peak RSS %.0f MiB\n",
+              "less); %.1f GFLOP/s as run = %.1f%% of the %.0f GFLOP/s peak (%.1f%% counting BEVT's FLOPs); peak RSS %.0f MiB%s\n",
               (long long)skip, (long long)max_steps - 1, double(clips) / per_s, double(images) / per_s, defined / 1e12,
               ran / 1e12, 100.0 * (1.0 - ran / defined), ran / per_s / 1e9, 100.0 * ran / per_s / 1e9 / peak, peak,
-              100.0 * defined / per_s / 1e9 / peak, peak_rss_mb());
+              100.0 * defined / per_s / 1e9 / peak, peak_rss_mb(),
+              device == Device::cuda ? (", peak GPU " + std::to_string(int64_t(peak_gpu_mb(ctx))) + " MiB").c_str() : "");
   return 0;
 }
 

@@ -47,6 +47,13 @@ int cmd_pretrain_bevt(int argc, char** argv) {
             {"quiet", "", "no progress output", ""},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
             {"seed", "N", "seed of the weights, samples, masks and drop path", "0"},
+            {"precision", "fp32|tf32|bf16|fp16", "GEMM precision (tf32, bf16, fp16: CUDA tensor cores; bf16 on a CPU "
+                                                 "with a bf16 unit), fp32 master weights; fp16 needs --loss-scaling "
+                                                 "dynamic (BEVT's apex O1)", "fp32"},
+            {"loss-scaling", "none|dynamic", "dynamic loss scaling: the loss times S, a step with a non-finite "
+                                             "gradient skipped and S halved, S doubled after 2000 good steps", "none"},
+            {"init-loss-scale", "S", "the first loss scale of --loss-scaling dynamic (apex: 65536)", "65536"},
+            device_option(),
             video_force_spec()},
            with(bevt_model_specs(), bevt_tokenizer_specs())),
       optimizer_specs("5e-4", "0.999", "0.05"));
@@ -95,14 +102,28 @@ int cmd_pretrain_bevt(int argc, char** argv) {
   train::LoopConfig lc = loop_config(a, out, steps, accumulation, os, bs.seed);
   lc.config.erase("tokenizer");
   lc.config_hash = train::settings_hash(lc.config);
+  const Device device = device_of(a);
+  const std::string precision = training_precision_of(a, device);
+  const std::string scaling = a.get("loss-scaling");
+  if (scaling != "none" && scaling != "dynamic") throw Error("--loss-scaling must be none or dynamic, got '", scaling, "'");
+  if (precision == "fp16" && scaling != "dynamic")
+    throw Error("--precision fp16 needs --loss-scaling dynamic", Hint("fp16 gradients underflow without a loss scale"));
+  lc.loss_scaling = scaling == "dynamic";
+  lc.init_loss_scale = a.get_double("init-loss-scale");
+  if (!(lc.init_loss_scale >= 1 && lc.init_loss_scale <= 16777216.0))
+    throw Error("--init-loss-scale must be in [1, 2^24], got ", lc.init_loss_scale);
   auto warn = [&](const std::string& w) {
     if (root) std::fprintf(stderr, "warning: %s\n", w.c_str());
   };
   const train::LoopStart start = train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", warn);
-  Context ctx({.num_threads = threads});
-  lc.peak_gflops = train::measure_peak_gflops(ctx.num_threads());
+  Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
+  setup_device(ctx, precision);
+  // MFU: the CPU's measured peak of the run's unit, the GPU's measured GEMM rate in its precision.
+  lc.peak_gflops = device == Device::cuda  ? gpu_matmul_peak(ctx, precision)
+                   : precision == "bf16" ? train::measure_bf16_peak_gflops(ctx.num_threads())
+                                         : train::measure_peak_gflops(ctx.num_threads());
   bevt::DalleEncoder tokenizer = bevt_tokenizer(a, bs.vocab, bs.seed + 2, &bs.tokenizer_name);
-  bevt::BevtPretrainTask task(bs, std::move(tokenizer), start, accumulation);
+  bevt::BevtPretrainTask task(ctx, bs, tokenizer, start, accumulation);
   if (root && !a.has("quiet"))
     std::fprintf(stderr, "pretrain-bevt: Swin %s (C %lld, depths %lld/%lld/%lld/%lld), %lld clips x %lld x %lld^2 + "
                  "%lld images a step over %lld micro-batches, %lld steps; %s; %s; %.2f GFLOP a micro-batch (BEVT's count)\n",

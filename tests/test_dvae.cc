@@ -119,7 +119,9 @@ TEST(DalleEncoder, MatchesOpenAisEncoderInPyTorch) {
   ASSERT_EQ(logits.shape(), want.shape());
   EXPECT_TRUE(all_close(flat(logits), flat(want), {1e-4, 1e-4})) << "logits";
   // ids: equal wherever PyTorch's top two logits are more than 1e-3 apart
-  const std::vector<int32_t> ids = enc.tokens(ctx, x);
+  const Tensor id_tensor = enc.tokens(ctx, x);
+  ASSERT_EQ(id_tensor.shape(), Shape({2, want.size(2) * want.size(3)}));
+  const std::vector<int32_t> ids(id_tensor.data<int32_t>(), id_tensor.data<int32_t>() + id_tensor.numel());
   const int64_t V = want.size(1), P = want.size(2) * want.size(3);
   int64_t compared = 0, distinct = 0;
   std::vector<int> seen(size_t(V), 0);

@@ -109,7 +109,7 @@ void run_case(Context& ctx, TestRng& rng, const Case& g, DType compute = DType::
 TEST(OpsGemmPacked, MatchesReferenceAndGemm) {
   TestRng rng;
   SCOPED_TRACE(rng.note());
-  const Activation acts[] = {Activation::none, Activation::gelu, Activation::gelu_tanh, Activation::tanh};
+  const Activation acts[] = {Activation::none, Activation::gelu, Activation::gelu_tanh, Activation::tanh, Activation::relu};
   std::vector<Case> cases;
   // Odd shapes x every epilogue (bias on), plus accumulate and strided variants.
   for (int64_t M : {1, 7, 128, 129})

@@ -29,7 +29,7 @@ using ops::Activation;
 namespace {
 
 const Activation kActs[] = {Activation::none, Activation::gelu, Activation::gelu_tanh,
-                            Activation::tanh};
+                            Activation::tanh, Activation::relu};
 const int64_t kWidths[] = {1, 7, 16, 33, 768, 1000};
 
 struct IsaScope {

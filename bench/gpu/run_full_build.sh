@@ -33,6 +33,13 @@
 #   9. the host CPU's bf16 unit (issue 31; these hosts may expose AMX, the 2-vCPU machines do not):
 #      `bench infer` BERT-base fp32 / bf16 / fp32 / bf16 on 2 threads (batch 1 and 8, seq 128), then
 #      tests/python/cpu_bf16_accuracy.py (bf16 error within twice PyTorch's bf16 autocast).
+#  10. BEVT on the device (issue 32): its CUDA tests (step vs the CPU, window attention, cuDNN,
+#      layout ops; also in stage 2), pretrain-bevt of a tiny model on the CPU and on the device
+#      (loss curves within 1e-3), then seed 000's table: `bench bevt --batch-size 8` in bf16 and
+#      fp32 alternating with the PyTorch BEVT peer (bench/gpu/torch_bevt_train_gpu.py: bf16
+#      autocast, SDPA with the bias as the mask, eager and torch.compile). DEVICE=cpu: the tiny
+#      curves and a tiny `bench bevt` only. The BEVT call of a GPU session is
+#        DEADLINE_S=570 STAGES='10' bash bench/gpu/run_full_build.sh carry
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
 # STAGES (default "2 3 4 5 6 7"; stage 1 always runs) picks the stages AND their order: they run as
 # listed, so the most important go first. DEADLINE_S (default 0: none) is the call's budget in
@@ -254,9 +261,55 @@ stage9() {
   note "cpu bf16 accuracy: rc $? at $(at)s: $(tail -6 "$OUT/cpu_bf16_accuracy.txt" | tr '\n' ' ')"
 }
 
+# 10. BEVT (see the header)
+stage10() {
+  if [ "$DEVICE" = cuda ] && [ -x "$BIN/unmask_cuda_tests" ]; then
+    timeout "$(lim 150)" "$BIN/unmask_cuda_tests" \
+      --gtest_filter='CudaBevt*:CudaWindowAttention*:CudaConv2d*:CudaLayoutOps*' > "$OUT/bevt_cuda_tests.log" 2>&1
+    note "bevt cuda tests: rc $? at $(at)s: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/bevt_cuda_tests.log" | tr '\n' ' ')"
+  fi
+  local tiny=(--size tiny --embed-dim 32 --depths 2,2,2,2 --heads 1,2,4,8 --window 2,4,4 --vocab 64 --frames 4
+              --crop 128 --tokenizer-hidden 16 --tokenizer-blocks 1)
+  for d in cpu "$DEVICE"; do
+    timeout "$(lim 150)" "$BIN/unmask" pretrain-bevt --output "$W/bevt_$d" "${tiny[@]}" --clips 2 --images 4 --steps 4 \
+      --accumulation 1 --drop-path 0.1 --lr 1e-3 --warmup 0.25 --seed 3 --quiet --device "$d" --force \
+      > "$OUT/bevt_pretrain_$d.log" 2>&1
+    note "pretrain-bevt --device $d: rc $? at $(at)s"
+  done
+  python3 - "$W/bevt_cpu" "$W/bevt_$DEVICE" <<'EOF' 2>&1 | tee -a "$summary"
+import json, os, sys
+def curve(d):
+    p = os.path.join(d, "metrics.jsonl")
+    return [r["loss"] for r in map(json.loads, open(p))] if os.path.exists(p) else []
+a, b = curve(sys.argv[1]), curve(sys.argv[2])
+worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=float("inf"))
+ok = len(a) == len(b) == 4 and worst <= 1e-3  # a near-tie tokenizer id may flip between cuDNN and the CPU
+print(f"pretrain-bevt device vs cpu: {len(b)} / {len(a)} steps, loss rel diff {worst:.2e}: {'ok' if ok else 'FAIL'}")
+EOF
+  if [ "$DEVICE" != cuda ]; then
+    timeout "$(lim 120)" "$BIN/unmask" bench bevt "${tiny[@]}" --batch-size 4 --max-steps 3 --skip 1 \
+      > "$OUT/bench_bevt_cpu.txt" 2>&1
+    note "bench bevt --device cpu: rc $? at $(at)s: $(grep 'average iter time' "$OUT/bench_bevt_cpu.txt")"
+    return 0
+  fi
+  # Seed 000's table, the engines alternating (bf16 first: the benchmark's reference is mixed precision).
+  timeout "$(lim 240)" python3 bench/gpu/torch_bevt_train_gpu.py --batch-size 8 --modes eager,compile \
+    --precision bf16 --iters 20 --warmup 5 >> "$OUT/torch_bevt.jsonl" 2>> "$OUT/torch_bevt.err"
+  note "pytorch bevt bf16: rc $? at $(at)s: $(cut -c1-160 "$OUT/torch_bevt.jsonl" | tr '\n' ' ')"
+  for prec in bf16 fp32; do
+    timeout "$(lim 150)" "$BIN/unmask" bench bevt --device cuda --precision $prec --batch-size 8 --max-steps 40 \
+      --skip 10 > "$OUT/bench_bevt_$prec.txt" 2> "$OUT/bench_bevt_$prec.err"
+    note "unmask bench bevt $prec: rc $? at $(at)s: $(grep -E 'average iter time|honest' "$OUT/bench_bevt_$prec.txt" \
+      | cut -c1-260 | tr '\n' ' ')"
+  done
+  timeout "$(lim 120)" python3 bench/gpu/torch_bevt_train_gpu.py --batch-size 8 --modes eager --precision fp32 \
+    --iters 10 --warmup 3 >> "$OUT/torch_bevt.jsonl" 2>> "$OUT/torch_bevt.err"
+  note "pytorch bevt fp32: rc $? at $(at)s: $(tail -1 "$OUT/torch_bevt.jsonl" | cut -c1-160)"
+}
+
 for stage in $STAGES; do
   if ! declare -F "stage$stage" > /dev/null; then
-    note "stage $stage: no such stage (1-9)"
+    note "stage $stage: no such stage (1-10)"
   elif [ "$(left)" -lt 45 ]; then
     note "stage $stage: skipped, $(left) s left before DEADLINE_S=$DEADLINE_S"
   else

@@ -173,6 +173,7 @@ dnnl::matmul::primitive_desc make_pd(int64_t M, int64_t K, int64_t n, int64_t ld
     po.append_eltwise(1.0f,
                       f.act == ops::Activation::gelu        ? dnnl::algorithm::eltwise_gelu_erf
                       : f.act == ops::Activation::gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh
+                      : f.act == ops::Activation::relu      ? dnnl::algorithm::eltwise_relu
                                                             : dnnl::algorithm::eltwise_tanh,
                       0.0f, 0.0f);
     attr.set_post_ops(po);

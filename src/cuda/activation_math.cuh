@@ -60,6 +60,7 @@ __device__ __forceinline__ float apply_act(float x, ops::Activation act) {
       return 0.5f * x * (1.0f + tanhf(u));
     }
     case ops::Activation::tanh: return tanhf(x);
+    case ops::Activation::relu: return fmaxf(x, 0.0f);
   }
   return x;
 }
@@ -102,6 +103,7 @@ __device__ __forceinline__ float act_grad(float x, ops::Activation act) {
       const float t = tanhf(x);
       return 1.0f - t * t;
     }
+    case ops::Activation::relu: return x > 0.0f ? 1.0f : 0.0f;
   }
   return 1.0f;
 }

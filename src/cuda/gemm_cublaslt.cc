@@ -193,7 +193,8 @@ void gemm_lt(CudaState& st, const GemmLtParams& p, cudaStream_t stream) {
     case ops::Activation::none: epi = p.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT; break;
     case ops::Activation::gelu_tanh: epi = p.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU; break;
     case ops::Activation::gelu:  // exact erf: cuBLASLt has only the tanh form
-    case ops::Activation::tanh: fused = false; break;
+    case ops::Activation::tanh:
+    case ops::Activation::relu: fused = false; break;
   }
   if (!bias_fusable) fused = false;
   if (!fused) epi = CUBLASLT_EPILOGUE_DEFAULT;

@@ -174,6 +174,13 @@ void conv2d(Context& ctx, const ops::Conv2dParams& p);
 void window_attention_forward(Context& ctx, const ops::WindowAttentionParams& p);
 void window_attention_backward(Context& ctx, const ops::WindowAttentionParams& p);
 
+/// The layout ops of ops.h (layout.cu), validated by the front-end; no sync.
+void transpose(Context& ctx, const float* x, float* y, int64_t B, int64_t R, int64_t C);
+void max_pool2x2(Context& ctx, const float* x, float* y, int64_t planes, int64_t H, int64_t W);
+void argmax_channels(Context& ctx, const float* x, int32_t* ids, int64_t B, int64_t C, int64_t P);
+void scale_rows(Context& ctx, const float* x, int64_t ldx, const float* scales, int64_t rows_per_group, float* y,
+                int64_t ldy, int64_t R, int64_t C);
+
 void tubelet_gather(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,
                     float* cols);
 void tubelet_target(Context& ctx, const float* videos, const ops::TubeletGeometry& g, const int32_t* ids, int64_t R,

@@ -1,6 +1,9 @@
 // nn/conv_transpose.cc: see conv_transpose.h.
 #include "nn/conv_transpose.h"
 
+#include <vector>
+
+#include "nn/window_geometry.h"
 #include "ops/ops.h"
 #include "unmask/error.h"
 
@@ -8,12 +11,16 @@ namespace unmask::train {
 
 namespace {
 
-// Calls fn(input row r, output row o, kernel offset k) for every output token.
-template <typename Fn>
-void for_each_output(int64_t batch, std::array<int64_t, 3> size, std::array<int64_t, 3> kernel, Fn&& fn) {
+// The shuffle as a row map: output token o (volume order of the upsampled volume) takes row
+// r K + k of Y viewed as [R K, Cout] (Y's columns in (k, c) order), where r is o's input token
+// and k its offset inside the kernel.
+std::vector<int32_t> shuffle_rows(int64_t batch, std::array<int64_t, 3> size, std::array<int64_t, 3> kernel) {
   const auto [D, H, W] = size;
   const auto [kd, kh, kw] = kernel;
-  const int64_t OH = H * kh, OW = W * kw, OD = D * kd;
+  const int64_t K = kd * kh * kw, OH = H * kh, OW = W * kw, OD = D * kd;
+  UNMASK_CHECK(batch * D * H * W * K < (int64_t(1) << 31), "transposed convolution: ", batch * D * H * W * K,
+               " output tokens exceed the i32 row ids");
+  std::vector<int32_t> rows(size_t(batch * D * H * W * K));
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t d = 0; d < D; ++d)
       for (int64_t h = 0; h < H; ++h)
@@ -23,9 +30,10 @@ void for_each_output(int64_t batch, std::array<int64_t, 3> size, std::array<int6
             for (int64_t e = 0; e < kh; ++e)
               for (int64_t f = 0; f < kw; ++f) {
                 const int64_t o = ((b * OD + d * kd + a) * OH + h * kh + e) * OW + w * kw + f;
-                fn(r, o, (a * kh + e) * kw + f);
+                rows[size_t(o)] = int32_t(r * K + (a * kh + e) * kw + f);
               }
         }
+  return rows;
 }
 
 }  // namespace
@@ -34,22 +42,29 @@ void conv_transpose_forward(Context& ctx, const PV& w, const PV& b, const Tensor
                             std::array<int64_t, 3> size, std::array<int64_t, 3> kernel, Tensor& y,
                             ConvTransposeSaved& saved) {
   const int64_t R = batch * size[0] * size[1] * size[2], K = kernel[0] * kernel[1] * kernel[2];
-  UNMASK_CHECK(x.ndim() == 2 && x.size(0) == R && x.device() == Device::cpu && x.dtype() == DType::f32,
-               "transposed convolution: x must be host f32 [", R, ", Cin], got ", x.describe());
+  UNMASK_CHECK(x.ndim() == 2 && x.size(0) == R && x.dtype() == DType::f32,
+               "transposed convolution: x must be f32 [", R, ", Cin], got ", x.describe());
   const int64_t Cin = x.size(1);
   UNMASK_CHECK(w.value.ndim() == 2 && w.value.size(0) == Cin && w.value.size(1) % K == 0, "transposed convolution: "
                "the weight must be [", Cin, ", Cout x ", K, "], got ", w.value.describe());
   const int64_t Cout = w.value.size(1) / K;
   UNMASK_CHECK(b.value.numel() == Cout, "transposed convolution: the bias must have ", Cout, " values");
-  Tensor Y = Tensor::empty({R, Cout * K}, DType::f32);
-  ops::gemm(ctx, x, ops::Trans::no, w.value, ops::Trans::no, Y);
-  y = Tensor::empty({R * K, Cout}, DType::f32);
-  const float* ys = Y.data<float>();
-  const float* bias = b.value.data<float>();
-  float* out = y.data<float>();
-  for_each_output(batch, size, kernel, [&](int64_t r, int64_t o, int64_t k) {
-    for (int64_t c = 0; c < Cout; ++c) out[o * Cout + c] = ys[r * Cout * K + c * K + k] + bias[c];
-  });
+  const Device dev = x.device();
+  // The weight's columns in (k, c) order, and the bias repeated per k: the GEMM's epilogue adds it.
+  Tensor wkc = Tensor::empty({Cin, K, Cout}, DType::f32, dev);
+  ops::transpose(ctx, w.value.view({Cin, Cout, K}), wkc);
+  Tensor bias = Tensor::empty({K, Cout}, DType::f32, dev);
+  for (int64_t k = 0; k < K; ++k) {
+    Tensor row = bias.slice(0, k, k + 1);
+    ops::copy(ctx, b.value.view({1, Cout}), row);
+  }
+  Tensor Y = Tensor::empty({R, K * Cout}, DType::f32, dev);
+  ops::GemmArgs args;
+  const Tensor bias_flat = bias.view({K * Cout});
+  args.bias = &bias_flat;
+  ops::gemm(ctx, x, ops::Trans::no, wkc.view({Cin, K * Cout}), ops::Trans::no, Y, args);
+  y = Tensor::empty({R * K, Cout}, DType::f32, dev);
+  ops::embedding(ctx, Y.view({R * K, Cout}), row_ids(shuffle_rows(batch, size, kernel), dev), y);
   saved.x = x;
 }
 
@@ -58,17 +73,18 @@ void conv_transpose_backward(Context& ctx, PV& w, PV& b, const ConvTransposeSave
   const int64_t R = saved.x.size(0), K = kernel[0] * kernel[1] * kernel[2], Cout = w.value.size(1) / K;
   UNMASK_CHECK(dy.ndim() == 2 && dy.size(0) == R * K && dy.size(1) == Cout && dy.is_contiguous(),
                "transposed convolution backward: dy must be contiguous [", R * K, ", ", Cout, "], got ", dy.describe());
-  Tensor dY = Tensor::empty({R, Cout * K}, DType::f32);  // the shuffle undone
-  const float* g = dy.data<float>();
-  float* d = dY.data<float>();
-  for_each_output(batch, size, kernel, [&](int64_t r, int64_t o, int64_t k) {
-    for (int64_t c = 0; c < Cout; ++c) d[r * Cout * K + c * K + k] = g[o * Cout + c];
-  });
+  const Device dev = dy.device();
+  // The shuffle undone (a permutation: its inverse is a gather too), then Y's (c, k) column order.
+  Tensor dYkc = Tensor::empty({R * K, Cout}, DType::f32, dev);
+  ops::embedding(ctx, dy, row_ids(inverse_rows(shuffle_rows(batch, size, kernel)), dev), dYkc);
+  Tensor dY = Tensor::empty({R, Cout, K}, DType::f32, dev);
+  ops::transpose(ctx, dYkc.view({R, K, Cout}), dY);
+  const Tensor dYm = dY.view({R, Cout * K});
   ops::bias_grad(ctx, dy, b.grad);
   ops::GemmArgs acc;
   acc.beta = 1.0f;
-  ops::gemm(ctx, saved.x, ops::Trans::yes, dY, ops::Trans::no, w.grad, acc);  // dW += X^T dY
-  ops::gemm(ctx, dY, ops::Trans::no, w.value, ops::Trans::yes, dx);          // dX = dY Wmat^T
+  ops::gemm(ctx, saved.x, ops::Trans::yes, dYm, ops::Trans::no, w.grad, acc);  // dW += X^T dY
+  ops::gemm(ctx, dYm, ops::Trans::no, w.value, ops::Trans::yes, dx);          // dX = dY Wmat^T
 }
 
 }  // namespace unmask::train

@@ -5,8 +5,10 @@
 //   Y[R, Cout K] = X[R, Cin] Wmat      (Wmat: the ConvTranspose weight [Cin, Cout, kd, kh, kw]
 //                                       viewed as [Cin, Cout K], K = kd kh kw)
 //   y[(b, d kd + a, h kh + e, w kw + f), c] = Y[(b, d, h, w), c K + (a kh + e) kw + f] + bias[c]
-// Tokens in volume order [B, D, H, W] -> [B, D kd, H kh, W kw] (nn/window_geometry.h). The
-// shuffle runs on the host (the CPU path).
+// Tokens in volume order [B, D, H, W] -> [B, D kd, H kh, W kw] (nn/window_geometry.h). On any
+// device: the weight is transposed to (k, c) column order so that the GEMM's epilogue adds the
+// bias and the shuffle is one row gather (ops::embedding); the backward gathers back and
+// transposes dY to (c, k) order for the weight gradient.
 #pragma once
 #include <array>
 #include <cstdint>

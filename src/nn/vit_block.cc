@@ -53,20 +53,16 @@ Tensor copy_of(const Tensor& t) {
   return c;
 }
 
-// Drop path scales are host arrays: the classifier that uses them runs on the CPU.
-void check_drop_device(const float* drop, const Tensor& x) {
-  UNMASK_CHECK(!drop || x.device() == Device::cpu, "ViT block: drop path runs on the CPU only, got ", x.describe(),
-               Hint("set drop_path to 0 to train on a GPU"));
+// Drop path's per-sample scales (host floats, one per sample of `tokens` rows) on x's device.
+Tensor drop_scales(const float* drop, const Tensor& x, int64_t tokens) {
+  const int64_t samples = x.size(0) / tokens;
+  Tensor host = Tensor::empty({samples}, DType::f32);
+  std::copy_n(drop, samples, host.data<float>());
+  return x.device() == Device::cpu ? host : host.to(x.device());
 }
 
-// out = residual + branch, the branch = a W^T + b scaled per clip by drop[clip] when drop path is on
-// (residual + drop * branch); without drop path the residual enters the GEMM through beta = 1, as
-// its addend (cuBLASLt's C operand, out its D: no copy of the residual into out first; a
-// contiguous [N, C] copy per residual GEMM, 8 of ViT-B's 32 at 154 MB, ran as legacy-stream
-// cudaMemcpy calls between ops).
 void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, const Tensor& residual,
                      const float* drop, int64_t tokens, Tensor& out) {
-  check_drop_device(drop, a);
   if (!drop) {
     ops::GemmArgs res;
     res.beta = 1.0f;
@@ -84,27 +80,15 @@ void residual_linear(Context& ctx, const Tensor& a, const PV& w, const PV& b, co
   UNMASK_CHECK(a.dtype() == DType::f32, "ViT block: drop path needs f32 activations, got ", a.describe());
   Tensor branch = f32({a.size(0), w.value.size(0)}, a.device());
   train::linear_forward(ctx, a, w, b, branch);
-  const int64_t N = out.size(0), C = out.size(1);
-  float* o = out.data<float>();
-  const float* br = branch.data<float>();
-  for (int64_t r = 0; r < N; ++r) {
-    const float scale = drop[r / tokens];
-    if (scale == 0.0f) continue;
-    for (int64_t k = 0; k < C; ++k) o[r * C + k] += scale * br[r * C + k];
-  }
+  ops::scale_rows(ctx, branch, drop_scales(drop, branch, tokens), tokens, branch);
+  ops::axpy(ctx, 1.0f, branch, out);
 }
 
 // The gradient reaching a drop-path branch: g scaled per clip (g itself when drop path is off).
-Tensor branch_grad(const Tensor& g, const float* drop, int64_t tokens) {
+Tensor branch_grad(Context& ctx, const Tensor& g, const float* drop, int64_t tokens) {
   if (!drop) return g;
-  check_drop_device(drop, g);
-  Tensor gb = copy_of(g);
-  const int64_t N = g.size(0), C = g.size(1);
-  float* d = gb.data<float>();
-  for (int64_t r = 0; r < N; ++r) {
-    const float scale = drop[r / tokens];
-    for (int64_t k = 0; k < C; ++k) d[r * C + k] *= scale;
-  }
+  Tensor gb = Tensor::empty(g.shape(), g.dtype(), g.device());
+  ops::scale_rows(ctx, g, drop_scales(drop, g, tokens), tokens, gb);
   return gb;
 }
 
@@ -158,7 +142,7 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
   UNMASK_CHECK(g.dtype() == x.dtype(), "ViT block backward: g is ", g.describe(), " but x is ", x.describe());
   // out = x1 + fc2(gelu(fc1(LN2(x1))))
   Tensor df = act({N, s.I});
-  const Tensor dout = branch_grad(g, s.drop_mlp, s.tokens);
+  const Tensor dout = branch_grad(ctx, g, s.drop_mlp, s.tokens);
   // fc1's bias gradient (the column sums of df) comes from the GELU backward's pass
   Tensor* dfc1_b = p.fc1_b.defined() ? &p.fc1_b.grad : nullptr;
   if (sv.f.defined()) {
@@ -182,7 +166,7 @@ void block_backward(Context& ctx, BlockParams& p, const Tensor& x, const BlockSa
                           p.norm2_b.grad, /*accumulate_dx=*/true);
   // x1 = x + proj(attention(qkv(LN1(x))))
   Tensor dctx = act({N, C});
-  train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, branch_grad(g, s.drop_attn, s.tokens), &dctx);
+  train::linear_backward(ctx, sv.ctx, p.proj_w, p.proj_b, branch_grad(ctx, g, s.drop_attn, s.tokens), &dctx);
   Tensor dqkv = act({N, 3 * C});
   Tensor dq = dqkv.slice(1, 0, C), dk = dqkv.slice(1, C, 2 * C), dv = dqkv.slice(1, 2 * C, 3 * C);
   if (s.window > 0)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "ops/ops.h"
 #include "unmask/error.h"
 
 namespace unmask::train {
@@ -107,38 +108,32 @@ Tensor shift_region_masks(const WindowGeometry& g) {
   return m;
 }
 
-Tensor gather_relative_bias(const Tensor& table, const std::vector<int32_t>& index, int64_t n) {
-  UNMASK_CHECK(table.dtype() == DType::f32 && table.ndim() == 2 && table.is_contiguous() && table.device() == Device::cpu,
-               "relative position bias: the table must be a contiguous f32 [T, NH] host tensor, got ", table.describe());
+Tensor gather_relative_bias(Context& ctx, const Tensor& table, const std::vector<int32_t>& index, int64_t n) {
+  UNMASK_CHECK(table.dtype() == DType::f32 && table.ndim() == 2 && table.is_contiguous(),
+               "relative position bias: the table must be a contiguous f32 [T, NH] tensor, got ", table.describe());
   UNMASK_CHECK(int64_t(index.size()) == n * n, "relative position bias: ", index.size(), " indices for ", n, " x ", n);
-  const int64_t T = table.size(0), NH = table.size(1);
-  Tensor bias = Tensor::empty({NH, n, n}, DType::f32);
-  const float* t = table.data<float>();
-  float* b = bias.data<float>();
-  for (int64_t ij = 0; ij < n * n; ++ij) {
-    const int64_t row = index[size_t(ij)];
-    UNMASK_CHECK(row >= 0 && row < T, "relative position bias: index ", row, " outside the table's ", T, " rows");
-    for (int64_t h = 0; h < NH; ++h) b[h * n * n + ij] = t[row * NH + h];
-  }
-  return bias;
+  const int64_t NH = table.size(1);
+  // [n n, NH] rows gathered by the index (an id outside the table throws, naming it), then [NH, n n].
+  Tensor rows = Tensor::empty({n * n, NH}, DType::f32, table.device());
+  ops::embedding(ctx, table, row_ids(index, table.device()), rows);
+  Tensor bias = Tensor::empty({NH, n * n}, DType::f32, table.device());
+  ops::transpose(ctx, rows, bias);
+  return bias.view({NH, n, n});
 }
 
-void scatter_relative_bias_grad(const Tensor& dbias, const std::vector<int32_t>& index, Tensor& table_grad) {
-  UNMASK_CHECK(table_grad.dtype() == DType::f32 && table_grad.ndim() == 2 && table_grad.is_contiguous() &&
-                   table_grad.device() == Device::cpu,
-               "relative position bias gradient: the table gradient must be a contiguous f32 [T, NH] host tensor");
-  const int64_t T = table_grad.size(0), NH = table_grad.size(1), nn2 = int64_t(index.size());
+void scatter_relative_bias_grad(Context& ctx, const Tensor& dbias, const std::vector<int32_t>& index,
+                                Tensor& table_grad) {
+  UNMASK_CHECK(table_grad.dtype() == DType::f32 && table_grad.ndim() == 2 && table_grad.is_contiguous(),
+               "relative position bias gradient: the table gradient must be a contiguous f32 [T, NH] tensor, got ",
+               table_grad.describe());
+  const int64_t NH = table_grad.size(1), nn2 = int64_t(index.size());
   UNMASK_CHECK(dbias.dtype() == DType::f32 && dbias.is_contiguous() && dbias.numel() == NH * nn2,
                "relative position bias gradient: dbias must be contiguous f32 [", NH, ", n, n] for ", nn2,
                " indices, got ", dbias.describe());
-  const float* d = dbias.data<float>();
-  float* g = table_grad.data<float>();
-  for (int64_t h = 0; h < NH; ++h)  // in (h, i, j) order: the same sums whatever the caller's threads
-    for (int64_t ij = 0; ij < nn2; ++ij) {
-      const int64_t row = index[size_t(ij)];
-      UNMASK_CHECK(row >= 0 && row < T, "relative position bias gradient: index ", row, " outside ", T, " rows");
-      g[row * NH + h] += d[h * nn2 + ij];
-    }
+  Tensor rows = Tensor::empty({nn2, NH}, DType::f32, dbias.device());
+  ops::transpose(ctx, dbias.view({NH, nn2}), rows);
+  // embedding_backward adds the rows of one table entry in index order: the same sums on every run
+  ops::embedding_backward(ctx, row_ids(index, dbias.device()), rows, table_grad);
 }
 
 }  // namespace unmask::train

@@ -18,6 +18,7 @@ const char* activation_name(Activation a) {
     case Activation::gelu: return "gelu";
     case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::tanh: return "tanh";
+    case Activation::relu: return "relu";
   }
   return "?";
 }

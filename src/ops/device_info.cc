@@ -14,7 +14,9 @@ namespace unmask::ops {
 void set_training_precision(Context& ctx, const std::string& precision) {
 #ifdef UNMASK_WITH_CUDA
   if (ctx.device() == Device::cuda)
-    cuda::cuda_state(ctx).set_training_precision(precision == "tf32", precision == "bf16" ? DType::bf16 : DType::f32);
+    cuda::cuda_state(ctx).set_training_precision(precision == "tf32", precision == "bf16"   ? DType::bf16
+                                                                      : precision == "fp16" ? DType::f16
+                                                                                            : DType::f32);
 #endif
   if (ctx.device() == Device::cpu) {
     if (precision == "bf16") require_cpu_bf16_unit("precision bf16");

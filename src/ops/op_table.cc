@@ -46,9 +46,9 @@ constexpr std::array kOps = {
     OpEntry{"cross_entropy", kF32, kF32},
     OpEntry{"attention_forward_train", kF32Bf16, kF32Bf16},  // CUDA bf16: tensor cores, head sizes 64/80/88/128
     OpEntry{"attention_backward", kF32Bf16, kF32Bf16},
-    OpEntry{"conv2d", kF32, 0},                      // CUDA: cuDNN, issue 32
-    OpEntry{"window_attention", kF32, 0},            // CUDA: issue 32
-    OpEntry{"window_attention_backward", kF32, 0},
+    OpEntry{"conv2d", kF32, kF32},                   // CUDA: cuDNN
+    OpEntry{"window_attention", kF32, kF32},
+    OpEntry{"window_attention_backward", kF32, kF32},
     // optimizers (f32 master weights and moments)
     OpEntry{"adamw_update", kF32, kF32},
     OpEntry{"adamw_update_many", kF32, kF32},
@@ -65,6 +65,11 @@ constexpr std::array kOps = {
     OpEntry{"copy", 0xffff, 0xffff},
     OpEntry{"copy_many", 0xffff, 0xffff},
     OpEntry{"zero_many", 0xffff, 0xffff},
+    // layout ops (layout_ops.cc; argmax_channels writes i32 ids from f32)
+    OpEntry{"transpose", kF32, kF32},
+    OpEntry{"max_pool2x2", kF32, kF32},
+    OpEntry{"argmax_channels", kF32, kF32},
+    OpEntry{"scale_rows", kF32, kF32},
     // video tokens (video_ops.cc)
     OpEntry{"tubelet_gather", kF32, kF32},
     OpEntry{"tubelet_target", kF32, kF32},

@@ -34,6 +34,7 @@ enum class Activation : uint8_t {
   gelu,       // exact: 0.5 x (1 + erf(x / sqrt 2))  (HF "gelu")
   gelu_tanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (HF "gelu_new", AIT "fast_gelu")
   tanh,       // pooler
+  relu,       // max(x, 0) (the DALL-E tokenizer); its derivative at 0 is taken as 0, as PyTorch does
 };
 const char* activation_name(Activation a);
 
@@ -306,6 +307,22 @@ void window_attention(Context& ctx, const Tensor& q, const Tensor& k, const Tens
 void window_attention_backward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
                                Tensor* dbias, const WindowAttentionArgs& args);
+
+// ---- layout and small tensor ops (BEVT's tokenizer, neck and drop path on any device) --------
+
+/// y[b, j, i] = x[b, i, j]: x f32 [B, R, C] or [R, C] (B = 1), y [B, C, R] / [C, R]; both
+/// contiguous on one device, not overlapping. Exact (a permutation).
+void transpose(Context& ctx, const Tensor& x, Tensor& y);
+/// 2 x 2 max pooling at stride 2 (torch.nn.functional.max_pool2d(x, 2)): x f32 [B, C, H, W]
+/// contiguous, H and W even -> y [B, C, H/2, W/2]. A NaN in a window gives NaN, as PyTorch's.
+void max_pool2x2(Context& ctx, const Tensor& x, Tensor& y);
+/// ids[b, p] = argmax over c of x[b, c, p] (the first maximum; the first NaN if there is one, as
+/// torch.argmax): x f32 [B, C, P] contiguous -> ids i32 [B, P]. The DALL-E tokenizer's code per cell.
+void argmax_channels(Context& ctx, const Tensor& x, Tensor& ids);
+/// y[r, :] = scales[r / rows_per_group] * x[r, :] (drop path's per-sample branch scale):
+/// x, y f32 [R, C] (row stride allowed; y may alias x), scales f32 [R / rows_per_group] on the
+/// same device, R a multiple of rows_per_group.
+void scale_rows(Context& ctx, const Tensor& x, const Tensor& scales, int64_t rows_per_group, Tensor& y);
 
 // ---- optimizer updates (elementwise, parallel; the optimizer in src/train drives them) -----
 

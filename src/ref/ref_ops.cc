@@ -20,6 +20,7 @@ template <typename T> T activation_scalar(T x, Activation act) {
     case Activation::gelu_tanh:
       return x / (T(1) + std::exp(T(-2) * kSqrt2OverPi * (x + T(0.044715) * x * x * x)));
     case Activation::tanh: return std::tanh(x);
+    case Activation::relu: return x > T(0) ? x : T(0);
   }
   return x;
 }
@@ -42,6 +43,7 @@ template <typename T> T activation_scalar_grad(T x, Activation act) {
       T t = std::tanh(x);
       return T(1) - t * t;
     }
+    case Activation::relu: return x > T(0) ? T(1) : T(0);
   }
   return T(1);
 }

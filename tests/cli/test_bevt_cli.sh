@@ -36,6 +36,18 @@ assert a == b, (a, b)
 PY
 cmp -s "$T/a/model/model.safetensors" "$T/b/model/model.safetensors" && ok || bad "the resumed run's final weights differ"
 
+# 2b. Dynamic loss scaling (what --precision fp16 needs on a GPU): in fp32 a power-of-two scale and
+# its inverse are exact, so the losses and the final weights are the unscaled run's, bit for bit.
+"$BIN" pretrain-bevt --output "$T/ls" "${RUN[@]}" --steps 6 --loss-scaling dynamic --init-loss-scale 1024 >/dev/null \
+  2>"$T/ls.err" && ok || bad "--loss-scaling dynamic: $(tail -2 "$T/ls.err")"
+/usr/bin/python3 - "$T/a/metrics.jsonl" "$T/ls/metrics.jsonl" <<'PY' && ok || bad "loss scaling changed the run"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert a == b, (a, b)
+PY
+cmp -s "$T/a/model/model.safetensors" "$T/ls/model/model.safetensors" && ok || bad "loss scaling changed the weights"
+
 # 3. The saved model and an mmcv-style torch.save checkpoint load into bevt-step alike.
 "$BIN" bevt-step "${TINY[@]}" --weights "$T/a/model" --seed 4 --output "$T/s1" >"$T/s1.out" 2>"$T/s1.err" \
   && grep -q "loaded 136 tensors" "$T/s1.err" && ok || bad "bevt-step --weights model/: $(tail -3 "$T/s1.err")"
@@ -220,6 +232,9 @@ expect_error() {  # expect_error PATTERN ARGS...
   if [ $rc -eq 1 ] && grep -q -e "$pat" "$T/e.err"; then ok; else bad "$* -> rc $rc: $(head -c 300 "$T/e.err")"; fi
 }
 expect_error "multiple of 32" pretrain-bevt --output "$T/e1" "${TINY[@]}" --crop 100 --steps 1
+expect_error "needs --device cuda" pretrain-bevt --output "$T/e1" "${TINY[@]}" --steps 1 --precision fp16 --loss-scaling dynamic
+expect_error "loss-scaling must be none or dynamic" pretrain-bevt --output "$T/e1" "${TINY[@]}" --steps 1 --loss-scaling auto
+expect_error "init-loss-scale must be in" pretrain-bevt --output "$T/e1" "${TINY[@]}" --steps 1 --loss-scaling dynamic --init-loss-scale 0
 expect_error "split evenly" pretrain-bevt --output "$T/e2" "${TINY[@]}" --crop 128 --frames 4 --clips 3 --images 4 --steps 1
 expect_error "does not fit the model" bevt-step --size tiny --window 2,4,4 --vocab 64 --weights "$T/a/model" --output "$T/e3"
 expect_error "codes" bevt-step "${TINY[@]}" --vocab 32 --tokenizer "$T/s1/tokenizer.safetensors" --output "$T/e4"

@@ -2,7 +2,8 @@
 # Checks bench/gpu/run_full_build.sh (the GPU session's one-call runbook) as a dry run on the CPU
 # (DEVICE=cpu, a plain build folder instead of the carried archive): the stages run in the order
 # STAGES lists them, the pretrain curves of stage 3 agree (1 process and, with mpirun, 2 ranks),
-# an unknown stage is named, and DEADLINE_S skips a stage that no longer has time.
+# an unknown stage is named, DEADLINE_S skips a stage that no longer has time, and stage 10
+# (BEVT) runs its tiny pretrain-bevt pair and bench bevt.
 #   bash tests/cli/test_run_full_build.sh BUILD_DIR
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,7 +24,7 @@ has '^bench infer --device cpu: rc 0 at [0-9]+s, 2 rows$' "$S"
 has '^pretrain cpu vs cpu: rc 0' "$S"
 has '^dev vs cpu: loss and grad-norm curves rel diff .*: ok$' "$S"
 if command -v mpirun > /dev/null; then has '^ranks vs cpu: loss and grad-norm curves rel diff .*: ok$' "$S"; fi
-has '^stage 12: no such stage \(1-9\)$' "$S"
+has '^stage 12: no such stage \(1-10\)$' "$S"
 first_infer=$(grep -n '^bench infer' "$S" | head -1 | cut -d: -f1)
 first_pretrain=$(grep -n '^pretrain cpu vs' "$S" | head -1 | cut -d: -f1)
 [ -n "$first_infer" ] && [ -n "$first_pretrain" ] && [ "$first_infer" -lt "$first_pretrain" ] && ok ||
@@ -40,6 +41,13 @@ DEVICE=cpu DEADLINE_S=30 STAGES='3' OUT="$T/b" bash "$ROOT/bench/gpu/run_full_bu
 [ $? = 0 ] && ok || bad "rc with every stage skipped"
 has '^stage 3: skipped, [0-9]+ s left before DEADLINE_S=30$' "$T/b/summary.txt"
 [ ! -e "$T/b/pretrain.log" ] && ok || bad "a skipped stage wrote pretrain.log"
+
+# Stage 10 (BEVT) as a dry run: the tiny pretrain-bevt on "both" devices agrees, bench bevt runs.
+DEVICE=cpu STAGES='10' OUT="$T/c" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/c.log" 2>&1
+[ $? = 0 ] && ok || bad "stage 10 rc: $(tail -5 "$T/c.log")"
+has '^pretrain-bevt --device cpu: rc 0' "$T/c/summary.txt"
+has '^pretrain-bevt device vs cpu: 4 / 4 steps, loss rel diff .*: ok$' "$T/c/summary.txt"
+has '^bench bevt --device cpu: rc 0 at [0-9]+s: average iter time: ' "$T/c/summary.txt"
 
 echo "run_full_build (DEVICE=cpu): $pass passed, $fail failed"
 [ "$fail" = 0 ]

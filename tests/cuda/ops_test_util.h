@@ -151,6 +151,7 @@ inline double act_ref(double x, Activation a) {
     case Activation::gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
     case Activation::gelu_tanh: return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case Activation::tanh: return std::tanh(x);
+    case Activation::relu: return x > 0 ? x : 0.0;
   }
   return x;
 }
@@ -161,6 +162,7 @@ inline const char* act_name(Activation a) {  // (ops::activation_name lives in s
     case Activation::gelu: return "gelu";
     case Activation::gelu_tanh: return "gelu_tanh";
     case Activation::tanh: return "tanh";
+    case Activation::relu: return "relu";
   }
   return "?";
 }

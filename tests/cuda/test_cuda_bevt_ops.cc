@@ -7,7 +7,8 @@
 // head size 80 (lanes holding 3 dims, keys spilling into a second chunk). Checked: out and lse
 // (within 2e-5 of the largest value), dq, dk, dv (2e-4 of their largest magnitude) and dbias
 // accumulated onto a non-zero start (2e-4); two backward runs give the same bits (dbias is summed
-// in window order, no atomics). Also ops::conv2d through cuDNN against the CPU. Without a CUDA
+// in window order, no atomics). Also ops::conv2d through cuDNN and the layout ops (transpose,
+// max pooling, argmax, row scaling, relu) against the CPU. Without a CUDA
 // device every test skips.
 #include <cmath>
 #include <cstdio>
@@ -154,5 +155,65 @@ TEST(CudaConv2d, MatchesTheCpu) {
     std::printf("[ conv2d %lldx%lld k%lld s%lld ] max |cuda - cpu| / max |cpu| %.2e\n", (long long)c.Cin,
                 (long long)c.Cout, (long long)c.k, (long long)c.stride, e);
     EXPECT_LE(e, 1e-5) << "k " << c.k << " stride " << c.stride;
+  }
+}
+
+// The layout ops (cuda/layout.cu) against the CPU's (tests/test_layout_ops.cc ties those to index
+// arithmetic): all exact, so bit for bit. Shapes with partial 32 x 32 tiles, NaN in the pooled and
+// arg-maxed values, strided rows for scale_rows, the relu activation BEVT's tokenizer adds.
+TEST(CudaLayoutOps, MatchTheCpuBitForBit) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 gen(31);
+  Context& cpu = cuda_test::cpu();
+  const float nan = std::nanf("");
+  {
+    const Tensor x = normal_tensor(gen, {3, 45, 70}, 1.0f);
+    Tensor y = Tensor::empty({3, 70, 45}, DType::f32), yg = Tensor::empty({3, 70, 45}, DType::f32, Device::cuda);
+    ops::transpose(cpu, x, y);
+    ops::transpose(gpu(), x.to(Device::cuda), yg);
+    EXPECT_TRUE(host_values(yg) == host_values(y)) << "transpose";
+  }
+  {
+    Tensor x = normal_tensor(gen, {2, 5, 14, 10}, 1.0f);
+    x.data<float>()[37] = nan;
+    Tensor y = Tensor::empty({2, 5, 7, 5}, DType::f32), yg = Tensor::empty({2, 5, 7, 5}, DType::f32, Device::cuda);
+    ops::max_pool2x2(cpu, x, y);
+    ops::max_pool2x2(gpu(), x.to(Device::cuda), yg);
+    const std::vector<double> a = host_values(yg), b = host_values(y);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < a.size(); ++i) wrong += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+    EXPECT_EQ(wrong, 0) << "max_pool2x2";
+  }
+  {
+    Tensor x = normal_tensor(gen, {3, 300, 49}, 1.0f);
+    x.data<float>()[(1 * 300 + 120) * 49 + 7] = nan;
+    x.data<float>()[(2 * 300 + 3) * 49 + 9] = 50.0f, x.data<float>()[(2 * 300 + 200) * 49 + 9] = 50.0f;  // a tie
+    Tensor ids = Tensor::empty({3, 49}, DType::i32), idg = Tensor::empty({3, 49}, DType::i32, Device::cuda);
+    ops::argmax_channels(cpu, x, ids);
+    ops::argmax_channels(gpu(), x.to(Device::cuda), idg);
+    const Tensor h = idg.to(Device::cpu);
+    EXPECT_EQ(std::memcmp(h.raw(), ids.raw(), size_t(ids.nbytes())), 0) << "argmax_channels";
+    EXPECT_EQ(h.data<int32_t>()[1 * 49 + 7], 120);
+    EXPECT_EQ(h.data<int32_t>()[2 * 49 + 9], 3);
+  }
+  {
+    const Tensor wide = normal_tensor(gen, {40, 24}, 1.0f), scales = normal_tensor(gen, {5}, 1.0f);
+    const Tensor x = wide.slice(1, 3, 19);
+    Tensor y = Tensor::empty({40, 16}, DType::f32), yg = Tensor::empty({40, 16}, DType::f32, Device::cuda);
+    ops::scale_rows(cpu, x, scales, 8, y);
+    const Tensor wg = wide.to(Device::cuda);
+    ops::scale_rows(gpu(), wg.slice(1, 3, 19), scales.to(Device::cuda), 8, yg);
+    EXPECT_TRUE(host_values(yg) == host_values(y)) << "scale_rows";
+  }
+  {
+    const Tensor x = normal_tensor(gen, {33, 65}, 2.0f), dy = normal_tensor(gen, {33, 65}, 1.0f);
+    Tensor y = Tensor::empty({33, 65}, DType::f32), yg = Tensor::empty({33, 65}, DType::f32, Device::cuda);
+    ops::activation(cpu, x, y, ops::Activation::relu);
+    ops::activation(gpu(), x.to(Device::cuda), yg, ops::Activation::relu);
+    EXPECT_TRUE(host_values(yg) == host_values(y)) << "relu";
+    Tensor dx = Tensor::empty({33, 65}, DType::f32), dxg = Tensor::empty({33, 65}, DType::f32, Device::cuda);
+    ops::activation_backward(cpu, x, dy, dx, ops::Activation::relu);
+    ops::activation_backward(gpu(), x.to(Device::cuda), dy.to(Device::cuda), dxg, ops::Activation::relu);
+    EXPECT_TRUE(host_values(dxg) == host_values(dx)) << "relu backward";
   }
 }

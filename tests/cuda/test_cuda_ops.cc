@@ -359,7 +359,7 @@ TEST(CudaActivation, MatchesFloat64Reference) {
   Context& ctx = cuda_ctx();
   Rng rng("CudaActivation");
   for (DType dt : kFloatTypes)
-    for (Activation act : {Activation::none, Activation::gelu, Activation::gelu_tanh, Activation::tanh})
+    for (Activation act : {Activation::none, Activation::gelu, Activation::gelu_tanh, Activation::tanh, Activation::relu})
       for (int64_t C : {1, 5, 64, 3072}) {
         const int64_t N = 9;
         std::vector<double> X = rng.vec(size_t(N * C), dt, 2.0);

@@ -124,7 +124,7 @@ TEST(CudaTrainLayerNorm, StatsAndBackwardMatchCpuAndAreDeterministic) {
 TEST(CudaTrainActivation, BackwardMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   Rng rng("CudaTrainActivation");
-  for (Activation act : {Activation::none, Activation::gelu, Activation::gelu_tanh, Activation::tanh})
+  for (Activation act : {Activation::none, Activation::gelu, Activation::gelu_tanh, Activation::tanh, Activation::relu})
     for (int64_t C : {1, 5, 3072})
       for (bool alias : {false, true}) {
         SCOPED_TRACE(rng.note());

@@ -35,13 +35,14 @@ def window_reverse(windows, ws, B, D, H, W):
     return x.permute(0, 1, 4, 2, 5, 3, 6, 7).contiguous().view(B, D, H, W, -1)
 
 
-def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws, drop=None):
+def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws, drop=None, attend=None):
     """One SwinTransformerBlock3D on x [B, D, H, W, C] with parameters P[pre + name]: LN1, roll by
     -shift (when any), windows of ws, qkv with bias, scale q k^T + table[index[:N, :N]] of a
     table_ws window (+ mask[w mod M] when given), softmax, @ v, proj, windows back, roll back,
     residual, then LN2 + MLP with its residual. The mask is applied whenever given (BEVT's image
     stream passes it to unshifted blocks too). drop: per-sample scales (attn [B], mlp [B]) of the
-    two branches (drop path), or None."""
+    two branches (drop path), or None. attend(q, k, v, bias) -> [nW, NH, N, HS], with bias [nW or 1,
+    NH, N, N] the table's bias plus the mask, replaces the explicit softmax (a benchmark's SDPA)."""
     B, D, H, W, _ = x.shape
     N = ws[0] * ws[1] * ws[2]
     index = relative_position_index(table_ws)[:N, :N].reshape(-1)
@@ -52,12 +53,19 @@ def swin_block(x, P, pre, C, NH, ws, shift, mask, table_ws, drop=None):
     nW = win.shape[0]
     qkv = F.linear(win, P[pre + "attn.qkv.weight"], P[pre + "attn.qkv.bias"]).reshape(nW, N, 3, NH, C // NH)
     qkv = qkv.permute(2, 0, 3, 1, 4)
-    attn = (qkv[0] * (C // NH) ** -0.5) @ qkv[1].transpose(-2, -1)
-    attn = attn + P[pre + "attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1).unsqueeze(0)
-    if mask is not None:
-        nWs = mask.shape[0]
-        attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.to(attn.dtype).unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
-    o = (torch.softmax(attn, dim=-1) @ qkv[2]).transpose(1, 2).reshape(nW, N, C)
+    bias = P[pre + "attn.relative_position_bias_table"][index].reshape(N, N, NH).permute(2, 0, 1).unsqueeze(0)
+    if attend is None:
+        attn = (qkv[0] * (C // NH) ** -0.5) @ qkv[1].transpose(-2, -1) + bias
+        if mask is not None:
+            nWs = mask.shape[0]
+            attn = (attn.view(nW // nWs, nWs, NH, N, N) + mask.to(attn.dtype).unsqueeze(1).unsqueeze(0)).view(nW, NH, N, N)
+        o = (torch.softmax(attn, dim=-1) @ qkv[2]).transpose(1, 2).reshape(nW, N, C)
+    else:
+        if mask is not None:
+            nWs = mask.shape[0]
+            bias = (bias.unsqueeze(0) + mask.to(bias.dtype).unsqueeze(1).unsqueeze(0)).expand(nW // nWs, nWs, NH, N, N)
+            bias = bias.reshape(nW, NH, N, N)
+        o = attend(qkv[0], qkv[1], qkv[2], bias).transpose(1, 2).reshape(nW, N, C)
     o = window_reverse(F.linear(o, P[pre + "attn.proj.weight"], P[pre + "attn.proj.bias"]), ws, B, D, H, W)
     if any(shift):
         o = torch.roll(o, shifts=tuple(shift), dims=(1, 2, 3))

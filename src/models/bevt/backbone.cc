@@ -157,11 +157,25 @@ std::vector<Param> SwinBackbone::params() {
   return out;
 }
 
+std::vector<PV*> SwinBackbone::storages() {
+  std::vector<PV*> out = {&patch3_w, &patch3_b, &patch3_norm_g, &patch3_norm_b, &patch2_w,
+                          &patch2_b, &patch2_norm_g, &patch2_norm_b, &mask_token, &norm_g, &norm_b};
+  for (SwinStageParams& s : stages) {
+    for (nn::BlockParams& b : s.blocks)
+      for (PV* p : nn::block_storages(b)) out.push_back(p);
+    for (PV& t : s.tables) out.push_back(&t);
+    if (s.merge) out.insert(out.end(), {&s.merging.norm_g, &s.merging.norm_b, &s.merging.reduction_w});
+  }
+  return out;
+}
+
 void backbone_forward(Context& ctx, const SwinBackbone& bb, const Tensor& input, bool image,
                       const std::vector<uint8_t>* token_mask, BackboneSaved& sv, const DropPathDraw& drop) {
   const SwinConfig& c = bb.config;
-  UNMASK_CHECK(input.dtype() == DType::f32 && input.ndim() == 5 && input.size(1) == 3 && input.device() == Device::cpu,
-               "BEVT backbone: the input must be host f32 [B, 3, T, H, W], got ", input.describe());
+  const Device dev = bb.mask_token.value.device();
+  UNMASK_CHECK(input.dtype() == DType::f32 && input.ndim() == 5 && input.size(1) == 3 && input.device() == dev,
+               "BEVT backbone: the input must be f32 [B, 3, T, H, W] on the model's device (", device_name(dev),
+               "), got ", input.describe());
   UNMASK_CHECK(c.patch[1] == c.patch[2], "BEVT backbone: square patches only, got ", c.patch[1], " x ", c.patch[2]);
   const ops::Tubelet tube{image ? 1 : c.patch[0], c.patch[1]};
   const int64_t B = input.size(0), T = input.size(2), H = input.size(3), W = input.size(4);
@@ -171,22 +185,25 @@ void backbone_forward(Context& ctx, const SwinBackbone& bb, const Tensor& input,
   const std::array<int64_t, 3> size{T / tube.tubelet, H / tube.patch, W / tube.patch};
   const int64_t C = c.embed_dim, R = B * size[0] * size[1] * size[2];
   sv.image = image, sv.batch = B;
-  sv.embedded = Tensor::empty({R, C}, DType::f32);
-  train::patch_embed_forward(ctx, input, train::all_token_ids(R, Device::cpu), tube, image ? bb.patch2_w : bb.patch3_w,
+  sv.embedded = Tensor::empty({R, C}, DType::f32, dev);
+  train::patch_embed_forward(ctx, input, train::all_token_ids(R, dev), tube, image ? bb.patch2_w : bb.patch3_w,
                              image ? bb.patch2_b : bb.patch3_b, sv.embedded, sv.embed);
-  sv.ln = Tensor::empty({R, C}, DType::f32), sv.mean = Tensor::empty({R}, DType::f32), sv.rstd = Tensor::empty({R}, DType::f32);
+  sv.ln = Tensor::empty({R + 1, C}, DType::f32, dev);
+  sv.mean = Tensor::empty({R}, DType::f32, dev), sv.rstd = Tensor::empty({R}, DType::f32, dev);
+  Tensor ln = sv.ln.slice(0, 0, R), token_row = sv.ln.slice(0, R, R + 1);
   ops::layernorm(ctx, sv.embedded, nullptr, (image ? bb.patch2_norm_g : bb.patch3_norm_g).value,
-                 (image ? bb.patch2_norm_b : bb.patch3_norm_b).value, c.eps, sv.ln, &sv.mean, &sv.rstd);
-  Tensor x = Tensor::empty({R, C}, DType::f32);
-  x.copy_from(sv.ln);
-  sv.mask.clear();
+                 (image ? bb.patch2_norm_b : bb.patch3_norm_b).value, c.eps, ln, &sv.mean, &sv.rstd);
+  Tensor x = ln;
+  sv.mix_ids = Tensor();
   if (token_mask) {
     UNMASK_CHECK(int64_t(token_mask->size()) == R, "BEVT backbone: the token mask has ", token_mask->size(),
                  " entries for ", R, " tokens");
-    sv.mask = *token_mask;
-    const float* mt = bb.mask_token.value.data<float>();
-    for (int64_t r = 0; r < R; ++r)
-      if (sv.mask[size_t(r)]) std::copy(mt, mt + C, x.data<float>() + r * C);
+    std::vector<int32_t> ids(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) ids[size_t(r)] = (*token_mask)[size_t(r)] ? int32_t(R) : int32_t(r);
+    sv.mix_ids = train::row_ids(ids, dev);
+    ops::copy(ctx, bb.mask_token.value.view({1, C}), token_row);
+    x = Tensor::empty({R, C}, DType::f32, dev);
+    ops::embedding(ctx, sv.ln, sv.mix_ids, x);
   }
   std::array<int64_t, 3> stage_size = size;
   for (int i = 0; i < 4; ++i) {
@@ -213,17 +230,16 @@ void backbone_backward(Context& ctx, SwinBackbone& bb, BackboneSaved& sv, const 
   }
   UNMASK_CHECK(g.defined(), "BEVT backbone backward: no gradient given");
   const int64_t C = bb.config.embed_dim, R = g.size(0);
-  if (!sv.mask.empty()) {  // the mask token took the masked rows: their gradient is its
-    float* gm = bb.mask_token.grad.data<float>();
-    for (int64_t r = 0; r < R; ++r) {
-      if (!sv.mask[size_t(r)]) continue;
-      float* row = g.data<float>() + r * C;
-      for (int64_t k = 0; k < C; ++k) gm[k] += row[k], row[k] = 0.0f;
-    }
+  if (sv.mix_ids.defined()) {  // the mask token took the masked rows: their gradient is its
+    Tensor dsrc = Tensor::empty({R + 1, C}, DType::f32, g.device());
+    ops::zero_many(ctx, {&dsrc});
+    ops::embedding_backward(ctx, sv.mix_ids, g, dsrc);
+    ops::axpy(ctx, 1.0f, dsrc.slice(0, R, R + 1).view({C}), bb.mask_token.grad);
+    g = dsrc.slice(0, 0, R);
   }
   PV& ng = sv.image ? bb.patch2_norm_g : bb.patch3_norm_g;
   PV& nb = sv.image ? bb.patch2_norm_b : bb.patch3_norm_b;
-  Tensor dembedded = Tensor::empty({R, C}, DType::f32);
+  Tensor dembedded = Tensor::empty({R, C}, DType::f32, g.device());
   ops::layernorm_backward(ctx, sv.embedded, nullptr, ng.value, sv.mean, sv.rstd, g, dembedded, ng.grad, nb.grad);
   train::patch_embed_backward(ctx, sv.embed, sv.image ? bb.patch2_w : bb.patch3_w, sv.image ? bb.patch2_b : bb.patch3_b,
                               dembedded);

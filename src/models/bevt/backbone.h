@@ -53,14 +53,17 @@ struct SwinBackbone {
   /// Every tensor under BEVT's mmaction names ("backbone.patch_embed.proj.weight",
   /// "backbone.layers.0.blocks.0.attn.relative_position_bias_table", ...).
   std::vector<Param> params();
+  /// Every parameter's storage (value and gradient), for moving them to a device.
+  std::vector<train::PV*> storages();
 };
 
 struct BackboneSaved {
   bool image = false;
   int64_t batch = 0;
   train::PatchEmbedSaved embed;
-  Tensor embedded, ln, mean, rstd;  // [R, C]: patch embedding, its LayerNorm (+ statistics)
-  std::vector<uint8_t> mask;        // [R] token mask (empty: none)
+  Tensor embedded, mean, rstd;      // [R, C]: patch embedding (+ its LayerNorm statistics)
+  Tensor ln;                        // [R + 1, C]: the LayerNorm's rows, then the mask token's
+  Tensor mix_ids;                   // i32 [R]: r, or R where the mask token replaces row r (undefined: no mask)
   std::array<SwinStageShape, 4> shapes;
   std::array<SwinStageSaved, 4> stages;
   const Tensor& x3() const { return stages[2].out; }  // [B D H/16 W/16, 4C]
@@ -76,8 +79,9 @@ struct DropPathDraw {
 /// batch] (attention, MLP; 0 or 1 / keep; all 1 without drop path). What backbone_forward applies.
 Tensor drop_path_scales(const SwinConfig& config, const DropPathDraw& drop, int64_t batch);
 
-/// input: f32 [B, 3, T, H, W] (image: T = 1); token_mask: u8 [B tokens] (1 = replace by the
-/// mask token) or null.
+/// input: f32 [B, 3, T, H, W] (image: T = 1) on the parameters' device; token_mask: u8 [B tokens]
+/// (1 = replace by the mask token) or null. The mask token enters as a row gather from the
+/// LayerNorm's rows and the token (ops::embedding), its gradient as the scatter back.
 void backbone_forward(Context& ctx, const SwinBackbone& bb, const Tensor& input, bool image,
                       const std::vector<uint8_t>* token_mask, BackboneSaved& saved, const DropPathDraw& drop = {});
 /// The gradients of x3 and x4 (either may be undefined) -> parameter gradients (accumulated).

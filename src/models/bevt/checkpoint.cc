@@ -262,7 +262,8 @@ void save_swin_dir(const std::string& dir, const SwinConfig& c, const std::vecto
                    const nlohmann::json& head) {
   fs::create_directories(dir);
   NamedTensors out;
-  for (const Param& p : params) out.emplace_back(p.name, p.value);
+  for (const Param& p : params)  // values on a GPU are written from a host copy
+    out.emplace_back(p.name, p.value.device() == Device::cpu ? p.value : p.value.to(Device::cpu));
   io::write_safetensors((fs::path(dir) / "model.safetensors").string(), out);
   nlohmann::json j;
   j["model_type"] = "bevt";

@@ -1,7 +1,6 @@
 // models/bevt/dvae.cc: see dvae.h.
 #include "models/bevt/dvae.h"
 
-#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -23,7 +22,7 @@ DalleConv random_conv(std::mt19937_64& gen, int64_t in, int64_t out, int64_t k) 
 
 Tensor conv(Context& ctx, const DalleConv& c, const Tensor& x) {
   const int64_t k = c.w.size(2);
-  Tensor y = Tensor::empty({x.size(0), c.w.size(0), x.size(2), x.size(3)}, DType::f32);
+  Tensor y = Tensor::empty({x.size(0), c.w.size(0), x.size(2), x.size(3)}, DType::f32, x.device());
   ops::Conv2dArgs a;
   a.padding = (k - 1) / 2;
   a.bias = &c.b;
@@ -31,25 +30,15 @@ Tensor conv(Context& ctx, const DalleConv& c, const Tensor& x) {
   return y;
 }
 
-Tensor relu(const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape(), DType::f32);
-  const float* s = x.data<float>();
-  float* d = y.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) d[i] = std::max(s[i], 0.0f);
+Tensor relu(Context& ctx, const Tensor& x) {
+  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  ops::activation(ctx, x, y, ops::Activation::relu);
   return y;
 }
 
-Tensor max_pool2(const Tensor& x) {
-  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  Tensor y = Tensor::empty({B, C, H / 2, W / 2}, DType::f32);
-  const float* s = x.data<float>();
-  float* d = y.data<float>();
-  for (int64_t bc = 0; bc < B * C; ++bc)
-    for (int64_t i = 0; i < H / 2; ++i)
-      for (int64_t j = 0; j < W / 2; ++j) {
-        const float* p = s + (bc * H + 2 * i) * W + 2 * j;
-        d[(bc * (H / 2) + i) * (W / 2) + j] = std::max(std::max(p[0], p[1]), std::max(p[W], p[W + 1]));
-      }
+Tensor max_pool2(Context& ctx, const Tensor& x) {
+  Tensor y = Tensor::empty({x.size(0), x.size(1), x.size(2) / 2, x.size(3) / 2}, DType::f32, x.device());
+  ops::max_pool2x2(ctx, x, y);
   return y;
 }
 
@@ -100,6 +89,13 @@ std::vector<std::pair<std::string, Tensor*>> DalleEncoder::named() {
   return out;
 }
 
+DalleEncoder DalleEncoder::to(Device device) const {
+  DalleEncoder e = *this;
+  for (auto& [name, t] : e.named())
+    if (t->device() != device) *t = t->to(device);
+  return e;
+}
+
 Tensor DalleEncoder::logits(Context& ctx, const Tensor& x) const {
   const DalleEncoderConfig& c = config;
   UNMASK_CHECK(x.dtype() == DType::f32 && x.ndim() == 4 && x.size(1) == c.channels && x.is_contiguous() &&
@@ -111,32 +107,21 @@ Tensor DalleEncoder::logits(Context& ctx, const Tensor& x) const {
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const DalleEncoderBlock& b : groups[g]) {
       Tensor r = h;
-      for (int k = 0; k < 4; ++k) r = conv(ctx, b.res[k], relu(r));
-      Tensor id = b.has_id_conv ? conv(ctx, b.id, h) : h;
-      Tensor sum = Tensor::empty(r.shape(), DType::f32);
-      const float* pi = id.data<float>();
-      const float* pr = r.data<float>();
-      float* ps = sum.data<float>();
-      for (int64_t i = 0; i < sum.numel(); ++i) ps[i] = pi[i] + post_gain * pr[i];
+      for (int k = 0; k < 4; ++k) r = conv(ctx, b.res[k], relu(ctx, r));
+      Tensor sum = b.has_id_conv ? conv(ctx, b.id, h) : Tensor::empty(h.shape(), DType::f32, h.device());
+      if (!b.has_id_conv) ops::copy(ctx, h, sum);
+      ops::axpy(ctx, post_gain, r, sum);  // id + post_gain res
       h = sum;
     }
-    if (g + 1 < groups.size()) h = max_pool2(h);
+    if (g + 1 < groups.size()) h = max_pool2(ctx, h);
   }
-  return conv(ctx, output, relu(h));
+  return conv(ctx, output, relu(ctx, h));
 }
 
-std::vector<int32_t> DalleEncoder::tokens(Context& ctx, const Tensor& x) const {
+Tensor DalleEncoder::tokens(Context& ctx, const Tensor& x) const {
   const Tensor l = logits(ctx, x);
-  const int64_t B = l.size(0), V = l.size(1), P = l.size(2) * l.size(3);
-  std::vector<int32_t> ids(size_t(B * P));
-  const float* p = l.data<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t q = 0; q < P; ++q) {
-      int64_t best = 0;
-      for (int64_t v = 1; v < V; ++v)
-        if (p[(b * V + v) * P + q] > p[(b * V + best) * P + q]) best = v;
-      ids[size_t(b * P + q)] = int32_t(best);
-    }
+  Tensor ids = Tensor::empty({l.size(0), l.size(2) * l.size(3)}, DType::i32, l.device());
+  ops::argmax_channels(ctx, l.view({l.size(0), l.size(1), l.size(2) * l.size(3)}), ids);
   return ids;
 }
 

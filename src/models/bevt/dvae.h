@@ -45,11 +45,13 @@ struct DalleEncoder {
   static DalleEncoder random(const DalleEncoderConfig& config, uint64_t seed);
   /// Every tensor under DALL-E's state-dict name.
   std::vector<std::pair<std::string, Tensor*>> named();
-  /// x: f32 [B, channels, H, W], already mapped (0.8 x + 0.1), H and W multiples of 8 ->
+  /// x: f32 [B, channels, H, W] on the weights' device, already mapped (0.8 x + 0.1), H and W multiples of 8 ->
   /// logits f32 [B, vocab, H/8, W/8].
   Tensor logits(Context& ctx, const Tensor& x) const;
-  /// The argmax code per cell: i32 ids [B, (H/8) (W/8)] (the first maximum).
-  std::vector<int32_t> tokens(Context& ctx, const Tensor& x) const;
+  /// The argmax code per cell: i32 ids [B, (H/8) (W/8)] (the first maximum) on x's device.
+  Tensor tokens(Context& ctx, const Tensor& x) const;
+  /// The weights (and so the encoder) moved to `device`.
+  DalleEncoder to(Device device) const;
 };
 
 }  // namespace unmask::bevt

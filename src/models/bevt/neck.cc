@@ -5,6 +5,7 @@
 #include <functional>
 #include <random>
 
+#include "nn/window_geometry.h"
 #include "ops/ops.h"
 #include "unmask/error.h"
 
@@ -14,7 +15,7 @@ using train::PV;
 
 namespace {
 
-Tensor f32(const Shape& s) { return Tensor::empty(s, DType::f32); }
+Tensor f32(const Shape& s, Device d) { return Tensor::empty(s, DType::f32, d); }
 
 }  // namespace
 
@@ -60,13 +61,14 @@ void neck_head_forward(Context& ctx, const NeckHeadParams& p, const PV& norm_g, 
                        const Tensor& x3, const Tensor& x4, bool image, int64_t batch, std::array<int64_t, 3> size4,
                        NeckSaved& sv, const std::vector<int32_t>* rows) {
   const int64_t W = p.width, R3 = x3.size(0);
+  const Device dev = x3.device();
   UNMASK_CHECK(x4.size(1) == W && x3.size(1) == W / 2 && R3 == 4 * x4.size(0), "BEVT neck: x3 ", x3.describe(),
                " and x4 ", x4.describe(), " do not fit a width of ", W);
   sv.image = image, sv.batch = batch, sv.size4 = size4;
   Tensor up;
   train::conv_transpose_forward(ctx, image ? p.fpn_w : p.fpn_s_w, image ? p.fpn_b : p.fpn_s_b, x4, batch, size4,
                                 {1, 2, 2}, up, sv.up);
-  sv.cat = f32({R3, W + W / 2});  // cat(x3, up): x3's channels first
+  sv.cat = f32({R3, W + W / 2}, dev);  // cat(x3, up): x3's channels first
   Tensor left = sv.cat.slice(1, 0, W / 2), right = sv.cat.slice(1, W / 2, W + W / 2);
   ops::copy(ctx, x3, left);
   ops::copy(ctx, up, right);
@@ -75,17 +77,14 @@ void neck_head_forward(Context& ctx, const NeckHeadParams& p, const PV& norm_g, 
   sv.cat_rows = Tensor();
   const Tensor* cat = &sv.cat;
   if (rows) {
-    const int64_t n = int64_t(rows->size()), K = W + W / 2;
-    sv.cat_rows = f32({n, K});
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t r = (*rows)[size_t(i)];
-      UNMASK_CHECK(r >= 0 && r < R3, "BEVT neck: row ", r, " is outside the ", R3, " tokens");
-      std::copy_n(sv.cat.data<float>() + int64_t(r) * K, K, sv.cat_rows.data<float>() + i * K);
-    }
+    for (int32_t r : *rows) UNMASK_CHECK(r >= 0 && r < R3, "BEVT neck: row ", r, " is outside the ", R3, " tokens");
+    sv.row_ids = train::row_ids(*rows, dev);
+    sv.cat_rows = f32({int64_t(rows->size()), W + W / 2}, dev);
+    ops::embedding(ctx, sv.cat, sv.row_ids, sv.cat_rows);
     cat = &sv.cat_rows;
   }
   const int64_t M = cat->size(0);
-  sv.h = f32({M, W});
+  sv.h = f32({M, W}, dev);
   train::linear_forward(ctx, *cat, image ? p.lm_down_w : p.lm_down_st_w, image ? p.lm_down_b : p.lm_down_st_b, sv.h);
   const Tensor* pre_norm = &sv.h;
   if (!image) {  // selected rows: each is a [1, 1, 1] volume of its own, two frames out
@@ -96,9 +95,9 @@ void neck_head_forward(Context& ctx, const NeckHeadParams& p, const PV& norm_g, 
     pre_norm = &sv.ht;
   }
   const int64_t out_rows = pre_norm->size(0);
-  sv.ln = f32({out_rows, W}), sv.mean = f32({out_rows}), sv.rstd = f32({out_rows});
+  sv.ln = f32({out_rows, W}, dev), sv.mean = f32({out_rows}, dev), sv.rstd = f32({out_rows}, dev);
   ops::layernorm(ctx, *pre_norm, nullptr, norm_g.value, norm_b.value, eps, sv.ln, &sv.mean, &sv.rstd);
-  sv.logits = f32({out_rows, p.vocab});
+  sv.logits = f32({out_rows, p.vocab}, dev);
   train::linear_forward(ctx, sv.ln, p.lm_head_w, p.lm_head_b, sv.logits);
 }
 
@@ -110,8 +109,9 @@ MaskedLoss masked_token_loss(Context& ctx, NeckSaved& sv, const std::vector<int3
   for (int32_t t : targets) count += t >= 0;
   Tensor ti = Tensor::empty({rows}, DType::i32);
   std::copy(targets.begin(), targets.end(), ti.data<int32_t>());
-  dlogits = f32({rows, sv.logits.size(1)});
-  dlogits.copy_from(sv.logits);
+  if (sv.logits.device() != Device::cpu) ti = ti.to(sv.logits.device());
+  dlogits = f32({rows, sv.logits.size(1)}, sv.logits.device());
+  ops::copy(ctx, sv.logits, dlogits);
   const ops::CrossEntropyStats ce = ops::cross_entropy(ctx, dlogits, ti, nullptr, &dlogits,
                                                        count > 0 ? loss_scale / float(count) : 0.0f);
   MaskedLoss m;
@@ -123,39 +123,37 @@ MaskedLoss masked_token_loss(Context& ctx, NeckSaved& sv, const std::vector<int3
 void neck_head_backward(Context& ctx, NeckHeadParams& p, PV& norm_g, PV& norm_b, const NeckSaved& sv,
                         const Tensor& dlogits, Tensor& g_x3, Tensor& g_x4) {
   const int64_t W = p.width, rows = sv.ln.size(0), R3 = sv.cat.size(0);
-  Tensor dln = f32({rows, W});
+  const Device dev = dlogits.device();
+  Tensor dln = f32({rows, W}, dev);
   train::linear_backward(ctx, sv.ln, p.lm_head_w, p.lm_head_b, dlogits, &dln);
   const Tensor& pre_norm = sv.image ? sv.h : sv.ht;
-  Tensor dpre = f32({rows, W});
+  Tensor dpre = f32({rows, W}, dev);
   ops::layernorm_backward(ctx, pre_norm, nullptr, norm_g.value, sv.mean, sv.rstd, dln, dpre, norm_g.grad, norm_b.grad);
   Tensor dh = dpre;
   const bool selected = sv.selected;
   const Tensor& cat = selected ? sv.cat_rows : sv.cat;
   const int64_t M = cat.size(0), K = W + W / 2;
   if (!sv.image) {
-    dh = f32({M, W});
+    dh = f32({M, W}, dev);
     const std::array<int64_t, 3> size = selected ? std::array<int64_t, 3>{M, 1, 1}
                                                  : std::array<int64_t, 3>{sv.size4[0], 2 * sv.size4[1], 2 * sv.size4[2]};
     train::conv_transpose_backward(ctx, p.fpn_t_w, p.fpn_t_b, sv.up_t, selected ? 1 : sv.batch, size, {2, 1, 1}, dpre,
                                    dh);
   }
-  Tensor dcat_rows = f32({M, K});
+  Tensor dcat_rows = f32({M, K}, dev);
   train::linear_backward(ctx, cat, sv.image ? p.lm_down_w : p.lm_down_st_w, sv.image ? p.lm_down_b : p.lm_down_st_b,
                          dh, &dcat_rows);
   Tensor dcat = dcat_rows;
   if (selected) {  // the unselected rows get no gradient
-    dcat = Tensor::zeros({R3, K}, DType::f32);
-    for (int64_t i = 0; i < M; ++i) {
-      const float* s = dcat_rows.data<float>() + i * K;
-      float* d = dcat.data<float>() + int64_t(sv.rows[size_t(i)]) * K;
-      for (int64_t k = 0; k < K; ++k) d[k] += s[k];
-    }
+    dcat = f32({R3, K}, dev);
+    ops::zero_many(ctx, {&dcat});
+    ops::embedding_backward(ctx, sv.row_ids, dcat_rows, dcat);
   }
-  g_x3 = f32({R3, W / 2});
+  g_x3 = f32({R3, W / 2}, dev);
   ops::copy(ctx, dcat.slice(1, 0, W / 2), g_x3);
-  Tensor dup = f32({R3, W});
+  Tensor dup = f32({R3, W}, dev);
   ops::copy(ctx, dcat.slice(1, W / 2, W + W / 2), dup);
-  g_x4 = f32({R3 / 4, W});
+  g_x4 = f32({R3 / 4, W}, dev);
   train::conv_transpose_backward(ctx, sv.image ? p.fpn_w : p.fpn_s_w, sv.image ? p.fpn_b : p.fpn_s_b, sv.up, sv.batch,
                                  sv.size4, {1, 2, 2}, dup, g_x4);
 }

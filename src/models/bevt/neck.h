@@ -48,6 +48,7 @@ struct NeckSaved {
   Tensor cat, h, ht, ln, mean, rstd;   // ht: after fpn_t (video)
   bool selected = false;               // a row subset was evaluated
   std::vector<int32_t> rows;           // the selected rows of cat
+  Tensor row_ids;                      // rows as i32 on the activations' device
   Tensor cat_rows;                     // cat at `rows` (what lm_down read)
   Tensor logits;                       // [rows, vocab]
 };

@@ -4,36 +4,40 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/ops.h"
 #include "unmask/error.h"
 
 namespace unmask::bevt {
 
 namespace {
 
-// Frames the tokenizer reads at once: bounds its im2col buffers (a 112 x 112 frame's 3 x 3 convs
-// at 256 channels take 115 MB each) while keeping its GEMMs large.
-constexpr int64_t kTokenizerChunk = 4;
+// Frames the tokenizer reads at once. CPU: 4, bounding its im2col buffers (a 112 x 112 frame's
+// 3 x 3 convs at 256 channels take 115 MB each) while keeping its GEMMs large. CUDA: 64 (cuDNN
+// needs no im2col; a 256-channel activation of 64 frames is 205 MB).
+int64_t tokenizer_chunk(Device d) { return d == Device::cpu ? 4 : 64; }
 
-// The tokenizer's ids of frames[i] for every i with need[i] (-1 elsewhere): [n, cells].
+// The tokenizer's ids of frames[i] for every i with need[i] (-1 elsewhere): host [n, cells].
+// The frames stay on their device; the chunks are row gathers of them.
 std::vector<int32_t> tokenize(Context& ctx, const DalleEncoder& tok, const Tensor& frames, const std::vector<bool>& need,
                               int64_t cells, int64_t& ran) {
   const int64_t n = frames.size(0), C = frames.size(1), H = frames.size(2), W = frames.size(3), per = C * H * W;
   std::vector<int32_t> ids(static_cast<size_t>(n * cells), -1);
-  std::vector<int64_t> todo;
+  std::vector<int32_t> todo;
   for (int64_t i = 0; i < n; ++i)
-    if (need[size_t(i)]) todo.push_back(i);
-  for (size_t first = 0; first < todo.size(); first += kTokenizerChunk) {
-    const int64_t m = std::min<int64_t>(kTokenizerChunk, int64_t(todo.size() - first));
-    Tensor chunk = Tensor::empty({m, C, H, W}, DType::f32);
-    for (int64_t k = 0; k < m; ++k)
-      std::memcpy(chunk.data<float>() + k * per, frames.data<float>() + todo[first + size_t(k)] * per,
-                  size_t(per) * sizeof(float));
-    const std::vector<int32_t> got = tok.tokens(ctx, chunk);
-    UNMASK_CHECK(int64_t(got.size()) == m * cells, "BEVT: the tokenizer gives ", got.size() / size_t(m),
+    if (need[size_t(i)]) todo.push_back(int32_t(i));
+  const int64_t chunk = tokenizer_chunk(frames.device());
+  for (size_t first = 0; first < todo.size(); first += size_t(chunk)) {
+    const int64_t m = std::min<int64_t>(chunk, int64_t(todo.size() - first));
+    const std::vector<int32_t> pick(todo.begin() + std::ptrdiff_t(first), todo.begin() + std::ptrdiff_t(first + m));
+    Tensor chunk = Tensor::empty({m, C, H, W}, DType::f32, frames.device());
+    Tensor chunk_rows = chunk.view({m, per});
+    ops::embedding(ctx, frames.view({n, per}), train::row_ids(pick, frames.device()), chunk_rows);
+    const Tensor got = tok.tokens(ctx, chunk).to(Device::cpu);
+    UNMASK_CHECK(got.numel() == m * cells, "BEVT: the tokenizer gives ", got.numel() / m,
                  " ids a frame for a mask of ", cells, " cells",
                  Hint("the tokenizer's input is half the clip's size (112 for 224) and its grid is 1/8 of that"));
     for (int64_t k = 0; k < m; ++k)
-      std::copy_n(got.data() + k * cells, cells, ids.data() + todo[first + size_t(k)] * cells);
+      std::copy_n(got.data<int32_t>() + k * cells, cells, ids.data() + int64_t(pick[size_t(k)]) * cells);
     ran += m;
   }
   return ids;
@@ -145,8 +149,22 @@ std::vector<Param>& BevtPretrainModel::params() {
   return params_;
 }
 
-void BevtPretrainModel::zero_grad(Context&) {
-  for (Param& p : params()) std::fill_n(p.grad.data<float>(), p.grad.numel(), 0.0f);
+void BevtPretrainModel::to(Context& ctx) {
+  const Device device = ctx.device();
+  if (device == this->device()) return;
+  ctx.make_current();  // new device memory is tagged with ctx's stream
+  std::vector<train::PV*> all = backbone.storages();
+  NeckHeadParams& n = neck;
+  all.insert(all.end(), {&n.fpn_w, &n.fpn_b, &n.lm_down_w, &n.lm_down_b, &n.fpn_s_w, &n.fpn_s_b, &n.lm_down_st_w,
+                         &n.lm_down_st_b, &n.fpn_t_w, &n.fpn_t_b, &n.lm_head_w, &n.lm_head_b});
+  for (train::PV* p : all) *p = train::pv_to(*p, device);
+  params_.clear();  // the Params were views of the host storages
+}
+
+void BevtPretrainModel::zero_grad(Context& ctx) {
+  std::vector<Tensor*> grads;
+  for (Param& p : params()) grads.push_back(&p.grad);
+  ops::zero_many(ctx, grads);
 }
 
 BevtStepStats bevt_pretrain_step(Context& ctx, BevtPretrainModel& model, const DalleEncoder* tokenizer,
@@ -157,6 +175,11 @@ BevtStepStats bevt_pretrain_step(Context& ctx, BevtPretrainModel& model, const D
                "neck doubles the frames), got ",
                c.patch[0], " x ", c.patch[1], " x ", c.patch[2]);
   BevtStepStats out;
+  const Device dev = model.device();
+  UNMASK_CHECK(ctx.device() == dev, "BEVT: the model is on ", device_name(dev), ", the context on ",
+               device_name(ctx.device()), Hint("call model.to(ctx) first (then build the Optimizer)"));
+  // Host batches (the loader's) are copied to the model's device; device batches are used as they are.
+  auto on_device = [&](const Tensor& t) { return !t.defined() || t.device() == dev ? t : t.to(dev); };
   auto check_frames = [](const Tensor& f, int64_t n, int64_t H, int64_t W, const char* what) {
     UNMASK_CHECK(f.defined() && f.dtype() == DType::f32 && f.ndim() == 4 && f.size(0) == n && f.size(1) == 3 &&
                      f.size(2) * 2 == H && f.size(3) * 2 == W && f.is_contiguous(),
@@ -183,9 +206,9 @@ BevtStepStats bevt_pretrain_step(Context& ctx, BevtPretrainModel& model, const D
     } else {
       UNMASK_CHECK(tokenizer, "BEVT: no tokenizer and no video target ids");
       check_frames(batch.video_frames, Bv * T, H, W, "video");
-      out.video_ids = tokenize(ctx, *tokenizer, batch.video_frames, need, cells, out.tokenized_frames);
+      out.video_ids = tokenize(ctx, *tokenizer, on_device(batch.video_frames), need, cells, out.tokenized_frames);
     }
-    out.video = run_stream(ctx, model, {false, v, &batch.video_masks, &out.video_ids}, o);
+    out.video = run_stream(ctx, model, {false, on_device(v), &batch.video_masks, &out.video_ids}, o);
   }
   if (const int64_t Bi = batch.image_count(); Bi > 0) {
     const Tensor& im = batch.images;
@@ -207,9 +230,10 @@ BevtStepStats bevt_pretrain_step(Context& ctx, BevtPretrainModel& model, const D
     } else {
       UNMASK_CHECK(tokenizer, "BEVT: no tokenizer and no image target ids");
       check_frames(batch.image_frames, Bi, H, W, "image");
-      out.image_ids = tokenize(ctx, *tokenizer, batch.image_frames, need, cells, out.tokenized_frames);
+      out.image_ids = tokenize(ctx, *tokenizer, on_device(batch.image_frames), need, cells, out.tokenized_frames);
     }
-    out.image = run_stream(ctx, model, {true, im.view({Bi, 3, 1, H, W}), &batch.image_masks, &out.image_ids}, o);
+    out.image = run_stream(ctx, model, {true, on_device(im).view({Bi, 3, 1, H, W}), &batch.image_masks, &out.image_ids},
+                           o);
   }
   return out;
 }

@@ -39,6 +39,10 @@ class BevtPretrainModel {
   /// Every trainable tensor under BEVT's checkpoint names, backbone first (built once).
   std::vector<Param>& params();
   void zero_grad(Context& ctx);
+  /// Every parameter moved to ctx's device (a no-op when there); params() is rebuilt over the
+  /// copies, so call it before an Optimizer takes them.
+  void to(Context& ctx);
+  Device device() const { return backbone.mask_token.value.device(); }
 
  private:
   std::vector<Param> params_;

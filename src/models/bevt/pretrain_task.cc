@@ -10,11 +10,11 @@
 
 namespace unmask::bevt {
 
-BevtPretrainTask::BevtPretrainTask(const BevtPretrainSettings& settings, DalleEncoder tokenizer,
+BevtPretrainTask::BevtPretrainTask(Context& ctx, const BevtPretrainSettings& settings, const DalleEncoder& tokenizer,
                                    const train::LoopStart& start, int64_t accumulation)
     : s_(settings),
       model_(BevtPretrainModel::random(settings.config, settings.vocab, settings.seed)),
-      tokenizer_(std::move(tokenizer)),
+      tokenizer_(tokenizer.to(ctx.device())),
       accumulation_(accumulation) {
   Communicator& comm = Communicator::world();
   world_ = comm.size(), rank_ = comm.rank();
@@ -37,6 +37,7 @@ BevtPretrainTask::BevtPretrainTask(const BevtPretrainSettings& settings, DalleEn
     const BevtLoadReport r = load_bevt(weights, model_.params(), lo);
     if (comm.is_root() && start.resume_dir.empty()) std::fprintf(stderr, "%s\n", r.summary().c_str());
   }
+  model_.to(ctx);  // no-op on the CPU; before the gradient sync and the optimizer take the params
 }
 
 std::string BevtPretrainTask::title() const {

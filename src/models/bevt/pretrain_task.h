@@ -3,7 +3,7 @@
 //
 //   bevt::BevtPretrainSettings s; s.config = SwinConfig::preset("base"); s.clips = 8; s.images = 64;
 //   train::LoopStart start = train::open_run(loop_config, resume, warn);
-//   bevt::BevtPretrainTask task(s, std::move(tokenizer), start, accumulation);
+//   bevt::BevtPretrainTask task(ctx, s, tokenizer, start, accumulation);
 //   train::TrainResult r = train::run_training(task, ctx, loop_config, start, control);
 //
 // The data: BevtSource (clips from a video list, images from a list or an ImageNet-style folder,
@@ -45,8 +45,9 @@ struct BevtPretrainSettings {
 
 class BevtPretrainTask final : public train::TrainTask {
  public:
-  BevtPretrainTask(const BevtPretrainSettings& settings, DalleEncoder tokenizer, const train::LoopStart& start,
-                   int64_t accumulation);
+  /// The model and the tokenizer go to ctx's device (the batches follow them at each step).
+  BevtPretrainTask(Context& ctx, const BevtPretrainSettings& settings, const DalleEncoder& tokenizer,
+                   const train::LoopStart& start, int64_t accumulation);
 
   std::string title() const override;
   std::string sample_name() const override { return "clips"; }

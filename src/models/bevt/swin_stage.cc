@@ -21,11 +21,14 @@ struct BlockAttention {
   Tensor bias, mask;
 };
 
-BlockAttention block_attention(const SwinStageParams& p, const SwinStageShape& s, int64_t j) {
+// The masks are made on the host and copied to the table's device (a few MB at most: 8 video
+// windows of 392 x 392, or 16 image windows of 49 x 49, per stage).
+BlockAttention block_attention(Context& ctx, const SwinStageParams& p, const SwinStageShape& s, int64_t j) {
   BlockAttention a;
   a.g = stage_block_geometry(s, j);
   a.index = train::relative_position_index(s.window, a.g.tokens());
-  a.bias = train::gather_relative_bias(p.tables[size_t(j)].value, a.index, a.g.tokens());
+  const Tensor& table = p.tables[size_t(j)].value;
+  a.bias = train::gather_relative_bias(ctx, table, a.index, a.g.tokens());
   if (s.image) {  // BEVT's image stream: the shift-3 masks in every block
     train::WindowGeometry shifted = a.g;
     shifted.shift = {0, s.window[1] / 2, s.window[2] / 2};
@@ -33,6 +36,7 @@ BlockAttention block_attention(const SwinStageParams& p, const SwinStageShape& s
   } else if (a.g.shifted()) {
     a.mask = train::shift_region_masks(a.g);
   }
+  if (a.mask.defined() && table.device() != Device::cpu) a.mask = a.mask.to(table.device());
   return a;
 }
 
@@ -77,7 +81,7 @@ void swin_stage_forward(Context& ctx, const SwinStageParams& p, const Tensor& x,
   sv.rows.assign(size_t(depth), {});
   Tensor cur = x;
   for (int64_t j = 0; j < depth; ++j) {
-    const BlockAttention a = block_attention(p, s, j);
+    const BlockAttention a = block_attention(ctx, p, s, j);
     sv.rows[size_t(j)] = train::window_partition_rows(s.batch, a.g);
     sv.inputs[size_t(j)] = gather_rows(ctx, cur, sv.rows[size_t(j)]);
     nn::block_forward(ctx, p.blocks[size_t(j)], sv.inputs[size_t(j)], block_shape(s, j, a, nullptr), sv.blocks[size_t(j)]);
@@ -100,12 +104,13 @@ Tensor swin_stage_backward(Context& ctx, SwinStageParams& p, const SwinStageSave
     g.copy_from(g_out);
   }
   for (int64_t j = int64_t(p.blocks.size()) - 1; j >= 0; --j) {
-    const BlockAttention a = block_attention(p, s, j);
-    Tensor dbias = Tensor::zeros({s.heads, a.g.tokens(), a.g.tokens()}, DType::f32);
+    const BlockAttention a = block_attention(ctx, p, s, j);
+    Tensor dbias = Tensor::empty({s.heads, a.g.tokens(), a.g.tokens()}, DType::f32, g.device());
+    ops::zero_many(ctx, {&dbias});
     Tensor gw = gather_rows(ctx, g, sv.rows[size_t(j)]);
     nn::block_backward(ctx, p.blocks[size_t(j)], sv.inputs[size_t(j)], sv.blocks[size_t(j)], block_shape(s, j, a, &dbias),
                        gw);
-    train::scatter_relative_bias_grad(dbias, a.index, p.tables[size_t(j)].grad);
+    train::scatter_relative_bias_grad(ctx, dbias, a.index, p.tables[size_t(j)].grad);
     g = gather_rows(ctx, gw, train::inverse_rows(sv.rows[size_t(j)]));
   }
   return g;

@@ -1,0 +1,158 @@
+// tests/cuda/test_cuda_bevt.cc: BEVT's joint pretraining step on a CUDA context against the same
+// step on the CPU (which tests/python/bevt_parity.py ties to a float64 PyTorch BEVT): a tiny BEVT
+// (embed 32, depths 2/2/2/2, heads 1/2/4/8, window 2 x 4 x 4: the video's stage 4 clips the
+// window, the image stream rolls and masks in every block) on two 64 x 64 clips of 4 frames and
+// four 64 x 64 images with BEVT's block masks and drop path 0.3, from the same weights.
+//   * the tokenizer (a small DALL-E encoder through cuDNN) gives the CPU's ids wherever the CPU's
+//     top two logits are apart (every id, in practice);
+//   * with the CPU's ids as both steps' targets: each stream's loss within 1e-5, the masked and
+//     correct counts equal, every gradient within 1e-4 of its largest magnitude;
+//   * three AdamW steps on both: every parameter within 1e-4.
+// Without a CUDA device every test skips.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "cuda_test_common.h"
+#include "data/video/bevt_data.h"
+#include "models/bevt/pretrain.h"
+#include "ops/device_info.h"
+#include "test_harness.h"
+#include "unmask/train.h"
+
+using namespace unmask;
+using cuda_test::cpu;
+using cuda_test::gpu;
+using cuda_test::max_relative_error;
+
+namespace {
+
+bevt::SwinConfig tiny_config() {
+  bevt::SwinConfig c;
+  c.embed_dim = 32, c.depths = {2, 2, 2, 2}, c.heads = {1, 2, 4, 8}, c.window = {2, 4, 4};
+  return c;
+}
+
+bevt::DalleEncoderConfig tiny_tokenizer() {
+  bevt::DalleEncoderConfig t;
+  t.hidden = 16, t.blocks_per_group = 1, t.vocab = 64;
+  return t;
+}
+
+video::BevtBatch test_batch(uint64_t seed) {
+  video::BevtDataOptions o;
+  o.frames = 4, o.crop = 64, o.seed = seed;
+  return video::synthetic_bevt_batch(o, 0, 2, 0, 4);
+}
+
+// Every parameter of a (device) model against the CPU model's: values or gradients.
+void expect_params_close(bevt::BevtPretrainModel& want, bevt::BevtPretrainModel& got, bool grads, double tol,
+                         const std::string& what) {
+  std::vector<Param>& w = want.params();
+  std::vector<Param>& g = got.params();
+  ASSERT_EQ(w.size(), g.size());
+  int64_t bad = 0;
+  double worst = 0;
+  std::string worst_name;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double e = max_relative_error(grads ? g[i].grad : g[i].value, grads ? w[i].grad : w[i].value);
+    if (e > worst) worst = e, worst_name = w[i].name;
+    if (e > tol && bad++ < 5) ADD_FAILURE() << what << ": " << w[i].name << " differs by " << e;
+  }
+  std::printf("[ %s ] %zu tensors, worst %s %.2e\n", what.c_str(), w.size(), worst_name.c_str(), worst);
+  EXPECT_EQ(bad, 0) << what;
+}
+
+}  // namespace
+
+TEST(CudaBevt, StepMatchesTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  ops::set_training_precision(gpu(), "fp32");
+  const uint64_t seed = 7;
+  bevt::BevtPretrainModel want = bevt::BevtPretrainModel::random(tiny_config(), 64, seed);
+  bevt::BevtPretrainModel got = bevt::BevtPretrainModel::random(tiny_config(), 64, seed);
+  got.to(gpu());
+  ASSERT_EQ(got.device(), Device::cuda);
+  const bevt::DalleEncoder tok = bevt::DalleEncoder::random(tiny_tokenizer(), seed + 1);
+  const bevt::DalleEncoder tok_gpu = tok.to(Device::cuda);
+  const video::BevtBatch batch = test_batch(seed);
+
+  // The tokenizer alone: ids on both devices for the clips' frames.
+  const Tensor frames = batch.video_frames;
+  const Tensor l = tok.logits(cpu(), frames);
+  const Tensor ids_cpu = tok.tokens(cpu(), frames), ids_gpu = tok_gpu.tokens(gpu(), frames.to(Device::cuda)).to(Device::cpu);
+  const int64_t V = l.size(1), P = l.size(2) * l.size(3);
+  int64_t compared = 0, differ = 0;
+  for (int64_t b = 0; b < l.size(0); ++b)
+    for (int64_t p = 0; p < P; ++p) {
+      float top = -INFINITY, second = -INFINITY;
+      for (int64_t v = 0; v < V; ++v) {
+        const float x = l.data<float>()[(b * V + v) * P + p];
+        if (x > top) second = top, top = x;
+        else if (x > second) second = x;
+      }
+      if (top - second < 1e-4f * std::max(1.0f, std::fabs(top))) continue;
+      ++compared;
+      differ += ids_cpu.data<int32_t>()[b * P + p] != ids_gpu.data<int32_t>()[b * P + p];
+    }
+  EXPECT_GT(compared, l.size(0) * P / 2);
+  EXPECT_EQ(differ, 0) << "of " << compared << " clear cells";
+
+  // The step, with the CPU's targets on both.
+  bevt::BevtStepOptions o;
+  o.drop_path_rate = 0.3, o.seed = seed;
+  want.zero_grad(cpu());
+  const bevt::BevtStepStats sw = bevt::bevt_pretrain_step(cpu(), want, &tok, batch, o);
+  o.video_ids = &sw.video_ids, o.image_ids = &sw.image_ids;
+  got.zero_grad(gpu());
+  const bevt::BevtStepStats sg = bevt::bevt_pretrain_step(gpu(), got, nullptr, batch, o);
+  std::printf("[ bevt step ] loss video cpu %.9g cuda %.9g, image cpu %.9g cuda %.9g\n", sw.video.loss, sg.video.loss,
+              sw.image.loss, sg.image.loss);
+  EXPECT_NEAR(sg.video.loss, sw.video.loss, 1e-5 * std::fabs(sw.video.loss));
+  EXPECT_NEAR(sg.image.loss, sw.image.loss, 1e-5 * std::fabs(sw.image.loss));
+  EXPECT_EQ(sg.video.masked, sw.video.masked);
+  EXPECT_EQ(sg.image.masked, sw.image.masked);
+  EXPECT_GT(sw.video.masked, 0);
+  EXPECT_GT(sw.image.masked, 0);
+  expect_params_close(want, got, true, 1e-4, "gradients");
+
+  // Three AdamW steps from those gradients and two more batches.
+  const OptimizerConfig oc{.kind = OptimizerKind::adamw, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                           .weight_decay = 0.05f, .max_grad_norm = 3.0f};
+  Optimizer ow(oc, want.params()), og(oc, got.params());
+  for (int step = 0; step < 3; ++step) {
+    if (step > 0) {
+      const video::BevtBatch b = test_batch(seed + uint64_t(step));
+      bevt::BevtStepOptions so;
+      so.seed = seed + uint64_t(step);
+      want.zero_grad(cpu());
+      const bevt::BevtStepStats s = bevt::bevt_pretrain_step(cpu(), want, &tok, b, so);
+      so.video_ids = &s.video_ids, so.image_ids = &s.image_ids;
+      got.zero_grad(gpu());
+      bevt::bevt_pretrain_step(gpu(), got, nullptr, b, so);
+    }
+    ow.step(cpu(), 1e-3f);
+    og.step(gpu(), 1e-3f);
+  }
+  expect_params_close(want, got, false, 1e-4, "after 3 AdamW steps");
+}
+
+TEST(CudaBevt, HostBatchesFollowTheModelAndAWrongContextIsAnError) {
+  REQUIRE_CUDA_DEVICE();
+  bevt::BevtPretrainModel m = bevt::BevtPretrainModel::random(tiny_config(), 64, 3);
+  m.to(gpu());
+  const bevt::DalleEncoder tok = bevt::DalleEncoder::random(tiny_tokenizer(), 4).to(Device::cuda);
+  const video::BevtBatch batch = test_batch(3);
+  bevt::BevtStepOptions o;
+  m.zero_grad(gpu());
+  const bevt::BevtStepStats s = bevt::bevt_pretrain_step(gpu(), m, &tok, batch, o);  // host batch, device model
+  EXPECT_TRUE(std::isfinite(s.loss()));
+  EXPECT_GT(s.tokenized_frames, 0);
+  try {
+    bevt::bevt_pretrain_step(cpu(), m, &tok, batch, o);
+    ADD_FAILURE() << "a CPU context with a CUDA model must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("call model.to(ctx) first"), std::string::npos) << e.what();
+  }
+}
