@@ -76,7 +76,7 @@ void run_block(const std::array<int64_t, 3> shift, bool torchvision = false) {
   Context ctx({.num_threads = 2});
   const std::vector<int32_t> rows = train::window_partition_rows(B, g), back = train::inverse_rows(rows);
   const std::vector<int32_t> index = train::relative_position_index(g.window, N);
-  const Tensor bias = train::gather_relative_bias(ctx, table.value, index, N);
+  const Tensor bias = train::gather_relative_bias(ctx, table.value, train::row_ids(index, Device::cpu), N);
   const Tensor mask = g.shifted() ? train::shift_region_masks(g) : Tensor();
   Tensor dbias = Tensor::zeros({NH, N, N}, DType::f32);
   nn::BlockShape s;
@@ -90,7 +90,7 @@ void run_block(const std::array<int64_t, 3> shift, bool torchvision = false) {
   Tensor grad = gather_rows(ctx, load("dout"), rows);
   nn::block_backward(ctx, p, x, saved, s, grad);
   const Tensor dx = gather_rows(ctx, grad, back);
-  train::scatter_relative_bias_grad(ctx, dbias, index, table.grad);
+  train::scatter_relative_bias_grad(ctx, dbias, train::row_ids(index, Device::cpu), table.grad);
 
   // f32 engine against float64 on the same f32-exact inputs: a row's values sum up to 256
   // products; a parameter gradient sums over all 1,568 rows (the key bias's, 0 in exact

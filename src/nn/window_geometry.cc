@@ -108,32 +108,32 @@ Tensor shift_region_masks(const WindowGeometry& g) {
   return m;
 }
 
-Tensor gather_relative_bias(Context& ctx, const Tensor& table, const std::vector<int32_t>& index, int64_t n) {
+Tensor gather_relative_bias(Context& ctx, const Tensor& table, const Tensor& index, int64_t n) {
   UNMASK_CHECK(table.dtype() == DType::f32 && table.ndim() == 2 && table.is_contiguous(),
                "relative position bias: the table must be a contiguous f32 [T, NH] tensor, got ", table.describe());
-  UNMASK_CHECK(int64_t(index.size()) == n * n, "relative position bias: ", index.size(), " indices for ", n, " x ", n);
+  UNMASK_CHECK(index.ndim() == 1 && index.numel() == n * n, "relative position bias: ", index.describe(),
+               " indices for ", n, " x ", n);
   const int64_t NH = table.size(1);
   // [n n, NH] rows gathered by the index (an id outside the table throws, naming it), then [NH, n n].
   Tensor rows = Tensor::empty({n * n, NH}, DType::f32, table.device());
-  ops::embedding(ctx, table, row_ids(index, table.device()), rows);
+  ops::embedding(ctx, table, index, rows);
   Tensor bias = Tensor::empty({NH, n * n}, DType::f32, table.device());
   ops::transpose(ctx, rows, bias);
   return bias.view({NH, n, n});
 }
 
-void scatter_relative_bias_grad(Context& ctx, const Tensor& dbias, const std::vector<int32_t>& index,
-                                Tensor& table_grad) {
+void scatter_relative_bias_grad(Context& ctx, const Tensor& dbias, const Tensor& index, Tensor& table_grad) {
   UNMASK_CHECK(table_grad.dtype() == DType::f32 && table_grad.ndim() == 2 && table_grad.is_contiguous(),
                "relative position bias gradient: the table gradient must be a contiguous f32 [T, NH] tensor, got ",
                table_grad.describe());
-  const int64_t NH = table_grad.size(1), nn2 = int64_t(index.size());
+  const int64_t NH = table_grad.size(1), nn2 = index.numel();
   UNMASK_CHECK(dbias.dtype() == DType::f32 && dbias.is_contiguous() && dbias.numel() == NH * nn2,
                "relative position bias gradient: dbias must be contiguous f32 [", NH, ", n, n] for ", nn2,
                " indices, got ", dbias.describe());
   Tensor rows = Tensor::empty({nn2, NH}, DType::f32, dbias.device());
   ops::transpose(ctx, dbias.view({NH, nn2}), rows);
   // embedding_backward adds the rows of one table entry in index order: the same sums on every run
-  ops::embedding_backward(ctx, row_ids(index, dbias.device()), rows, table_grad);
+  ops::embedding_backward(ctx, index, rows, table_grad);
 }
 
 }  // namespace unmask::train

@@ -53,11 +53,11 @@ std::vector<int32_t> relative_position_index(std::array<int64_t, 3> table_window
 Tensor shift_region_masks(const WindowGeometry& g);
 
 /// A block's relative-position bias: bias[h, i, j] = table[index[i n + j], h], table f32 [T, NH]
-/// -> f32 [NH, n, n] on the table's device (a row gather and a transpose).
-Tensor gather_relative_bias(Context& ctx, const Tensor& table, const std::vector<int32_t>& index, int64_t n);
+/// -> f32 [NH, n, n] on the table's device (a row gather and a transpose). index: i32 [n n] on
+/// that device (row_ids of relative_position_index).
+Tensor gather_relative_bias(Context& ctx, const Tensor& table, const Tensor& index, int64_t n);
 /// Its backward: table_grad[index[i n + j], h] += dbias[h, i, j] (f32 [NH, n, n] -> [T, NH]),
 /// deterministic (ops::embedding_backward).
-void scatter_relative_bias_grad(Context& ctx, const Tensor& dbias, const std::vector<int32_t>& index,
-                                Tensor& table_grad);
+void scatter_relative_bias_grad(Context& ctx, const Tensor& dbias, const Tensor& index, Tensor& table_grad);
 
 }  // namespace unmask::train

@@ -8,35 +8,23 @@ namespace unmask::bevt {
 
 namespace {
 
-Tensor gather_rows(Context& ctx, const Tensor& x, const std::vector<int32_t>& rows) {
-  Tensor out = Tensor::empty({int64_t(rows.size()), x.size(1)}, x.dtype(), x.device());
-  ops::embedding(ctx, x, train::row_ids(rows, x.device()), out);
+Tensor gather_rows(Context& ctx, const Tensor& x, const Tensor& ids) {
+  Tensor out = Tensor::empty({ids.size(0), x.size(1)}, x.dtype(), x.device());
+  ops::embedding(ctx, x, ids, out);
   return out;
 }
 
-// What block j attends with: its bias gathered from its table, and its masks (undefined: none).
+// What block j attends with: its geometry's tables and its bias gathered from its table.
 struct BlockAttention {
-  train::WindowGeometry g;
-  std::vector<int32_t> index;
-  Tensor bias, mask;
+  const BlockTables* t = nullptr;
+  Tensor bias;
 };
 
-// The masks are made on the host and copied to the table's device (a few MB at most: 8 video
-// windows of 392 x 392, or 16 image windows of 49 x 49, per stage).
 BlockAttention block_attention(Context& ctx, const SwinStageParams& p, const SwinStageShape& s, int64_t j) {
   BlockAttention a;
-  a.g = stage_block_geometry(s, j);
-  a.index = train::relative_position_index(s.window, a.g.tokens());
   const Tensor& table = p.tables[size_t(j)].value;
-  a.bias = train::gather_relative_bias(ctx, table, a.index, a.g.tokens());
-  if (s.image) {  // BEVT's image stream: the shift-3 masks in every block
-    train::WindowGeometry shifted = a.g;
-    shifted.shift = {0, s.window[1] / 2, s.window[2] / 2};
-    a.mask = train::shift_region_masks(shifted);
-  } else if (a.g.shifted()) {
-    a.mask = train::shift_region_masks(a.g);
-  }
-  if (a.mask.defined() && table.device() != Device::cpu) a.mask = a.mask.to(table.device());
+  a.t = &p.geometry->get(s, j, table.device());
+  a.bias = train::gather_relative_bias(ctx, table, a.t->index_ids, a.t->g.tokens());
   return a;
 }
 
@@ -44,9 +32,9 @@ nn::BlockShape block_shape(const SwinStageShape& s, int64_t j, const BlockAttent
   nn::BlockShape b;
   b.C = s.dim, b.I = s.mlp_hidden, b.NH = s.heads, b.eps = s.eps;
   b.tokens = s.size[0] * s.size[1] * s.size[2];
-  b.window = a.g.tokens();
+  b.window = a.t->g.tokens();
   b.window_bias = &a.bias;
-  b.window_mask = a.mask.defined() ? &a.mask : nullptr;
+  b.window_mask = a.t->mask.defined() ? &a.t->mask : nullptr;
   b.window_dbias = dbias;
   if (!s.drop_attn.empty()) b.drop_attn = s.drop_attn[size_t(j)].data();
   if (!s.drop_mlp.empty()) b.drop_mlp = s.drop_mlp[size_t(j)].data();
@@ -54,6 +42,28 @@ nn::BlockShape block_shape(const SwinStageShape& s, int64_t j, const BlockAttent
 }
 
 }  // namespace
+
+const BlockTables& StageGeometryCache::get(const SwinStageShape& s, int64_t j, Device device) {
+  const std::vector<int64_t> key = {s.batch, s.size[0], s.size[1], s.size[2], s.window[0], s.window[1], s.window[2],
+                                    int64_t(s.image), j % 2, int64_t(device)};
+  auto it = tables_.find(key);
+  if (it != tables_.end()) return it->second;
+  BlockTables t;
+  t.g = stage_block_geometry(s, j);
+  t.index_ids = train::row_ids(train::relative_position_index(s.window, t.g.tokens()), device);
+  if (s.image) {  // BEVT's image stream: the shift-3 masks in every block
+    train::WindowGeometry shifted = t.g;
+    shifted.shift = {0, s.window[1] / 2, s.window[2] / 2};
+    t.mask = train::shift_region_masks(shifted);
+  } else if (t.g.shifted()) {
+    t.mask = train::shift_region_masks(t.g);
+  }
+  if (t.mask.defined() && device != Device::cpu) t.mask = t.mask.to(device);
+  const std::vector<int32_t> rows = train::window_partition_rows(s.batch, t.g);
+  t.rows = train::row_ids(rows, device);
+  t.back = train::row_ids(train::inverse_rows(rows), device);
+  return tables_.emplace(key, std::move(t)).first->second;
+}
 
 train::WindowGeometry stage_block_geometry(const SwinStageShape& s, int64_t j) {
   const bool odd = j % 2 == 1;
@@ -78,14 +88,12 @@ void swin_stage_forward(Context& ctx, const SwinStageParams& p, const Tensor& x,
                "Swin stage: drop path scales for ", s.drop_attn.size(), " / ", s.drop_mlp.size(), " of ", depth, " blocks");
   sv.inputs.assign(size_t(depth), Tensor());
   sv.blocks.assign(size_t(depth), nn::BlockSaved());
-  sv.rows.assign(size_t(depth), {});
   Tensor cur = x;
   for (int64_t j = 0; j < depth; ++j) {
     const BlockAttention a = block_attention(ctx, p, s, j);
-    sv.rows[size_t(j)] = train::window_partition_rows(s.batch, a.g);
-    sv.inputs[size_t(j)] = gather_rows(ctx, cur, sv.rows[size_t(j)]);
+    sv.inputs[size_t(j)] = gather_rows(ctx, cur, a.t->rows);
     nn::block_forward(ctx, p.blocks[size_t(j)], sv.inputs[size_t(j)], block_shape(s, j, a, nullptr), sv.blocks[size_t(j)]);
-    cur = gather_rows(ctx, sv.blocks[size_t(j)].out, train::inverse_rows(sv.rows[size_t(j)]));
+    cur = gather_rows(ctx, sv.blocks[size_t(j)].out, a.t->back);
   }
   sv.out = cur;
   if (p.merge) train::patch_merging_forward(ctx, p.merging, sv.out, s.batch, s.size, s.eps, sv.merged, sv.merging);
@@ -105,13 +113,14 @@ Tensor swin_stage_backward(Context& ctx, SwinStageParams& p, const SwinStageSave
   }
   for (int64_t j = int64_t(p.blocks.size()) - 1; j >= 0; --j) {
     const BlockAttention a = block_attention(ctx, p, s, j);
-    Tensor dbias = Tensor::empty({s.heads, a.g.tokens(), a.g.tokens()}, DType::f32, g.device());
+    const int64_t N = a.t->g.tokens();
+    Tensor dbias = Tensor::empty({s.heads, N, N}, DType::f32, g.device());
     ops::zero_many(ctx, {&dbias});
-    Tensor gw = gather_rows(ctx, g, sv.rows[size_t(j)]);
+    Tensor gw = gather_rows(ctx, g, a.t->rows);
     nn::block_backward(ctx, p.blocks[size_t(j)], sv.inputs[size_t(j)], sv.blocks[size_t(j)], block_shape(s, j, a, &dbias),
                        gw);
-    train::scatter_relative_bias_grad(ctx, dbias, a.index, p.tables[size_t(j)].grad);
-    g = gather_rows(ctx, gw, train::inverse_rows(sv.rows[size_t(j)]));
+    train::scatter_relative_bias_grad(ctx, dbias, a.t->index_ids, p.tables[size_t(j)].grad);
+    g = gather_rows(ctx, gw, a.t->back);
   }
   return g;
 }

@@ -10,10 +10,13 @@
 //          to all blocks); the bias is the d = 0 plane of the block's 3-D table (index[:49, :49]).
 // Each block gathers the rows into its window order, runs nn::block_forward with its
 // relative-position bias (table[T, NH] gathered per call), and scatters back; the stage output
-// before merging is what BEVT's necks read (x3, x4).
+// before merging is what BEVT's necks read (x3, x4). The index maps and masks of a geometry are
+// made once and kept on the device (StageGeometryCache).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "nn/patch_merging.h"
@@ -22,11 +25,33 @@
 
 namespace unmask::bevt {
 
+struct SwinStageShape;
+
+/// What block j's attention and row gathers need of its geometry, on the activations' device:
+/// host-made integers and masks that would otherwise be rebuilt and uploaded every block of
+/// every pass (a video block's 392 x 392 index and 8 windows of masks: 5.5 MB).
+struct BlockTables {
+  train::WindowGeometry g;
+  Tensor index_ids;                     // i32 [N N]: the bias table's row of each (i, j)
+  Tensor mask;                          // f32 [windows, N, N], or undefined (no mask)
+  Tensor rows, back;                    // i32: the volume row of each window row, and the inverse
+};
+
+/// BlockTables per (batch, volume, window, stream, block parity, device), made at first use.
+class StageGeometryCache {
+ public:
+  const BlockTables& get(const SwinStageShape& s, int64_t block, Device device);
+
+ private:
+  std::map<std::vector<int64_t>, BlockTables> tables_;
+};
+
 struct SwinStageParams {
   std::vector<nn::BlockParams> blocks;
   std::vector<train::PV> tables;        // per block: relative_position_bias_table [T, NH]
   bool merge = false;                   // patch merging after the blocks (stages 1-3)
   train::PatchMergingParams merging;
+  std::shared_ptr<StageGeometryCache> geometry = std::make_shared<StageGeometryCache>();  // not a parameter
 };
 
 struct SwinStageShape {
@@ -43,7 +68,6 @@ struct SwinStageShape {
 struct SwinStageSaved {
   std::vector<Tensor> inputs;           // each block's input, in its window order
   std::vector<nn::BlockSaved> blocks;
-  std::vector<std::vector<int32_t>> rows;  // each block's window order (volume row of each row)
   Tensor out;                           // the blocks' output, volume order [B D H W, C]
   Tensor merged;                        // after patch merging [B D (H/2) (W/2), 2C] (merge only)
   train::PatchMergingSaved merging;
