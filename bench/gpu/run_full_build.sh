@@ -35,7 +35,8 @@
 #      tests/python/cpu_bf16_accuracy.py (bf16 error within twice PyTorch's bf16 autocast).
 #  10. BEVT on the device (issue 32): its CUDA tests (step vs the CPU, window attention, cuDNN,
 #      layout ops; also in stage 2), pretrain-bevt of a tiny model on the CPU and on the device
-#      (loss curves within 1e-3), then seed 000's table: `bench bevt --batch-size 8` in bf16 and
+#      (loss curves within 1e-3; bf16 GEMMs and fp16 GEMMs with dynamic loss scaling within
+#      5e-2 of the CPU's fp32 curve), then seed 000's table: `bench bevt --batch-size 8` in bf16 and
 #      fp32 alternating with the PyTorch BEVT peer (bench/gpu/torch_bevt_train_gpu.py: bf16
 #      autocast, SDPA with the bias as the mask, eager and torch.compile). DEVICE=cpu: the tiny
 #      curves and a tiny `bench bevt` only. The BEVT call of a GPU session is
@@ -276,15 +277,30 @@ stage10() {
       > "$OUT/bevt_pretrain_$d.log" 2>&1
     note "pretrain-bevt --device $d: rc $? at $(at)s"
   done
-  python3 - "$W/bevt_cpu" "$W/bevt_$DEVICE" <<'EOF' 2>&1 | tee -a "$summary"
+  local half=()
+  if [ "$DEVICE" = cuda ]; then  # bf16 GEMMs, and fp16 GEMMs with dynamic loss scaling (apex O1's split)
+    for prec in bf16 fp16; do
+      timeout "$(lim 150)" "$BIN/unmask" pretrain-bevt --output "$W/bevt_$prec" "${tiny[@]}" --clips 2 --images 4 \
+        --steps 4 --accumulation 1 --drop-path 0.1 --lr 1e-3 --warmup 0.25 --seed 3 --quiet --device cuda --force \
+        --precision $prec --loss-scaling $([ $prec = fp16 ] && echo dynamic || echo none) > "$OUT/bevt_pretrain_$prec.log" 2>&1
+      note "pretrain-bevt --device cuda --precision $prec: rc $? at $(at)s"
+      half+=("$W/bevt_$prec")
+    done
+  fi
+  python3 - "$W/bevt_cpu" "$W/bevt_$DEVICE" "${half[@]}" <<'EOF' 2>&1 | tee -a "$summary"
 import json, os, sys
 def curve(d):
     p = os.path.join(d, "metrics.jsonl")
     return [r["loss"] for r in map(json.loads, open(p))] if os.path.exists(p) else []
-a, b = curve(sys.argv[1]), curve(sys.argv[2])
-worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=float("inf"))
-ok = len(a) == len(b) == 4 and worst <= 1e-3  # a near-tie tokenizer id may flip between cuDNN and the CPU
-print(f"pretrain-bevt device vs cpu: {len(b)} / {len(a)} steps, loss rel diff {worst:.2e}: {'ok' if ok else 'FAIL'}")
+a = curve(sys.argv[1])
+for d in sys.argv[2:]:
+    b = curve(d)
+    worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=float("inf"))
+    # f32: a near-tie tokenizer id may flip between cuDNN and the CPU; half GEMM operands: ~2^-8 a product
+    tol = 5e-2 if d.endswith(("bf16", "fp16")) else 1e-3
+    ok = len(a) == len(b) == 4 and worst <= tol
+    print(f"pretrain-bevt {os.path.basename(d)} vs cpu: {len(b)} / {len(a)} steps, loss rel diff {worst:.2e}: "
+          f"{'ok' if ok else 'FAIL'}")
 EOF
   if [ "$DEVICE" != cuda ]; then
     timeout "$(lim 120)" "$BIN/unmask" bench bevt "${tiny[@]}" --batch-size 4 --max-steps 3 --skip 1 \

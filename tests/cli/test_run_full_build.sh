@@ -46,7 +46,7 @@ has '^stage 3: skipped, [0-9]+ s left before DEADLINE_S=30$' "$T/b/summary.txt"
 DEVICE=cpu STAGES='10' OUT="$T/c" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUILD" > "$T/c.log" 2>&1
 [ $? = 0 ] && ok || bad "stage 10 rc: $(tail -5 "$T/c.log")"
 has '^pretrain-bevt --device cpu: rc 0' "$T/c/summary.txt"
-has '^pretrain-bevt device vs cpu: 4 / 4 steps, loss rel diff .*: ok$' "$T/c/summary.txt"
+has '^pretrain-bevt bevt_cpu vs cpu: 4 / 4 steps, loss rel diff .*: ok$' "$T/c/summary.txt"
 has '^bench bevt --device cpu: rc 0 at [0-9]+s: average iter time: ' "$T/c/summary.txt"
 
 echo "run_full_build (DEVICE=cpu): $pass passed, $fail failed"

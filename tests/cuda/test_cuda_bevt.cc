@@ -8,6 +8,7 @@
 //   * with the CPU's ids as both steps' targets: each stream's loss within 1e-5, the masked and
 //     correct counts equal, every gradient within 1e-4 of its largest magnitude;
 //   * three AdamW steps on both: every parameter within 1e-4.
+//   * bf16 and fp16 GEMMs (apex O1's split): gradients within twice the CPU bf16 step's error.
 // Without a CUDA device every test skips.
 #include <cmath>
 #include <cstdio>
@@ -154,5 +155,93 @@ TEST(CudaBevt, HostBatchesFollowTheModelAndAWrongContextIsAnError) {
     ADD_FAILURE() << "a CPU context with a CUDA model must be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("call model.to(ctx) first"), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+
+// Per parameter, |grad - exact| / max(|exact|, 1e-2 of the global norm) in the 2-norm.
+std::vector<double> grad_errors(bevt::BevtPretrainModel& exact, bevt::BevtPretrainModel& other) {
+  auto values = [](const Tensor& t) {
+    const Tensor h = (t.device() == Device::cpu ? t : t.to(Device::cpu)).contiguous();
+    return std::vector<double>(h.data<float>(), h.data<float>() + h.numel());
+  };
+  double global = 0;
+  for (Param& p : exact.params())
+    for (double v : values(p.grad)) global += v * v;
+  global = std::sqrt(global);
+  std::vector<double> errs;
+  for (size_t i = 0; i < exact.params().size(); ++i) {
+    const std::vector<double> e = values(exact.params()[i].grad), o = values(other.params()[i].grad);
+    double ne = 0, d = 0;
+    for (size_t j = 0; j < e.size(); ++j) ne += e[j] * e[j], d += (o[j] - e[j]) * (o[j] - e[j]);
+    errs.push_back(std::sqrt(d) / std::max(std::sqrt(ne), 1e-2 * global));
+  }
+  return errs;
+}
+
+double rms(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s / double(std::max<size_t>(v.size(), 1)));
+}
+
+// One step of `got` on the GPU in `precision` (loss scaled by `scale`, gradients unscaled after)
+// and its per-parameter gradient errors against the exact f32 CPU step of `exact`.
+std::vector<double> gpu_step_errors(const std::string& precision, float scale, bevt::BevtPretrainModel& exact,
+                                    const bevt::BevtStepStats& exact_stats, const video::BevtBatch& batch,
+                                    double& loss) {
+  bevt::BevtPretrainModel got = bevt::BevtPretrainModel::random(tiny_config(), 64, 11);
+  got.to(gpu());
+  ops::set_training_precision(gpu(), precision);
+  bevt::BevtStepOptions o;
+  o.loss_scale = scale;
+  o.video_ids = &exact_stats.video_ids, o.image_ids = &exact_stats.image_ids;
+  got.zero_grad(gpu());
+  loss = bevt::bevt_pretrain_step(gpu(), got, nullptr, batch, o).loss();
+  ops::set_training_precision(gpu(), "fp32");
+  for (Param& p : got.params()) ops::scale_inplace(gpu(), p.grad, 1.0f / scale);
+  return grad_errors(exact, got);
+}
+
+}  // namespace
+
+// bf16 and fp16 GEMM operands (fp32 accumulation, fp32 master weights and activations: apex O1's
+// split) against the exact f32 CPU step: bf16's gradients within twice the error of the CPU's own
+// bf16 GEMMs on the same step (rounded operands, fp32 accumulation: where the CPU has a bf16 unit)
+// plus 1e-3, and not ~0 (an f32 step would pass that); fp16 (loss scaled by 1024) within the same
+// bound, its 10-bit mantissa being finer than bf16's 7.
+TEST(CudaBevt, HalfPrecisionGemmsWithinTwiceTheCpuBf16Error) {
+  REQUIRE_CUDA_DEVICE();
+  const video::BevtBatch batch = test_batch(11);
+  const bevt::DalleEncoder tok = bevt::DalleEncoder::random(tiny_tokenizer(), 12);
+  bevt::BevtPretrainModel exact = bevt::BevtPretrainModel::random(tiny_config(), 64, 11);
+  bevt::BevtStepOptions o;
+  exact.zero_grad(cpu());
+  const bevt::BevtStepStats se = bevt::bevt_pretrain_step(cpu(), exact, &tok, batch, o);
+  std::vector<double> cpu_bf16;
+  double l_cpu_bf16 = 0;
+  if (*ops::cpu_bf16_unit()) {
+    Context c16({.num_threads = 2});
+    ops::set_training_precision(c16, "bf16");
+    bevt::BevtPretrainModel m = bevt::BevtPretrainModel::random(tiny_config(), 64, 11);
+    o.video_ids = &se.video_ids, o.image_ids = &se.image_ids;
+    m.zero_grad(c16);
+    l_cpu_bf16 = bevt::bevt_pretrain_step(c16, m, nullptr, batch, o).loss();
+    cpu_bf16 = grad_errors(exact, m);
+  }
+  double l_bf16 = 0, l_fp16 = 0;
+  const std::vector<double> bf16 = gpu_step_errors("bf16", 1.0f, exact, se, batch, l_bf16);
+  const std::vector<double> fp16 = gpu_step_errors("fp16", 1024.0f, exact, se, batch, l_fp16);
+  std::printf("[ bevt half GEMMs ] loss f32 %.7f, cpu bf16 %.7f, cuda bf16 %.7f, cuda fp16 %.7f; rms gradient error "
+              "cpu bf16 %.3g, cuda bf16 %.3g, cuda fp16 %.3g\n",
+              se.loss(), l_cpu_bf16, l_bf16, l_fp16, rms(cpu_bf16), rms(bf16), rms(fp16));
+  EXPECT_GE(rms(bf16), 1e-5) << "the bf16 step looks f32";
+  EXPECT_LE(std::fabs(l_bf16 - se.loss()), 2e-2 * se.loss());
+  EXPECT_LE(std::fabs(l_fp16 - se.loss()), 2e-2 * se.loss());
+  if (cpu_bf16.empty()) GTEST_SKIP() << "this host's CPU has no bf16 unit: the bf16 bound is not checked";
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    EXPECT_LE(bf16[i], 2 * cpu_bf16[i] + 1e-3) << exact.params()[i].name << " (bf16)";
+    EXPECT_LE(fp16[i], 2 * cpu_bf16[i] + 1e-3) << exact.params()[i].name << " (fp16)";
   }
 }
