@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 
@@ -50,6 +51,12 @@ int bench_bevt(int argc, char** argv) {
       {"crop", "S", "side of clips and images", "224"},
       {"threads", "N", "compute threads (0 = all cores)", "0"},
       {"seed", "N", "seed of the weights, pixels and masks", "0"},
+      {"data", "LIST", "videos (a list file, as pretrain-bevt's --data) instead of random pixels: the loader's "
+                       "rate is reported against the step's", ""},
+      {"image-data", "PATH", "images (a list or an ImageNet-style folder) instead of random pixels", ""},
+      {"root", "DIR", "the folder relative paths in the lists start from (default: each list's folder)", ""},
+      {"workers", "N", "with --data / --image-data: threads decoding an iteration's samples (the next iteration's "
+                       "are made in the background)", "4"},
       {"peak-gflops", "G", "the MFU denominator (default: the measured FMA peak; CUDA: the measured GEMM rate)", ""},
       {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores; bf16 on a CPU with a bf16 unit), "
        "fp32 master weights", "fp32"},
@@ -89,9 +96,15 @@ int bench_bevt(int argc, char** argv) {
                  .weight_decay = 0.05f, .max_grad_norm = 3.0f},
                 model.params());
 
-  // The input: pixels once (as on-device tensors would be), masks per iteration.
+  // The input: pixels once (as on-device tensors would be), masks per iteration; or, with --data /
+  // --image-data, the BEVT pipeline's batches (synthetic for a stream without files), one ahead.
+  std::unique_ptr<video::BevtSource> source;
+  if (!a.get("data").empty() || !a.get("image-data").empty()) {
+    data.workers = a.get_int("workers");
+    source = std::make_unique<video::BevtSource>(data, a.get("data"), a.get("image-data"), a.get("root"));
+  }
   video::BevtBatch batch;
-  {
+  if (!source) {
     std::mt19937_64 gen(data.seed + 11);
     std::normal_distribution<float> n(0.0f, 1.0f);
     std::uniform_real_distribution<float> u(0.1f, 0.9f);
@@ -127,7 +140,12 @@ int bench_bevt(int argc, char** argv) {
     auto last = std::chrono::steady_clock::now();
     for (int64_t i = 0; i <= max_steps; ++i) {  // BEVT runs max_steps + 1 iterations (break after i == max_steps)
       const uint64_t it = uint64_t(e * (max_steps + 1) + i);
-      video::draw_bevt_masks(data, it * uint64_t(clips), clips, it * uint64_t(images), images, batch);
+      if (source) {
+        batch = source->batch(it * uint64_t(clips), clips, it * uint64_t(images), images);
+        source->prefetch((it + 1) * uint64_t(clips), clips, (it + 1) * uint64_t(images), images);
+      } else {
+        video::draw_bevt_masks(data, it * uint64_t(clips), clips, it * uint64_t(images), images, batch);
+      }
       if (i % 2 == 0) model.zero_grad(ctx);
       bevt::BevtStepOptions so;
       so.loss_scale = 0.5f;  // update_interval 2
@@ -177,6 +195,17 @@ int bench_bevt(int argc, char** argv) {
               ran / 1e12, 100.0 * (1.0 - ran / defined), ran / per_s / 1e9, 100.0 * ran / per_s / 1e9 / peak, peak,
               100.0 * defined / per_s / 1e9 / peak, peak_rss_mb(),
               device == Device::cuda ? (", peak GPU " + std::to_string(int64_t(peak_gpu_mb(ctx))) + " MiB").c_str() : "");
+  if (source) {  // does the input pipeline keep up with the step?
+    const video::BevtLoaderStats ls = source->stats();
+    const double make = ls.make_s / double(std::max<int64_t>(ls.batches, 1));
+    const double waited = ls.wait_s / double(epochs * (max_steps + 1));
+    std::printf("input: %s, %lld workers: the loader made %.2f clips/s + %.1f images/s (%.3f s a batch of its own "
+                "time) for a step that takes %.2f clips/s + %.1f images/s (%.3f s an iteration); the step waited "
+                "%.3f s an iteration for its input (%lld of %lld batches made ahead): %s\n",
+                source->describe().c_str(), (long long)data.workers, double(clips) / make, double(images) / make, make,
+                double(clips) / per_s, double(images) / per_s, per_s, waited, (long long)ls.prefetched,
+                (long long)ls.batches, make <= per_s ? "it keeps up" : "the input is the bottleneck");
+  }
   return 0;
 }
 

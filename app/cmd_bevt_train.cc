@@ -31,6 +31,8 @@ int cmd_pretrain_bevt(int argc, char** argv) {
                                    "default: synthetic images", ""},
             {"root", "DIR", "the folder relative paths in the lists start from (default: each list's folder)", ""},
             {"frame-interval", "N", "list videos: take every N-th frame (BEVT: 8)", "8"},
+            {"workers", "N", "threads decoding a micro-batch's samples; the next micro-batch is made in the "
+                             "background while a step runs (the samples are the same for any N)", "2"},
             {"clips", "N", "clips per optimizer step and rank (BEVT: 8)", "8"},
             {"images", "N", "images per optimizer step and rank (BEVT: 64)", "64"},
             {"accumulation", "N", "micro-batches per optimizer step; the clips and images split over them (BEVT: 2)", "2"},
@@ -82,6 +84,8 @@ int cmd_pretrain_bevt(int argc, char** argv) {
   bs.clips = a.get_int("clips"), bs.images = a.get_int("images");
   bs.data.frames = a.get_int("frames"), bs.data.crop = a.get_int("crop");
   bs.data.frame_interval = a.get_int("frame-interval");
+  bs.data.workers = a.get_int("workers");
+  if (bs.data.workers < 1 || bs.data.workers > 256) throw Error("--workers must be in [1, 256], got ", bs.data.workers);
   if (bs.data.frame_interval < 1) throw Error("--frame-interval must be at least 1");
   bs.video_list = a.get("data"), bs.image_source = a.get("image-data"), bs.root = a.get("root");
   bs.drop_path_rate = a.get_double("drop-path");

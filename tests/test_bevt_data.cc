@@ -151,6 +151,29 @@ TEST(BevtData, ListsAndFoldersThroughTheDecoders) {
     ASSERT_GE(a.image_frames.data<float>()[i], 0.1f - 1e-6f);
     ASSERT_LE(a.image_frames.data<float>()[i], 0.9f + 1e-6f);
   }
+  // Decoded by 3 threads, or made in the background (prefetch), the batch is the same bytes, the
+  // broken entry still skipped; a prefetch of other samples is dropped, not returned.
+  video::BevtDataOptions o3 = o;
+  o3.workers = 3;
+  video::BevtSource par(o3, (dir / "videos.txt").string(), (dir / "imgs").string());
+  par.prefetch(0, 8, 0, 6);
+  const video::BevtBatch c = par.batch(0, 8, 0, 6);
+  auto same = [](const Tensor& x, const Tensor& y) {
+    return x.shape() == y.shape() && std::memcmp(x.data<float>(), y.data<float>(), size_t(x.numel()) * 4) == 0;
+  };
+  EXPECT_TRUE(same(c.videos, a.videos) && same(c.video_frames, a.video_frames)) << "3 workers, prefetched: clips";
+  EXPECT_TRUE(same(c.images, a.images) && same(c.image_frames, a.image_frames)) << "3 workers, prefetched: images";
+  EXPECT_EQ(c.video_masks, a.video_masks);
+  EXPECT_EQ(c.image_masks, a.image_masks);
+  EXPECT_GE(par.skipped(), 1);
+  par.prefetch(8, 2, 6, 2);
+  const video::BevtBatch d = par.batch(5, 1, 4, 1);  // not the prefetched samples
+  EXPECT_TRUE(same(d.videos, b.videos) && same(d.images, b.images));
+  const video::BevtLoaderStats st = par.stats();
+  EXPECT_EQ(st.prefetched, 1);
+  EXPECT_EQ(st.batches, 3);  // the dropped prefetch was made too
+  EXPECT_EQ(st.clips, 8 + 2 + 1);
+  EXPECT_GT(st.make_s, 0.0);
   std::ofstream((dir / "bad.txt").string()) << "a.jpg 0\nb.jpg cat\n";
   try {
     video::read_image_source((dir / "bad.txt").string());

@@ -223,6 +223,16 @@ PY
   --data "$T/mv/train_videomae.txt" --image-data "$T/imgs" --frame-interval 4 --seed 1 >"$T/files.out" 2>"$T/files.err" \
   && grep -qE "[0-9]+ videos \+ 6 images" "$T/files.err" && [ "$(wc -l < "$T/files/metrics.jsonl")" = 2 ] && ok \
   || bad "pretrain-bevt on files: $(grep -m1 pretrain-bevt "$T/files.err"; tail -2 "$T/files.err")"
+# ... with 3 workers: the same losses (a sample is a function of its index, whoever decodes it)
+"$BIN" pretrain-bevt --output "$T/files3" "${TINY[@]}" --frames 4 --crop 128 --clips 2 --images 4 --steps 2 \
+  --data "$T/mv/train_videomae.txt" --image-data "$T/imgs" --frame-interval 4 --seed 1 --workers 3 >/dev/null 2>&1 \
+  && cmp -s <(cut -d, -f1-3 "$T/files/metrics.jsonl") <(cut -d, -f1-3 "$T/files3/metrics.jsonl") && ok \
+  || bad "--workers 3 changed the run: $(cut -c1-80 "$T/files/metrics.jsonl" "$T/files3/metrics.jsonl")"
+# ... and bench bevt on them: the loader's rate against the step's
+"$BIN" bench bevt "${TINY[@]}" --tokenizer-hidden 16 --tokenizer-blocks 1 --frames 4 --crop 128 --batch-size 2 \
+  --max-steps 3 --skip 1 --data "$T/mv/train_videomae.txt" --image-data "$T/imgs" --workers 2 >"$T/bd.out" 2>"$T/bd.err" \
+  && grep -qE "^input: [0-9]+ videos \+ 6 images, 2 workers: the loader made [0-9.]+ clips/s \+ [0-9.]+ images/s .*(it keeps up|the input is the bottleneck)" \
+  "$T/bd.out" && ok || bad "bench bevt --data: $(tail -2 "$T/bd.out") $(tail -2 "$T/bd.err")"
 
 # 4. Bad input: an error naming the problem, exit 1, no crash.
 expect_error() {  # expect_error PATTERN ARGS...

@@ -2,7 +2,14 @@
 #include "data/video/bevt_data.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <exception>
+#include <future>
+#include <mutex>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
@@ -97,6 +104,7 @@ void check(const BevtDataOptions& o) {
   UNMASK_CHECK(o.frames >= 2 && o.frames % 2 == 0, "BEVT data: the clip length must be even, got ", o.frames);
   UNMASK_CHECK(o.rescale_min >= 224 && o.rescale_max >= o.rescale_min, "BEVT data: the rescale range ",
                o.rescale_min, "..", o.rescale_max, " must be at least the crop (224) and ordered");
+  UNMASK_CHECK(o.workers >= 1 && o.workers <= 256, "BEVT data: workers must be in [1, 256], got ", o.workers);
 }
 
 // The jitter's three operations in one fixed random order per pipeline (mmaction's fn_idx).
@@ -112,19 +120,37 @@ using MakeSample = std::function<Sample(uint64_t index, data::Rng& rng, int shor
 
 // A stream's tensors ([n, 3, T, S, S] clips or [n, 3, S, S] images, and [n T, 3, S/2, S/2]
 // tokenizer copies), sample i made by make(first + i, ...).
+// The n samples from index `first`, decoded by o.workers threads (sample i by whichever takes it
+// next: each is a function of its index alone, so the batch is the same for any thread count).
 void fill_stream(const BevtDataOptions& o, bool image, uint64_t first, int64_t n, Tensor& pixels, Tensor& small,
                  const MakeSample& make) {
   const int64_t T = image ? 1 : o.frames, S = o.crop, half = S / 2;
   pixels = image ? Tensor::empty({n, 3, S, S}, DType::f32) : Tensor::empty({n, 3, T, S, S}, DType::f32);
   small = Tensor::empty({n * T, 3, half, half}, DType::f32);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t index = first + uint64_t(i);
-    data::Rng rng(data::derive_key(o.seed, {image ? kStreamBevtImage : kStreamBevtClip, index}));
-    const int short_side = rescaled_short_side(o, rng);
-    const Sample s = make(index, rng, short_side);
-    std::copy(s.pixels.begin(), s.pixels.end(), pixels.data<float>() + i * int64_t(s.pixels.size()));
-    std::copy(s.small.begin(), s.small.end(), small.data<float>() + i * int64_t(s.small.size()));
-  }
+  std::atomic<int64_t> next{0};
+  std::exception_ptr failed;
+  std::mutex failed_mutex;
+  auto work = [&] {
+    for (int64_t i; (i = next++) < n;) {
+      try {
+        const uint64_t index = first + uint64_t(i);
+        data::Rng rng(data::derive_key(o.seed, {image ? kStreamBevtImage : kStreamBevtClip, index}));
+        const int short_side = rescaled_short_side(o, rng);
+        const Sample s = make(index, rng, short_side);
+        std::copy(s.pixels.begin(), s.pixels.end(), pixels.data<float>() + i * int64_t(s.pixels.size()));
+        std::copy(s.small.begin(), s.small.end(), small.data<float>() + i * int64_t(s.small.size()));
+      } catch (...) {  // the first failure is rethrown; the other threads stop taking samples
+        std::lock_guard<std::mutex> lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+        next = n;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t w = 1; w < std::min<int64_t>(o.workers, n); ++w) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (failed) std::rethrow_exception(failed);
 }
 
 // The synthetic source's streams (no masks): clip i shows class i mod 4; an image is one frame of
@@ -288,11 +314,20 @@ struct BevtSource::Impl {
   BevtDataOptions o;
   std::vector<ListEntry> videos;
   std::vector<ImageEntry> images;
-  int64_t skipped = 0;
+  std::atomic<int64_t> skipped{0};
+  std::mutex orders_mutex;  // the decoding threads share the orders
   std::map<std::pair<uint64_t, uint64_t>, std::vector<int64_t>> orders;  // (stream, epoch) -> permutation
+  // The batch being made in the background (prefetch) and its arguments.
+  std::future<BevtBatch> pending;
+  std::array<uint64_t, 4> pending_key{};
+  BevtLoaderStats stats;
+  std::mutex stats_mutex;
+
+  BevtBatch make(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images);
 
   // Entry of sample `index` of a stream of n entries; `attempt` > 0 moves along the order.
   int64_t entry(uint64_t stream, uint64_t index, int64_t n, int64_t attempt) {
+    std::lock_guard<std::mutex> lock(orders_mutex);
     const uint64_t epoch = index / uint64_t(n);
     auto key = std::make_pair(stream, epoch);
     auto it = orders.find(key);
@@ -320,7 +355,9 @@ BevtSource::BevtSource(const BevtDataOptions& options, const std::string& video_
   if (!video_list.empty() && impl_->videos.empty()) throw Error("videos: ", video_list, " lists no videos");
 }
 
-BevtSource::~BevtSource() = default;
+BevtSource::~BevtSource() {
+  if (impl_->pending.valid()) impl_->pending.wait();  // a prefetch still running reads impl_
+}
 int64_t BevtSource::videos() const { return int64_t(impl_->videos.size()); }
 int64_t BevtSource::image_files() const { return int64_t(impl_->images.size()); }
 int64_t BevtSource::skipped() const { return impl_->skipped; }
@@ -332,8 +369,42 @@ std::string BevtSource::describe() const {
   return part(videos(), "videos") + " + " + part(image_files(), "images");
 }
 
+void BevtSource::prefetch(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images) {
+  Impl& m = *impl_;
+  if (m.pending.valid()) m.pending.wait();  // one batch ahead at most
+  m.pending_key = {first_clip, uint64_t(clips), first_image, uint64_t(images)};
+  m.pending = std::async(std::launch::async, [&m, first_clip, clips, first_image, images] {
+    return m.make(first_clip, clips, first_image, images);
+  });
+}
+
 BevtBatch BevtSource::batch(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images) {
   Impl& m = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  BevtBatch b;
+  const bool hit = m.pending.valid() && m.pending_key == std::array<uint64_t, 4>{first_clip, uint64_t(clips),
+                                                                                  first_image, uint64_t(images)};
+  if (hit) {
+    b = m.pending.get();  // rethrows what the background thread threw
+  } else {
+    if (m.pending.valid()) m.pending.wait();  // a prefetch of other samples: finish it, drop it
+    m.pending = {};
+    b = m.make(first_clip, clips, first_image, images);
+  }
+  std::lock_guard<std::mutex> lock(m.stats_mutex);
+  m.stats.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.stats.prefetched += hit;
+  return b;
+}
+
+BevtLoaderStats BevtSource::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  return impl_->stats;
+}
+
+BevtBatch BevtSource::Impl::make(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images) {
+  Impl& m = *this;
+  const auto t0 = std::chrono::steady_clock::now();
   const BevtDataOptions& o = m.o;
   const int T = int(o.frames), S = int(o.crop);
   BevtBatch b;
@@ -386,6 +457,9 @@ BevtBatch BevtSource::batch(uint64_t first_clip, int64_t clips, uint64_t first_i
     });
   }
   draw_bevt_masks(o, first_clip, clips, first_image, images, b);
+  std::lock_guard<std::mutex> lock(m.stats_mutex);
+  m.stats.batches += 1, m.stats.clips += clips, m.stats.images += images;
+  m.stats.make_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return b;
 }
 

@@ -49,6 +49,7 @@ struct BevtDataOptions {
   bool flip = true;
   double jitter = 0.4;                         // images: brightness / contrast / saturation
   uint64_t seed = 0;
+  int64_t workers = 1;                         // threads decoding a batch's samples (the batch is the same for any)
   /// The mask grid's options: crop / 16 on a side, half the cells, blocks >= 16 / 196 of the grid.
   BlockMaskOptions masks() const;
 };
@@ -80,12 +81,24 @@ std::vector<ImageEntry> read_image_source(const std::string& path, const std::st
 /// perm_e[i mod n] of epoch e = i / n (a seeded shuffle per epoch), so batches are functions of
 /// (seed, index) as the synthetic ones are. A video or image that fails to decode is skipped
 /// (the next entry of the order takes its place; counted in skipped()).
+/// What a BevtSource did: batches made (by batch() or in the background), their samples and the
+/// seconds spent making them, and the seconds batch() callers waited (for a prefetched batch,
+/// only what was left of it).
+struct BevtLoaderStats {
+  int64_t batches = 0, clips = 0, images = 0, prefetched = 0;
+  double make_s = 0, wait_s = 0;
+};
+
 class BevtSource {
  public:
   BevtSource(const BevtDataOptions& options, const std::string& video_list, const std::string& images,
              const std::string& root = "");
   ~BevtSource();
   BevtBatch batch(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images);
+  /// Starts making that batch on a background thread; the batch() call with the same arguments
+  /// returns it (any other call first lets it finish, then drops it). One batch ahead at most.
+  void prefetch(uint64_t first_clip, int64_t clips, uint64_t first_image, int64_t images);
+  BevtLoaderStats stats() const;
   int64_t videos() const;       // 0: synthetic clips
   int64_t image_files() const;  // 0: synthetic images
   int64_t skipped() const;

@@ -59,6 +59,11 @@ double BevtPretrainTask::micro_batch(Context& ctx, const train::MicroBatchOption
   const uint64_t slot = uint64_t((mo.step * mo.accumulation + mo.micro) * world_ + rank_);
   const uint64_t first_clip = slot * uint64_t(clips_), first_image = slot * uint64_t(images_);
   const BevtBatch batch = source_->batch(first_clip, clips_, first_image, images_);
+  // The next micro-batch's samples are decoded while this one trains.
+  const int64_t next = mo.micro + 1 < mo.accumulation ? mo.step * mo.accumulation + mo.micro + 1
+                                                      : (mo.step + 1) * mo.accumulation;
+  const uint64_t next_slot = uint64_t(next * world_ + rank_);
+  source_->prefetch(next_slot * uint64_t(clips_), clips_, next_slot * uint64_t(images_), images_);
   BevtStepOptions o;
   o.loss_scale = mo.loss_scale / float(world_);
   o.drop_path_rate = s_.drop_path_rate;
