@@ -28,6 +28,7 @@
 #include "data/video/bevt_data.h"
 #include "models/bevt/flops.h"
 #include "models/bevt/pretrain.h"
+#include "train/loss_scaler.h"
 #include "train/metrics.h"
 #include "unmask/error.h"
 #include "unmask/train.h"
@@ -58,8 +59,8 @@ int bench_bevt(int argc, char** argv) {
       {"workers", "N", "with --data / --image-data: threads decoding an iteration's samples (the next iteration's "
                        "are made in the background)", "4"},
       {"peak-gflops", "G", "the MFU denominator (default: the measured FMA peak; CUDA: the measured GEMM rate)", ""},
-      {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores; bf16 on a CPU with a bf16 unit), "
-       "fp32 master weights", "fp32"},
+      {"precision", "fp32|tf32|bf16|fp16", "GEMM precision (tf32, bf16, fp16: CUDA tensor cores; bf16 on a CPU with "
+       "a bf16 unit), fp32 master weights; fp16 with dynamic loss scaling from 2^16 (the benchmark's apex O1)", "fp32"},
       device_option(),
   };
   specs.insert(specs.end(), own.begin(), own.end());
@@ -67,7 +68,7 @@ int bench_bevt(int argc, char** argv) {
   if (!parsed) return 0;
   const Args& a = *parsed;
   const Device device = device_of(a);
-  const std::string precision = precision_of(a, device);
+  const std::string precision = training_precision_of(a, device);
   const bevt::SwinConfig config = bevt_swin_config(a);
   const int64_t vocab = a.get_int("vocab"), BS = a.get_int("batch-size"), max_steps = a.get_int("max-steps");
   const int64_t skip = a.get_int("skip"), epochs = a.get_int("epochs"), nodes = a.get_int("nodes");
@@ -96,6 +97,9 @@ int bench_bevt(int argc, char** argv) {
                  .weight_decay = 0.05f, .max_grad_norm = 3.0f},
                 model.params());
 
+  // fp16 GEMM operands: apex O1's dynamic loss scale (2^16 at the start); an overflow skips the update.
+  std::optional<train::DynamicLossScaler> scaler;
+  if (precision == "fp16") scaler.emplace(train::LossScalerConfig{.init_scale = 65536.0});
   // The input: pixels once (as on-device tensors would be), masks per iteration; or, with --data /
   // --image-data, the BEVT pipeline's batches (synthetic for a stream without files), one ahead.
   std::unique_ptr<video::BevtSource> source;
@@ -148,12 +152,12 @@ int bench_bevt(int argc, char** argv) {
       }
       if (i % 2 == 0) model.zero_grad(ctx);
       bevt::BevtStepOptions so;
-      so.loss_scale = 0.5f;  // update_interval 2
+      so.loss_scale = 0.5f * (scaler ? scaler->scale() : 1.0f);  // update_interval 2
       so.drop_path_rate = 0.3;
       so.seed = data.seed, so.first_clip = it * uint64_t(clips), so.first_image = it * uint64_t(images);
       const bevt::BevtStepStats st = bevt::bevt_pretrain_step(ctx, model, &tokenizer, batch, so);
       if (!std::isfinite(st.loss())) throw Error("bench bevt: iteration ", i, " gave a non-finite loss");
-      if (i % 2 == 1) opt.step(ctx, 5e-4f);
+      if (i % 2 == 1 && (!scaler || scaler->unscale(ctx, model.params()))) opt.step(ctx, 5e-4f);
       ctx.synchronize();  // the iteration's queued GPU work is part of its time
       const auto now = std::chrono::steady_clock::now();
       const double s = std::chrono::duration<double>(now - last).count();
@@ -195,6 +199,9 @@ int bench_bevt(int argc, char** argv) {
               ran / 1e12, 100.0 * (1.0 - ran / defined), ran / per_s / 1e9, 100.0 * ran / per_s / 1e9 / peak, peak,
               100.0 * defined / per_s / 1e9 / peak, peak_rss_mb(),
               device == Device::cuda ? (", peak GPU " + std::to_string(int64_t(peak_gpu_mb(ctx))) + " MiB").c_str() : "");
+  if (scaler)
+    std::printf("fp16 loss scale: %.0f at the end, %lld overflow(s) skipped an update\n", double(scaler->scale()),
+                (long long)scaler->overflows());
   if (source) {  // does the input pipeline keep up with the step?
     const video::BevtLoaderStats ls = source->stats();
     const double make = ls.make_s / double(std::max<int64_t>(ls.batches, 1));

@@ -36,10 +36,11 @@
 #  10. BEVT on the device (issue 32): its CUDA tests (step vs the CPU, window attention, cuDNN,
 #      layout ops; also in stage 2), pretrain-bevt of a tiny model on the CPU and on the device
 #      (loss curves within 1e-3; bf16 GEMMs and fp16 GEMMs with dynamic loss scaling within
-#      5e-2 of the CPU's fp32 curve), then seed 000's table: `bench bevt --batch-size 8` in bf16 and
-#      fp32 alternating with the PyTorch BEVT peer (bench/gpu/torch_bevt_train_gpu.py: bf16
-#      autocast, SDPA with the bias as the mask, eager and torch.compile). DEVICE=cpu: the tiny
-#      curves and a tiny `bench bevt` only. The BEVT call of a GPU session is
+#      5e-2 of the CPU's fp32 curve), then seed 000's table: `bench bevt --batch-size 8` in bf16,
+#      fp16 (apex O1's dynamic loss scale) and fp32 alternating with the PyTorch BEVT peer
+#      (bench/peers/torch_bevt_train.py --device cuda: bf16 autocast, SDPA with the bias as the mask,
+#      the head at the masked positions, eager and torch.compile). DEVICE=cpu: the tiny curves and a tiny `bench bevt` only. The BEVT call of a
+#      GPU session (the full build carried as above) is
 #        DEADLINE_S=570 STAGES='10' bash bench/gpu/run_full_build.sh carry
 # DEVICE=cpu runs stages 3-4 on the CPU (a dry run of this script on a machine without a GPU).
 # STAGES (default "2 3 4 5 6 7"; stage 1 always runs) picks the stages AND their order: they run as
@@ -308,19 +309,23 @@ EOF
     note "bench bevt --device cpu: rc $? at $(at)s: $(grep 'average iter time' "$OUT/bench_bevt_cpu.txt")"
     return 0
   fi
-  # Seed 000's table, the engines alternating (bf16 first: the benchmark's reference is mixed precision).
-  timeout "$(lim 240)" python3 bench/gpu/torch_bevt_train_gpu.py --batch-size 8 --modes eager,compile \
-    --precision bf16 --iters 20 --warmup 5 >> "$OUT/torch_bevt.jsonl" 2>> "$OUT/torch_bevt.err"
-  note "pytorch bevt bf16: rc $? at $(at)s: $(cut -c1-160 "$OUT/torch_bevt.jsonl" | tr '\n' ' ')"
-  for prec in bf16 fp32; do
-    timeout "$(lim 150)" "$BIN/unmask" bench bevt --device cuda --precision $prec --batch-size 8 --max-steps 40 \
-      --skip 10 > "$OUT/bench_bevt_$prec.txt" 2> "$OUT/bench_bevt_$prec.err"
+  # Seed 000's table, the engines alternating: PyTorch with bf16 autocast, SDPA and the head at the
+  # masked positions (as unmask runs it), eager then compiled, and unmask in bf16, fp16, fp32.
+  local peer=(python3 bench/peers/torch_bevt_train.py --device cuda --size base --batch-size 8 --iters 25 --skip 5
+              --attention sdpa --head masked)
+  local ubench=("$BIN/unmask" bench bevt --device cuda --batch-size 8 --max-steps 40 --skip 10)
+  row "$OUT/torch_bevt.jsonl" "$(lim 150)" "pytorch bevt bf16 eager" "${peer[@]}" --precision bf16
+  for prec in bf16 fp16; do
+    timeout "$(lim 150)" "${ubench[@]}" --precision $prec > "$OUT/bench_bevt_$prec.txt" 2> "$OUT/bench_bevt_$prec.err"
     note "unmask bench bevt $prec: rc $? at $(at)s: $(grep -E 'average iter time|honest' "$OUT/bench_bevt_$prec.txt" \
       | cut -c1-260 | tr '\n' ' ')"
+    [ $prec = bf16 ] && row "$OUT/torch_bevt.jsonl" "$(lim 240)" "pytorch bevt bf16 compile" "${peer[@]}" --precision bf16 \
+      --compile
   done
-  timeout "$(lim 120)" python3 bench/gpu/torch_bevt_train_gpu.py --batch-size 8 --modes eager --precision fp32 \
-    --iters 10 --warmup 3 >> "$OUT/torch_bevt.jsonl" 2>> "$OUT/torch_bevt.err"
-  note "pytorch bevt fp32: rc $? at $(at)s: $(tail -1 "$OUT/torch_bevt.jsonl" | cut -c1-160)"
+  timeout "$(lim 150)" "${ubench[@]}" --precision fp32 > "$OUT/bench_bevt_fp32.txt" 2> "$OUT/bench_bevt_fp32.err"
+  note "unmask bench bevt fp32: rc $? at $(at)s: $(grep -E 'average iter time|honest' "$OUT/bench_bevt_fp32.txt" \
+    | cut -c1-260 | tr '\n' ' ')"
+  row "$OUT/torch_bevt.jsonl" "$(lim 120)" "pytorch bevt fp32 eager" "${peer[@]}" --precision fp32 --iters 10 --skip 3
 }
 
 for stage in $STAGES; do

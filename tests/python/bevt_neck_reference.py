@@ -25,9 +25,10 @@ except ImportError as e:
     sys.exit(77)
 
 
-def neck_head(P, v3, v4, stream):
+def neck_head(P, v3, v4, stream, rows=None):
     """The neck and head on x3 [B, D, H3, W3, 4C] and x4 [B, D, H4, W4, 8C]: logits [rows, vocab],
-    rows in volume order (video: [B, 2 D, H3, W3])."""
+    rows in volume order (video: [B, 2 D, H3, W3]); with `rows` (a bool or index selection of
+    those rows) the norm and the head run on the selected rows only."""
     C8 = v4.shape[-1]
     v4 = v4.permute(0, 4, 1, 2, 3)  # [B, 8C, D, H4, W4]
     if stream == "image":
@@ -40,6 +41,8 @@ def neck_head(P, v3, v4, stream):
         h = F.linear(torch.cat([v3, up], -1), P["backbone.lm_down_st.0.weight"], P["backbone.lm_down_st.0.bias"])
         h = F.conv_transpose3d(h.permute(0, 4, 1, 2, 3), P["backbone.fpn_t.0.weight"], P["backbone.fpn_t.0.bias"],
                                stride=(2, 1, 1)).permute(0, 2, 3, 4, 1)
+    if rows is not None:
+        h = h.reshape(-1, C8)[rows]
     h = F.layer_norm(h, (C8,), P["backbone.norm.weight"], P["backbone.norm.bias"], 1e-5)
     return F.linear(h, P["cls_head.lm_head.weight"], P["cls_head.lm_head.bias"]).reshape(-1, P["cls_head.lm_head.weight"].shape[0])
 
