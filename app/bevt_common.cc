@@ -42,6 +42,26 @@ bevt::SwinConfig bevt_swin_config(const Args& a) {
   return c;
 }
 
+std::vector<OptionSpec> bevt_data_specs(const char* default_workers) {
+  return {
+      {"data", "LIST", "videos: a list file (mmaction's 'path label', or any --list-format of prepare-video); "
+                       "default: synthetic moving-shapes clips", ""},
+      {"image-data", "PATH", "images: a 'path label' list or an ImageNet-style folder (class/img.JPEG); "
+                             "default: synthetic images", ""},
+      {"root", "DIR", "the folder relative paths in the lists start from (default: each list's folder)", ""},
+      {"frame-interval", "N", "list videos: take every N-th frame (BEVT: 8)", "8"},
+      {"workers", "N", "threads decoding a batch's samples; the next batch is made in the background while a step "
+                       "runs (the samples are the same for any N)", default_workers},
+  };
+}
+
+void read_bevt_data_options(const Args& a, video::BevtDataOptions& data) {
+  data.frame_interval = a.get_int("frame-interval");
+  if (data.frame_interval < 1) throw Error("--frame-interval must be at least 1");
+  data.workers = a.get_int("workers");
+  if (data.workers < 1 || data.workers > 256) throw Error("--workers must be in [1, 256], got ", data.workers);
+}
+
 std::vector<OptionSpec> bevt_tokenizer_specs() {
   return {
       {"tokenizer", "FILE", "the DALL-E encoder's weights (safetensors or torch.save of its state dict); "

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "data/video/bevt_data.h"
 #include "models/bevt/backbone.h"
 #include "models/bevt/dvae.h"
 
@@ -13,6 +14,11 @@ namespace unmask::cli {
 std::vector<OptionSpec> bevt_model_specs();
 /// The Swin sizes: the preset of --size with the others overriding it (validated).
 bevt::SwinConfig bevt_swin_config(const Args& args);
+
+/// --data, --image-data, --root, --frame-interval, --workers (`default_workers` decoding threads).
+std::vector<OptionSpec> bevt_data_specs(const char* default_workers);
+/// --frame-interval and --workers into `data` (validated).
+void read_bevt_data_options(const Args& args, video::BevtDataOptions& data);
 
 /// --tokenizer FILE, or a random tokenizer of --tokenizer-hidden / --tokenizer-blocks.
 std::vector<OptionSpec> bevt_tokenizer_specs();

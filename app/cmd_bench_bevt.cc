@@ -52,18 +52,13 @@ int bench_bevt(int argc, char** argv) {
       {"crop", "S", "side of clips and images", "224"},
       {"threads", "N", "compute threads (0 = all cores)", "0"},
       {"seed", "N", "seed of the weights, pixels and masks", "0"},
-      {"data", "LIST", "videos (a list file, as pretrain-bevt's --data) instead of random pixels: the loader's "
-                       "rate is reported against the step's", ""},
-      {"image-data", "PATH", "images (a list or an ImageNet-style folder) instead of random pixels", ""},
-      {"root", "DIR", "the folder relative paths in the lists start from (default: each list's folder)", ""},
-      {"workers", "N", "with --data / --image-data: threads decoding an iteration's samples (the next iteration's "
-                       "are made in the background)", "4"},
       {"peak-gflops", "G", "the MFU denominator (default: the measured FMA peak; CUDA: the measured GEMM rate)", ""},
       {"precision", "fp32|tf32|bf16|fp16", "GEMM precision (tf32, bf16, fp16: CUDA tensor cores; bf16 on a CPU with "
        "a bf16 unit), fp32 master weights; fp16 with dynamic loss scaling from 2^16 (the benchmark's apex O1)", "fp32"},
       device_option(),
   };
   specs.insert(specs.end(), own.begin(), own.end());
+  for (const OptionSpec& s : bevt_data_specs("4")) specs.push_back(s);  // given: the pipeline instead of random pixels
   auto parsed = Args::parse("bench bevt", "BEVT's training benchmark (FAMBench run_bevt_train.sh)", specs, argc, argv, 3);
   if (!parsed) return 0;
   const Args& a = *parsed;
@@ -104,7 +99,7 @@ int bench_bevt(int argc, char** argv) {
   // --image-data, the BEVT pipeline's batches (synthetic for a stream without files), one ahead.
   std::unique_ptr<video::BevtSource> source;
   if (!a.get("data").empty() || !a.get("image-data").empty()) {
-    data.workers = a.get_int("workers");
+    read_bevt_data_options(a, data);
     source = std::make_unique<video::BevtSource>(data, a.get("data"), a.get("image-data"), a.get("root"));
   }
   video::BevtBatch batch;

@@ -25,14 +25,6 @@ namespace unmask::cli {
 int cmd_pretrain_bevt(int argc, char** argv) {
   std::vector<OptionSpec> specs = with(
       with({{"output", "DIR", "run directory (checkpoints/, metrics.jsonl, loss.svg; the final model in DIR/model)", ""},
-            {"data", "LIST", "videos: a list file (mmaction's 'path label', or any --list-format of prepare-video); "
-                             "default: the synthetic moving-shapes clips", ""},
-            {"image-data", "PATH", "images: a 'path label' list or an ImageNet-style folder (class/img.JPEG); "
-                                   "default: synthetic images", ""},
-            {"root", "DIR", "the folder relative paths in the lists start from (default: each list's folder)", ""},
-            {"frame-interval", "N", "list videos: take every N-th frame (BEVT: 8)", "8"},
-            {"workers", "N", "threads decoding a micro-batch's samples; the next micro-batch is made in the "
-                             "background while a step runs (the samples are the same for any N)", "2"},
             {"clips", "N", "clips per optimizer step and rank (BEVT: 8)", "8"},
             {"images", "N", "images per optimizer step and rank (BEVT: 64)", "64"},
             {"accumulation", "N", "micro-batches per optimizer step; the clips and images split over them (BEVT: 2)", "2"},
@@ -57,7 +49,7 @@ int cmd_pretrain_bevt(int argc, char** argv) {
             {"init-loss-scale", "S", "the first loss scale of --loss-scaling dynamic (apex: 65536)", "65536"},
             device_option(),
             video_force_spec()},
-           with(bevt_model_specs(), bevt_tokenizer_specs())),
+           with(with(bevt_model_specs(), bevt_tokenizer_specs()), bevt_data_specs("2"))),
       optimizer_specs("5e-4", "0.999", "0.05"));
   for (OptionSpec& o : specs) {
     if (o.name == "clip-grad") o.fallback = "3.0";
@@ -83,10 +75,7 @@ int cmd_pretrain_bevt(int argc, char** argv) {
   bs.vocab = a.get_int("vocab");
   bs.clips = a.get_int("clips"), bs.images = a.get_int("images");
   bs.data.frames = a.get_int("frames"), bs.data.crop = a.get_int("crop");
-  bs.data.frame_interval = a.get_int("frame-interval");
-  bs.data.workers = a.get_int("workers");
-  if (bs.data.workers < 1 || bs.data.workers > 256) throw Error("--workers must be in [1, 256], got ", bs.data.workers);
-  if (bs.data.frame_interval < 1) throw Error("--frame-interval must be at least 1");
+  read_bevt_data_options(a, bs.data);
   bs.video_list = a.get("data"), bs.image_source = a.get("image-data"), bs.root = a.get("root");
   bs.drop_path_rate = a.get_double("drop-path");
   bs.seed = uint64_t(a.get_int("seed"));
