@@ -107,7 +107,7 @@ int classify_step(const Args& a, const bevt::SwinConfig& config, int64_t K, uint
   VideoMAEClassifyOptions co;
   co.drop_path_rate = float(a.get_double("drop-path"));
   co.seed = seed;
-  model.zero_grad();
+  model.zero_grad(ctx);
   const VideoMAEClassifyStats st = model.step(ctx, videos, mix.targets, co);
   std::filesystem::create_directories(out);
   io::write_safetensors(out + "/inputs.safetensors",

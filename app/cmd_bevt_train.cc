@@ -174,6 +174,9 @@ int cmd_finetune_swin(int argc, char** argv) {
             {"keep-checkpoints", "N", "keep the last N checkpoints (0 = all)", "3"},
             {"threads", "N", "compute threads (0 = all cores)", "0"},
             {"seed", "N", "seed of the head, augmentation, mixing and drop path", "0"},
+            {"precision", "fp32|tf32|bf16", "GEMM precision (tf32, bf16: CUDA tensor cores; bf16 on a CPU with a bf16 "
+                                            "unit), fp32 master weights", "fp32"},
+            device_option(),
             video_force_spec()},
            model_specs),
       with(video_data_specs(), optimizer_specs("1e-3", "0.999", "0.1")));
@@ -244,10 +247,15 @@ int cmd_finetune_swin(int argc, char** argv) {
   int threads = int(a.get_int("threads"));
   if (threads == 0 && comm.local_size() > 1)
     threads = std::max(1, int(std::thread::hardware_concurrency()) / comm.local_size());
-  Context ctx({.num_threads = threads});
-  lc.peak_gflops = train::measure_peak_gflops(ctx.num_threads());
+  const Device device = device_of(a);
+  const std::string precision = precision_of(a, device);
+  Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
+  setup_device(ctx, precision);
+  lc.peak_gflops = device == Device::cuda  ? gpu_matmul_peak(ctx, precision)
+                   : precision == "bf16" ? train::measure_bf16_peak_gflops(ctx.num_threads())
+                                         : train::measure_peak_gflops(ctx.num_threads());
   bevt::SwinFinetuneTask task(
-      fs, lo, [&](const video::ClipLoaderOptions& o) { return open_video_loader(a, data, o); }, start);
+      ctx, fs, lo, [&](const video::ClipLoaderOptions& o) { return open_video_loader(a, data, o); }, start);
   if (root && !a.has("quiet"))
     std::fprintf(stderr, "finetune-swin: Swin %s (C %lld), %lld classes, %lld videos, %lld x %lld^2 clips, batch %lld x %lld, "
                  "%lld epochs = %lld steps, layer decay %s, drop path %s, mixup %s / cutmix %s, smoothing %s\n",

@@ -116,7 +116,8 @@ ViewEvalResult evaluate_video_views(Context& ctx, const ClipClassifier& model, c
   video::ClipBatch b;
   int64_t rows = 0;
   while (loader.next(b)) {
-    const Tensor logits = model.logits(ctx, b.videos);
+    const Tensor dev_logits = model.logits(ctx, b.videos);
+    const Tensor logits = dev_logits.device() == Device::cpu ? dev_logits : dev_logits.to(Device::cpu);
     for (int64_t r = 0; r < logits.size(0); ++r) {
       const float* z = logits.data<float>() + r * K;
       const double zmax = *std::max_element(z, z + K);

@@ -34,7 +34,8 @@
 #      `bench infer` BERT-base fp32 / bf16 / fp32 / bf16 on 2 threads (batch 1 and 8, seq 128), then
 #      tests/python/cpu_bf16_accuracy.py (bf16 error within twice PyTorch's bf16 autocast).
 #  10. BEVT on the device (issue 32): its CUDA tests (step vs the CPU, window attention, cuDNN,
-#      layout ops; also in stage 2), pretrain-bevt of a tiny model on the CPU and on the device
+#      layout ops; also in stage 2), pretrain-bevt and finetune-swin of a tiny model on the CPU and
+#      on the device
 #      (loss curves within 1e-3; bf16 GEMMs and fp16 GEMMs with dynamic loss scaling within
 #      5e-2 of the CPU's fp32 curve), then seed 000's table: `bench bevt --batch-size 8` in bf16,
 #      fp16 (apex O1's dynamic loss scale) and fp32 alternating with the PyTorch BEVT peer
@@ -302,6 +303,26 @@ for d in sys.argv[2:]:
     ok = len(a) == len(b) == 4 and worst <= tol
     print(f"pretrain-bevt {os.path.basename(d)} vs cpu: {len(b)} / {len(a)} steps, loss rel diff {worst:.2e}: "
           f"{'ok' if ok else 'FAIL'}")
+EOF
+  # finetune-swin (make-videos' directions, decoded from a list), 2 epochs, then 1 x 1 views: CPU against the device
+  timeout "$(lim 60)" "$BIN/unmask" make-videos --output "$W/ftv" --videos-per-class 4 --width 96 --height 64 --frames 24 \
+    --seed 5 > /dev/null 2>&1
+  for d in cpu "$DEVICE"; do
+    timeout "$(lim 150)" "$BIN/unmask" finetune-swin --data "$W/ftv/train_videomae.txt" --val "$W/ftv/val_videomae.txt" \
+      --output "$W/ft_$d" --size tiny --embed-dim 32 --depths 2,2,2,2 --heads 1,2,4,8 --window 2,4,4 --frames 8 \
+      --crop 64 --batch 4 --epochs 2 --mixup 0 --cutmix 0 --test-segments 1 --test-crops 1 --seed 1 --device "$d" \
+      --force > "$OUT/finetune_swin_$d.log" 2>&1
+    note "finetune-swin --device $d: rc $? at $(at)s: $(grep -m1 'held-out' "$OUT/finetune_swin_$d.log")"
+  done
+  python3 - "$W/ft_cpu" "$W/ft_$DEVICE" <<'EOF' 2>&1 | tee -a "$summary"
+import json, os, sys
+def curve(d):
+    p = os.path.join(d, "metrics.jsonl")
+    return [r["loss"] for r in map(json.loads, open(p))] if os.path.exists(p) else []
+a, b = curve(sys.argv[1]), curve(sys.argv[2])
+worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=float("inf"))
+ok = len(a) == len(b) >= 1 and worst <= 1e-3
+print(f"finetune-swin device vs cpu: {len(b)} / {len(a)} steps, loss rel diff {worst:.2e}: {'ok' if ok else 'FAIL'}")
 EOF
   if [ "$DEVICE" != cuda ]; then
     timeout "$(lim 120)" "$BIN/unmask" bench bevt "${tiny[@]}" --batch-size 4 --max-steps 3 --skip 1 \

@@ -48,6 +48,8 @@ DEVICE=cpu STAGES='10' OUT="$T/c" bash "$ROOT/bench/gpu/run_full_build.sh" "$BUI
 has '^pretrain-bevt --device cpu: rc 0' "$T/c/summary.txt"
 has '^pretrain-bevt bevt_cpu vs cpu: 4 / 4 steps, loss rel diff .*: ok$' "$T/c/summary.txt"
 has '^bench bevt --device cpu: rc 0 at [0-9]+s: average iter time: ' "$T/c/summary.txt"
+has '^finetune-swin --device cpu: rc 0' "$T/c/summary.txt"
+has '^finetune-swin device vs cpu: [0-9]+ / [0-9]+ steps, loss rel diff .*: ok$' "$T/c/summary.txt"
 
 echo "run_full_build (DEVICE=cpu): $pass passed, $fail failed"
 [ "$fail" = 0 ]

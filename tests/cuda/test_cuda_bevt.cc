@@ -9,6 +9,7 @@
 //     correct counts equal, every gradient within 1e-4 of its largest magnitude;
 //   * three AdamW steps on both: every parameter within 1e-4.
 //   * bf16 and fp16 GEMMs (apex O1's split): gradients within twice the CPU bf16 step's error.
+//   * the fine-tuning classifier: logits, loss and every gradient.
 // Without a CUDA device every test skips.
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "cuda_test_common.h"
 #include "data/video/bevt_data.h"
+#include "models/bevt/classify.h"
 #include "models/bevt/pretrain.h"
 #include "ops/device_info.h"
 #include "test_harness.h"
@@ -244,4 +246,38 @@ TEST(CudaBevt, HalfPrecisionGemmsWithinTwiceTheCpuBf16Error) {
     EXPECT_LE(bf16[i], 2 * cpu_bf16[i] + 1e-3) << exact.params()[i].name << " (bf16)";
     EXPECT_LE(fp16[i], 2 * cpu_bf16[i] + 1e-3) << exact.params()[i].name << " (fp16)";
   }
+}
+
+// The fine-tuning model (finetune-swin) on CUDA against the CPU: logits, the soft-target loss and
+// every gradient with drop path and head dropout, from host clips and targets; layer decay
+// survives the move to the device.
+TEST(CudaBevt, ClassifierStepMatchesTheCpu) {
+  REQUIRE_CUDA_DEVICE();
+  ops::set_training_precision(gpu(), "fp32");
+  const int64_t B = 2, K = 5;
+  bevt::SwinClassifier want = bevt::SwinClassifier::random(tiny_config(), K, 21);
+  bevt::SwinClassifier got = bevt::SwinClassifier::random(tiny_config(), K, 21);
+  want.set_layer_decay(0.75f), got.set_layer_decay(0.75f);
+  got.to(gpu());
+  ASSERT_EQ(got.device(), Device::cuda);
+  std::mt19937_64 gen(22);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  Tensor videos = Tensor::empty({B, 3, 4, 64, 64}, DType::f32), targets = Tensor::empty({B, K}, DType::f32);
+  for (int64_t i = 0; i < videos.numel(); ++i) videos.data<float>()[i] = n(gen);
+  for (int64_t i = 0; i < targets.numel(); ++i) targets.data<float>()[i] = i % K == (i / K) % K ? 0.92f : 0.02f;
+  VideoMAEClassifyOptions o;
+  o.drop_path_rate = 0.2f, o.head_dropout = 0.1f, o.seed = 23;
+  want.zero_grad(cpu());
+  got.zero_grad(gpu());
+  const VideoMAEClassifyStats sw = want.step(cpu(), videos, targets, o);
+  const VideoMAEClassifyStats sg = got.step(gpu(), videos, targets, o);
+  EXPECT_NEAR(sg.loss, sw.loss, 1e-5 * std::fabs(sw.loss));
+  EXPECT_LE(max_relative_error(sg.logits, sw.logits), 1e-5);
+  int64_t bad = 0;
+  for (size_t i = 0; i < want.params().size(); ++i) {
+    const double e = max_relative_error(got.params()[i].grad, want.params()[i].grad);
+    EXPECT_EQ(got.params()[i].lr_scale, want.params()[i].lr_scale) << want.params()[i].name;
+    if (e > 1e-4 && bad++ < 5) ADD_FAILURE() << want.params()[i].name << " differs by " << e;
+  }
+  EXPECT_EQ(bad, 0);
 }

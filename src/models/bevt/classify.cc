@@ -12,7 +12,17 @@ namespace unmask::bevt {
 
 namespace {
 
-Tensor f32(const Shape& s) { return Tensor::empty(s, DType::f32); }
+Tensor f32(const Shape& s, Device d) { return Tensor::empty(s, DType::f32, d); }
+
+Tensor on(const Tensor& t, Device d) { return t.device() == d ? t : t.to(d); }
+
+// The mean over each clip's N tokens as a matrix: M [B, B N], M[b, r] = 1 / N where r / N == b.
+// pooled = M y, and its gradient M^T dpooled: two GEMMs on any device.
+Tensor mean_pool_matrix(int64_t B, int64_t N, Device d) {
+  Tensor m = Tensor::zeros({B, B * N}, DType::f32);
+  for (int64_t b = 0; b < B; ++b) std::fill_n(m.data<float>() + b * B * N + b * N, N, 1.0f / float(N));
+  return on(m, d);
+}
 
 bool image_stream_only(const std::string& name) {
   return name.rfind("backbone.patch_embed_2d.", 0) == 0 || name == "backbone.mask_token";
@@ -42,12 +52,26 @@ std::vector<Param>& SwinClassifier::params() {
   return params_;
 }
 
-void SwinClassifier::zero_grad() {
-  for (Param& p : params()) std::fill_n(p.grad.data<float>(), p.grad.numel(), 0.0f);
+void SwinClassifier::zero_grad(Context& ctx) {
+  std::vector<Tensor*> grads;
+  for (Param& p : params()) grads.push_back(&p.grad);
+  ops::zero_many(ctx, grads);
+}
+
+void SwinClassifier::to(Context& ctx) {
+  const Device device = ctx.device();
+  if (device == this->device()) return;
+  ctx.make_current();  // new device memory is tagged with ctx's stream
+  std::vector<train::PV*> all = backbone_.storages();
+  all.insert(all.end(), {&fc_w_, &fc_b_});
+  for (train::PV* p : all) *p = train::pv_to(*p, device);
+  params_.clear();  // the Params were views of the host storages
+  if (layer_decay_ > 0.0f) set_layer_decay(layer_decay_);
 }
 
 void SwinClassifier::set_layer_decay(float decay) {
   UNMASK_CHECK(decay > 0.0f && decay <= 1.0f, "layer decay must be in (0, 1], got ", decay);
+  layer_decay_ = decay;
   const SwinConfig& c = config();
   const int64_t L = c.depths[0] + c.depths[1] + c.depths[2] + c.depths[3];
   for (Param& p : params()) {
@@ -83,42 +107,41 @@ VideoMAEClassifyStats SwinClassifier::step(Context& ctx, const Tensor& videos, c
   drop.rate = o.train ? o.drop_path_rate : 0.0;
   drop.seed = data::derive_key(o.seed, {o.step});  // fine-tuning revisits clips: key the draws by step too
   drop.stream = 2, drop.first_sample = uint64_t(o.first_clip);
+  const Device dev = device();
+  UNMASK_CHECK(ctx.device() == dev, "SwinClassifier: the model is on ", device_name(dev), ", the context on ",
+               device_name(ctx.device()), Hint("call model.to(ctx) first (then build the Optimizer)"));
   BackboneSaved bs;
-  backbone_forward(ctx, backbone_, videos.contiguous(), false, nullptr, bs, drop);
+  backbone_forward(ctx, backbone_, on(videos, dev).contiguous(), false, nullptr, bs, drop);
   VideoMAEClassifyStats st;
   st.drop_scales = drop_path_scales(c, drop, B);
   const Tensor& x4 = bs.x4();
   const int64_t R = x4.size(0), N = R / B;  // tokens per clip
-  Tensor y = f32({R, W}), mean = f32({R}), rstd = f32({R});
+  Tensor y = f32({R, W}, dev), mean = f32({R}, dev), rstd = f32({R}, dev);
   ops::layernorm(ctx, x4, nullptr, backbone_.norm_g.value, backbone_.norm_b.value, c.eps, y, &mean, &rstd);
-  Tensor pooled = f32({B, W});
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<double> acc(static_cast<size_t>(W), 0.0);
-    const float* x = y.data<float>() + b * N * W;
-    for (int64_t j = 0; j < N; ++j)
-      for (int64_t k = 0; k < W; ++k) acc[size_t(k)] += x[j * W + k];
-    for (int64_t k = 0; k < W; ++k) pooled.data<float>()[b * W + k] = float(acc[size_t(k)] / double(N));
-  }
+  const Tensor pool = mean_pool_matrix(B, N, dev);
+  Tensor pooled = f32({B, W}, dev);
+  ops::gemm(ctx, pool, ops::Trans::no, y, ops::Trans::no, pooled);
   const uint64_t dropout_offset = (o.step << 32) + uint64_t(o.first_clip * W);
   Tensor hd = pooled;
   if (head_p > 0.0f) {
-    hd = f32({B, W});
+    hd = f32({B, W}, dev);
     ops::dropout(ctx, pooled, hd, head_p, o.seed, dropout_offset);
   }
-  st.logits = f32({B, K});
+  st.logits = f32({B, K}, dev);
   train::linear_forward(ctx, hd, fc_w_, fc_b_, st.logits);
   if (!have_targets) return st;
-  Tensor dlogits;
-  st.loss = train::soft_target_cross_entropy(st.logits, targets, o.loss_scale, dlogits);
+  Tensor dlogits;  // the loss of B x K values on the host
+  st.loss = train::soft_target_cross_entropy(on(st.logits, Device::cpu), on(targets, Device::cpu), o.loss_scale,
+                                             dlogits);
   if (!o.backward) return st;
+  dlogits = on(dlogits, dev);
 
-  Tensor dh = f32({B, W});
+  Tensor dh = f32({B, W}, dev);
   train::linear_backward(ctx, hd, fc_w_, fc_b_, dlogits, &dh);
   if (head_p > 0.0f) ops::dropout_backward(ctx, dh, dh, head_p, o.seed, dropout_offset);
-  Tensor dy = f32({R, W});
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t k = 0; k < W; ++k) dy.data<float>()[r * W + k] = dh.data<float>()[(r / N) * W + k] / float(N);
-  Tensor g4 = f32({R, W});
+  Tensor dy = f32({R, W}, dev);
+  ops::gemm(ctx, pool, ops::Trans::yes, dh, ops::Trans::no, dy);
+  Tensor g4 = f32({R, W}, dev);
   ops::layernorm_backward(ctx, x4, nullptr, backbone_.norm_g.value, mean, rstd, dy, g4, backbone_.norm_g.grad,
                           backbone_.norm_b.grad);
   backbone_backward(ctx, backbone_, bs, Tensor(), g4);

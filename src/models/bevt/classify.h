@@ -10,7 +10,8 @@
 // checkpoint loads its backbone (its necks, head, mask token and 2-D patch embedding are unused).
 // Layer decay (BEiT's rule over Swin's blocks): patch_embed id 0, block k of all L id k + 1, a
 // stage's patch merging the id of its last block, norm and head L + 1; lr_scale = decay^(L+1-id).
-// CPU, f32.
+// f32 on the CPU or a CUDA context (to(ctx)); the mean pooling is a GEMM with a [B, B N] averaging
+// matrix, the soft-target loss of the B x K logits is computed on the host.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -28,8 +29,12 @@ class SwinClassifier {
   const SwinConfig& config() const { return backbone_.config; }
   int64_t num_classes() const { return num_classes_; }
   std::vector<Param>& params();
-  void zero_grad();
+  void zero_grad(Context& ctx);
   void set_layer_decay(float decay);
+  /// Every parameter moved to ctx's device (a no-op when there); params() is rebuilt over the
+  /// copies (layer decay kept), so call it before an Optimizer takes them.
+  void to(Context& ctx);
+  Device device() const { return fc_w_.value.device(); }
 
   /// Forward (+ the backward of the soft-target CE when targets are given and options.backward):
   /// videos f32 [B, 3, T, H, W] normalised; targets f32 [B, K] rows summing to 1, or undefined.
@@ -37,7 +42,7 @@ class SwinClassifier {
   /// stats' drop_scales are [blocks, 2, B].
   VideoMAEClassifyStats step(Context& ctx, const Tensor& videos, const Tensor& targets,
                              const VideoMAEClassifyOptions& options);
-  /// Inference logits f32 [B, K].
+  /// Inference logits f32 [B, K] on the model's device (videos may be host tensors).
   Tensor logits(Context& ctx, const Tensor& videos);
 
  private:
@@ -45,6 +50,7 @@ class SwinClassifier {
   train::PV fc_w_, fc_b_;
   int64_t num_classes_ = 0;
   std::vector<Param> params_;
+  float layer_decay_ = 0.0f;      // what set_layer_decay set (0: never called), re-applied by to()
 };
 
 }  // namespace unmask::bevt

@@ -25,7 +25,8 @@ train::ClipClassifySettings common(const SwinFinetuneSettings& s) {
 
 }  // namespace
 
-SwinFinetuneTask::SwinFinetuneTask(const SwinFinetuneSettings& settings, const video::ClipLoaderOptions& loader_options,
+SwinFinetuneTask::SwinFinetuneTask(Context& ctx, const SwinFinetuneSettings& settings,
+                                   const video::ClipLoaderOptions& loader_options,
                                    const std::function<video::ClipLoader(const video::ClipLoaderOptions&)>& open_loader,
                                    const train::LoopStart& start)
     : ClipClassifyTask(common(settings)), s_(settings) {
@@ -40,6 +41,7 @@ SwinFinetuneTask::SwinFinetuneTask(const SwinFinetuneSettings& settings, const v
     if (Communicator::world().is_root()) std::fprintf(stderr, "%s\n", r.summary().c_str());
   }
   model_->set_layer_decay(s_.layer_decay);
+  model_->to(ctx);  // no-op on the CPU; before the gradient sync and the optimizer take the params
   open_data(loader_options, open_loader, start, "finetune-swin");
 }
 

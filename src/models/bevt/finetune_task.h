@@ -32,7 +32,8 @@ struct SwinFinetuneSettings {
 
 class SwinFinetuneTask final : public train::ClipClassifyTask {
  public:
-  SwinFinetuneTask(const SwinFinetuneSettings& settings, const video::ClipLoaderOptions& loader_options,
+  /// The model goes to ctx's device (the loader's clips follow it at each step).
+  SwinFinetuneTask(Context& ctx, const SwinFinetuneSettings& settings, const video::ClipLoaderOptions& loader_options,
                    const std::function<video::ClipLoader(const video::ClipLoaderOptions&)>& open_loader,
                    const train::LoopStart& start);
 
@@ -43,7 +44,7 @@ class SwinFinetuneTask final : public train::ClipClassifyTask {
   SwinClassifier& model() { return *model_; }
 
  private:
-  void zero_model_grad(Context&) override { model_->zero_grad(); }
+  void zero_model_grad(Context& ctx) override { model_->zero_grad(ctx); }
   VideoMAEClassifyStats classify(Context& ctx, const Tensor& videos, const Tensor& targets,
                                  const VideoMAEClassifyOptions& options) override {
     return model_->step(ctx, videos, targets, options);
