@@ -357,6 +357,12 @@ double gpu_matmul_peak(Context& ctx, const std::string& precision) {
   return gflops;
 }
 
+double training_peak_gflops(Context& ctx, const std::string& precision) {
+  if (ctx.device() == Device::cuda) return gpu_matmul_peak(ctx, precision);
+  return precision == "bf16" ? train::measure_bf16_peak_gflops(ctx.num_threads())
+                             : train::measure_peak_gflops(ctx.num_threads());
+}
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double peak_rss_mb() {

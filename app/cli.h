@@ -113,6 +113,9 @@ GpuPeak gpu_peak(Context& ctx, const std::string& precision);
 /// train::measure_matmul_peak_gflops at 8192^3, measured once per process and precision (~0.5 s,
 /// most of it filling the operands on the host). 0 on the CPU.
 double gpu_matmul_peak(Context& ctx, const std::string& precision);
+/// A training run's MFU denominator in GFLOP/s: on CUDA gpu_matmul_peak; on the CPU the measured
+/// peak of the unit the GEMMs use (the bf16 dot-product loop for --precision bf16, else the FMA loop).
+double training_peak_gflops(Context& ctx, const std::string& precision);
 /// Seconds on the steady clock (benchmark timing).
 double now_s();
 /// The process's peak resident set size in MiB (getrusage).

@@ -78,10 +78,7 @@ int bench_bevt(int argc, char** argv) {
 
   Context ctx({.num_threads = int(a.get_int("threads")), .device = device});
   const std::string devices_name = setup_device(ctx, precision);
-  const double peak = a.has("peak-gflops")        ? a.get_double("peak-gflops")
-                      : device == Device::cuda ? gpu_matmul_peak(ctx, precision)
-                      : precision == "bf16"    ? train::measure_bf16_peak_gflops(ctx.num_threads())
-                                               : train::measure_peak_gflops(ctx.num_threads());
+  const double peak = a.has("peak-gflops") ? a.get_double("peak-gflops") : training_peak_gflops(ctx, precision);
   std::string tokenizer_what;
   const bevt::DalleEncoder tokenizer = bevt_tokenizer(a, vocab, data.seed + 2, &tokenizer_what).to(device);
   bevt::BevtPretrainModel model = bevt::BevtPretrainModel::random(config, vocab, data.seed);

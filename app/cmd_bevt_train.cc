@@ -111,10 +111,7 @@ int cmd_pretrain_bevt(int argc, char** argv) {
   const train::LoopStart start = train::open_run(lc, resume ? (resume_dir.empty() ? out : resume_dir) : "", warn);
   Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
   setup_device(ctx, precision);
-  // MFU: the CPU's measured peak of the run's unit, the GPU's measured GEMM rate in its precision.
-  lc.peak_gflops = device == Device::cuda  ? gpu_matmul_peak(ctx, precision)
-                   : precision == "bf16" ? train::measure_bf16_peak_gflops(ctx.num_threads())
-                                         : train::measure_peak_gflops(ctx.num_threads());
+  lc.peak_gflops = training_peak_gflops(ctx, precision);
   bevt::DalleEncoder tokenizer = bevt_tokenizer(a, bs.vocab, bs.seed + 2, &bs.tokenizer_name);
   bevt::BevtPretrainTask task(ctx, bs, tokenizer, start, accumulation);
   if (root && !a.has("quiet"))
@@ -251,9 +248,7 @@ int cmd_finetune_swin(int argc, char** argv) {
   const std::string precision = precision_of(a, device);
   Context ctx({.num_threads = threads, .device = device, .device_index = gpu_for_local_rank(device, comm.local_rank())});
   setup_device(ctx, precision);
-  lc.peak_gflops = device == Device::cuda  ? gpu_matmul_peak(ctx, precision)
-                   : precision == "bf16" ? train::measure_bf16_peak_gflops(ctx.num_threads())
-                                         : train::measure_peak_gflops(ctx.num_threads());
+  lc.peak_gflops = training_peak_gflops(ctx, precision);
   bevt::SwinFinetuneTask task(
       ctx, fs, lo, [&](const video::ClipLoaderOptions& o) { return open_video_loader(a, data, o); }, start);
   if (root && !a.has("quiet"))

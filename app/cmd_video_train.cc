@@ -137,8 +137,7 @@ int cmd_pretrain_video(int argc, char** argv) {
                .device_index = gpu_for_local_rank(device, comm.local_rank()),
                .kernels = {.deterministic = a.has("deterministic")}});
   setup_device(ctx, precision);
-  // MFU: the CPU's measured FMA peak, the GPU's measured GEMM rate in the run's precision.
-  lc.peak_gflops = device == Device::cpu ? train::measure_peak_gflops(ctx.num_threads()) : gpu_matmul_peak(ctx, precision);
+  lc.peak_gflops = training_peak_gflops(ctx, precision);
   video::ClipLoaderOptions lo;
   lo.mode = video::ClipLoaderOptions::Mode::pretrain;
   lo.batch = int(vs.batch);

@@ -21,6 +21,9 @@ namespace {
 constexpr int kTile = 32, kTileRows = 8;  // a 32 x 8 block moves a 32 x 32 tile
 constexpr int kThreads = 256;
 
+// The CPU's maximum rule (ops/layout_ops.cc): v replaces m when larger or NaN; a NaN m stays.
+__device__ __forceinline__ bool replaces_max(float v, float m) { return !isnan(m) && (isnan(v) || v > m); }
+
 __global__ void transpose_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t R, int64_t C) {
   __shared__ float tile[kTile][kTile + 1];
   const int64_t b = blockIdx.z;
@@ -47,7 +50,7 @@ __global__ void max_pool2x2_kernel(const float* __restrict__ x, float* __restric
     const float v[4] = {top[0], top[1], top[W], top[W + 1]};
     float m = v[0];
     for (int k = 1; k < 4; ++k)
-      if (!isnan(m) && (isnan(v[k]) || v[k] > m)) m = v[k];
+      if (replaces_max(v[k], m)) m = v[k];
     y[o] = m;
   }
 }
@@ -62,7 +65,7 @@ __global__ void argmax_channels_kernel(const float* __restrict__ x, int32_t* __r
     int32_t arg = 0;
     for (int64_t c = 1; c < C && !isnan(best); ++c) {
       const float v = xc[c * P];
-      if (isnan(v) || v > best) best = v, arg = int32_t(c);
+      if (replaces_max(v, best)) best = v, arg = int32_t(c);
     }
     ids[cell] = arg;
   }

@@ -64,19 +64,21 @@ void conv_transpose_forward(Context& ctx, const PV& w, const PV& b, const Tensor
   args.bias = &bias_flat;
   ops::gemm(ctx, x, ops::Trans::no, wkc.view({Cin, K * Cout}), ops::Trans::no, Y, args);
   y = Tensor::empty({R * K, Cout}, DType::f32, dev);
-  ops::embedding(ctx, Y.view({R * K, Cout}), row_ids(shuffle_rows(batch, size, kernel), dev), y);
+  const std::vector<int32_t> rows = shuffle_rows(batch, size, kernel);
+  ops::embedding(ctx, Y.view({R * K, Cout}), row_ids(rows, dev), y);
   saved.x = x;
+  saved.unshuffle = row_ids(inverse_rows(rows), dev);
 }
 
-void conv_transpose_backward(Context& ctx, PV& w, PV& b, const ConvTransposeSaved& saved, int64_t batch,
-                             std::array<int64_t, 3> size, std::array<int64_t, 3> kernel, const Tensor& dy, Tensor& dx) {
+void conv_transpose_backward(Context& ctx, PV& w, PV& b, const ConvTransposeSaved& saved,
+                             std::array<int64_t, 3> kernel, const Tensor& dy, Tensor& dx) {
   const int64_t R = saved.x.size(0), K = kernel[0] * kernel[1] * kernel[2], Cout = w.value.size(1) / K;
   UNMASK_CHECK(dy.ndim() == 2 && dy.size(0) == R * K && dy.size(1) == Cout && dy.is_contiguous(),
                "transposed convolution backward: dy must be contiguous [", R * K, ", ", Cout, "], got ", dy.describe());
   const Device dev = dy.device();
   // The shuffle undone (a permutation: its inverse is a gather too), then Y's (c, k) column order.
   Tensor dYkc = Tensor::empty({R * K, Cout}, DType::f32, dev);
-  ops::embedding(ctx, dy, row_ids(inverse_rows(shuffle_rows(batch, size, kernel)), dev), dYkc);
+  ops::embedding(ctx, dy, saved.unshuffle, dYkc);
   Tensor dY = Tensor::empty({R, Cout, K}, DType::f32, dev);
   ops::transpose(ctx, dYkc.view({R, K, Cout}), dY);
   const Tensor dYm = dY.view({R, Cout * K});

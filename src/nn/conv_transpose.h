@@ -18,7 +18,8 @@
 namespace unmask::train {
 
 struct ConvTransposeSaved {
-  Tensor x;  // the input [R, Cin] (the weight gradient reads it)
+  Tensor x;         // the input [R, Cin] (the weight gradient reads it)
+  Tensor unshuffle; // i32 [R K]: the output row of each row of Y (the backward's gather)
 };
 
 /// x f32 [B D H W, Cin] -> y f32 [B D kd H kh W kw, Cout] (allocated here). w: [Cin, Cout K]; b: [Cout].
@@ -26,7 +27,7 @@ void conv_transpose_forward(Context& ctx, const PV& w, const PV& b, const Tensor
                             std::array<int64_t, 3> size, std::array<int64_t, 3> kernel, Tensor& y,
                             ConvTransposeSaved& saved);
 /// dy [B D kd H kh W kw, Cout] -> dx [R, Cin] (overwritten); w.grad and b.grad accumulate.
-void conv_transpose_backward(Context& ctx, PV& w, PV& b, const ConvTransposeSaved& saved, int64_t batch,
-                             std::array<int64_t, 3> size, std::array<int64_t, 3> kernel, const Tensor& dy, Tensor& dx);
+void conv_transpose_backward(Context& ctx, PV& w, PV& b, const ConvTransposeSaved& saved,
+                             std::array<int64_t, 3> kernel, const Tensor& dy, Tensor& dx);
 
 }  // namespace unmask::train

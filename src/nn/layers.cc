@@ -36,6 +36,11 @@ PV pv_to(const PV& p, Device device) {
   return PV{p.value.to(device), p.grad.to(device), Tensor()};  // the bf16 copy is refreshed before use
 }
 
+void pvs_to(Context& ctx, const std::vector<PV*>& pvs) {
+  ctx.make_current();
+  for (PV* p : pvs) *p = pv_to(*p, ctx.device());
+}
+
 void zero_tensor(Tensor& t) {
   UNMASK_CHECK(t.is_contiguous(), "train: zero_tensor needs a contiguous tensor, got ", t.describe());
   if (t.device() == Device::cpu) {

@@ -47,6 +47,9 @@ PV make_pv(const Tensor& src);
 PV filled_pv(const Shape& shape, const std::function<float()>& draw);
 /// `p`'s value and gradient copied to `device` (p itself when already there).
 PV pv_to(const PV& p, Device device);
+/// Every PV of `pvs` moved to ctx's device (pv_to), ctx made current first so that the new device
+/// memory is tagged with its stream: a model's to(ctx), before it rebuilds its Param views.
+void pvs_to(Context& ctx, const std::vector<PV*>& pvs);
 
 /// Zeroes a contiguous tensor on its device (CUDA: cudaMemset on the legacy default stream,
 /// ordered with a Context's blocking stream, see src/cuda/copy.h).

@@ -22,6 +22,10 @@ void check_contiguous_f32(const char* op, const char* name, const Tensor& t) {
   UNMASK_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
 }
 
+// The maximum's rule of max_pool2x2 and argmax_channels (PyTorch's): v replaces the running
+// maximum m when it is larger or NaN, and a NaN maximum stays.
+bool replaces_max(float v, float m) { return !std::isnan(m) && (std::isnan(v) || v > m); }
+
 }  // namespace
 
 void transpose(Context& ctx, const Tensor& x, Tensor& y) {
@@ -89,7 +93,8 @@ void max_pool2x2(Context& ctx, const Tensor& x, Tensor& y) {
       for (int64_t j = 0; j < W / 2; ++j) {
         const float v[4] = {top[2 * j], top[2 * j + 1], top[W + 2 * j], top[W + 2 * j + 1]};
         float m = v[0];
-        for (float e : v) m = (std::isnan(e) || e > m) && !std::isnan(m) ? e : m;
+        for (int k = 1; k < 4; ++k)
+          if (replaces_max(v[k], m)) m = v[k];
         out[j] = m;
       }
     }
@@ -125,8 +130,8 @@ void argmax_channels(Context& ctx, const Tensor& x, Tensor& ids) {
       std::fill_n(ib, P, 0);
       for (int64_t c = 1; c < C; ++c)
         for (int64_t p = 0; p < P; ++p) {
-          const float v = xb[c * P + p], m = best[size_t(p)];
-          if (!std::isnan(m) && (v > m || std::isnan(v))) best[size_t(p)] = v, ib[p] = int32_t(c);
+          const float v = xb[c * P + p];
+          if (replaces_max(v, best[size_t(p)])) best[size_t(p)] = v, ib[p] = int32_t(c);
         }
     }
   }, 1);

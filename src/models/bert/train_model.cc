@@ -282,8 +282,7 @@ void BertTrainModel::to(Context& ctx) {
   Impl& I = *impl_;
   const Device device = ctx.device();
   if (device == this->device()) return;
-  ctx.make_current();  // new device memory is tagged with ctx's stream
-  for (PV* p : I.storages()) *p = train::pv_to(*p, device);
+  train::pvs_to(ctx, I.storages());
   I.build_params();  // the Params are views of the storages: rebuild them over the new copies
   I.weight_copies_made = false;  // (pv_to dropped the bf16 copies too)
   // Saved activations point into the old workspace; the next step re-takes them.

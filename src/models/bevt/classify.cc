@@ -59,12 +59,10 @@ void SwinClassifier::zero_grad(Context& ctx) {
 }
 
 void SwinClassifier::to(Context& ctx) {
-  const Device device = ctx.device();
-  if (device == this->device()) return;
-  ctx.make_current();  // new device memory is tagged with ctx's stream
+  if (ctx.device() == device()) return;
   std::vector<train::PV*> all = backbone_.storages();
   all.insert(all.end(), {&fc_w_, &fc_b_});
-  for (train::PV* p : all) *p = train::pv_to(*p, device);
+  train::pvs_to(ctx, all);
   params_.clear();  // the Params were views of the host storages
   if (layer_decay_ > 0.0f) set_layer_decay(layer_decay_);
 }

@@ -64,7 +64,7 @@ void neck_head_forward(Context& ctx, const NeckHeadParams& p, const PV& norm_g, 
   const Device dev = x3.device();
   UNMASK_CHECK(x4.size(1) == W && x3.size(1) == W / 2 && R3 == 4 * x4.size(0), "BEVT neck: x3 ", x3.describe(),
                " and x4 ", x4.describe(), " do not fit a width of ", W);
-  sv.image = image, sv.batch = batch, sv.size4 = size4;
+  sv.image = image;
   Tensor up;
   train::conv_transpose_forward(ctx, image ? p.fpn_w : p.fpn_s_w, image ? p.fpn_b : p.fpn_s_b, x4, batch, size4,
                                 {1, 2, 2}, up, sv.up);
@@ -73,8 +73,7 @@ void neck_head_forward(Context& ctx, const NeckHeadParams& p, const PV& norm_g, 
   ops::copy(ctx, x3, left);
   ops::copy(ctx, up, right);
   sv.selected = rows != nullptr;
-  sv.rows = rows ? *rows : std::vector<int32_t>();
-  sv.cat_rows = Tensor();
+  sv.cat_rows = Tensor(), sv.row_ids = Tensor();
   const Tensor* cat = &sv.cat;
   if (rows) {
     for (int32_t r : *rows) UNMASK_CHECK(r >= 0 && r < R3, "BEVT neck: row ", r, " is outside the ", R3, " tokens");
@@ -135,10 +134,7 @@ void neck_head_backward(Context& ctx, NeckHeadParams& p, PV& norm_g, PV& norm_b,
   const int64_t M = cat.size(0), K = W + W / 2;
   if (!sv.image) {
     dh = f32({M, W}, dev);
-    const std::array<int64_t, 3> size = selected ? std::array<int64_t, 3>{M, 1, 1}
-                                                 : std::array<int64_t, 3>{sv.size4[0], 2 * sv.size4[1], 2 * sv.size4[2]};
-    train::conv_transpose_backward(ctx, p.fpn_t_w, p.fpn_t_b, sv.up_t, selected ? 1 : sv.batch, size, {2, 1, 1}, dpre,
-                                   dh);
+    train::conv_transpose_backward(ctx, p.fpn_t_w, p.fpn_t_b, sv.up_t, {2, 1, 1}, dpre, dh);
   }
   Tensor dcat_rows = f32({M, K}, dev);
   train::linear_backward(ctx, cat, sv.image ? p.lm_down_w : p.lm_down_st_w, sv.image ? p.lm_down_b : p.lm_down_st_b,
@@ -154,8 +150,8 @@ void neck_head_backward(Context& ctx, NeckHeadParams& p, PV& norm_g, PV& norm_b,
   Tensor dup = f32({R3, W}, dev);
   ops::copy(ctx, dcat.slice(1, W / 2, W + W / 2), dup);
   g_x4 = f32({R3 / 4, W}, dev);
-  train::conv_transpose_backward(ctx, sv.image ? p.fpn_w : p.fpn_s_w, sv.image ? p.fpn_b : p.fpn_s_b, sv.up, sv.batch,
-                                 sv.size4, {1, 2, 2}, dup, g_x4);
+  train::conv_transpose_backward(ctx, sv.image ? p.fpn_w : p.fpn_s_w, sv.image ? p.fpn_b : p.fpn_s_b, sv.up, {1, 2, 2},
+                                 dup, g_x4);
 }
 
 }  // namespace unmask::bevt

@@ -42,13 +42,10 @@ struct NeckHeadParams {
 
 struct NeckSaved {
   bool image = false;
-  int64_t batch = 0;
-  std::array<int64_t, 3> size4{};      // x4's volume
   train::ConvTransposeSaved up, up_t;
   Tensor cat, h, ht, ln, mean, rstd;   // ht: after fpn_t (video)
   bool selected = false;               // a row subset was evaluated
-  std::vector<int32_t> rows;           // the selected rows of cat
-  Tensor row_ids;                      // rows as i32 on the activations' device
+  Tensor row_ids;                      // the selected rows of cat, i32 on the activations' device
   Tensor cat_rows;                     // cat at `rows` (what lm_down read)
   Tensor logits;                       // [rows, vocab]
 };

@@ -150,14 +150,12 @@ std::vector<Param>& BevtPretrainModel::params() {
 }
 
 void BevtPretrainModel::to(Context& ctx) {
-  const Device device = ctx.device();
-  if (device == this->device()) return;
-  ctx.make_current();  // new device memory is tagged with ctx's stream
+  if (ctx.device() == device()) return;
   std::vector<train::PV*> all = backbone.storages();
   NeckHeadParams& n = neck;
   all.insert(all.end(), {&n.fpn_w, &n.fpn_b, &n.lm_down_w, &n.lm_down_b, &n.fpn_s_w, &n.fpn_s_b, &n.lm_down_st_w,
                          &n.lm_down_st_b, &n.fpn_t_w, &n.fpn_t_b, &n.lm_head_w, &n.lm_head_b});
-  for (train::PV* p : all) *p = train::pv_to(*p, device);
+  train::pvs_to(ctx, all);
   params_.clear();  // the Params were views of the host storages
 }
 

@@ -135,8 +135,7 @@ void VideoMAEPretrainModel::to(Context& ctx) {
   Impl& m = *impl_;
   const Device device = ctx.device();
   if (device == this->device()) return;
-  ctx.make_current();  // new device memory is tagged with ctx's stream
-  for (PV* p : m.storages()) *p = train::pv_to(*p, device);
+  train::pvs_to(ctx, m.storages());
   m.enc_pos = m.enc_pos.to(device);
   m.dec_pos = m.dec_pos.to(device);
   m.build_params();  // the Params are views of the storages: rebuild them over the new copies
